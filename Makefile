@@ -1,0 +1,37 @@
+# The two commands a fresh machine needs: `make demo` and `make test`.
+# Both build .venv from the pinned dependencies in constraints.txt when it is missing or stale.
+# PIP_CONSTRAINT (rather than -c) also pins the build backend in pip's isolated build.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest bench soak clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
+		--disable-pip-version-check -e '.[test,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/inert demo
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.append_throughput
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,64 @@
+"""The base of every event: a stable type tag, a schema version, and the tag registry.
+
+Tags are written by hand and never derived from module paths, so that moving or renaming a class
+never changes what is stored. A class whose fields change in an incompatible way gets a higher
+``SCHEMA_VERSION`` and an upcaster (see the codec) for the payloads written before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import ClassVar, TypeVar
+
+from attrs import frozen
+
+_TAG_PATTERN = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+
+
+@frozen(kw_only=True)
+class Event:
+    """Base class of every event. Subclasses are registered with :func:`event_type`."""
+
+    TAG: ClassVar[str]
+    SCHEMA_VERSION: ClassVar[int]
+
+
+E = TypeVar("E", bound=type[Event])
+
+_REGISTRY: dict[str, type[Event]] = {}
+
+
+def event_type(tag: str, schema_version: int = 1) -> Callable[[E], E]:
+    """Give an event class its stable tag and schema version, and register it."""
+    if not _TAG_PATTERN.fullmatch(tag):
+        raise ValueError(f"event tag {tag!r} must be dotted lower-case words, e.g. 'call.opened'")
+    if schema_version < 1:
+        raise ValueError(f"schema version of {tag!r} must be at least 1, not {schema_version}")
+
+    def register(cls: E) -> E:
+        if tag in _REGISTRY and _REGISTRY[tag] is not cls:
+            raise ValueError(f"event tag {tag!r} is already used by {_REGISTRY[tag].__name__}")
+        cls.TAG = tag
+        cls.SCHEMA_VERSION = schema_version
+        _REGISTRY[tag] = cls
+        return cls
+
+    return register
+
+
+def registered_event_types() -> Mapping[str, type[Event]]:
+    """Every event class inert knows, by tag."""
+    return dict(_REGISTRY)
+
+
+@frozen(kw_only=True)
+class TraceContext:
+    """W3C trace context as it arrived: opaque, for correlation only.
+
+    It is stored beside an event, never inside it, and never orders, deduplicates or authorises
+    anything.
+    """
+
+    traceparent: str
+    tracestate: str | None = None

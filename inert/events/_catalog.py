@@ -1,0 +1,446 @@
+"""Every event inert writes or reads, by family.
+
+Ingress events come from adapters and the agent server, user events from the person behind the
+turn, operator events from the operators, decisions only from a call's own actor, outcomes from the
+executor through the runtime. Argument bytes appear only in ``ArgumentsAppended``,
+``CallEnded.final_arguments`` and ``CallValidated.arguments``: the payloads that retention
+redacts. Every other field is an identity, a count, a size, a digest, a reason or a time.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from attrs import field, frozen, validators
+
+from ._base import Event, event_type
+from ._identity import CallKey, ResponseRef, TurnRef
+
+_non_negative = validators.ge(0)
+_positive = validators.ge(1)
+
+
+class ResponseEndReason(enum.StrEnum):
+    """How a provider response ended. Only ``COMPLETED`` lets its calls become dispatchable."""
+
+    COMPLETED = "completed"
+    LENGTH = "length"
+    CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
+    PAUSED = "paused"
+    INCOMPLETE = "incomplete"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class CancelReason(enum.StrEnum):
+    """Why a call ended without running, at someone's wish or by time."""
+
+    TURN_CANCELLED = "turn_cancelled"
+    SUPERSEDED = "superseded"
+    CONNECTION_LOST = "connection_lost"
+    IDLE_TIMEOUT = "idle_timeout"
+    CONFIRMATION_DENIED = "confirmation_denied"
+    CONFIRMATION_EXPIRED = "confirmation_expired"
+    RESPONSE_QUARANTINED = "response_quarantined"
+    TOOL_DISABLED = "tool_disabled"
+    TENANT_STOPPED = "tenant_stopped"
+
+
+class FailReason(enum.StrEnum):
+    """Why a call ended without running because something about it was wrong."""
+
+    MALFORMED_ARGUMENTS = "malformed_arguments"
+    TOO_LARGE = "too_large"
+    TOO_MANY_FRAGMENTS = "too_many_fragments"
+    SEQUENCE_GAP = "sequence_gap"
+    FINAL_ARGUMENTS_MISMATCH = "final_arguments_mismatch"
+    UNKNOWN_TOOL = "unknown_tool"
+    SCHEMA_INVALID = "schema_invalid"
+    BUSINESS_INVALID = "business_invalid"
+    PERMISSION_DENIED = "permission_denied"
+    VALIDATION_TIMEOUT = "validation_timeout"
+    RESPONSE_FAILED = "response_failed"
+    IDENTITY_CONFLICT = "identity_conflict"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    PROTOCOL_VIOLATION = "protocol_violation"
+
+
+class RejectReason(enum.StrEnum):
+    """Why an event addressed to a call was refused instead of applied."""
+
+    CALL_TERMINAL = "call_terminal"
+    STALE_TURN = "stale_turn"
+    DUPLICATE = "duplicate"
+    UNKNOWN_CALL = "unknown_call"
+    WRONG_PRINCIPAL = "wrong_principal"
+    NOT_READY = "not_ready"
+    MISMATCHED_CONFIRMATION = "mismatched_confirmation"
+
+
+@frozen(kw_only=True)
+class TerminalRef:
+    """The identity of a provider's terminal event, so that a replayed one is known as the same.
+
+    Either the provider's sequence number within the response, or a digest of the raw event
+    where the protocol has no sequence.
+    """
+
+    sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
+    digest: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.sequence is None and not self.digest:
+            raise ValueError("a terminal reference needs a provider sequence or a digest")
+
+
+@frozen(kw_only=True)
+class OfferedTool:
+    """A tool declaration offered to the model for a turn, bound by name and digest."""
+
+    name: str = field(validator=validators.min_len(1))
+    digest: str
+
+
+# --- ingress -------------------------------------------------------------------------------
+
+
+@event_type("ingress.turn_started")
+@frozen(kw_only=True)
+class TurnStarted(Event):
+    """The agent server started a turn for an authenticated principal with these tools."""
+
+    turn: TurnRef
+    principal: str = field(validator=validators.min_len(1))
+    tools: tuple[OfferedTool, ...] = ()
+
+
+@event_type("ingress.call_opened")
+@frozen(kw_only=True)
+class CallOpened(Event):
+    """A provider stream opened a tool call."""
+
+    key: CallKey
+    tool: str
+    sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
+
+
+@event_type("ingress.arguments_appended")
+@frozen(kw_only=True)
+class ArgumentsAppended(Event):
+    """Argument bytes of an open call: transport data, never an instruction.
+
+    An adapter may coalesce consecutive fragments into one event; it then keeps the first and
+    last provider sequence and the number of fragments it joined.
+    """
+
+    key: CallKey
+    data: bytes
+    first_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
+    last_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
+    fragments: int = field(default=1, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.first_sequence is None) != (self.last_sequence is None):
+            raise ValueError("first_sequence and last_sequence are given together or not at all")
+        if (
+            self.first_sequence is not None
+            and self.last_sequence is not None
+            and self.last_sequence < self.first_sequence
+        ):
+            raise ValueError(
+                f"last_sequence {self.last_sequence} is before first_sequence {self.first_sequence}"
+            )
+
+
+@event_type("ingress.call_ended")
+@frozen(kw_only=True)
+class CallEnded(Event):
+    """The provider's end event for one call arrived; it permits parsing, nothing more."""
+
+    key: CallKey
+    terminal: TerminalRef
+    final_arguments: bytes | None = None
+
+
+@event_type("ingress.response_ended")
+@frozen(kw_only=True)
+class ResponseEnded(Event):
+    """The provider response ended, successfully or not."""
+
+    response: ResponseRef
+    reason: ResponseEndReason
+    terminal: TerminalRef
+    detail: str = ""
+
+
+@event_type("ingress.stream_lost")
+@frozen(kw_only=True)
+class StreamLost(Event):
+    """The connection carrying a provider response went away."""
+
+    response: ResponseRef
+    resumable: bool
+    last_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
+
+
+@event_type("ingress.stream_resumed")
+@frozen(kw_only=True)
+class StreamResumed(Event):
+    """A lost provider response is being fed again, after the given provider sequence."""
+
+    response: ResponseRef
+    after_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
+
+
+@event_type("ingress.text_received")
+@frozen(kw_only=True)
+class TextReceived(Event):
+    """The response carried text for the person; kept out of every call buffer."""
+
+    response: ResponseRef
+    characters: int = field(validator=_non_negative)
+
+
+# --- user ----------------------------------------------------------------------------------
+
+
+@event_type("user.turn_cancelled")
+@frozen(kw_only=True)
+class TurnCancelled(Event):
+    """The person (or the agent server for them) cancelled the turn."""
+
+    turn: TurnRef
+    principal: str
+    reason: str = ""
+
+
+@event_type("user.turn_superseded")
+@frozen(kw_only=True)
+class TurnSuperseded(Event):
+    """A new turn of the same conversation replaced this one."""
+
+    turn: TurnRef
+    by: TurnRef
+
+
+@event_type("user.confirmation_given")
+@frozen(kw_only=True)
+class ConfirmationGiven(Event):
+    """The principal confirmed one call, bound to the exact tool and arguments, once."""
+
+    key: CallKey
+    principal: str
+    tool_digest: str
+    arguments_digest: str
+    nonce: str
+    expires_at: datetime
+
+
+@event_type("user.confirmation_denied")
+@frozen(kw_only=True)
+class ConfirmationDenied(Event):
+    """The principal refused one call."""
+
+    key: CallKey
+    principal: str
+    reason: str = ""
+
+
+# --- operator ------------------------------------------------------------------------------
+
+
+@event_type("operator.response_quarantined")
+@frozen(kw_only=True)
+class ResponseQuarantined(Event):
+    """An operator quarantined a provider response: none of its calls may run."""
+
+    response: str
+    tenant: str | None
+    operator: str
+    reason: str
+
+
+@event_type("operator.tool_disabled")
+@frozen(kw_only=True)
+class ToolDisabled(Event):
+    """An operator disabled a tool, for every tenant or for one."""
+
+    tool: str
+    tenant: str | None
+    operator: str
+    reason: str
+
+
+@event_type("operator.tool_enabled")
+@frozen(kw_only=True)
+class ToolEnabled(Event):
+    """An operator enabled a disabled tool again; calls it ended stay ended."""
+
+    tool: str
+    tenant: str | None
+    operator: str
+    reason: str
+
+
+@event_type("operator.tenant_stopped")
+@frozen(kw_only=True)
+class TenantStopped(Event):
+    """An operator stopped every call of a tenant that has not been dispatched."""
+
+    tenant: str
+    operator: str
+    reason: str
+
+
+@event_type("operator.tenant_resumed")
+@frozen(kw_only=True)
+class TenantResumed(Event):
+    """An operator let a stopped tenant start new turns again."""
+
+    tenant: str
+    operator: str
+    reason: str
+
+
+# --- requests to a call's actor ------------------------------------------------------------
+
+
+@event_type("request.claim")
+@frozen(kw_only=True)
+class ClaimRequested(Event):
+    """An executor asks to run a ready call; the call's actor answers in the call's stream."""
+
+    key: CallKey
+    claim_id: str
+    executor: str
+
+
+# --- decisions (written only by the call's actor) ------------------------------------------
+
+
+@event_type("decision.collecting")
+@frozen(kw_only=True)
+class CallCollecting(Event):
+    """The actor took charge of a newly opened call and is buffering its arguments."""
+
+    key: CallKey
+    tool: str
+
+
+@event_type("decision.terminal_candidate")
+@frozen(kw_only=True)
+class CallTerminalCandidate(Event):
+    """The call's own end event arrived; it waits for its response to end successfully."""
+
+    key: CallKey
+    terminal: TerminalRef
+    fragments: int = field(validator=_non_negative)
+    size: int = field(validator=_non_negative)
+
+
+@event_type("decision.validated")
+@frozen(kw_only=True)
+class CallValidated(Event):
+    """The call parsed and validated once; these canonical arguments are the ones that may run."""
+
+    key: CallKey
+    tool_digest: str
+    arguments: bytes
+    arguments_digest: str
+    needs_confirmation: bool
+
+
+@event_type("decision.awaiting_confirmation")
+@frozen(kw_only=True)
+class CallAwaitingConfirmation(Event):
+    """A validated call waits for its principal to confirm it before this time."""
+
+    key: CallKey
+    arguments_digest: str
+    expires_at: datetime
+
+
+@event_type("decision.confirmed")
+@frozen(kw_only=True)
+class CallConfirmed(Event):
+    """The awaited confirmation matched the call and was used up."""
+
+    key: CallKey
+    principal: str
+    confirmation_event_id: str
+
+
+@event_type("decision.dispatched")
+@frozen(kw_only=True)
+class CallDispatched(Event):
+    """The call was handed to one executor claim; durable before the executor is called."""
+
+    key: CallKey
+    claim_id: str
+    executor: str
+
+
+@event_type("decision.cancelled")
+@frozen(kw_only=True)
+class CallCancelled(Event):
+    """The call ended without running because it was no longer wanted."""
+
+    key: CallKey
+    reason: CancelReason
+    cause_event_id: str | None = None
+
+
+@event_type("decision.failed")
+@frozen(kw_only=True)
+class CallFailed(Event):
+    """The call ended without running because it was wrong; ``detail`` never holds values."""
+
+    key: CallKey
+    reason: FailReason
+    detail: str = ""
+    cause_event_id: str | None = None
+
+
+@event_type("decision.rejected")
+@frozen(kw_only=True)
+class EventRejected(Event):
+    """An event addressed to the call was refused and recorded, not applied."""
+
+    key: CallKey
+    rejected_event_id: str
+    reason: RejectReason
+    detail: str = ""
+
+
+# --- outcomes (from the executor, through the runtime) -------------------------------------
+
+
+@event_type("outcome.completed")
+@frozen(kw_only=True)
+class ExecutionCompleted(Event):
+    """The executor reported that the dispatched call ran to completion."""
+
+    key: CallKey
+    claim_id: str
+
+
+@event_type("outcome.failed")
+@frozen(kw_only=True)
+class ExecutionFailed(Event):
+    """The executor reported that the dispatched call failed; ``error`` never holds values."""
+
+    key: CallKey
+    claim_id: str
+    error: str = ""
+
+
+@event_type("outcome.unknown")
+@frozen(kw_only=True)
+class ExecutionOutcomeUnknown(Event):
+    """A dispatched call has no recorded outcome after a restart: surfaced, never re-run."""
+
+    key: CallKey
+    claim_id: str

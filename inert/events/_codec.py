@@ -1,0 +1,185 @@
+"""The one converter between events and bytes (cattrs + msgpack).
+
+An event is stored as its tag, its schema version and a msgpack map of its fields. Decoding is
+strict: a field of the wrong type, a missing or an extra field, or bytes that are not msgpack are
+a ``CodecError``, never a silent coercion (cattrs alone would turn ``5`` into ``"5"``) and never an
+exception of msgpack or cattrs. Datetimes are stored as integer microseconds since the Unix epoch
+in UTC; naive datetimes are refused, since their meaning depends on the machine that wrote them.
+
+Payloads written with an older schema version of an event are brought up to date by upcasters,
+one step at a time, before they are structured.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import cattrs
+import msgpack
+
+from ._base import Event, registered_event_types
+from ._errors import CodecError
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+T = TypeVar("T")
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def datetime_to_micros(value: datetime) -> int:
+    """Microseconds since the Unix epoch of an aware datetime."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise CodecError(f"naive datetime {value.isoformat()} cannot be stored; give it a tzinfo")
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def micros_to_datetime(value: int) -> datetime:
+    """The UTC datetime of a count of microseconds since the Unix epoch."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _strict(expected: type[T]) -> Callable[[object, type[T]], T]:
+    def structure(value: object, _: type[T]) -> T:
+        if type(value) is not expected:
+            raise TypeError(f"expected {expected.__name__}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
+def _is(expected: type) -> Callable[[Any], bool]:
+    return lambda cls: cls is expected
+
+
+def _structure_float(value: object, _: type[float]) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        return float(value)
+    raise TypeError(f"expected float, got {type(value).__name__}")
+
+
+def _structure_datetime(value: object, _: type[datetime]) -> datetime:
+    if type(value) is not int:
+        raise TypeError(f"expected integer microseconds, got {type(value).__name__}")
+    return micros_to_datetime(value)
+
+
+def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
+    if type(value) is not str:
+        raise TypeError(f"expected a {cls.__name__} value, got {type(value).__name__}")
+    return cls(value)
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    # Exact-type predicates, not singledispatch: a StrEnum is a str and must reach the enum hook.
+    for primitive in (str, int, bool, bytes):
+        converter.register_structure_hook_func(_is(primitive), _strict(primitive))
+    converter.register_structure_hook_func(lambda cls: cls is float, _structure_float)
+    converter.register_unstructure_hook(datetime, datetime_to_micros)
+    converter.register_structure_hook(datetime, _structure_datetime)
+    converter.register_structure_hook_func(
+        lambda cls: isinstance(cls, type) and issubclass(cls, enum.Enum), _structure_enum
+    )
+    return converter
+
+
+CONVERTER = _make_converter()
+
+
+def _describe_structure_error(error: Exception, cls: type[Any]) -> str:
+    if isinstance(error, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(error, path=cls.__name__))
+    return f"{type(error).__name__}: {error}"
+
+
+class Codec:
+    """Encodes events to ``(tag, schema version, payload)`` and back.
+
+    ``event_types`` defaults to every registered event class; upcasters are registered per tag and
+    per schema version they upgrade from.
+    """
+
+    def __init__(self, event_types: Mapping[str, type[Event]] | None = None) -> None:
+        self._types: dict[str, type[Event]] = dict(
+            registered_event_types() if event_types is None else event_types
+        )
+        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+
+    @property
+    def event_types(self) -> Mapping[str, type[Event]]:
+        return dict(self._types)
+
+    def register_upcaster(self, tag: str, from_version: int, upcaster: Upcaster) -> None:
+        """Teach the codec to turn a ``from_version`` payload of ``tag`` into the next version."""
+        cls = self._types.get(tag)
+        if cls is None:
+            raise CodecError(f"cannot register an upcaster for unknown event tag {tag!r}")
+        if not 1 <= from_version < cls.SCHEMA_VERSION:
+            raise CodecError(
+                f"an upcaster of {tag!r} must start from a version in 1..{cls.SCHEMA_VERSION - 1},"
+                f" not {from_version}"
+            )
+        if (tag, from_version) in self._upcasters:
+            raise CodecError(f"{tag!r} already has an upcaster from version {from_version}")
+        self._upcasters[(tag, from_version)] = upcaster
+
+    def encode(self, event: Event) -> tuple[str, int, bytes]:
+        """The tag, schema version and msgpack payload of an event."""
+        cls = type(event)
+        if self._types.get(cls.TAG) is not cls:
+            raise CodecError(f"{cls.__name__} is not a registered event type of this codec")
+        try:
+            fields = CONVERTER.unstructure(event)
+            payload: bytes = msgpack.packb(fields, use_bin_type=True)
+        except CodecError:
+            raise
+        except Exception as error:
+            raise CodecError(f"cannot encode {cls.TAG!r}: {type(error).__name__}: {error}") from (
+                error
+            )
+        return cls.TAG, cls.SCHEMA_VERSION, payload
+
+    def decode(self, tag: str, schema_version: int, payload: bytes) -> Event:
+        """The event stored as ``payload`` under ``tag`` and ``schema_version``."""
+        cls = self._types.get(tag)
+        if cls is None:
+            raise CodecError(f"unknown event tag {tag!r}: written by a newer or another program?")
+        if not 1 <= schema_version <= cls.SCHEMA_VERSION:
+            raise CodecError(
+                f"{tag!r} payload has schema version {schema_version}; this inert reads versions"
+                f" 1..{cls.SCHEMA_VERSION}"
+            )
+        try:
+            fields = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+        except Exception as error:
+            raise CodecError(
+                f"corrupt {tag!r} payload ({len(payload)} bytes): {type(error).__name__}"
+            ) from error
+        if not isinstance(fields, dict):
+            raise CodecError(f"corrupt {tag!r} payload: a map was expected, got {type(fields)}")
+        for version in range(schema_version, cls.SCHEMA_VERSION):
+            upcaster = self._upcasters.get((tag, version))
+            if upcaster is None:
+                raise CodecError(
+                    f"no upcaster turns {tag!r} version {version} into version {version + 1}"
+                )
+            try:
+                fields = upcaster(fields)
+            except Exception as error:
+                raise CodecError(
+                    f"upcaster of {tag!r} from version {version} failed: {type(error).__name__}"
+                ) from error
+        try:
+            return CONVERTER.structure(fields, cls)
+        except Exception as error:
+            raise CodecError(
+                f"corrupt {tag!r} payload: {_describe_structure_error(error, cls)}"
+            ) from error
+
+
+DEFAULT_CODEC = Codec()

@@ -1,0 +1,51 @@
+"""The error tree of inert.
+
+Every failure that inert reports is an ``InertError``. Errors of the libraries inert uses
+(sqlite3, msgpack, cattrs) are caught where they arise and re-raised as one of these, with the
+original kept as ``__cause__``. Messages name the state, the event or the limit involved.
+"""
+
+from __future__ import annotations
+
+
+class InertError(Exception):
+    """Base class of every error inert raises."""
+
+
+class ConfigurationError(InertError, ValueError):
+    """A setting, URL or option is invalid."""
+
+
+class CodecError(InertError):
+    """An event could not be encoded or decoded: unknown tag, corrupt payload, unknown version."""
+
+
+class LogError(InertError):
+    """The event log could not do what was asked: storage failure, closed log, bad file."""
+
+
+class ConflictError(LogError):
+    """An append was refused because a stream is not at the version the writer expected.
+
+    Nothing of the batch was written.
+    """
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"stream {stream!r} is at version {actual}, the append expected version {expected};"
+            " nothing of the batch was written"
+        )
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+class DuplicateEventError(LogError):
+    """An event id already in the log was appended again with different content."""
+
+    def __init__(self, event_id: str, reason: str) -> None:
+        super().__init__(
+            f"event id {event_id!r} is already in the log with different {reason};"
+            " nothing of the batch was written"
+        )
+        self.event_id = event_id

@@ -1,0 +1,107 @@
+"""Identities: the turn a call belongs to, the response that carried it, the call itself.
+
+A call is never keyed on the provider's call id alone (providers reuse ``call_0``), nor on an
+index alone (parallel calls collide), nor on arrival time: its key is every protocol identity
+together. Stream names are built from these identities with each component percent-encoded, so
+that two different keys can never name the same stream.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import attrs
+from attrs import field, frozen
+
+MAX_IDENTITY_LENGTH = 512
+
+
+def _identity_component(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{attribute.name} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{attribute.name} must not be empty")
+    if len(value) > MAX_IDENTITY_LENGTH:
+        raise ValueError(
+            f"{attribute.name} is {len(value)} characters, the limit is {MAX_IDENTITY_LENGTH}"
+        )
+
+
+def _stream(kind: str, *parts: str) -> str:
+    return "/".join((kind, *(quote(part, safe="") for part in parts)))
+
+
+@frozen(kw_only=True)
+class TurnRef:
+    """One user turn of a conversation, owned by the agent server."""
+
+    tenant: str = field(validator=_identity_component)
+    conversation: str = field(validator=_identity_component)
+    turn: str = field(validator=_identity_component)
+
+    @property
+    def stream(self) -> str:
+        """The stream of the turn's lifecycle and of the user's actions on it."""
+        return _stream("turn", self.tenant, self.conversation, self.turn)
+
+
+@frozen(kw_only=True)
+class ResponseRef:
+    """One provider response (or message) produced within a turn."""
+
+    tenant: str = field(validator=_identity_component)
+    conversation: str = field(validator=_identity_component)
+    turn: str = field(validator=_identity_component)
+    response: str = field(validator=_identity_component)
+
+    @property
+    def turn_ref(self) -> TurnRef:
+        return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
+
+    @property
+    def stream(self) -> str:
+        """The ingress stream of this provider response (one feeding adapter at a time)."""
+        return _stream("response", self.tenant, self.response)
+
+
+@frozen(kw_only=True)
+class CallKey:
+    """The complete protocol identity of one streamed tool call."""
+
+    tenant: str = field(validator=_identity_component)
+    conversation: str = field(validator=_identity_component)
+    turn: str = field(validator=_identity_component)
+    response: str = field(validator=_identity_component)
+    item: str = field(validator=_identity_component)
+    call: str = field(validator=_identity_component)
+
+    @property
+    def turn_ref(self) -> TurnRef:
+        return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
+
+    @property
+    def response_ref(self) -> ResponseRef:
+        return ResponseRef(
+            tenant=self.tenant,
+            conversation=self.conversation,
+            turn=self.turn,
+            response=self.response,
+        )
+
+    def _parts(self) -> tuple[str, ...]:
+        return (self.tenant, self.conversation, self.turn, self.response, self.item, self.call)
+
+    @property
+    def stream(self) -> str:
+        """The decision stream of the call: written only by the call's actor."""
+        return _stream("call", *self._parts())
+
+    @property
+    def request_stream(self) -> str:
+        """Claims and confirmations addressed to the call's actor (any writer)."""
+        return _stream("request", *self._parts())
+
+
+def control_stream(tenant: str | None = None) -> str:
+    """The stream of operator controls, global or for one tenant."""
+    return _stream("control", "tenant", tenant) if tenant is not None else "control/global"

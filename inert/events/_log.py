@@ -1,0 +1,284 @@
+"""The log contract, shared by every backend.
+
+The log is the only source of truth of inert. It holds events in one total order (``position``,
+from 1, without gaps) and, within each stream, a ``version`` (from 1) that writers use for
+optimistic concurrency.
+
+- ``append(events, expected_versions)`` is atomic: every event of the batch is written, or none.
+  It is idempotent by event id: an event whose id is stored already is not written again and
+  its original position is returned; the same id with other content is a
+  ``DuplicateEventError``. Each stream named in ``expected_versions`` must be at that version
+  (``NO_STREAM`` for an empty stream) or the batch is refused with a ``ConflictError``. A batch
+  that only repeats stored events succeeds without a version check: it is the retry of an
+  append that was acknowledged, or whose acknowledgement was lost.
+- An append returns only when its batch is durable to the degree the backend promises. An
+  append whose caller is cancelled while it waits may still land; appending the same events
+  again tells.
+- ``read``, ``read_stream`` and ``subscribe`` return events in position order; ``subscribe``
+  yields what is stored and then waits for new appends, never skipping or reordering one.
+- ``redact(stream, up_to_version)`` replaces payloads by their length and digest and keeps the
+  envelopes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+
+import trio
+
+from ._codec import DEFAULT_CODEC, Codec, datetime_to_micros
+from ._errors import LogError
+from ._records import (
+    AppendPlan,
+    NewEvent,
+    PendingRecord,
+    RecordedEvent,
+    StoredRecord,
+    check_expected_versions,
+    decode_record,
+    encode_batch,
+    plan_append,
+    redacted,
+)
+
+Clock = Callable[[], datetime]
+
+SUBSCRIBE_PAGE = 1024
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Log(abc.ABC):
+    """An ordered, append-only event log. Use a backend's ``open`` or :func:`open_log`."""
+
+    def __init__(self, *, codec: Codec | None, clock: Clock | None) -> None:
+        self.codec = codec or DEFAULT_CODEC
+        self._clock = clock or utc_now
+        self._closed = False
+        self._appended = trio.Event()
+
+    # --- the contract ---
+
+    async def append(
+        self, events: Sequence[NewEvent], expected_versions: Mapping[str, int] | None = None
+    ) -> list[int]:
+        """Append a batch atomically; the positions of its events, in order."""
+        self._check_open()
+        records = encode_batch(self.codec, events)
+        expected = check_expected_versions(expected_versions)
+        if not records:
+            return []
+        return await self._append_records(records, expected)
+
+    async def read(
+        self, from_position: int = 0, *, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        """Events at ``from_position`` and after, in position order, at most ``limit`` of them."""
+        self._check_open()
+        if limit is not None and limit < 1:
+            raise LogError(f"read limit must be at least 1, not {limit}")
+        rows = await self._read_rows(max(from_position, 1), limit)
+        return [decode_record(self.codec, row) for row in rows]
+
+    async def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
+        """The events of one stream from ``from_version`` on, in version order."""
+        self._check_open()
+        rows = await self._read_stream_rows(stream, max(from_version, 1))
+        return [decode_record(self.codec, row) for row in rows]
+
+    def subscribe(self, from_position: int = 0) -> Subscription:
+        """An async iterator over every event from ``from_position`` on, then new ones as they land.
+
+        Iteration ends when the log is closed.
+        """
+        self._check_open()
+        return Subscription(self, max(from_position, 1))
+
+    async def redact(self, stream: str, up_to_version: int) -> int:
+        """Drop the payloads of a stream up to a version, keeping length and digest.
+
+        Returns how many payloads were dropped by this call (already redacted ones don't count).
+        """
+        self._check_open()
+        return await self._redact(stream, up_to_version)
+
+    async def head(self) -> int:
+        """The position of the last event, 0 for an empty log."""
+        self._check_open()
+        return await self._head()
+
+    async def stream_version(self, stream: str) -> int:
+        """The version of the last event of a stream, ``NO_STREAM`` (0) for an empty one."""
+        self._check_open()
+        return await self._stream_version(stream)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --- for backends ---
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError(f"{type(self).__name__} is closed")
+
+    def _now_micros(self) -> int:
+        return datetime_to_micros(self._clock())
+
+    def _notify_appended(self) -> None:
+        self._appended.set()
+        self._appended = trio.Event()
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+        self._appended.set()
+
+    async def _wait_for_appends(self, since: trio.Event) -> None:
+        """Wait until an append lands after ``since`` was current (or until the poll interval)."""
+        await since.wait()
+
+    @abc.abstractmethod
+    async def _append_records(
+        self, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]: ...
+
+    @abc.abstractmethod
+    async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]: ...
+
+    @abc.abstractmethod
+    async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]: ...
+
+    @abc.abstractmethod
+    async def _redact(self, stream: str, up_to_version: int) -> int: ...
+
+    @abc.abstractmethod
+    async def _head(self) -> int: ...
+
+    @abc.abstractmethod
+    async def _stream_version(self, stream: str) -> int: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the log; appends already accepted are finished first."""
+
+
+class Subscription:
+    """Tails a log from a position: what is stored first, then each new event as it lands."""
+
+    def __init__(self, log: Log, next_position: int) -> None:
+        self._log = log
+        self._next = next_position
+        self._buffer: deque[RecordedEvent] = deque()
+
+    @property
+    def next_position(self) -> int:
+        """The position of the next event this subscription will yield."""
+        return self._next - len(self._buffer)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> RecordedEvent:
+        while not self._buffer:
+            if self._log.closed:
+                raise StopAsyncIteration
+            # Taken before the read, so that an append landing between the read and the wait
+            # is not missed.
+            appended = self._log._appended
+            rows = await self._log._read_rows(self._next, SUBSCRIBE_PAGE)
+            if not rows:
+                await self._log._wait_for_appends(appended)
+                continue
+            for row in rows:
+                if row.position != self._next:
+                    raise LogError(f"log gap: expected position {self._next}, read {row.position}")
+                self._buffer.append(decode_record(self._log.codec, row))
+                self._next += 1
+        return self._buffer.popleft()
+
+
+class MemoryStore:
+    """The rows of a memory log; outlives the logs opened on it, so a test can reopen it."""
+
+    def __init__(self) -> None:
+        self.rows: list[StoredRecord] = []
+        self.by_id: dict[str, StoredRecord] = {}
+        self.streams: dict[str, list[int]] = {}
+
+    def apply(self, plan: AppendPlan) -> None:
+        for row in plan.rows:
+            self.rows.append(row)
+            self.by_id[row.event_id] = row
+            self.streams.setdefault(row.stream, []).append(row.position)
+
+
+class MemoryLog(Log):
+    """An in-process log for tests and simulations: no durability, same contract."""
+
+    def __init__(
+        self,
+        store: MemoryStore | None = None,
+        *,
+        codec: Codec | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(codec=codec, clock=clock)
+        self.store = store if store is not None else MemoryStore()
+
+    async def _append_records(
+        self, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        store = self.store
+        streams = {record.stream for record in records} | expected.keys()
+        plan = plan_append(
+            records,
+            expected,
+            existing={
+                r.event_id: store.by_id[r.event_id] for r in records if r.event_id in store.by_id
+            },
+            stream_versions={s: len(store.streams[s]) for s in streams if s in store.streams},
+            head=len(store.rows),
+            recorded_at=self._now_micros(),
+        )
+        store.apply(plan)
+        if plan.rows:
+            self._notify_appended()
+        return plan.positions
+
+    async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
+        await trio.lowlevel.checkpoint()
+        end = None if limit is None else from_position - 1 + limit
+        return self.store.rows[from_position - 1 : end]
+
+    async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]:
+        await trio.lowlevel.checkpoint()
+        positions = self.store.streams.get(stream, [])[from_version - 1 :]
+        return [self.store.rows[position - 1] for position in positions]
+
+    async def _redact(self, stream: str, up_to_version: int) -> int:
+        await trio.lowlevel.checkpoint()
+        count = 0
+        for position in self.store.streams.get(stream, [])[: max(up_to_version, 0)]:
+            row = self.store.rows[position - 1]
+            if row.payload is not None:
+                self.store.rows[position - 1] = self.store.by_id[row.event_id] = redacted(row)
+                count += 1
+        return count
+
+    async def _head(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return len(self.store.rows)
+
+    async def _stream_version(self, stream: str) -> int:
+        await trio.lowlevel.checkpoint()
+        return len(self.store.streams.get(stream, ()))
+
+    async def aclose(self) -> None:
+        self._mark_closed()
+        await trio.lowlevel.checkpoint()

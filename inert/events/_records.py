@@ -1,0 +1,266 @@
+"""What the log stores and hands back, and the append rules every backend shares.
+
+Backends differ only in where rows live and how they are made durable. Which events of a batch
+are new, which are re-appends of stored events, what position and version each new event gets,
+and whether the expected versions hold, is decided here, once, by pure code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from attrs import field, frozen, validators
+
+from ._base import Event, TraceContext
+from ._codec import Codec, micros_to_datetime
+from ._errors import ConflictError, DuplicateEventError, LogError
+
+NO_STREAM = 0
+"""The expected version of a stream that has no events yet."""
+
+
+class _EventIds:
+    """Event ids unique across processes and increasing within one.
+
+    A random 64-bit prefix per process (drawn again in a forked child) and a counter: cheaper to
+    make than a UUID, and ids that increase land at the right edge of the log's id index instead
+    of anywhere in it, which keeps group-commit inserts fast.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
+new_event_id = _EventIds()
+"""A fresh event id (callers that need determinism pass their own)."""
+
+
+@frozen(kw_only=True)
+class NewEvent:
+    """An event to append to a stream, with the id that makes its append idempotent."""
+
+    stream: str = field(validator=validators.min_len(1))
+    event: Event
+    event_id: str = field(factory=new_event_id, validator=validators.min_len(1))
+    trace: TraceContext | None = None
+
+
+@frozen(kw_only=True)
+class Redacted:
+    """What remains of a payload after retention: its length and digest."""
+
+    length: int
+    digest: str
+
+
+@frozen(kw_only=True)
+class RecordedEvent:
+    """An event as the log holds it: the envelope and the event (or what redaction left)."""
+
+    position: int
+    event_id: str
+    stream: str
+    version: int
+    recorded_at: datetime
+    event_type: str
+    schema_version: int
+    trace: TraceContext | None
+    event: Event | Redacted
+
+
+# Rows are named tuples rather than attrs classes: they are made once per appended event on the
+# hot path of group commit, and a tuple in column order goes to sqlite3 as it is.
+
+
+class PendingRecord(NamedTuple):
+    """An encoded event waiting for its position and version."""
+
+    event_id: str
+    stream: str
+    event_type: str
+    schema_version: int
+    payload: bytes
+    traceparent: str | None
+    tracestate: str | None
+
+
+class StoredRecord(NamedTuple):
+    """One row of the log, in column order.
+
+    ``payload`` is ``None`` once redacted; ``digest`` is set when the payload is redacted and
+    ``None`` before (the payload itself is the proof of content until then).
+    """
+
+    position: int
+    event_id: str
+    stream: str
+    version: int
+    recorded_at: int
+    event_type: str
+    schema_version: int
+    payload: bytes | None
+    payload_length: int
+    digest: bytes | None
+    traceparent: str | None
+    tracestate: str | None
+
+
+def payload_digest(payload: bytes) -> bytes:
+    """The SHA-256 digest that stands for a payload once it is redacted."""
+    return hashlib.sha256(payload).digest()
+
+
+def redacted(row: StoredRecord) -> StoredRecord:
+    """The row with its payload replaced by its digest (unchanged if already redacted)."""
+    if row.payload is None:
+        return row
+    return row._replace(payload=None, digest=payload_digest(row.payload))
+
+
+def encode_batch(codec: Codec, events: Iterable[NewEvent]) -> list[PendingRecord]:
+    """Encode the events of an append; done by the appender, before any storage is touched."""
+    records = []
+    for new in events:
+        if not isinstance(new, NewEvent):
+            raise LogError(f"append takes NewEvent values, not {type(new).__name__}")
+        tag, version, payload = codec.encode(new.event)
+        trace = new.trace
+        records.append(
+            PendingRecord(
+                new.event_id,
+                new.stream,
+                tag,
+                version,
+                payload,
+                trace.traceparent if trace else None,
+                trace.tracestate if trace else None,
+            )
+        )
+    return records
+
+
+def check_expected_versions(expected_versions: Mapping[str, int] | None) -> dict[str, int]:
+    checked: dict[str, int] = {}
+    for stream, expected in (expected_versions or {}).items():
+        if type(expected) is not int or expected < NO_STREAM:
+            raise LogError(f"expected version of {stream!r} must be an int >= 0, not {expected!r}")
+        checked[stream] = expected
+    return checked
+
+
+def _same_content(stored: StoredRecord, pending: PendingRecord) -> str | None:
+    """Which part of a re-appended event differs from the stored one, if any."""
+    if stored.stream != pending.stream:
+        return "stream"
+    if stored.event_type != pending.event_type:
+        return "event type"
+    if stored.payload is not None:
+        same_payload = stored.payload == pending.payload
+    else:
+        same_payload = stored.digest == payload_digest(pending.payload)
+    return None if same_payload else "payload"
+
+
+@frozen(kw_only=True)
+class AppendPlan:
+    """The outcome of planning one append: a position per event and the rows to write."""
+
+    positions: list[int]
+    rows: list[StoredRecord]
+
+
+def plan_append(
+    batch: Sequence[PendingRecord],
+    expected_versions: Mapping[str, int],
+    *,
+    existing: Mapping[str, StoredRecord],
+    stream_versions: Mapping[str, int],
+    head: int,
+    recorded_at: int,
+) -> AppendPlan:
+    """Plan an atomic append against the current state of the log.
+
+    ``existing`` holds the stored rows of those event ids of the batch that are already in the
+    log, ``stream_versions`` the current version of every stream the batch touches or names
+    (missing means empty), ``head`` the highest position. Events already stored are not written
+    again: they keep their original position. When every event is already stored the append is a
+    retry of an acknowledged one and succeeds without checking versions; otherwise every expected
+    version must hold, or the whole batch is refused.
+    """
+    positions: list[int] = []
+    rows: list[StoredRecord] = []
+    in_batch: dict[str, StoredRecord] = {}
+    versions: dict[str, int] = {}
+    for pending in batch:
+        stored = existing.get(pending.event_id) or in_batch.get(pending.event_id)
+        if stored is not None:
+            difference = _same_content(stored, pending)
+            if difference is not None:
+                raise DuplicateEventError(pending.event_id, difference)
+            positions.append(stored.position)
+            continue
+        version = versions.get(pending.stream, stream_versions.get(pending.stream, NO_STREAM)) + 1
+        versions[pending.stream] = version
+        row = StoredRecord(
+            head + len(rows) + 1,
+            pending.event_id,
+            pending.stream,
+            version,
+            recorded_at,
+            pending.event_type,
+            pending.schema_version,
+            pending.payload,
+            len(pending.payload),
+            None,
+            pending.traceparent,
+            pending.tracestate,
+        )
+        in_batch[pending.event_id] = row
+        rows.append(row)
+        positions.append(row.position)
+    if rows:
+        for stream, expected in expected_versions.items():
+            actual = stream_versions.get(stream, NO_STREAM)
+            if actual != expected:
+                raise ConflictError(stream, expected, actual)
+    return AppendPlan(positions=positions, rows=rows)
+
+
+def decode_record(codec: Codec, row: StoredRecord) -> RecordedEvent:
+    """The envelope and event of a stored row (a ``Redacted`` where the payload is gone)."""
+    event: Event | Redacted
+    if row.payload is None:
+        digest = row.digest.hex() if row.digest is not None else ""
+        event = Redacted(length=row.payload_length, digest=digest)
+    else:
+        event = codec.decode(row.event_type, row.schema_version, row.payload)
+    trace = (
+        TraceContext(traceparent=row.traceparent, tracestate=row.tracestate)
+        if row.traceparent is not None
+        else None
+    )
+    return RecordedEvent(
+        position=row.position,
+        event_id=row.event_id,
+        stream=row.stream,
+        version=row.version,
+        recorded_at=micros_to_datetime(row.recorded_at),
+        event_type=row.event_type,
+        schema_version=row.schema_version,
+        trace=trace,
+        event=event,
+    )

@@ -1,0 +1,506 @@
+"""The embedded default log: one SQLite file in WAL mode, with group commit.
+
+Appenders never touch the database. They queue their encoded batch and wait; one writer task
+takes everything queued (up to ``max_batch_events``), and a worker thread writes it in one
+transaction, so that concurrent appends share one commit and one fsync. Each append of the
+group is planned on its own: one that conflicts fails alone and the others still commit. An
+append is acknowledged only after the transaction that holds it has committed.
+
+``synchronous=FULL`` (the default) makes a commit durable against power loss. ``NORMAL`` is
+faster in WAL mode but may lose the last commits if the machine (not only the process) stops;
+it never corrupts the file.
+
+The file carries an application id and a schema version. A file of another program is refused;
+a file written by an older schema is upgraded by the registered migrations, in one transaction,
+or refused with a message naming both versions; a file of a newer schema is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Literal
+
+import attrs
+import trio
+
+from ._codec import Codec
+from ._errors import ConfigurationError, InertError, LogError
+from ._log import Clock, Log
+from ._records import PendingRecord, StoredRecord, payload_digest, plan_append
+
+APPLICATION_ID = 0x696E7274  # "inrt"
+SCHEMA_VERSION = 1
+Synchronous = Literal["FULL", "NORMAL"]
+Migration = Callable[[sqlite3.Connection], None]
+
+# Steps from schema version N to N + 1; empty while schema 1 is the only one ever written.
+MIGRATIONS: dict[int, Migration] = {}
+
+DEFAULT_MAX_BATCH_EVENTS = 4096
+DEFAULT_POLL_INTERVAL = 1.0
+_SQL_PARAMETER_CHUNK = 500
+
+_SELECT = (
+    "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
+    " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
+    " e.tracestate FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
+)
+
+# Streams are numbered: an index of (integer, version) is far cheaper to keep up on every insert
+# than one of (stream name, version).
+_SCHEMA = f"""
+CREATE TABLE streams (
+    stream_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL UNIQUE,
+    stream_id INTEGER NOT NULL REFERENCES streams (stream_id),
+    version INTEGER NOT NULL CHECK (version >= 1),
+    recorded_at INTEGER NOT NULL,
+    event_type TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    payload BLOB,
+    payload_length INTEGER NOT NULL,
+    payload_digest BLOB,
+    traceparent TEXT,
+    tracestate TEXT,
+    UNIQUE (stream_id, version)
+);
+PRAGMA application_id = {APPLICATION_ID};
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+DEFAULT_STREAM_CACHE_SIZE = 65536
+
+
+def _row(values: Sequence[object]) -> StoredRecord:
+    return StoredRecord(*values)  # type: ignore[arg-type]
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), _SQL_PARAMETER_CHUNK):
+        yield items[start : start + _SQL_PARAMETER_CHUNK]
+
+
+class _StreamCache:
+    """Stream numbers and versions as of ``head``, so that a group commit need not look them up.
+
+    Valid only while this process is the file's only writer: a head that moved without us
+    means another process appended, and the cache is dropped. Bounded by dropping it whole.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.head = -1
+        self.entries: dict[str, tuple[int, int]] = {}
+
+    def check(self, head: int) -> None:
+        if head != self.head:
+            self.entries.clear()
+            self.head = head
+
+    def update(self, head: int, entries: dict[str, tuple[int, int]]) -> None:
+        if len(self.entries) + len(entries) > self.capacity:
+            self.entries.clear()
+        self.entries.update(entries)
+        self.head = head
+
+    def invalidate(self) -> None:
+        self.entries.clear()
+        self.head = -1
+
+
+@attrs.define
+class _AppendRequest:
+    records: list[PendingRecord]
+    expected: dict[str, int]
+    positions: list[int] | None = None
+    error: InertError | None = None
+
+
+_Planned = tuple[list[int], list[StoredRecord]]
+
+
+class SQLiteLog(Log):
+    """The SQLite backend. Open it with :meth:`open` (an async context manager)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        group_commit: bool = True,
+        max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        stream_cache_size: int = DEFAULT_STREAM_CACHE_SIZE,
+        codec: Codec | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(codec=codec, clock=clock)
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        if max_batch_events < 1:
+            raise ConfigurationError(f"max_batch_events must be at least 1, not {max_batch_events}")
+        if poll_interval <= 0:
+            raise ConfigurationError(f"poll_interval must be positive, not {poll_interval}")
+        if stream_cache_size < 0:
+            raise ConfigurationError(f"stream_cache_size must be >= 0, not {stream_cache_size}")
+        self.path = os.fspath(path)
+        self.synchronous = synchronous
+        self.group_commit = group_commit
+        self.max_batch_events = max_batch_events
+        self.poll_interval = poll_interval
+        self._streams = _StreamCache(stream_cache_size)
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._reader_lock = trio.Lock()
+        self._queue: list[_AppendRequest] = []
+        self._work = trio.Event()
+        # One event per committed group wakes every waiting appender, cheaper than one per append.
+        self._progress = trio.Event()
+        self._accepting = False
+        self._writer_done = trio.Event()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        group_commit: bool = True,
+        max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        stream_cache_size: int = DEFAULT_STREAM_CACHE_SIZE,
+        codec: Codec | None = None,
+        clock: Clock | None = None,
+    ) -> AsyncIterator[SQLiteLog]:
+        """Open (creating if needed) the log in ``path``; closed when the block ends."""
+        log = cls(
+            path,
+            synchronous=synchronous,
+            group_commit=group_commit,
+            max_batch_events=max_batch_events,
+            poll_interval=poll_interval,
+            stream_cache_size=stream_cache_size,
+            codec=codec,
+            clock=clock,
+        )
+        await trio.to_thread.run_sync(log._connect)
+        try:
+            async with trio.open_nursery() as nursery:
+                log._accepting = True
+                nursery.start_soon(log._write_loop)
+                try:
+                    yield log
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await log.aclose()
+        finally:
+            log._mark_closed()
+            await trio.to_thread.run_sync(log._disconnect)
+
+    async def aclose(self) -> None:
+        """Stop accepting appends and finish the ones queued; the ``open`` block closes the file."""
+        self._accepting = False
+        self._work.set()
+        await self._writer_done.wait()
+        self._mark_closed()
+
+    # --- connections (worker thread) ---
+
+    def _open_connection(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute(f"PRAGMA synchronous = {self.synchronous}")
+        return connection
+
+    def _connect(self) -> None:
+        try:
+            self._writer = self._open_connection()
+            self._prepare_schema(self._writer)
+            self._reader = self._open_connection()
+        except sqlite3.Error as error:
+            self._disconnect()
+            raise LogError(f"cannot open SQLite log {self.path!r}: {error}") from error
+        except InertError:
+            self._disconnect()
+            raise
+
+    def _disconnect(self) -> None:
+        for connection in (self._reader, self._writer):
+            if connection is not None:
+                connection.close()
+        self._reader = self._writer = None
+
+    def _prepare_schema(self, connection: sqlite3.Connection) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if application_id == 0 and version == 0 and tables == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+            elif application_id != APPLICATION_ID:
+                raise LogError(
+                    f"{self.path!r} is an SQLite file of another program (application id"
+                    f" {application_id:#x}), not an inert log"
+                )
+            elif version > SCHEMA_VERSION:
+                raise LogError(
+                    f"{self.path!r} has log schema version {version}, written by a newer inert;"
+                    f" this inert reads schema versions up to {SCHEMA_VERSION}"
+                )
+            elif version < SCHEMA_VERSION:
+                self._migrate(connection, version)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    def _migrate(self, connection: sqlite3.Connection, version: int) -> None:
+        for step in range(version, SCHEMA_VERSION):
+            migration = MIGRATIONS.get(step)
+            if migration is None:
+                raise LogError(
+                    f"{self.path!r} has log schema version {version} and this inert has no"
+                    f" upgrade from version {step} to {step + 1}; open it with an inert that"
+                    f" reads schema {version}"
+                )
+            migration(connection)
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # --- appends ---
+
+    async def _append_records(
+        self, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]:
+        if not self._accepting:
+            raise LogError("SQLite log is closed or closing; the append was not written")
+        request = _AppendRequest(records, expected)
+        self._queue.append(request)
+        self._work.set()
+        while request.positions is None:
+            if request.error is not None:
+                raise request.error
+            await self._progress.wait()
+        return request.positions
+
+    def _take_group(self) -> list[_AppendRequest]:
+        taken = events = 0
+        for request in self._queue:
+            if taken and (
+                not self.group_commit or events + len(request.records) > self.max_batch_events
+            ):
+                break
+            taken += 1
+            events += len(request.records)
+        group = self._queue[:taken]
+        del self._queue[:taken]
+        return group
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                if not self._queue:
+                    if not self._accepting:
+                        return
+                    await self._work.wait()
+                    self._work = trio.Event()
+                    continue
+                group = self._take_group()
+                try:
+                    outcomes = await trio.to_thread.run_sync(self._commit_group, group)
+                except InertError as error:
+                    outcomes = [error] * len(group)
+                committed = False
+                for request, outcome in zip(group, outcomes, strict=True):
+                    if isinstance(outcome, InertError):
+                        request.error = outcome
+                    else:
+                        request.positions = outcome
+                        committed = True
+                self._progress.set()
+                self._progress = trio.Event()
+                if committed:
+                    self._notify_appended()
+        finally:
+            for request in self._queue:
+                request.error = LogError("SQLite log closed before the append was written")
+            self._queue.clear()
+            self._progress.set()
+            self._writer_done.set()
+
+    def _commit_group(self, group: list[_AppendRequest]) -> list[list[int] | InertError]:
+        connection = self._writer
+        if connection is None:
+            raise LogError("SQLite log is closed")
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                outcomes = self._write_group(connection, group)
+                connection.execute("COMMIT")
+            except BaseException:
+                self._streams.invalidate()
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise LogError(f"SQLite append to {self.path!r} failed: {error}") from error
+        return [outcome if isinstance(outcome, InertError) else outcome[0] for outcome in outcomes]
+
+    def _lookup_streams(
+        self, connection: sqlite3.Connection, names: list[str]
+    ) -> dict[str, tuple[int, int]]:
+        found: dict[str, tuple[int, int]] = {}
+        for chunk in _chunks(names):
+            marks = ",".join("?" * len(chunk))
+            for name, stream_id, version in connection.execute(
+                "SELECT s.name, s.stream_id, coalesce(max(e.version), 0) FROM streams AS s"
+                f" LEFT JOIN events AS e ON e.stream_id = s.stream_id WHERE s.name IN ({marks})"
+                " GROUP BY s.stream_id",
+                chunk,
+            ):
+                found[name] = (stream_id, version)
+        return found
+
+    def _write_group(
+        self, connection: sqlite3.Connection, group: list[_AppendRequest]
+    ) -> list[_Planned | InertError]:
+        head = connection.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        self._streams.check(head)
+        event_ids = list({record.event_id for request in group for record in request.records})
+        existing: dict[str, StoredRecord] = {}
+        for chunk in _chunks(event_ids):
+            marks = ",".join("?" * len(chunk))
+            for values in connection.execute(f"{_SELECT} WHERE e.event_id IN ({marks})", chunk):
+                existing[values[1]] = _row(values)
+        cached = self._streams.entries
+        names = {record.stream for request in group for record in request.records}
+        names.update(stream for request in group for stream in request.expected)
+        streams = {name: cached[name] for name in names if name in cached}
+        missing = [name for name in names if name not in streams]
+        if missing:
+            streams.update(self._lookup_streams(connection, missing))
+        versions = {name: version for name, (_, version) in streams.items()}
+        recorded_at = self._now_micros()
+        outcomes: list[_Planned | InertError] = []
+        rows: list[StoredRecord] = []
+        for request in group:
+            try:
+                plan = plan_append(
+                    request.records,
+                    request.expected,
+                    existing=existing,
+                    stream_versions=versions,
+                    head=head,
+                    recorded_at=recorded_at,
+                )
+            except InertError as error:
+                outcomes.append(error)
+                continue
+            for row in plan.rows:
+                existing[row.event_id] = row
+                versions[row.stream] = row.version
+            head += len(plan.rows)
+            rows.extend(plan.rows)
+            outcomes.append((plan.positions, plan.rows))
+        new_streams = [(name,) for name in {row.stream for row in rows} if name not in streams]
+        if new_streams:
+            connection.executemany("INSERT INTO streams (name) VALUES (?)", new_streams)
+            streams.update(self._lookup_streams(connection, [name for (name,) in new_streams]))
+        if rows:
+            connection.executemany(
+                "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(*row[:2], streams[row.stream][0], *row[3:]) for row in rows],
+            )
+        self._streams.update(
+            head, {name: (stream_id, versions[name]) for name, (stream_id, _) in streams.items()}
+        )
+        return outcomes
+
+    # --- reads (worker thread, one reader connection) ---
+
+    async def _query(self, sql: str, parameters: Sequence[object]) -> list[tuple[object, ...]]:
+        async with self._reader_lock:
+            return await trio.to_thread.run_sync(self._fetch, sql, parameters)
+
+    def _fetch(self, sql: str, parameters: Sequence[object]) -> list[tuple[object, ...]]:
+        if self._reader is None:
+            raise LogError("SQLite log is closed")
+        try:
+            return self._reader.execute(sql, parameters).fetchall()
+        except sqlite3.Error as error:
+            raise LogError(f"SQLite read of {self.path!r} failed: {error}") from error
+
+    async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
+        rows = await self._query(
+            f"{_SELECT} WHERE e.position >= ? ORDER BY e.position LIMIT ?",
+            (from_position, -1 if limit is None else limit),
+        )
+        return [_row(values) for values in rows]
+
+    async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]:
+        rows = await self._query(
+            f"{_SELECT} WHERE s.name = ? AND e.version >= ? ORDER BY e.version",
+            (stream, from_version),
+        )
+        return [_row(values) for values in rows]
+
+    async def _head(self) -> int:
+        rows = await self._query("SELECT coalesce(max(position), 0) FROM events", ())
+        return rows[0][0]  # type: ignore[return-value]
+
+    async def _stream_version(self, stream: str) -> int:
+        rows = await self._query(
+            "SELECT coalesce(max(e.version), 0) FROM events AS e"
+            " JOIN streams AS s ON s.stream_id = e.stream_id WHERE s.name = ?",
+            (stream,),
+        )
+        return rows[0][0]  # type: ignore[return-value]
+
+    async def _redact(self, stream: str, up_to_version: int) -> int:
+        if not self._accepting:
+            raise LogError("SQLite log is closed or closing")
+        return await trio.to_thread.run_sync(self._redact_in_thread, stream, up_to_version)
+
+    def _redact_in_thread(self, stream: str, up_to_version: int) -> int:
+        # The writer connection belongs to the write loop, which may be committing right now;
+        # redaction is rare, so it pays for a connection of its own.
+        connection = self._open_connection()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                payloads = connection.execute(
+                    "SELECT e.position, e.payload FROM events AS e"
+                    " JOIN streams AS s ON s.stream_id = e.stream_id"
+                    " WHERE s.name = ? AND e.version <= ? AND e.payload IS NOT NULL",
+                    (stream, up_to_version),
+                ).fetchall()
+                connection.executemany(
+                    "UPDATE events SET payload = NULL, payload_digest = ? WHERE position = ?",
+                    [(payload_digest(payload), position) for position, payload in payloads],
+                )
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            return len(payloads)
+        except sqlite3.Error as error:
+            raise LogError(f"SQLite redaction in {self.path!r} failed: {error}") from error
+        finally:
+            connection.close()
+
+    async def _wait_for_appends(self, since: trio.Event) -> None:
+        # Another process may append to the same file; polling bounds how late it is seen.
+        with trio.move_on_after(self.poll_interval):
+            await since.wait()

@@ -1,0 +1,94 @@
+"""Opening a log by URL: ``memory://``, ``memory://NAME`` and ``sqlite:///PATH``.
+
+``sqlite:///inert.db`` names a file relative to the working directory and
+``sqlite:////var/lib/inert.db`` an absolute one (three slashes, then the path). Options go in
+the query: ``?synchronous=NORMAL``, ``group_commit=off``, ``max_batch_events=1024``,
+``poll_interval=0.5``. ``memory://NAME`` reopens the same in-process store under one name, so a
+test can close and reopen it; ``memory://`` is a fresh store every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ._codec import Codec
+from ._errors import ConfigurationError
+from ._log import Clock, Log, MemoryLog, MemoryStore
+from ._sqlite import SQLiteLog
+
+_NAMED_MEMORY_STORES: dict[str, MemoryStore] = {}
+_SQLITE_OPTIONS = {"synchronous", "group_commit", "max_batch_events", "poll_interval"}
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "on", "yes"):
+        return True
+    if lowered in ("0", "false", "off", "no"):
+        return False
+    raise ConfigurationError(f"log URL option {name}={value!r} must be on or off")
+
+
+def _number(name: str, value: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"log URL option {name}={value!r} must be a {kind.__name__}"
+        ) from None
+
+
+@asynccontextmanager
+async def open_log(
+    url: str, *, codec: Codec | None = None, clock: Clock | None = None
+) -> AsyncIterator[Log]:
+    """Open the log a URL names; it is closed when the block ends."""
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
+    if parts.scheme == "memory":
+        if options:
+            raise ConfigurationError(f"memory logs take no options, got {sorted(options)}")
+        name = parts.netloc + parts.path
+        store = _NAMED_MEMORY_STORES.setdefault(name, MemoryStore()) if name else MemoryStore()
+        log = MemoryLog(store, codec=codec, clock=clock)
+        try:
+            yield log
+        finally:
+            await log.aclose()
+    elif parts.scheme == "sqlite":
+        if parts.netloc:
+            raise ConfigurationError(
+                f"SQLite URL {url!r} has a host; write sqlite:///relative.db or"
+                " sqlite:////absolute/path.db"
+            )
+        path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+        if not path:
+            raise ConfigurationError(f"SQLite URL {url!r} names no file")
+        unknown = options.keys() - _SQLITE_OPTIONS
+        if unknown:
+            raise ConfigurationError(
+                f"unknown SQLite log options {sorted(unknown)}; known: {sorted(_SQLITE_OPTIONS)}"
+            )
+        synchronous = options.get("synchronous", "FULL").upper()
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigurationError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
+        async with SQLiteLog.open(
+            path,
+            synchronous="FULL" if synchronous == "FULL" else "NORMAL",
+            group_commit=_flag("group_commit", options.get("group_commit", "on")),
+            max_batch_events=int(
+                _number("max_batch_events", options.get("max_batch_events", "4096"), int)
+            ),
+            poll_interval=float(
+                _number("poll_interval", options.get("poll_interval", "1.0"), float)
+            ),
+            codec=codec,
+            clock=clock,
+        ) as sqlite_log:
+            yield sqlite_log
+    else:
+        raise ConfigurationError(
+            f"unknown log URL {url!r}: use memory://, memory://NAME or sqlite:///PATH"
+        )
