@@ -192,18 +192,26 @@ class SQLiteLog(Log):
             clock=clock,
         )
         await trio.to_thread.run_sync(log._connect)
+        # An error of the caller's block is raised as it is after the writer has finished, not
+        # wrapped in the exception group of the writer's nursery.
+        body_error: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
                 log._accepting = True
                 nursery.start_soon(log._write_loop)
                 try:
                     yield log
+                except BaseException as error:
+                    body_error = error
                 finally:
                     with trio.CancelScope(shield=True):
                         await log.aclose()
         finally:
             log._mark_closed()
-            await trio.to_thread.run_sync(log._disconnect)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(log._disconnect)
+        if body_error is not None:
+            raise body_error
 
     async def aclose(self) -> None:
         """Stop accepting appends and finish the ones queued; the ``open`` block closes the file."""
