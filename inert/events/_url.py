@@ -35,9 +35,8 @@ def _number(name: str, value: str, kind: type[int] | type[float]) -> int | float
     try:
         return kind(value)
     except ValueError:
-        raise ConfigurationError(
-            f"log URL option {name}={value!r} must be a {kind.__name__}"
-        ) from None
+        noun = "an integer" if kind is int else "a number"
+        raise ConfigurationError(f"log URL option {name}={value!r} must be {noun}") from None
 
 
 @asynccontextmanager

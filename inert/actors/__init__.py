@@ -1,0 +1,1 @@
+"""The pure call decider, the call actors and their router."""

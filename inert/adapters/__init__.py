@@ -1,0 +1,1 @@
+"""Provider streams to portable ingress events: sans-IO, importing only ``inert.events``."""

@@ -1,0 +1,1 @@
+"""Pure folds of the log: ledger, dispatch queue, status, controls and audit."""

@@ -1,0 +1,1 @@
+"""W3C trace context values, OpenTelemetry spans and their export."""

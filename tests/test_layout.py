@@ -1,0 +1,55 @@
+"""The house rules of the layout: who may import what."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import inert
+import inert.events
+
+PACKAGE = Path(__file__).parent.parent / "inert"
+PURE_EVENT_MODULES = ["_base", "_catalog", "_codec", "_errors", "_identity", "_records"]
+IO_MODULES = {"trio", "sqlite3", "socket", "asyncio", "threading", "subprocess", "psycopg"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            prefix = "." * node.level + (node.module or "")
+            names.add(prefix)
+    return names
+
+
+def test_events_imports_nothing_else_of_inert() -> None:
+    """``inert.events`` depends on no other part of inert."""
+    for path in (PACKAGE / "events").glob("*.py"):
+        for name in imported_modules(path):
+            assert not name.startswith(".."), f"{path.name} imports {name}"
+            assert not name.startswith("inert"), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("module", PURE_EVENT_MODULES)
+def test_pure_modules_do_no_io(module: str) -> None:
+    """The vocabulary and the codec import neither trio nor any storage or network module."""
+    names = imported_modules(PACKAGE / "events" / f"{module}.py")
+    assert not {name.split(".")[0] for name in names} & IO_MODULES
+
+
+def test_the_layout_of_the_design_exists() -> None:
+    """The packages of the design are present and the package is marked as typed."""
+    for package in ("events", "adapters", "actors", "projections", "tracing"):
+        assert (PACKAGE / package / "__init__.py").is_file()
+    assert (PACKAGE / "py.typed").is_file()
+
+
+def test_public_names_are_reexported_from_the_package() -> None:
+    """Everything ``inert.events`` exports is importable from ``inert`` itself."""
+    missing = [name for name in inert.events.__all__ if not hasattr(inert, name)]
+    assert missing == []

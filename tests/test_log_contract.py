@@ -1,0 +1,455 @@
+"""The log contract: every backend runs this suite unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+from inert import (
+    NO_STREAM,
+    ArgumentsAppended,
+    CallKey,
+    ConflictError,
+    DuplicateEventError,
+    Log,
+    LogError,
+    MemoryLog,
+    MemoryStore,
+    NewEvent,
+    RecordedEvent,
+    Redacted,
+    SQLiteLog,
+    TraceContext,
+)
+
+OpenLog = Callable[[], AbstractAsyncContextManager[Log]]
+
+
+class TickingClock:
+    """A clock that moves one millisecond each time it is read."""
+
+    def __init__(self) -> None:
+        self._ticks = itertools.count()
+
+    def __call__(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(milliseconds=next(self._ticks))
+
+
+@attrs.define
+class Backend:
+    name: str
+    open: OpenLog
+
+
+def _memory(_: Path) -> Backend:
+    store = MemoryStore()
+    clock = TickingClock()
+
+    @asynccontextmanager
+    async def open_memory() -> AsyncIterator[Log]:
+        log = MemoryLog(store, clock=clock)
+        try:
+            yield log
+        finally:
+            await log.aclose()
+
+    return Backend("memory", open_memory)
+
+
+def _sqlite(**options: object) -> Callable[[Path], Backend]:
+    def make(tmp_path: Path) -> Backend:
+        clock = TickingClock()
+
+        def open_sqlite() -> AbstractAsyncContextManager[Log]:
+            return SQLiteLog.open(tmp_path / "log.db", clock=clock, **options)  # type: ignore[arg-type]
+
+        return Backend("sqlite", open_sqlite)
+
+    return make
+
+
+BACKENDS: dict[str, Callable[[Path], Backend]] = {
+    "memory": _memory,
+    "sqlite": _sqlite(),
+    "sqlite-normal": _sqlite(synchronous="NORMAL"),
+    "sqlite-no-group-commit": _sqlite(group_commit=False),
+    "sqlite-tiny-groups": _sqlite(max_batch_events=3, stream_cache_size=2),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return BACKENDS[request.param](tmp_path)
+
+
+@pytest.fixture
+async def log(backend: Backend) -> AsyncIterator[Log]:
+    async with backend.open() as opened:
+        yield opened
+
+
+def key(call: str = "call_1", tenant: str = "acme") -> CallKey:
+    return CallKey(
+        tenant=tenant, conversation="c1", turn="t1", response="resp_1", item="fc_1", call=call
+    )
+
+
+def fragment(
+    data: bytes = b'{"a": 1}', call: str = "call_1", sequence: int = 0
+) -> ArgumentsAppended:
+    return ArgumentsAppended(
+        key=key(call), data=data, first_sequence=sequence, last_sequence=sequence
+    )
+
+
+def new(stream: str, event_id: str, data: bytes = b"x", sequence: int = 0) -> NewEvent:
+    return NewEvent(stream=stream, event_id=event_id, event=fragment(data, sequence=sequence))
+
+
+def shape(events: list[RecordedEvent]) -> list[tuple[int, str, str, int]]:
+    return [(e.position, e.event_id, e.stream, e.version) for e in events]
+
+
+# --- append and read ---------------------------------------------------------------------
+
+
+async def test_append_assigns_positions_and_versions_in_batch_order(log: Log) -> None:
+    """A batch gets consecutive positions from 1 and per-stream versions from 1."""
+    positions = await log.append([new("a", "e1"), new("b", "e2"), new("a", "e3")])
+    assert positions == [1, 2, 3]
+    assert shape(await log.read()) == [(1, "e1", "a", 1), (2, "e2", "b", 1), (3, "e3", "a", 2)]
+    assert await log.head() == 3
+    assert await log.stream_version("a") == 2
+    assert await log.stream_version("never") == NO_STREAM
+
+
+async def test_read_returns_the_event_and_its_envelope(log: Log) -> None:
+    """What is read back equals what was appended, with trace context and recording time."""
+    trace = TraceContext(
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate="k=v"
+    )
+    event = fragment(b'{"city": "Paris"}', sequence=7)
+    await log.append([NewEvent(stream="s", event_id="e1", event=event, trace=trace)])
+    [recorded] = await log.read()
+    assert recorded.event == event
+    assert recorded.trace == trace
+    assert recorded.event_type == "ingress.arguments_appended"
+    assert recorded.schema_version == 1
+    assert recorded.recorded_at.tzinfo is not None
+    assert recorded.recorded_at >= datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def test_empty_batch_writes_nothing(log: Log) -> None:
+    """Appending no events returns no positions and leaves the log empty."""
+    assert await log.append([]) == []
+    assert await log.head() == 0
+    assert await log.read() == []
+
+
+async def test_read_from_a_position_with_a_limit(log: Log) -> None:
+    """read(from_position, limit) returns that window in position order."""
+    await log.append([new("s", f"e{i}", sequence=i) for i in range(10)])
+    window = await log.read(4, limit=3)
+    assert [e.position for e in window] == [4, 5, 6]
+    assert [e.position for e in await log.read(9)] == [9, 10]
+    assert await log.read(11) == []
+    with pytest.raises(LogError, match="limit"):
+        await log.read(1, limit=0)
+
+
+async def test_read_stream_returns_only_that_stream_in_version_order(log: Log) -> None:
+    """read_stream yields one stream's events, optionally from a version on."""
+    await log.append([new("a", "a1"), new("b", "b1")])
+    await log.append([new("a", "a2"), new("b", "b2"), new("a", "a3")])
+    assert [e.event_id for e in await log.read_stream("a")] == ["a1", "a2", "a3"]
+    assert [e.version for e in await log.read_stream("a", from_version=2)] == [2, 3]
+    assert await log.read_stream("missing") == []
+
+
+async def test_append_refuses_what_is_not_a_new_event(log: Log) -> None:
+    """A batch must hold NewEvent values and expected versions must be non-negative ints."""
+    with pytest.raises(LogError, match="NewEvent"):
+        await log.append([fragment()])  # type: ignore[list-item]
+    with pytest.raises(LogError, match="expected version"):
+        await log.append([new("s", "e1")], {"s": -1})
+    assert await log.head() == 0
+
+
+# --- idempotency -------------------------------------------------------------------------
+
+
+async def test_reappending_an_event_returns_its_original_position(log: Log) -> None:
+    """The same event id and content appended again is not written again."""
+    await log.append([new("s", "e1"), new("s", "e2")])
+    assert await log.append([new("s", "e2")]) == [2]
+    assert await log.append([new("s", "e1"), new("s", "e2")]) == [1, 2]
+    assert await log.head() == 2
+    assert await log.stream_version("s") == 2
+
+
+async def test_retry_of_an_acknowledged_batch_skips_the_version_check(log: Log) -> None:
+    """A retried batch succeeds with its original expected versions, now stale."""
+    batch = [new("s", "e1"), new("t", "e2")]
+    first = await log.append(batch, {"s": NO_STREAM, "t": NO_STREAM})
+    assert await log.append(batch, {"s": NO_STREAM, "t": NO_STREAM}) == first
+    assert await log.head() == 2
+
+
+async def test_batch_mixing_stored_and_new_events_writes_only_the_new(log: Log) -> None:
+    """Stored events keep their positions and the new ones are appended after the head."""
+    await log.append([new("s", "e1")])
+    assert await log.append([new("s", "e1"), new("s", "e2")]) == [1, 2]
+    assert shape(await log.read()) == [(1, "e1", "s", 1), (2, "e2", "s", 2)]
+
+
+async def test_same_id_twice_in_one_batch_is_one_event(log: Log) -> None:
+    """An id repeated with the same content inside a batch is written once."""
+    assert await log.append([new("s", "e1"), new("s", "e1"), new("s", "e2")]) == [1, 1, 2]
+    assert await log.head() == 2
+
+
+@pytest.mark.parametrize(
+    ("reappended", "difference"),
+    [
+        (new("s", "e1", data=b"other"), "payload"),
+        (new("other-stream", "e1"), "stream"),
+    ],
+)
+async def test_same_id_with_other_content_is_refused(
+    log: Log, reappended: NewEvent, difference: str
+) -> None:
+    """An event id reused for different content is a DuplicateEventError and writes nothing."""
+    await log.append([new("s", "e1")])
+    with pytest.raises(DuplicateEventError, match=difference):
+        await log.append([new("s", "e9"), reappended])
+    with pytest.raises(DuplicateEventError):
+        await log.append([new("s", "e8"), new("s", "e8", data=b"changed")])
+    assert await log.head() == 1
+
+
+# --- optimistic concurrency ----------------------------------------------------------------
+
+
+async def test_expected_versions_that_hold_let_the_batch_in(log: Log) -> None:
+    """Expected versions equal to the streams' current versions allow the append."""
+    await log.append([new("s", "e1")], {"s": NO_STREAM})
+    await log.append([new("s", "e2"), new("t", "e3")], {"s": 1, "t": NO_STREAM})
+    assert await log.stream_version("s") == 2
+
+
+async def test_a_wrong_expected_version_refuses_the_whole_batch(log: Log) -> None:
+    """A mismatch raises ConflictError naming the stream and versions, and writes nothing."""
+    await log.append([new("s", "e1")])
+    with pytest.raises(ConflictError) as caught:
+        await log.append([new("t", "e2"), new("s", "e3")], {"t": NO_STREAM, "s": NO_STREAM})
+    assert (caught.value.stream, caught.value.expected, caught.value.actual) == ("s", 0, 1)
+    assert "'s'" in str(caught.value)
+    assert await log.head() == 1
+    assert await log.stream_version("t") == NO_STREAM
+
+
+async def test_expected_version_of_a_stream_outside_the_batch_is_checked(log: Log) -> None:
+    """A stream named only as a precondition must still be at its expected version."""
+    await log.append([new("guard", "g1")])
+    with pytest.raises(ConflictError):
+        await log.append([new("s", "e1")], {"guard": NO_STREAM})
+    await log.append([new("s", "e1")], {"guard": 1})
+    assert await log.head() == 2
+
+
+async def test_concurrent_writers_of_one_version_have_exactly_one_winner(log: Log) -> None:
+    """Of many appends expecting the same version of a stream, exactly one lands."""
+    outcomes: list[str] = []
+
+    async def contender(number: int) -> None:
+        try:
+            await log.append([new("contested", f"c{number}")], {"contested": NO_STREAM})
+            outcomes.append("won")
+        except ConflictError:
+            outcomes.append("lost")
+
+    async with trio.open_nursery() as nursery:
+        for number in range(20):
+            nursery.start_soon(contender, number)
+    assert sorted(outcomes) == ["lost"] * 19 + ["won"]
+    assert await log.stream_version("contested") == 1
+
+
+# --- concurrency -------------------------------------------------------------------------
+
+
+async def test_concurrent_appenders_get_a_total_order_without_gaps(log: Log) -> None:
+    """Many tasks appending at once give positions 1..N and per-stream order as appended."""
+    tasks, appends = 40, 15
+
+    async def appender(task: int) -> None:
+        for number in range(appends):
+            await log.append(
+                [new(f"s{task}", f"t{task}-{number}", sequence=number)],
+                {f"s{task}": number},
+            )
+
+    async with trio.open_nursery() as nursery:
+        for task in range(tasks):
+            nursery.start_soon(appender, task)
+    events = await log.read()
+    assert [e.position for e in events] == list(range(1, tasks * appends + 1))
+    for task in range(tasks):
+        stream = await log.read_stream(f"s{task}")
+        assert [e.event_id for e in stream] == [f"t{task}-{n}" for n in range(appends)]
+        assert [e.version for e in stream] == list(range(1, appends + 1))
+
+
+async def test_a_conflicting_append_fails_alone_among_concurrent_ones(log: Log) -> None:
+    """When appends land together, one that conflicts does not take the others down."""
+    await log.append([new("busy", "b1")])
+    results: dict[str, str] = {}
+
+    async def append(name: str, expected: dict[str, int]) -> None:
+        try:
+            await log.append([new(name, name)], expected)
+            results[name] = "ok"
+        except ConflictError:
+            results[name] = "conflict"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(append, "x1", {})
+        nursery.start_soon(append, "x2", {"busy": NO_STREAM})
+        nursery.start_soon(append, "x3", {"busy": 1})
+        nursery.start_soon(append, "x4", {})
+    assert results == {"x1": "ok", "x2": "conflict", "x3": "ok", "x4": "ok"}
+    assert await log.head() == 4
+
+
+# --- subscribe ---------------------------------------------------------------------------
+
+
+async def test_subscribe_yields_stored_events_then_new_ones(log: Log) -> None:
+    """A subscription first replays what is stored, then waits for and yields new appends."""
+    await log.append([new("s", "e1"), new("s", "e2")])
+    subscription = log.subscribe()
+    seen = [(await subscription.__anext__()).event_id for _ in range(2)]
+    assert seen == ["e1", "e2"]
+    async with trio.open_nursery() as nursery:
+
+        async def append_later() -> None:
+            await trio.lowlevel.checkpoint()
+            await log.append([new("s", "e3")])
+
+        nursery.start_soon(append_later)
+        with trio.fail_after(10):
+            assert (await subscription.__anext__()).event_id == "e3"
+    assert subscription.next_position == 4
+
+
+async def test_subscribe_while_appending_sees_every_event_once_in_order(log: Log) -> None:
+    """A subscriber running beside concurrent appenders misses, repeats and reorders nothing."""
+    total = 120
+    received: list[int] = []
+
+    async def subscriber(from_position: int) -> None:
+        async for recorded in log.subscribe(from_position):
+            received.append(recorded.position)
+            if len(received) == total - from_position + 1:
+                return
+
+    async def appender(task: int) -> None:
+        for number in range(total // 4):
+            await log.append([new(f"s{task}", f"{task}-{number}")])
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(subscriber, 1)
+            for task in range(4):
+                nursery.start_soon(appender, task)
+    assert received == list(range(1, total + 1))
+
+
+async def test_subscribe_from_a_position_starts_there(log: Log) -> None:
+    """subscribe(from_position) skips what comes before that position."""
+    await log.append([new("s", f"e{i}") for i in range(5)])
+    subscription = log.subscribe(4)
+    assert [(await subscription.__anext__()).position for _ in range(2)] == [4, 5]
+
+
+async def test_subscription_ends_when_the_log_closes(backend: Backend) -> None:
+    """Iteration over a subscription stops once its log is closed."""
+    received: list[str] = []
+    async with backend.open() as opened:
+        await opened.append([new("s", "e1")])
+
+        async def consume() -> None:
+            received.extend([recorded.event_id async for recorded in opened.subscribe()])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            await opened.aclose()
+    assert received == ["e1"]
+
+
+# --- redaction ---------------------------------------------------------------------------
+
+
+async def test_redact_replaces_payloads_by_length_and_digest(log: Log) -> None:
+    """Redaction keeps envelopes, drops payloads up to a version, and counts what it dropped."""
+    await log.append(
+        [new("s", f"e{i}", data=b"secret-%d" % i) for i in range(3)] + [new("t", "t1")]
+    )
+    before = await log.read_stream("s")
+    assert await log.redact("s", 2) == 2
+    assert await log.redact("s", 2) == 0
+    after = await log.read_stream("s")
+    assert shape(after) == shape(before)
+    assert [e.event_type for e in after] == [e.event_type for e in before]
+    for old, redacted in zip(before[:2], after[:2], strict=True):
+        assert isinstance(redacted.event, Redacted)
+        payload = log.codec.encode(old.event)[2]  # type: ignore[arg-type]
+        assert redacted.event == Redacted(
+            length=len(payload), digest=hashlib.sha256(payload).hexdigest()
+        )
+    assert after[2].event == before[2].event
+    assert not isinstance((await log.read_stream("t"))[0].event, Redacted)
+
+
+async def test_redacted_events_stay_idempotent(log: Log) -> None:
+    """After redaction, the same event re-appended is recognised; other content is refused."""
+    await log.append([new("s", "e1", data=b"secret")])
+    await log.redact("s", 1)
+    assert await log.append([new("s", "e1", data=b"secret")]) == [1]
+    with pytest.raises(DuplicateEventError, match="payload"):
+        await log.append([new("s", "e1", data=b"other")])
+
+
+# --- lifecycle ---------------------------------------------------------------------------
+
+
+async def test_reopen_after_close_keeps_everything_and_continues(backend: Backend) -> None:
+    """A log closed and opened again holds every event and appends after its head."""
+    async with backend.open() as first:
+        await first.append([new("s", "e1"), new("t", "e2")])
+        await first.redact("t", 1)
+    async with backend.open() as second:
+        assert shape(await second.read()) == [(1, "e1", "s", 1), (2, "e2", "t", 1)]
+        assert isinstance((await second.read(2))[0].event, Redacted)
+        assert await second.append([new("s", "e3")], {"s": 1}) == [3]
+        assert await second.append([new("s", "e1")]) == [1]
+
+
+async def test_a_closed_log_refuses_work(backend: Backend) -> None:
+    """Appending to or reading from a closed log is a LogError."""
+    async with backend.open() as opened:
+        pass
+    assert opened.closed
+    with pytest.raises(LogError, match="closed"):
+        await opened.append([new("s", "e1")])
+    with pytest.raises(LogError, match="closed"):
+        await opened.read()

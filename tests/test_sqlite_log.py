@@ -1,0 +1,232 @@
+"""What the SQLite backend promises beyond the shared contract: its file, its modes, its URL."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from inert import (
+    ArgumentsAppended,
+    CallKey,
+    CodecError,
+    ConfigurationError,
+    LogError,
+    MemoryLog,
+    NewEvent,
+    SQLiteLog,
+    open_log,
+)
+from inert.events import _sqlite
+
+KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
+
+
+def new(event_id: str, stream: str = "s") -> NewEvent:
+    return NewEvent(stream=stream, event_id=event_id, event=ArgumentsAppended(key=KEY, data=b"{}"))
+
+
+def pragma(path: Path, name: str) -> object:
+    with sqlite3.connect(path) as connection:
+        return connection.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+async def test_a_new_file_is_an_inert_log_in_wal_mode(tmp_path: Path) -> None:
+    """Opening a missing file creates it with inert's application id, schema version and WAL."""
+    path = tmp_path / "new.db"
+    async with SQLiteLog.open(path) as log:
+        await log.append([new("e1")])
+    assert pragma(path, "application_id") == _sqlite.APPLICATION_ID
+    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION
+    assert pragma(path, "journal_mode") == "wal"
+
+
+@pytest.mark.parametrize(("mode", "level"), [("FULL", 2), ("NORMAL", 1)])
+async def test_synchronous_mode_is_applied_to_the_connection(
+    tmp_path: Path, mode: str, level: int
+) -> None:
+    """The synchronous setting chosen is the one SQLite runs with."""
+    async with SQLiteLog.open(tmp_path / "s.db", synchronous=mode) as log:  # type: ignore[arg-type]
+        assert log._writer is not None
+        assert log._writer.execute("PRAGMA synchronous").fetchone()[0] == level
+
+
+async def test_a_file_of_another_program_is_refused(tmp_path: Path) -> None:
+    """An SQLite file that is not an inert log is refused, and left as it was."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE notes (text TEXT)")
+    with pytest.raises(LogError, match="another program"):
+        async with SQLiteLog.open(path):
+            pass
+    with sqlite3.connect(path) as connection:
+        tables = connection.execute("SELECT name FROM sqlite_master").fetchall()
+    assert tables == [("notes",)]
+
+
+async def test_a_file_that_is_not_sqlite_is_refused(tmp_path: Path) -> None:
+    """Garbage in place of a log is a LogError, not an sqlite3 exception."""
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(LogError, match="cannot open"):
+        async with SQLiteLog.open(path):
+            pass
+
+
+async def test_a_file_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A log written by a newer inert is refused with both schema versions named."""
+    path = tmp_path / "newer.db"
+    async with SQLiteLog.open(path):
+        pass
+    with sqlite3.connect(path) as connection:
+        connection.execute(f"PRAGMA user_version = {_sqlite.SCHEMA_VERSION + 1}")
+    with pytest.raises(LogError, match=rf"version {_sqlite.SCHEMA_VERSION + 1}.*newer"):
+        async with SQLiteLog.open(path):
+            pass
+
+
+async def test_an_older_schema_is_upgraded_by_its_migrations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of an older schema is migrated step by step and keeps its events."""
+    path = tmp_path / "older.db"
+    async with SQLiteLog.open(path) as log:
+        await log.append([new("e1")])
+    current = _sqlite.SCHEMA_VERSION
+    applied: list[int] = []
+
+    def add_column(connection: sqlite3.Connection) -> None:
+        applied.append(current)
+        connection.execute("ALTER TABLE events ADD COLUMN note TEXT")
+
+    monkeypatch.setattr(_sqlite, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setitem(_sqlite.MIGRATIONS, current, add_column)
+    async with SQLiteLog.open(path) as log:
+        assert [e.event_id for e in await log.read()] == ["e1"]
+    assert applied == [current]
+    assert pragma(path, "user_version") == current + 1
+
+
+async def test_an_older_schema_without_a_migration_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of an older schema that no migration upgrades is refused, untouched."""
+    path = tmp_path / "older.db"
+    async with SQLiteLog.open(path):
+        pass
+    current = _sqlite.SCHEMA_VERSION
+    monkeypatch.setattr(_sqlite, "SCHEMA_VERSION", current + 1)
+    with pytest.raises(LogError, match=f"no upgrade from version {current} to {current + 1}"):
+        async with SQLiteLog.open(path):
+            pass
+    assert pragma(path, "user_version") == current
+
+
+async def test_a_corrupt_stored_payload_reads_as_a_codec_error(tmp_path: Path) -> None:
+    """Bytes damaged on disk surface as a CodecError naming the event type."""
+    path = tmp_path / "corrupt.db"
+    async with SQLiteLog.open(path) as log:
+        await log.append([new("e1")])
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE events SET payload = x'c1c1c1'")
+    async with SQLiteLog.open(path) as log:
+        with pytest.raises(CodecError, match=r"ingress\.arguments_appended"):
+            await log.read()
+
+
+async def test_appends_of_another_process_reach_a_subscriber(tmp_path: Path) -> None:
+    """A subscriber sees events another writer put in the same file, within the poll interval."""
+    path = tmp_path / "shared.db"
+    async with (
+        SQLiteLog.open(path, poll_interval=0.05) as reader,
+        SQLiteLog.open(path) as writer,
+    ):
+        subscription = reader.subscribe()
+        await writer.append([new("e1")])
+        with trio.fail_after(10):
+            assert (await subscription.__anext__()).event_id == "e1"
+        await reader.append([new("e2")])
+        # The writer's cached stream versions are stale now; its head check must notice.
+        assert await writer.append([new("e3")], {"s": 2}) == [3]
+
+
+async def test_concurrent_appends_share_group_commits(tmp_path: Path) -> None:
+    """Appends waiting together are written in fewer transactions than appends."""
+    commits = 0
+    async with SQLiteLog.open(tmp_path / "g.db") as log:
+        original = log._commit_group
+
+        def counting(group: list[_sqlite._AppendRequest]) -> list[list[int] | LogError]:
+            nonlocal commits
+            commits += 1
+            return original(group)  # type: ignore[return-value]
+
+        log._commit_group = counting  # type: ignore[assignment,method-assign]
+        async with trio.open_nursery() as nursery:
+            for number in range(200):
+                nursery.start_soon(log.append, [new(f"e{number}", f"s{number}")])
+    assert 1 <= commits < 50
+
+
+async def test_an_error_in_the_callers_block_is_raised_unwrapped(tmp_path: Path) -> None:
+    """An exception of the code inside ``SQLiteLog.open`` comes out as itself."""
+    with pytest.raises(KeyError):
+        async with SQLiteLog.open(tmp_path / "e.db"):
+            raise KeyError("mine")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"synchronous": "OFF"}, {"max_batch_events": 0}, {"poll_interval": 0}],
+)
+def test_bad_options_are_configuration_errors(tmp_path: Path, options: dict[str, object]) -> None:
+    """Settings outside their documented range are refused before any file is touched."""
+    with pytest.raises(ConfigurationError):
+        SQLiteLog(tmp_path / "x.db", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "x.db").exists()
+
+
+async def test_open_log_by_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite:/// URLs open SQLite logs with their options; memory://NAME reopens one store."""
+    monkeypatch.chdir(tmp_path)
+    async with open_log("sqlite:///relative.db?synchronous=normal&group_commit=off") as log:
+        assert isinstance(log, SQLiteLog)
+        assert (log.synchronous, log.group_commit) == ("NORMAL", False)
+        await log.append([new("e1")])
+    assert (tmp_path / "relative.db").exists()
+    absolute = tmp_path / "absolute.db"
+    async with open_log(f"sqlite:///{absolute}?max_batch_events=8&poll_interval=0.5") as log:
+        assert isinstance(log, SQLiteLog)
+        assert (log.path, log.max_batch_events, log.poll_interval) == (str(absolute), 8, 0.5)
+    async with open_log("memory://shared") as log:
+        await log.append([new("e1")])
+    async with open_log("memory://shared") as log:
+        assert isinstance(log, MemoryLog)
+        assert await log.head() == 1
+    async with open_log("memory://") as log:
+        assert await log.head() == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgres://localhost/db", "unknown log URL"),
+        ("sqlite://host/file.db", "has a host"),
+        ("sqlite:///", "names no file"),
+        ("sqlite:///x.db?synchronous=OFF", "FULL or NORMAL"),
+        ("sqlite:///x.db?fsync=always", "unknown SQLite log options"),
+        ("sqlite:///x.db?group_commit=maybe", "on or off"),
+        ("sqlite:///x.db?max_batch_events=many", "must be an integer"),
+        ("memory://?x=1", "no options"),
+    ],
+)
+async def test_bad_urls_are_configuration_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, message: str
+) -> None:
+    """A URL that names no known log, or a bad option, is a clear ConfigurationError."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=message):
+        async with open_log(url):
+            pass
