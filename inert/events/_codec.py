@@ -109,6 +109,11 @@ class Codec:
             registered_event_types() if event_types is None else event_types
         )
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        # Looked up once per class rather than dispatched on every event: encoding is on the
+        # hot path of every append.
+        self._unstructure = {
+            cls: CONVERTER.get_unstructure_hook(cls) for cls in self._types.values()
+        }
 
     @property
     def event_types(self) -> Mapping[str, type[Event]]:
@@ -131,11 +136,11 @@ class Codec:
     def encode(self, event: Event) -> tuple[str, int, bytes]:
         """The tag, schema version and msgpack payload of an event."""
         cls = type(event)
-        if self._types.get(cls.TAG) is not cls:
+        unstructure = self._unstructure.get(cls)
+        if unstructure is None:
             raise CodecError(f"{cls.__name__} is not a registered event type of this codec")
         try:
-            fields = CONVERTER.unstructure(event)
-            payload: bytes = msgpack.packb(fields, use_bin_type=True)
+            payload: bytes = msgpack.packb(unstructure(event), use_bin_type=True)
         except CodecError:
             raise
         except Exception as error:

@@ -30,9 +30,8 @@ from datetime import UTC, datetime
 import trio
 
 from ._codec import DEFAULT_CODEC, Codec, datetime_to_micros
-from ._errors import LogError
+from ._errors import InertError, LogError
 from ._records import (
-    AppendPlan,
     NewEvent,
     PendingRecord,
     RecordedEvent,
@@ -40,7 +39,7 @@ from ._records import (
     check_expected_versions,
     decode_record,
     encode_batch,
-    plan_append,
+    plan_appends,
     redacted,
 )
 
@@ -210,8 +209,8 @@ class MemoryStore:
         self.by_id: dict[str, StoredRecord] = {}
         self.streams: dict[str, list[int]] = {}
 
-    def apply(self, plan: AppendPlan) -> None:
-        for row in plan.rows:
+    def append(self, rows: list[StoredRecord]) -> None:
+        for row in rows:
             self.rows.append(row)
             self.by_id[row.event_id] = row
             self.streams.setdefault(row.stream, []).append(row.position)
@@ -236,9 +235,8 @@ class MemoryLog(Log):
         await trio.lowlevel.checkpoint()
         store = self.store
         streams = {record.stream for record in records} | expected.keys()
-        plan = plan_append(
-            records,
-            expected,
+        plan = plan_appends(
+            [(records, expected)],
             existing={
                 r.event_id: store.by_id[r.event_id] for r in records if r.event_id in store.by_id
             },
@@ -246,10 +244,13 @@ class MemoryLog(Log):
             head=len(store.rows),
             recorded_at=self._now_micros(),
         )
-        store.apply(plan)
+        [outcome] = plan.outcomes
+        if isinstance(outcome, InertError):
+            raise outcome
+        store.append(plan.rows)
         if plan.rows:
             self._notify_appended()
-        return plan.positions
+        return outcome
 
     async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
         await trio.lowlevel.checkpoint()

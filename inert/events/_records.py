@@ -19,7 +19,7 @@ from attrs import field, frozen, validators
 
 from ._base import Event, TraceContext
 from ._codec import Codec, micros_to_datetime
-from ._errors import ConflictError, DuplicateEventError, LogError
+from ._errors import ConflictError, DuplicateEventError, InertError, LogError
 
 NO_STREAM = 0
 """The expected version of a stream that has no events yet."""
@@ -175,50 +175,93 @@ def _same_content(stored: StoredRecord, pending: PendingRecord) -> str | None:
     return None if same_payload else "payload"
 
 
+AppendRequest = tuple[Sequence[PendingRecord], Mapping[str, int]]
+"""The encoded events of one append and its expected versions."""
+
+
 @frozen(kw_only=True)
-class AppendPlan:
-    """The outcome of planning one append: a position per event and the rows to write."""
+class GroupPlan:
+    """The outcome of planning appends together: per append its positions or its error."""
 
-    positions: list[int]
+    outcomes: list[list[int] | InertError]
     rows: list[StoredRecord]
+    head: int
 
 
-def plan_append(
-    batch: Sequence[PendingRecord],
+def plan_appends(
+    requests: Sequence[AppendRequest],
+    *,
+    existing: dict[str, StoredRecord],
+    stream_versions: dict[str, int],
+    head: int,
+    recorded_at: int,
+) -> GroupPlan:
+    """Plan appends one after the other against the current state of the log.
+
+    ``existing`` holds the stored rows of those event ids of the appends that are already in
+    the log, ``stream_versions`` the current version of every stream they touch or name
+    (missing means empty), ``head`` the highest position; both dicts are updated with the rows
+    planned, so that a later append of the group sees the earlier ones. Each append is atomic on
+    its own: one that fails leaves no row and does not affect the others.
+
+    Events already stored are not written again and keep their original position. When every
+    event of an append is already stored it is the retry of an acknowledged append and succeeds
+    without a version check; otherwise every expected version must hold.
+    """
+    outcomes: list[list[int] | InertError] = []
+    rows: list[StoredRecord] = []
+    for records, expected_versions in requests:
+        try:
+            positions, planned = _plan_one(
+                records,
+                expected_versions,
+                existing=existing,
+                stream_versions=stream_versions,
+                head=head,
+                recorded_at=recorded_at,
+            )
+        except InertError as error:
+            outcomes.append(error)
+            continue
+        for row in planned:
+            existing[row.event_id] = row
+            stream_versions[row.stream] = row.version
+        head += len(planned)
+        rows.extend(planned)
+        outcomes.append(positions)
+    return GroupPlan(outcomes=outcomes, rows=rows, head=head)
+
+
+def _plan_one(
+    records: Sequence[PendingRecord],
     expected_versions: Mapping[str, int],
     *,
     existing: Mapping[str, StoredRecord],
     stream_versions: Mapping[str, int],
     head: int,
     recorded_at: int,
-) -> AppendPlan:
-    """Plan an atomic append against the current state of the log.
-
-    ``existing`` holds the stored rows of those event ids of the batch that are already in the
-    log, ``stream_versions`` the current version of every stream the batch touches or names
-    (missing means empty), ``head`` the highest position. Events already stored are not written
-    again: they keep their original position. When every event is already stored the append is a
-    retry of an acknowledged one and succeeds without checking versions; otherwise every expected
-    version must hold, or the whole batch is refused.
-    """
+) -> tuple[list[int], list[StoredRecord]]:
     positions: list[int] = []
     rows: list[StoredRecord] = []
     in_batch: dict[str, StoredRecord] = {}
     versions: dict[str, int] = {}
-    for pending in batch:
-        stored = existing.get(pending.event_id) or in_batch.get(pending.event_id)
+    for pending in records:
+        event_id = pending.event_id
+        stored = existing.get(event_id) or in_batch.get(event_id)
         if stored is not None:
             difference = _same_content(stored, pending)
             if difference is not None:
-                raise DuplicateEventError(pending.event_id, difference)
+                raise DuplicateEventError(event_id, difference)
             positions.append(stored.position)
             continue
-        version = versions.get(pending.stream, stream_versions.get(pending.stream, NO_STREAM)) + 1
-        versions[pending.stream] = version
+        stream = pending.stream
+        version = versions.get(stream) or stream_versions.get(stream, NO_STREAM)
+        versions[stream] = version = version + 1
+        position = head + len(rows) + 1
         row = StoredRecord(
-            head + len(rows) + 1,
-            pending.event_id,
-            pending.stream,
+            position,
+            event_id,
+            stream,
             version,
             recorded_at,
             pending.event_type,
@@ -229,15 +272,15 @@ def plan_append(
             pending.traceparent,
             pending.tracestate,
         )
-        in_batch[pending.event_id] = row
+        in_batch[event_id] = row
         rows.append(row)
-        positions.append(row.position)
+        positions.append(position)
     if rows:
         for stream, expected in expected_versions.items():
             actual = stream_versions.get(stream, NO_STREAM)
             if actual != expected:
                 raise ConflictError(stream, expected, actual)
-    return AppendPlan(positions=positions, rows=rows)
+    return positions, rows
 
 
 def decode_record(codec: Codec, row: StoredRecord) -> RecordedEvent:

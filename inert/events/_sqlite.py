@@ -29,7 +29,7 @@ import trio
 from ._codec import Codec
 from ._errors import ConfigurationError, InertError, LogError
 from ._log import Clock, Log
-from ._records import PendingRecord, StoredRecord, payload_digest, plan_append
+from ._records import PendingRecord, StoredRecord, payload_digest, plan_appends
 
 APPLICATION_ID = 0x696E7274  # "inrt"
 SCHEMA_VERSION = 1
@@ -121,9 +121,6 @@ class _AppendRequest:
     expected: dict[str, int]
     positions: list[int] | None = None
     error: InertError | None = None
-
-
-_Planned = tuple[list[int], list[StoredRecord]]
 
 
 class SQLiteLog(Log):
@@ -364,7 +361,7 @@ class SQLiteLog(Log):
                 raise
         except sqlite3.Error as error:
             raise LogError(f"SQLite append to {self.path!r} failed: {error}") from error
-        return [outcome if isinstance(outcome, InertError) else outcome[0] for outcome in outcomes]
+        return outcomes
 
     def _lookup_streams(
         self, connection: sqlite3.Connection, names: list[str]
@@ -383,58 +380,61 @@ class SQLiteLog(Log):
 
     def _write_group(
         self, connection: sqlite3.Connection, group: list[_AppendRequest]
-    ) -> list[_Planned | InertError]:
+    ) -> list[list[int] | InertError]:
         head = connection.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         self._streams.check(head)
-        event_ids = list({record.event_id for request in group for record in request.records})
-        existing: dict[str, StoredRecord] = {}
-        for chunk in _chunks(event_ids):
-            marks = ",".join("?" * len(chunk))
-            for values in connection.execute(f"{_SELECT} WHERE e.event_id IN ({marks})", chunk):
-                existing[values[1]] = _row(values)
-        cached = self._streams.entries
+        existing = self._stored_events(
+            connection, list({record.event_id for request in group for record in request.records})
+        )
         names = {record.stream for request in group for record in request.records}
         names.update(stream for request in group for stream in request.expected)
+        cached = self._streams.entries
         streams = {name: cached[name] for name in names if name in cached}
         missing = [name for name in names if name not in streams]
         if missing:
             streams.update(self._lookup_streams(connection, missing))
         versions = {name: version for name, (_, version) in streams.items()}
-        recorded_at = self._now_micros()
-        outcomes: list[_Planned | InertError] = []
-        rows: list[StoredRecord] = []
-        for request in group:
-            try:
-                plan = plan_append(
-                    request.records,
-                    request.expected,
-                    existing=existing,
-                    stream_versions=versions,
-                    head=head,
-                    recorded_at=recorded_at,
-                )
-            except InertError as error:
-                outcomes.append(error)
-                continue
-            for row in plan.rows:
-                existing[row.event_id] = row
-                versions[row.stream] = row.version
-            head += len(plan.rows)
-            rows.extend(plan.rows)
-            outcomes.append((plan.positions, plan.rows))
-        new_streams = [(name,) for name in {row.stream for row in rows} if name not in streams]
+        plan = plan_appends(
+            [(request.records, request.expected) for request in group],
+            existing=existing,
+            stream_versions=versions,
+            head=head,
+            recorded_at=self._now_micros(),
+        )
+        new_streams = [(name,) for name in {row.stream for row in plan.rows} - streams.keys()]
         if new_streams:
             connection.executemany("INSERT INTO streams (name) VALUES (?)", new_streams)
             streams.update(self._lookup_streams(connection, [name for (name,) in new_streams]))
-        if rows:
+        if plan.rows:
             connection.executemany(
                 "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(*row[:2], streams[row.stream][0], *row[3:]) for row in rows],
+                [(*row[:2], streams[row.stream][0], *row[3:]) for row in plan.rows],
             )
         self._streams.update(
-            head, {name: (stream_id, versions[name]) for name, (stream_id, _) in streams.items()}
+            plan.head,
+            {name: (stream_id, versions[name]) for name, (stream_id, _) in streams.items()},
         )
-        return outcomes
+        return plan.outcomes
+
+    def _stored_events(
+        self, connection: sqlite3.Connection, event_ids: list[str]
+    ) -> dict[str, StoredRecord]:
+        # Re-appends are rare: ask for ids only, and fetch whole rows just for those found.
+        found: list[str] = []
+        for chunk in _chunks(event_ids):
+            marks = ",".join("?" * len(chunk))
+            found.extend(
+                event_id
+                for (event_id,) in connection.execute(
+                    f"SELECT event_id FROM events WHERE event_id IN ({marks})", chunk
+                )
+            )
+        existing: dict[str, StoredRecord] = {}
+        for chunk in _chunks(found):
+            marks = ",".join("?" * len(chunk))
+            for values in connection.execute(f"{_SELECT} WHERE e.event_id IN ({marks})", chunk):
+                existing[values[1]] = _row(values)
+        return existing
 
     # --- reads (worker thread, one reader connection) ---
 
