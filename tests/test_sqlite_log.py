@@ -136,7 +136,7 @@ async def test_a_corrupt_stored_payload_reads_as_a_codec_error(tmp_path: Path) -
             await log.read()
 
 
-async def test_appends_of_another_process_reach_a_subscriber(tmp_path: Path) -> None:
+async def test_appends_of_another_writer_reach_a_subscriber(tmp_path: Path) -> None:
     """A subscriber sees events another writer put in the same file, within the poll interval."""
     path = tmp_path / "shared.db"
     async with (
