@@ -1,0 +1,1 @@
+"""Benchmarks of inert, run by hand (``make bench``); not part of the test suite."""
