@@ -230,3 +230,31 @@ async def test_bad_urls_are_configuration_errors(
     with pytest.raises(ConfigurationError, match=message):
         async with open_log(url):
             pass
+
+
+async def test_an_append_cut_off_by_cancellation_of_the_log_is_told_so(tmp_path: Path) -> None:
+    """Appenders outside a cancelled log block get an error, never a hang, and a retry tells."""
+    path = tmp_path / "cut.db"
+    outcomes: list[str] = []
+
+    async def appender(log: SQLiteLog, number: int) -> None:
+        try:
+            await log.append([new(f"e{number}", f"s{number}")])
+            outcomes.append("ok")
+        except LogError:
+            outcomes.append("error")
+
+    async with trio.open_nursery() as outside:
+        with trio.CancelScope() as scope:
+            async with SQLiteLog.open(path) as log:
+                for number in range(50):
+                    outside.start_soon(appender, log, number)
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+                await trio.sleep_forever()
+    assert len(outcomes) == 50
+    async with SQLiteLog.open(path) as log:
+        landed = {e.event_id for e in await log.read()}
+        positions = await log.append([new(f"e{number}", f"s{number}") for number in range(50)])
+    assert len(set(positions)) == 50
+    assert outcomes.count("ok") <= len(landed)

@@ -314,6 +314,7 @@ class SQLiteLog(Log):
         return group
 
     async def _write_loop(self) -> None:
+        group: list[_AppendRequest] = []
         try:
             while True:
                 if not self._queue:
@@ -339,6 +340,12 @@ class SQLiteLog(Log):
                 if committed:
                     self._notify_appended()
         finally:
+            for request in group:
+                if request.positions is None and request.error is None:
+                    request.error = LogError(
+                        "the write loop stopped while committing this append; it may or may"
+                        " not have landed: append the same events again to find out"
+                    )
             for request in self._queue:
                 request.error = LogError("SQLite log closed before the append was written")
             self._queue.clear()
