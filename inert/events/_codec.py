@@ -50,10 +50,6 @@ def _strict(expected: type[T]) -> Callable[[object, type[T]], T]:
     return structure
 
 
-def _is(expected: type) -> Callable[[Any], bool]:
-    return lambda cls: cls is expected
-
-
 def _structure_float(value: object, _: type[float]) -> float:
     if type(value) is float:
         return value
@@ -76,15 +72,14 @@ def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
 
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
-    # Exact-type predicates, not singledispatch: a StrEnum is a str and must reach the enum hook.
+    # Single-dispatch hooks win over cattrs' own primitive hooks (which coerce: str(5) == "5").
+    # A StrEnum is a str too; its own hook, earlier in its MRO than str, keeps it an enum.
     for primitive in (str, int, bool, bytes):
-        converter.register_structure_hook_func(_is(primitive), _strict(primitive))
-    converter.register_structure_hook_func(lambda cls: cls is float, _structure_float)
+        converter.register_structure_hook(primitive, _strict(primitive))
+    converter.register_structure_hook(float, _structure_float)
     converter.register_unstructure_hook(datetime, datetime_to_micros)
     converter.register_structure_hook(datetime, _structure_datetime)
-    converter.register_structure_hook_func(
-        lambda cls: isinstance(cls, type) and issubclass(cls, enum.Enum), _structure_enum
-    )
+    converter.register_structure_hook(enum.StrEnum, _structure_enum)
     return converter
 
 
