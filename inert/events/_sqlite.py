@@ -82,6 +82,25 @@ def _row(values: Sequence[object]) -> StoredRecord:
     return StoredRecord(*values)  # type: ignore[arg-type]
 
 
+# Rows go in by multi-row INSERTs of a few fixed sizes: one statement step per chunk instead of
+# one per row, so the worker thread takes the interpreter lock a few times per group rather than
+# once per event, and the few distinct statements stay in sqlite3's statement cache.
+_INSERT_CHUNKS = (256, 64, 16, 4, 1)
+_INSERT_SQL = {
+    size: "INSERT INTO events VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?)"] * size)
+    for size in _INSERT_CHUNKS
+}
+
+
+def _insert_events(connection: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    start = 0
+    for size in _INSERT_CHUNKS:
+        while len(rows) - start >= size:
+            parameters = [value for row in rows[start : start + size] for value in row]
+            connection.execute(_INSERT_SQL[size], parameters)
+            start += size
+
+
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), _SQL_PARAMETER_CHUNK):
         yield items[start : start + _SQL_PARAMETER_CHUNK]
@@ -413,9 +432,8 @@ class SQLiteLog(Log):
             connection.executemany("INSERT INTO streams (name) VALUES (?)", new_streams)
             streams.update(self._lookup_streams(connection, [name for (name,) in new_streams]))
         if plan.rows:
-            connection.executemany(
-                "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(*row[:2], streams[row.stream][0], *row[3:]) for row in plan.rows],
+            _insert_events(
+                connection, [(*row[:2], streams[row.stream][0], *row[3:]) for row in plan.rows]
             )
         self._streams.update(
             plan.head,
