@@ -141,7 +141,9 @@ def _pragmas(connection: sqlite3.Connection) -> str:
 # --- inert -----------------------------------------------------------------------------------
 
 
-async def _inert_appends(path: Path, events: int, appenders: int, group_commit: bool) -> float:
+async def _inert_appends(
+    path: Path, events: int, appenders: int, group_commit: bool, per_append: int
+) -> float:
     async with SQLiteLog.open(path, synchronous="FULL", group_commit=group_commit) as log:
         remaining = events
 
@@ -151,12 +153,19 @@ async def _inert_appends(path: Path, events: int, appenders: int, group_commit: 
             stream = key.response_ref.stream
             sequence = 0
             while remaining > 0:
-                remaining -= 1
-                event = ArgumentsAppended(
-                    key=key, data=ARGUMENT_DATA, first_sequence=sequence, last_sequence=sequence
-                )
-                await log.append([NewEvent(stream=stream, event=event)])
-                sequence += 1
+                count = min(per_append, remaining)
+                remaining -= count
+                batch = [
+                    NewEvent(
+                        stream=stream,
+                        event=ArgumentsAppended(
+                            key=key, data=ARGUMENT_DATA, first_sequence=n, last_sequence=n
+                        ),
+                    )
+                    for n in range(sequence, sequence + count)
+                ]
+                await log.append(batch)
+                sequence += count
 
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -167,9 +176,11 @@ async def _inert_appends(path: Path, events: int, appenders: int, group_commit: 
     return elapsed
 
 
-def inert_case(*, appenders: int, group_commit: bool) -> Callable[[Path, int], float]:
+def inert_case(
+    *, appenders: int, group_commit: bool, per_append: int = 1
+) -> Callable[[Path, int], float]:
     def run(path: Path, events: int) -> float:
-        return trio.run(_inert_appends, path, events, appenders, group_commit)
+        return trio.run(_inert_appends, path, events, appenders, group_commit, per_append)
 
     return run
 
@@ -338,6 +349,12 @@ def build_cases(events: int) -> list[Case]:
             "inert, group commit, 1,024 appenders",
             events,
             inert_case(appenders=1024, group_commit=True),
+        ),
+        Case(
+            "inert_group_commit_1024_batches_of_8",
+            "inert, group commit, 1,024 appenders, 8 events per append",
+            events,
+            inert_case(appenders=1024, group_commit=True, per_append=8),
         ),
         Case(
             "inert_per_append_1",
