@@ -13,6 +13,7 @@ one step at a time, before they are structured.
 from __future__ import annotations
 
 import enum
+import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -33,6 +34,12 @@ def datetime_to_micros(value: datetime) -> int:
     """Microseconds since the Unix epoch of an aware datetime."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise CodecError(f"naive datetime {value.isoformat()} cannot be stored; give it a tzinfo")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise CodecError(
+            f"datetime {value.isoformat()} is outside the range of UTC datetimes"
+        ) from None
     return (value - _EPOCH) // timedelta(microseconds=1)
 
 
@@ -64,6 +71,20 @@ def _structure_datetime(value: object, _: type[datetime]) -> datetime:
     return micros_to_datetime(value)
 
 
+def _is_tuple(cls: Any) -> bool:
+    return typing.get_origin(cls) is tuple
+
+
+def _structure_tuple(value: object, cls: Any) -> tuple[Any, ...]:
+    # cattrs alone would take any iterable: "" or {} would become ().
+    if type(value) is not list:
+        raise TypeError(f"expected an array, got {type(value).__name__}")
+    item_type, ellipsis = typing.get_args(cls)
+    if ellipsis is not Ellipsis:
+        raise TypeError(f"only variable-length tuples are event fields, not {cls}")
+    return tuple(CONVERTER.structure(item, item_type) for item in value)
+
+
 def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
     if type(value) is not str:
         raise TypeError(f"expected a {cls.__name__} value, got {type(value).__name__}")
@@ -80,6 +101,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_unstructure_hook(datetime, datetime_to_micros)
     converter.register_structure_hook(datetime, _structure_datetime)
     converter.register_structure_hook(enum.StrEnum, _structure_enum)
+    converter.register_structure_hook_func(_is_tuple, _structure_tuple)
     return converter
 
 

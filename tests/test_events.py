@@ -1,0 +1,370 @@
+"""The event vocabulary: pinned tags, a round trip for every event type, immutable classes.
+
+Instances are built by Hypothesis from each attrs class's own field types and validators, so a new
+event type is covered without touching this file, and a field with a validator this file does not
+know stops the suite instead of being generated wrongly.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import msgpack
+import pytest
+from attrs import validators
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import inert
+from inert import (
+    DEFAULT_CODEC,
+    ArgumentsAppended,
+    CallKey,
+    CodecError,
+    Event,
+    OfferedTool,
+    ResponseRef,
+    TerminalRef,
+    TurnRef,
+    registered_event_types,
+)
+from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
+
+# Every stored tag and its schema version. Changing a tag breaks every log written before, so a
+# change has to be made here too, on purpose.
+EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
+    "ingress.turn_started": (inert.TurnStarted, 1),
+    "ingress.call_opened": (inert.CallOpened, 1),
+    "ingress.arguments_appended": (inert.ArgumentsAppended, 1),
+    "ingress.call_ended": (inert.CallEnded, 1),
+    "ingress.response_ended": (inert.ResponseEnded, 1),
+    "ingress.stream_lost": (inert.StreamLost, 1),
+    "ingress.stream_resumed": (inert.StreamResumed, 1),
+    "ingress.text_received": (inert.TextReceived, 1),
+    "user.turn_cancelled": (inert.TurnCancelled, 1),
+    "user.turn_superseded": (inert.TurnSuperseded, 1),
+    "user.confirmation_given": (inert.ConfirmationGiven, 1),
+    "user.confirmation_denied": (inert.ConfirmationDenied, 1),
+    "operator.response_quarantined": (inert.ResponseQuarantined, 1),
+    "operator.tool_disabled": (inert.ToolDisabled, 1),
+    "operator.tool_enabled": (inert.ToolEnabled, 1),
+    "operator.tenant_stopped": (inert.TenantStopped, 1),
+    "operator.tenant_resumed": (inert.TenantResumed, 1),
+    "request.claim": (inert.ClaimRequested, 1),
+    "decision.collecting": (inert.CallCollecting, 1),
+    "decision.terminal_candidate": (inert.CallTerminalCandidate, 1),
+    "decision.validated": (inert.CallValidated, 1),
+    "decision.awaiting_confirmation": (inert.CallAwaitingConfirmation, 1),
+    "decision.confirmed": (inert.CallConfirmed, 1),
+    "decision.dispatched": (inert.CallDispatched, 1),
+    "decision.cancelled": (inert.CallCancelled, 1),
+    "decision.failed": (inert.CallFailed, 1),
+    "decision.rejected": (inert.EventRejected, 1),
+    "outcome.completed": (inert.ExecutionCompleted, 1),
+    "outcome.failed": (inert.ExecutionFailed, 1),
+    "outcome.unknown": (inert.ExecutionOutcomeUnknown, 1),
+}
+
+EVENT_TYPES = registered_event_types()
+TAGS = sorted(EVENT_TYPES)
+VALUE_TYPES: list[type[Any]] = [TurnRef, ResponseRef, CallKey, TerminalRef, OfferedTool]
+
+# --- strategies derived from the attrs classes ---------------------------------------------
+
+MAX_UINT64 = 2**64 - 1
+MIN_INT64 = -(2**63)
+
+non_negative = st.integers(min_value=0, max_value=MAX_UINT64)
+texts = st.text(max_size=40)
+non_empty_texts = st.text(min_size=1, max_size=40)
+identity_components = st.one_of(
+    st.text(min_size=1, max_size=24),
+    # '/' and '%' are what stream names are built with; they must survive as data.
+    st.text(alphabet="/%2Fa", min_size=1, max_size=8),
+    # The longest allowed, built by repetition: drawing 512 characters one by one is slow.
+    st.text(min_size=1, max_size=4).map(
+        lambda text: (text * MAX_IDENTITY_LENGTH)[:MAX_IDENTITY_LENGTH]
+    ),
+)
+utc_datetimes = st.datetimes(
+    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 12, 31), timezones=st.just(UTC)
+)
+
+# The validators of the catalog, with the field type each is used on and what satisfies it.
+KNOWN_VALIDATORS: list[tuple[object, object, st.SearchStrategy[Any]]] = [
+    (validators.ge(0), int, non_negative),
+    (validators.ge(1), int, st.integers(min_value=1, max_value=MAX_UINT64)),
+    (validators.optional(validators.ge(0)), int | None, st.none() | non_negative),
+    (validators.min_len(1), str, non_empty_texts),
+    (_identity_component, str, identity_components),
+]
+
+# Constraints across fields (checked in __attrs_post_init__): the fields named are drawn together.
+JOINT_FIELDS: dict[type[Any], tuple[tuple[str, ...], st.SearchStrategy[tuple[Any, ...]]]] = {
+    # A terminal reference needs a provider sequence or a non-empty digest.
+    TerminalRef: (
+        ("sequence", "digest"),
+        st.one_of(
+            st.tuples(non_negative, st.none() | texts),
+            st.tuples(st.none(), non_empty_texts),
+        ),
+    ),
+    # Both sequences or neither, and the last never before the first.
+    ArgumentsAppended: (
+        ("first_sequence", "last_sequence"),
+        st.one_of(
+            st.tuples(st.none(), st.none()),
+            st.tuples(non_negative, non_negative).map(lambda pair: (min(pair), max(pair))),
+        ),
+    ),
+}
+
+
+def strategy_for_type(annotation: Any) -> st.SearchStrategy[Any]:
+    """Values of a field type that has no validator."""
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return st.one_of([strategy_for_type(option) for option in arguments])
+    if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
+        return st.lists(strategy_for_type(arguments[0]), max_size=3).map(tuple)
+    if annotation is type(None):
+        return st.none()
+    if annotation is str:
+        return texts
+    if annotation is bool:
+        return st.booleans()
+    if annotation is int:
+        return st.integers(min_value=MIN_INT64, max_value=MAX_UINT64)
+    if annotation is bytes:
+        return st.binary(max_size=64)
+    if annotation is datetime:
+        return utc_datetimes
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return st.sampled_from(annotation)
+    if isinstance(annotation, type) and attrs.has(annotation):
+        return instances(annotation)
+    raise LookupError(f"no strategy for the field type {annotation!r}; teach test_events.py")
+
+
+def strategy_for_field(cls: type[Any], field: attrs.Attribute[Any], annotation: Any) -> Any:
+    """Values of one field that its validator accepts."""
+    if field.validator is None:
+        return strategy_for_type(annotation)
+    for validator, field_type, strategy in KNOWN_VALIDATORS:
+        if field.validator == validator:
+            assert annotation == field_type, f"{cls.__name__}.{field.name}: {annotation!r}"
+            return strategy
+    raise LookupError(
+        f"{cls.__name__}.{field.name} has a validator this test does not know: "
+        f"{field.validator!r}; teach test_events.py"
+    )
+
+
+_INSTANCES: dict[type[Any], st.SearchStrategy[Any]] = {}
+
+
+def instances(cls: type[Any]) -> st.SearchStrategy[Any]:
+    """Valid instances of an attrs class, built without rejection sampling."""
+    if cls in _INSTANCES:
+        return _INSTANCES[cls]
+    hints = typing.get_type_hints(cls)
+    joint_names, joint = JOINT_FIELDS.get(cls, ((), st.just(())))
+    independent = {
+        field.name: strategy_for_field(cls, field, hints[field.name])
+        for field in attrs.fields(cls)
+        if field.name not in joint_names
+    }
+
+    def build(parts: tuple[dict[str, Any], tuple[Any, ...]]) -> Any:
+        values, joint_values = parts
+        return cls(**values, **dict(zip(joint_names, joint_values, strict=True)))
+
+    strategy = st.tuples(st.fixed_dictionaries(independent), joint).map(build)
+    _INSTANCES[cls] = strategy
+    return strategy
+
+
+def events(cls: type[Event]) -> st.SearchStrategy[Event]:
+    """Valid instances of one event class."""
+    return instances(cls)
+
+
+# Values where coercions hide: empties, zeros, booleans, lookalikes of other types.
+PLAIN_WRONG_VALUES: list[Any] = [
+    None,
+    False,
+    True,
+    0,
+    1,
+    -1,
+    0.0,
+    1.0,
+    "",
+    "1",
+    "true",
+    b"",
+    b"1",
+    [],
+    [1],
+    {},
+    [{}],
+    MAX_UINT64,
+]
+
+# Any value msgpack can carry, for payloads that a writer other than inert might have stored.
+msgpack_values: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=MIN_INT64, max_value=MAX_UINT64)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children)
+    ),
+    max_leaves=6,
+)
+
+
+def typed(value: Any) -> Any:
+    """A msgpack value with the type of every part kept, so that ``1 != True != 1.0 != "1"``."""
+    if isinstance(value, dict):
+        return ("map", tuple(sorted((key, typed(item)) for key, item in value.items())))
+    if isinstance(value, list):
+        return ("array", tuple(typed(item) for item in value))
+    return (type(value).__name__, value)
+
+
+def unpack(payload: bytes) -> dict[str, Any]:
+    fields: dict[str, Any] = msgpack.unpackb(payload, raw=False)
+    return fields
+
+
+def pack(fields: dict[str, Any]) -> bytes:
+    payload: bytes = msgpack.packb(fields, use_bin_type=True)
+    return payload
+
+
+# --- tests ---------------------------------------------------------------------------------
+
+
+def test_the_registered_tags_are_exactly_the_pinned_ones() -> None:
+    """The registry holds exactly the pinned tags, classes and schema versions."""
+    registered = {tag: (cls, cls.SCHEMA_VERSION) for tag, cls in EVENT_TYPES.items()}
+    assert registered == EXPECTED_EVENT_TYPES
+    assert all(tag == cls.TAG for tag, cls in EVENT_TYPES.items())
+    assert set(DEFAULT_CODEC.event_types) == set(EXPECTED_EVENT_TYPES)
+
+
+@pytest.mark.parametrize("tag", TAGS)
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_every_event_type_round_trips_through_the_codec(tag: str, data: st.DataObject) -> None:
+    """decode(encode(event)) equals the event, stored under the class's own tag and version."""
+    cls = EVENT_TYPES[tag]
+    event = data.draw(events(cls), label="event")
+    encoded_tag, version, payload = DEFAULT_CODEC.encode(event)
+    assert encoded_tag == cls.TAG == tag
+    assert version == cls.SCHEMA_VERSION
+    assert type(payload) is bytes
+    decoded = DEFAULT_CODEC.decode(encoded_tag, version, payload)
+    assert type(decoded) is cls
+    assert decoded == event
+    for field in attrs.fields(cls):
+        value = getattr(decoded, field.name)
+        if isinstance(value, datetime):
+            assert value.tzinfo is UTC
+    # Encoding is deterministic: the decoded event is stored as the very same bytes.
+    assert DEFAULT_CODEC.encode(decoded) == (encoded_tag, version, payload)
+
+
+def check_accepted_payload_is_canonical(tag: str, fields: dict[str, Any]) -> None:
+    """Decoding gives a CodecError naming the tag, or an event that is stored as ``fields``."""
+    cls = EVENT_TYPES[tag]
+    decoded: Event | CodecError
+    try:
+        decoded = DEFAULT_CODEC.decode(tag, cls.SCHEMA_VERSION, pack(fields))
+    except CodecError as error:
+        decoded = error
+    if isinstance(decoded, CodecError):
+        assert repr(tag) in str(decoded)
+    else:
+        assert type(decoded) is cls
+        assert typed(unpack(DEFAULT_CODEC.encode(decoded)[2])) == typed(fields), fields
+
+
+FIELDS = [(tag, field.name) for tag in TAGS for field in attrs.fields(EVENT_TYPES[tag])]
+
+
+@pytest.mark.parametrize(("tag", "name"), FIELDS, ids=[f"{tag}.{name}" for tag, name in FIELDS])
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_a_payload_the_codec_accepts_is_one_it_would_write(
+    tag: str, name: str, data: st.DataObject
+) -> None:
+    """A field, or a part of one, holding another value is refused or read exactly, not coerced."""
+    # Caught, while this was written, cattrs' coercions: 5 read as "5", True as 1, 1 as True,
+    # [1, 2] as bytes, and "", b"" or {} as an empty tuple of tools.
+    fields = unpack(DEFAULT_CODEC.encode(data.draw(events(EVENT_TYPES[tag]), label="event"))[2])
+    for value in [*PLAIN_WRONG_VALUES, data.draw(msgpack_values, label="value")]:
+        check_accepted_payload_is_canonical(tag, {**fields, name: value})
+        if isinstance(fields[name], dict):
+            for part in fields[name]:
+                check_accepted_payload_is_canonical(
+                    tag, {**fields, name: {**fields[name], part: value}}
+                )
+
+
+def test_the_strategies_cover_the_boundaries_of_the_validators() -> None:
+    """The generated values include the smallest and largest values the validators allow."""
+    # Guards the strategies themselves: were they to draw only easy values, the round trip would
+    # prove little.
+    seen: dict[str, set[object]] = {"sequence": set(), "lengths": set(), "digest": set()}
+
+    @settings(max_examples=300, deadline=None)
+    @given(key=instances(CallKey), terminal=instances(TerminalRef))
+    def draw(key: CallKey, terminal: TerminalRef) -> None:
+        seen["lengths"].update(len(part) for part in key._parts())
+        seen["sequence"].add(terminal.sequence)
+        seen["digest"].add(terminal.digest)
+
+    draw()
+    assert {1, MAX_IDENTITY_LENGTH} <= seen["lengths"]
+    assert {None, 0} <= seen["sequence"]
+    assert {None, ""} <= seen["digest"]
+
+
+@pytest.mark.parametrize(
+    "cls", [EVENT_TYPES[tag] for tag in TAGS] + VALUE_TYPES, ids=lambda cls: cls.__name__
+)
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_event_classes_are_frozen_slotted_and_keyword_only(
+    cls: type[Any], data: st.DataObject
+) -> None:
+    """Every event and value class is an immutable slotted attrs class taking keywords only."""
+    instance = data.draw(instances(cls), label="instance")
+    assert "__slots__" in vars(cls)
+    assert not hasattr(instance, "__dict__")
+    fields = attrs.fields(cls)
+    assert all(field.kw_only for field in fields)
+    values = {field.name: getattr(instance, field.name) for field in fields}
+    for name, value in values.items():
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(instance, name, value)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(instance, "not_a_field", 1)  # noqa: B010 - the name is not an attribute
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        delattr(instance, fields[0].name)
+    assert values == {field.name: getattr(instance, field.name) for field in fields}
+    construct: Callable[..., Any] = cls
+    with pytest.raises(TypeError, match="positional argument"):
+        construct(*values.values())
+    assert construct(**values) == instance
