@@ -33,5 +33,9 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.append_throughput
 
+# Long runs kept out of `make test`: 200 SIGKILLs of a process in the middle of appending.
+soak: $(STAMP)
+	INERT_CRASH_KILLS=200 $(BIN)/pytest tests/test_log_crash.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,8 +13,9 @@ from crash_appender import payload_of
 
 from inert import ArgumentsAppended, SQLiteLog
 
-KILLS = 6
-ACKS_BEFORE_KILL = (40, 150, 400, 75, 900, 10)
+# `make soak` raises the number of kills; each kill lands after a different number of acks.
+KILLS = int(os.environ.get("INERT_CRASH_KILLS", "6"))
+ACKS_BEFORE_KILL = [(40, 150, 400, 75, 900, 10)[kill % 6] + kill for kill in range(KILLS)]
 
 
 def _run_until_killed(path: Path, run: str, acks_wanted: int) -> list[str]:
