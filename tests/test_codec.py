@@ -10,6 +10,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
+import attrs
 import msgpack
 import pytest
 from attrs import frozen
@@ -494,3 +495,19 @@ def test_registering_an_upcaster_twice_is_a_codec_error_and_keeps_the_first() ->
         codec.register_upcaster(Renamed.TAG, 1, lambda fields: {"title": "second"})
     assert codec.decode(Renamed.TAG, 1, pack({"name": "old"})) == Renamed(title="old", count=0)
     assert calls == [1, 2]
+
+
+def test_a_value_refused_by_a_validator_names_the_field_and_the_rule() -> None:
+    """A decode error from a class validator says which field broke which rule."""
+    payload = msgpack.packb(
+        {"key": attrs.asdict(KEY), "data": b"x", "fragments": 0}, use_bin_type=True
+    )
+    with pytest.raises(CodecError, match=r"'fragments' must be >= 1"):
+        DEFAULT_CODEC.decode("ingress.arguments_appended", 1, payload)
+
+
+def test_an_encode_error_names_the_event_tag() -> None:
+    """A naive datetime refused at encode time is reported with the event's tag."""
+    event = CallAwaitingConfirmation(key=KEY, arguments_digest="d", expires_at=datetime(2026, 1, 1))
+    with pytest.raises(CodecError, match=r"cannot encode 'decision\.awaiting_confirmation'"):
+        DEFAULT_CODEC.encode(event)

@@ -209,3 +209,15 @@ def test_control_streams_are_global_or_per_tenant() -> None:
     # A tenant named "global" does not reach the global controls.
     assert control_stream("global") != control_stream(None)
     assert len({control_stream(None), control_stream("t"), control_stream("u")}) == 3
+
+
+def test_a_lone_surrogate_is_refused_as_a_component() -> None:
+    """A component that is not valid Unicode is refused when the identity is made."""
+    with pytest.raises(ValueError, match="lone surrogates"):
+        CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="\ud800")
+
+
+def test_an_empty_tenant_has_no_control_stream() -> None:
+    """control_stream refuses an empty tenant, as every identity does."""
+    with pytest.raises(ValueError, match="must not be empty"):
+        control_stream("")

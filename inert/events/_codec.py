@@ -108,9 +108,19 @@ def _make_converter() -> cattrs.Converter:
 CONVERTER = _make_converter()
 
 
+def _describe_exception(error: BaseException, _: type[Any] | None) -> str:
+    # The messages of inert's own hooks and of attrs validators name the field and the rule;
+    # cattrs' default wording ("invalid value") would drop them.
+    if isinstance(error, KeyError):
+        return "required field missing"
+    return f"{type(error).__name__}: {error}"
+
+
 def _describe_structure_error(error: Exception, cls: type[Any]) -> str:
     if isinstance(error, cattrs.BaseValidationError):
-        return "; ".join(cattrs.transform_error(error, path=cls.__name__))
+        return "; ".join(
+            cattrs.transform_error(error, path=cls.__name__, format_exception=_describe_exception)
+        )
     return f"{type(error).__name__}: {error}"
 
 
@@ -158,8 +168,8 @@ class Codec:
             raise CodecError(f"{cls.__name__} is not a registered event type of this codec")
         try:
             payload: bytes = msgpack.packb(unstructure(event), use_bin_type=True)
-        except CodecError:
-            raise
+        except CodecError as error:
+            raise CodecError(f"cannot encode {cls.TAG!r}: {error}") from error
         except Exception as error:
             raise CodecError(f"cannot encode {cls.TAG!r}: {type(error).__name__}: {error}") from (
                 error

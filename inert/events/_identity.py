@@ -3,7 +3,10 @@
 A call is never keyed on the provider's call id alone (providers reuse ``call_0``), nor on an
 index alone (parallel calls collide), nor on arrival time: its key is every protocol identity
 together. Stream names are built from these identities with each component percent-encoded, so
-that two different keys can never name the same stream.
+that two different turns or call keys can never name the same stream. A response's ingress
+stream is named by tenant and provider response id alone: a provider response belongs to one
+turn, and a response id that shows up under another turn is for the actors to refuse, not a
+second stream.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ def _identity_component(instance: object, attribute: attrs.Attribute[str], value
         raise TypeError(f"{attribute.name} must be a str, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{attribute.name} must not be empty")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{attribute.name} must be valid Unicode (no lone surrogates)"
+            ) from None
     if len(value) > MAX_IDENTITY_LENGTH:
         raise ValueError(
             f"{attribute.name} is {len(value)} characters, the limit is {MAX_IDENTITY_LENGTH}"
@@ -104,4 +114,8 @@ class CallKey:
 
 def control_stream(tenant: str | None = None) -> str:
     """The stream of operator controls, global or for one tenant."""
-    return _stream("control", "tenant", tenant) if tenant is not None else "control/global"
+    if tenant is None:
+        return "control/global"
+    if not tenant:
+        raise ValueError("tenant must not be empty")
+    return _stream("control", "tenant", tenant)
