@@ -11,7 +11,11 @@ import inert
 import inert.events
 
 PACKAGE = Path(__file__).parent.parent / "inert"
-PURE_EVENT_MODULES = ["_base", "_catalog", "_codec", "_errors", "_identity", "_records"]
+PURE_MODULES = [
+    *(f"events/{name}.py" for name in ("_base", "_catalog", "_codec", "_errors", "_identity")),
+    "events/_records.py",
+    "actors/_arguments.py",
+]
 IO_MODULES = {"trio", "sqlite3", "socket", "asyncio", "threading", "subprocess", "psycopg"}
 
 
@@ -35,10 +39,10 @@ def test_events_imports_nothing_else_of_inert() -> None:
             assert not name.startswith("inert"), f"{path.name} imports {name}"
 
 
-@pytest.mark.parametrize("module", PURE_EVENT_MODULES)
+@pytest.mark.parametrize("module", PURE_MODULES)
 def test_pure_modules_do_no_io(module: str) -> None:
-    """The vocabulary and the codec import neither trio nor any storage or network module."""
-    names = imported_modules(PACKAGE / "events" / f"{module}.py")
+    """The vocabulary, the codec and the argument parser import neither trio nor any storage."""
+    names = imported_modules(PACKAGE / module)
     assert not {name.split(".")[0] for name in names} & IO_MODULES
 
 
