@@ -159,7 +159,7 @@ class SQLiteLog(Log):
     ) -> None:
         super().__init__(codec=codec, clock=clock)
         if synchronous not in ("FULL", "NORMAL"):
-            raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+            raise ConfigurationError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         if max_batch_events < 1:
             raise ConfigurationError(f"max_batch_events must be at least 1, not {max_batch_events}")
         if poll_interval <= 0:

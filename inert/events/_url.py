@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ._codec import Codec
@@ -70,19 +71,22 @@ async def open_log(
             raise ConfigurationError(
                 f"unknown SQLite log options {sorted(unknown)}; known: {sorted(_SQLITE_OPTIONS)}"
             )
-        synchronous = options.get("synchronous", "FULL").upper()
-        if synchronous not in ("FULL", "NORMAL"):
-            raise ConfigurationError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
+        # Only the options the URL names are passed on: SQLiteLog's own defaults and range
+        # checks stay the one place they are written.
+        settings: dict[str, Any] = {}
+        if "synchronous" in options:
+            settings["synchronous"] = options["synchronous"].upper()
+        if "group_commit" in options:
+            settings["group_commit"] = _flag("group_commit", options["group_commit"])
+        if "max_batch_events" in options:
+            settings["max_batch_events"] = _number(
+                "max_batch_events", options["max_batch_events"], int
+            )
+        if "poll_interval" in options:
+            settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
         async with SQLiteLog.open(
             path,
-            synchronous="FULL" if synchronous == "FULL" else "NORMAL",
-            group_commit=_flag("group_commit", options.get("group_commit", "on")),
-            max_batch_events=int(
-                _number("max_batch_events", options.get("max_batch_events", "4096"), int)
-            ),
-            poll_interval=float(
-                _number("poll_interval", options.get("poll_interval", "1.0"), float)
-            ),
+            **settings,
             codec=codec,
             clock=clock,
         ) as sqlite_log:
