@@ -56,8 +56,10 @@ SAMPLES: dict[str, Event] = {
         ArgumentsAppended(
             key=KEY, data=b'{"city":', first_sequence=4, last_sequence=5, fragments=2
         ),
-        CallCancelled(key=KEY, reason=CancelReason.SUPERSEDED),
-        CallAwaitingConfirmation(key=KEY, arguments_digest="sha256:ab", expires_at=EXPIRES),
+        CallCancelled(key=KEY, cause=9, reason=CancelReason.SUPERSEDED),
+        CallAwaitingConfirmation(
+            key=KEY, cause=9, arguments_digest="sha256:ab", expires_at=EXPIRES
+        ),
         TurnStarted(
             turn=KEY.turn_ref,
             principal="user-1",
@@ -286,7 +288,7 @@ def test_a_datetime_is_stored_as_integer_microseconds_since_the_epoch() -> None:
 def test_a_naive_datetime_is_refused_at_encode_time() -> None:
     """Encoding an event holding a naive datetime is a CodecError, not a guess at its zone."""
     event = CallAwaitingConfirmation(
-        key=KEY, arguments_digest="sha256:ab", expires_at=datetime(2030, 5, 17, 12, 30)
+        key=KEY, cause=9, arguments_digest="sha256:ab", expires_at=datetime(2030, 5, 17, 12, 30)
     )
     with pytest.raises(CodecError, match="naive datetime"):
         DEFAULT_CODEC.encode(event)
@@ -297,7 +299,10 @@ def test_an_aware_datetime_in_another_zone_decodes_to_the_same_instant_in_utc() 
     """A datetime with an offset is stored as its instant and read back in UTC."""
     plus_two = timezone(timedelta(hours=2))
     event = CallAwaitingConfirmation(
-        key=KEY, arguments_digest="d", expires_at=datetime(2030, 5, 17, 14, 30, 15, 1, plus_two)
+        key=KEY,
+        cause=9,
+        arguments_digest="d",
+        expires_at=datetime(2030, 5, 17, 14, 30, 15, 1, plus_two),
     )
     decoded = DEFAULT_CODEC.decode(*DEFAULT_CODEC.encode(event))
     assert isinstance(decoded, CallAwaitingConfirmation)
@@ -319,7 +324,7 @@ offsets = st.builds(
 @example(moment=datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-5))))
 def test_every_datetime_that_encodes_decodes_again(moment: datetime) -> None:
     """An event either is refused at encode time or its payload decodes to an equal event."""
-    event = CallAwaitingConfirmation(key=KEY, arguments_digest="d", expires_at=moment)
+    event = CallAwaitingConfirmation(key=KEY, cause=9, arguments_digest="d", expires_at=moment)
     try:
         stored = DEFAULT_CODEC.encode(event)
     except CodecError:
@@ -333,7 +338,14 @@ def test_every_datetime_that_encodes_decodes_again(moment: datetime) -> None:
 @pytest.mark.parametrize("size", [2**64, 2**100], ids=["2**64", "2**100"])
 def test_an_integer_msgpack_cannot_hold_is_a_codec_error_at_encode_time(size: int) -> None:
     """An integer beyond 64 bits is refused at encode time with a CodecError naming the tag."""
-    event = CallTerminalCandidate(key=KEY, terminal=TerminalRef(sequence=1), fragments=1, size=size)
+    event = CallTerminalCandidate(
+        key=KEY,
+        cause=9,
+        terminal=TerminalRef(sequence=1),
+        fragments=1,
+        size=size,
+        arguments_digest="d",
+    )
     with pytest.raises(CodecError, match=re.escape("decision.terminal_candidate")):
         DEFAULT_CODEC.encode(event)
 
@@ -508,6 +520,8 @@ def test_a_value_refused_by_a_validator_names_the_field_and_the_rule() -> None:
 
 def test_an_encode_error_names_the_event_tag() -> None:
     """A naive datetime refused at encode time is reported with the event's tag."""
-    event = CallAwaitingConfirmation(key=KEY, arguments_digest="d", expires_at=datetime(2026, 1, 1))
+    event = CallAwaitingConfirmation(
+        key=KEY, cause=9, arguments_digest="d", expires_at=datetime(2026, 1, 1)
+    )
     with pytest.raises(CodecError, match=r"cannot encode 'decision\.awaiting_confirmation'"):
         DEFAULT_CODEC.encode(event)

@@ -57,6 +57,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "operator.tenant_stopped": (inert.TenantStopped, 1),
     "operator.tenant_resumed": (inert.TenantResumed, 1),
     "request.claim": (inert.ClaimRequested, 1),
+    "request.deadline": (inert.DeadlineReached, 1),
     "decision.collecting": (inert.CallCollecting, 1),
     "decision.terminal_candidate": (inert.CallTerminalCandidate, 1),
     "decision.validated": (inert.CallValidated, 1),

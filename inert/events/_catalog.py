@@ -78,6 +78,9 @@ class RejectReason(enum.StrEnum):
     WRONG_PRINCIPAL = "wrong_principal"
     NOT_READY = "not_ready"
     MISMATCHED_CONFIRMATION = "mismatched_confirmation"
+    UNKNOWN_TURN = "unknown_turn"
+    EXPIRED_CONFIRMATION = "expired_confirmation"
+    PROTOCOL_VIOLATION = "protocol_violation"
 
 
 @frozen(kw_only=True)
@@ -132,8 +135,13 @@ class CallOpened(Event):
 class ArgumentsAppended(Event):
     """Argument bytes of an open call: transport data, never an instruction.
 
-    An adapter may coalesce consecutive fragments into one event; it then keeps the first and
-    last provider sequence and the number of fragments it joined.
+    Sequences number the events of one call consecutively: ``CallOpened.sequence``, then each
+    fragment, then ``CallEnded.terminal.sequence``. Where the provider numbers a call's events
+    that way (OpenAI Responses' ``sequence_number``) its numbers serve; otherwise the adapter
+    counts the call's fragments as they come off the wire, or gives no sequence at all. A
+    fragment whose sequences were seen already is a duplicate delivery; a number missing when
+    the call ends is a gap. An adapter may coalesce consecutive fragments into one event; it then
+    keeps the first and last sequence and the number of fragments it joined.
     """
 
     key: CallKey
@@ -318,7 +326,23 @@ class ClaimRequested(Event):
     executor: str
 
 
+@event_type("request.deadline")
+@frozen(kw_only=True)
+class DeadlineReached(Event):
+    """A timer of the runtime found one of the call's deadlines due.
+
+    It is a request like a claim: the call's actor judges it in log order, against the time the
+    log recorded it, so that a timeout is decided the same way live and on replay.
+    """
+
+    key: CallKey
+
+
 # --- decisions (written only by the call's actor) ------------------------------------------
+#
+# Every decision names its ``cause``: the log position of the input it answers. Replay applies a
+# decision right after its cause, which is where the live actor made it, even when other inputs
+# reached the log between the cause and the decision.
 
 
 @event_type("decision.collecting")
@@ -327,6 +351,7 @@ class CallCollecting(Event):
     """The actor took charge of a newly opened call and is buffering its arguments."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     tool: str
 
 
@@ -336,9 +361,11 @@ class CallTerminalCandidate(Event):
     """The call's own end event arrived; it waits for its response to end successfully."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     terminal: TerminalRef
     fragments: int = field(validator=_non_negative)
     size: int = field(validator=_non_negative)
+    arguments_digest: str
 
 
 @event_type("decision.validated")
@@ -347,6 +374,8 @@ class CallValidated(Event):
     """The call parsed and validated once; these canonical arguments are the ones that may run."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
+    tool: str
     tool_digest: str
     arguments: bytes
     arguments_digest: str
@@ -359,6 +388,7 @@ class CallAwaitingConfirmation(Event):
     """A validated call waits for its principal to confirm it before this time."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     arguments_digest: str
     expires_at: datetime
 
@@ -369,6 +399,7 @@ class CallConfirmed(Event):
     """The awaited confirmation matched the call and was used up."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     principal: str
     confirmation_event_id: str
 
@@ -379,6 +410,7 @@ class CallDispatched(Event):
     """The call was handed to one executor claim; durable before the executor is called."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     claim_id: str
     executor: str
 
@@ -389,8 +421,8 @@ class CallCancelled(Event):
     """The call ended without running because it was no longer wanted."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     reason: CancelReason
-    cause_event_id: str | None = None
 
 
 @event_type("decision.failed")
@@ -399,9 +431,9 @@ class CallFailed(Event):
     """The call ended without running because it was wrong; ``detail`` never holds values."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     reason: FailReason
     detail: str = ""
-    cause_event_id: str | None = None
 
 
 @event_type("decision.rejected")
@@ -410,7 +442,9 @@ class EventRejected(Event):
     """An event addressed to the call was refused and recorded, not applied."""
 
     key: CallKey
+    cause: int = field(validator=_positive)
     rejected_event_id: str
+    rejected_type: str
     reason: RejectReason
     detail: str = ""
 
