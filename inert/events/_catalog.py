@@ -62,6 +62,7 @@ class FailReason(enum.StrEnum):
     BUSINESS_INVALID = "business_invalid"
     PERMISSION_DENIED = "permission_denied"
     VALIDATION_TIMEOUT = "validation_timeout"
+    VALIDATOR_ERROR = "validator_error"
     RESPONSE_FAILED = "response_failed"
     IDENTITY_CONFLICT = "identity_conflict"
     LIMIT_EXCEEDED = "limit_exceeded"

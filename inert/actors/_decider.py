@@ -1,0 +1,1001 @@
+"""The call state machine: every rule of one call's life, and nothing else, lives here.
+
+States::
+
+    absent -> collecting -> terminal_candidate -> validated -> dispatched
+                  \\                 \\                 \\
+                   +-----------------+-----------------+--> cancelled | failed
+
+``dispatched``, ``cancelled`` and ``failed`` are terminal. ``validated`` may wait for a
+confirmation before a claim can dispatch it. ``absent`` is where every call key starts and where
+it stays while everything addressed to it is rejected.
+
+Rules:
+
+1. Determinism. An input is judged against the state, the context as of the input's log
+   position (the turn, the operator controls, the limits) and the time the log recorded it.
+   Nothing else is consulted, so the same log gives the same decisions, live and on replay. The
+   only answer from outside is a validation result, fed back as ``ValidationOutcome`` and
+   recorded in the decision it produces, so that replay never asks for it again.
+2. Opening. A call opens only in a known, active turn; in a cancelled or superseded turn every
+   event addressed to it is rejected (``stale_turn``) and it never leaves ``absent``. A tool the
+   turn did not offer fails the call at once. A call opened under an operator control is
+   cancelled at once. Fragments or an end event before the opening fail the call: its data can
+   no longer be whole.
+3. Fragments are transport data. They go to a private buffer in sequence order. A fragment
+   whose sequences were all seen is a duplicate delivery: rejected, never data. One that
+   overlaps what was seen, or mixes numbered and unnumbered fragments, fails the call. Past the
+   byte or fragment limit the call fails.
+4. The call's own end event permits parsing, nothing more. A sequence number missing between
+   the opening and the end fails the call (``sequence_gap``); final arguments sent by the
+   provider must equal the assembled bytes (or stand for them when there were no fragments);
+   then the bytes are parsed once, strictly (``inert.actors._arguments``). Only a parse that
+   passes makes a ``terminal_candidate``.
+5. Only a successful end of its response makes a terminal candidate eligible: validation is
+   requested once. A response that ends any other way, or ends before the call's own end
+   event, fails the call.
+6. Wanted until dispatched. A cancelled or superseded turn, a quarantined response, a disabled
+   tool or a stopped tenant cancels the call at the first input that sees it, in every state
+   before ``dispatched``. A stream lost without a way to resume it cancels a call whose
+   response has not ended (``connection_lost``).
+7. Confirmation. A validated call whose tool needs it waits for one confirmation from the
+   turn's principal, for the tool digest and arguments digest of the call, before both its own
+   expiry and the call's. Anything else is rejected and recorded. A denial from that principal
+   cancels the call in any state before ``dispatched``.
+8. Claim. A claim dispatches only a validated, wanted call (confirmed where needed) and is
+   answered with ``dispatched`` or a rejection. The first claim wins; every later one is
+   rejected.
+9. Deadlines. A call still collecting or waiting for its response is cancelled once the idle
+   time has passed since its last ingress event; a call waiting for confirmation is cancelled
+   when the confirmation lifetime ends. Both are judged when a ``DeadlineReached`` request is
+   in the log, at the time the log recorded it.
+10. Terminal is absorbing. Events addressed to a terminal call are rejected (``call_terminal``);
+    events that merely concern it (its response, turn, tenant) are ignored.
+
+The transition table below is closed: a (state, input) pair missing from it is an
+``IllegalTransition``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+import attrs
+from attrs import field, frozen, validators
+
+from ..events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallOpened,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    DeadlineReached,
+    Event,
+    EventRejected,
+    FailReason,
+    InertError,
+    OfferedTool,
+    RejectReason,
+    ResponseEnded,
+    ResponseEndReason,
+    ResponseQuarantined,
+    StreamLost,
+    StreamResumed,
+    TenantStopped,
+    TerminalRef,
+    ToolDisabled,
+    TurnCancelled,
+    TurnStarted,
+    TurnSuperseded,
+)
+from ._arguments import (
+    ArgumentLimits,
+    ArgumentProblem,
+    ParsedArguments,
+    RejectedArguments,
+    parse_arguments,
+)
+
+
+class Phase(enum.StrEnum):
+    """Where a call is in its life."""
+
+    ABSENT = "absent"
+    COLLECTING = "collecting"
+    TERMINAL_CANDIDATE = "terminal_candidate"
+    VALIDATED = "validated"
+    DISPATCHED = "dispatched"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+TERMINAL_PHASES = frozenset({Phase.DISPATCHED, Phase.CANCELLED, Phase.FAILED})
+
+
+class IllegalTransition(InertError):
+    """An input arrived in a state where the call state machine has no rule for it."""
+
+    def __init__(self, phase: Phase, input_type: str) -> None:
+        super().__init__(f"no transition of a {phase.value} call on {input_type}")
+        self.phase = phase
+        self.input_type = input_type
+
+
+# --- context ---------------------------------------------------------------------------------
+
+
+class TurnStatus(enum.StrEnum):
+    ACTIVE = "active"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+
+
+@frozen(kw_only=True)
+class TurnView:
+    """What a call may know of its turn: who started it, what it offered, whether it is on."""
+
+    principal: str
+    tools: Mapping[str, OfferedTool]
+    status: TurnStatus = TurnStatus.ACTIVE
+
+
+@frozen(kw_only=True)
+class CallLimits:
+    """Bounds on one call and on the calls alive at once (the design's defaults, configurable)."""
+
+    arguments: ArgumentLimits = field(factory=ArgumentLimits)
+    max_fragments: int = field(default=10_000, validator=validators.ge(1))
+    idle_timeout: timedelta = timedelta(seconds=60)
+    confirmation_lifetime: timedelta = timedelta(minutes=10)
+    max_live_per_turn: int = field(default=64, validator=validators.ge(1))
+    max_live_per_tenant: int = field(default=4096, validator=validators.ge(1))
+
+    @property
+    def max_bytes(self) -> int:
+        return self.arguments.max_bytes
+
+
+DEFAULT_LIMITS = CallLimits()
+
+
+@frozen(kw_only=True)
+class CallContext:
+    """The world as of an input's position: the call's turn, a control that forbids the call,
+    and how many other calls of its turn and tenant are alive."""
+
+    turn: TurnView | None
+    blocked: CancelReason | None = None
+    limits: CallLimits = DEFAULT_LIMITS
+    live_in_turn: int = 0
+    live_in_tenant: int = 0
+
+
+@frozen(kw_only=True)
+class Input:
+    """An event from the log, as the call's actor receives it."""
+
+    event: Event
+    position: int
+    event_id: str
+    at: datetime
+
+
+# --- validation, the one answer from outside -----------------------------------------------
+
+
+@frozen(kw_only=True)
+class ValidationResult:
+    """What validation said of a call: accepted (maybe needing confirmation) or why not.
+
+    ``detail`` names paths and kinds of problems, never values.
+    """
+
+    failure: FailReason | None = None
+    detail: str = ""
+    needs_confirmation: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return self.failure is None
+
+
+@frozen(kw_only=True)
+class ValidationOutcome:
+    """The result of the validation a ``ValidationRequested`` asked for, fed back in."""
+
+    result: ValidationResult
+
+
+# --- decisions that are not written to the log -------------------------------------------
+#
+# They carry what the state needs from an input (the fragment, the parsed arguments) and are
+# made again by replay, which runs ``decide`` on the same inputs.
+
+
+@frozen(kw_only=True)
+class Opened:
+    sequence: int | None
+    at: datetime
+
+
+@frozen(kw_only=True)
+class FragmentAccepted:
+    fragment: ArgumentsAppended
+    at: datetime
+
+
+@frozen(kw_only=True)
+class ArgumentsParsed:
+    arguments: ParsedArguments
+    terminal: TerminalRef
+
+
+@frozen(kw_only=True)
+class ValidationRequested:
+    """The call is eligible: its actor must validate these arguments once and feed the result."""
+
+    key: CallKey
+    tool: OfferedTool
+    principal: str
+    arguments: ParsedArguments
+    cause: int
+    at: datetime
+
+
+Internal = Opened | FragmentAccepted | ArgumentsParsed | ValidationRequested
+Decision = Event | Internal
+INTERNAL_TYPES: tuple[type, ...] = (Opened, FragmentAccepted, ArgumentsParsed, ValidationRequested)
+
+
+def recorded(decisions: tuple[Decision, ...]) -> list[Event]:
+    """The decisions that are written to the call's stream."""
+    return [decision for decision in decisions if isinstance(decision, Event)]
+
+
+# --- the buffer ------------------------------------------------------------------------------
+
+
+class _Fit(enum.Enum):
+    NEW = "new"
+    DUPLICATE = "duplicate"
+    OVERLAP = "overlap"
+    MIXED = "mixed"
+
+
+@frozen
+class _Buffer:
+    """The argument bytes of one call in sequence order, with what was seen of its sequences.
+
+    Immutable: adding a fragment makes a new buffer. Numbered fragments are ordered by their
+    first sequence; unnumbered ones by arrival.
+    """
+
+    parts: tuple[tuple[int, bytes], ...] = ()
+    size: int = 0
+    fragments: int = 0
+    ranges: tuple[tuple[int, int], ...] = ()
+    numbered: bool | None = None
+
+    def fit(self, fragment: ArgumentsAppended) -> _Fit:
+        numbered = fragment.first_sequence is not None
+        if self.numbered is not None and numbered != self.numbered:
+            return _Fit.MIXED
+        if not numbered:
+            return _Fit.NEW
+        first, last = _sequences(fragment)
+        for low, high in self.ranges:
+            if low <= first and last <= high:
+                return _Fit.DUPLICATE
+            if first <= high and last >= low:
+                return _Fit.OVERLAP
+        return _Fit.NEW
+
+    def add(self, fragment: ArgumentsAppended) -> _Buffer:
+        if fragment.first_sequence is None:
+            parts = (*self.parts, (len(self.parts), fragment.data))
+            ranges = self.ranges
+        else:
+            first, last = _sequences(fragment)
+            part = (first, fragment.data)
+            if not self.parts or first > self.parts[-1][0]:
+                parts = (*self.parts, part)
+            else:
+                index = bisect.bisect(self.parts, first, key=lambda item: item[0])
+                parts = (*self.parts[:index], part, *self.parts[index:])
+            ranges = _merge(self.ranges, first, last)
+        return _Buffer(
+            parts,
+            self.size + len(fragment.data),
+            self.fragments + fragment.fragments,
+            ranges,
+            fragment.first_sequence is not None,
+        )
+
+    def gap(self, opened: int | None, terminal: int | None) -> str | None:
+        """The first sequence number missing between the opening and the end, if any."""
+        first_seen = self.ranges[0][0] if self.ranges else None
+        last_seen = self.ranges[-1][1] if self.ranges else None
+        start = opened + 1 if opened is not None else first_seen
+        end = terminal - 1 if terminal is not None else last_seen
+        if self.numbered is False or start is None or end is None:
+            return None
+        if not self.ranges:
+            return f"sequences {start}..{end} never arrived" if end >= start else None
+        low, high = self.ranges[0]
+        if low > start:
+            return f"sequence {start} never arrived"
+        if len(self.ranges) > 1:
+            return f"sequence {high + 1} never arrived"
+        if high > end:
+            return f"sequence {high} came after the end event's {end + 1}"
+        if high < end:
+            return f"sequence {high + 1} never arrived"
+        return None
+
+    def assembled(self) -> bytes:
+        return b"".join(data for _, data in self.parts)
+
+    def without_data(self) -> _Buffer:
+        """The same record of sequences and counts, with the bytes dropped."""
+        return attrs.evolve(self, parts=())
+
+
+_EMPTY_BUFFER = _Buffer()
+
+
+def _sequences(fragment: ArgumentsAppended) -> tuple[int, int]:
+    assert fragment.first_sequence is not None
+    assert fragment.last_sequence is not None
+    return fragment.first_sequence, fragment.last_sequence
+
+
+def _merge(
+    ranges: tuple[tuple[int, int], ...], first: int, last: int
+) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted((*ranges, (first, last))):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
+
+
+# --- the state -------------------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class CallState:
+    """Everything the decider knows of one call. Only ``evolve`` makes a new one."""
+
+    key: CallKey
+    phase: Phase = Phase.ABSENT
+    tool: str = ""
+    opened_sequence: int | None = None
+    last_activity: datetime | None = None
+    _buffer: _Buffer = _EMPTY_BUFFER
+    terminal: TerminalRef | None = None
+    arguments: ParsedArguments | None = None
+    validating: ValidationRequested | None = None
+    tool_digest: str = ""
+    arguments_digest: str = ""
+    needs_confirmation: bool = False
+    confirmation_expires: datetime | None = None
+    confirmed: bool = False
+    claim_id: str = ""
+    reason: str = ""
+
+    @property
+    def terminal_phase(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def fragments(self) -> int:
+        return self._buffer.fragments
+
+    @property
+    def size(self) -> int:
+        return self._buffer.size
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        return self.phase is Phase.VALIDATED and self.needs_confirmation and not self.confirmed
+
+    @property
+    def ready(self) -> bool:
+        """Validated, and confirmed where the tool needs it: a claim may dispatch it."""
+        return self.phase is Phase.VALIDATED and (self.confirmed or not self.needs_confirmation)
+
+    def deadline(self, limits: CallLimits = DEFAULT_LIMITS) -> datetime | None:
+        """When a ``DeadlineReached`` would change this call, if ever."""
+        if self.phase in (Phase.COLLECTING, Phase.TERMINAL_CANDIDATE) and not self.validating:
+            assert self.last_activity is not None
+            return self.last_activity + limits.idle_timeout
+        if self.awaiting_confirmation:
+            return self.confirmation_expires
+        return None
+
+
+def initial_state(key: CallKey) -> CallState:
+    return CallState(key=key)
+
+
+# --- decide ----------------------------------------------------------------------------------
+
+
+class _Judge:
+    """Builds the decisions of one input: each one names the call and the input's position."""
+
+    def __init__(self, state: CallState, received: Input | ValidationOutcome, cause: int) -> None:
+        self.state = state
+        self.received = received
+        self.cause = cause
+
+    def cancel(self, reason: CancelReason) -> tuple[Decision, ...]:
+        return (CallCancelled(key=self.state.key, cause=self.cause, reason=reason),)
+
+    def fail(self, reason: FailReason, detail: str = "") -> tuple[Decision, ...]:
+        return (CallFailed(key=self.state.key, cause=self.cause, reason=reason, detail=detail),)
+
+    def reject(self, reason: RejectReason, detail: str = "") -> tuple[Decision, ...]:
+        assert isinstance(self.received, Input)
+        return (
+            EventRejected(
+                key=self.state.key,
+                cause=self.cause,
+                rejected_event_id=self.received.event_id,
+                rejected_type=self.received.event.TAG,
+                reason=reason,
+                detail=detail,
+            ),
+        )
+
+
+Handler = Callable[[_Judge, CallContext], tuple[Decision, ...]]
+NOTHING: tuple[Decision, ...] = ()
+
+
+def _event(judge: _Judge) -> Event:
+    assert isinstance(judge.received, Input)
+    return judge.received.event
+
+
+def _at(judge: _Judge) -> datetime:
+    assert isinstance(judge.received, Input)
+    return judge.received.at
+
+
+def _unwanted(context: CallContext) -> CancelReason | None:
+    turn = context.turn
+    if turn is not None and turn.status is TurnStatus.CANCELLED:
+        return CancelReason.TURN_CANCELLED
+    if turn is not None and turn.status is TurnStatus.SUPERSEDED:
+        return CancelReason.SUPERSEDED
+    return context.blocked
+
+
+def _stale(judge: _Judge, context: CallContext) -> tuple[Decision, ...] | None:
+    """The rejection of an event addressed to a call of a turn that is unknown or over."""
+    if context.turn is None:
+        return judge.reject(RejectReason.UNKNOWN_TURN)
+    if context.turn.status is not TurnStatus.ACTIVE:
+        return judge.reject(RejectReason.STALE_TURN, f"the turn is {context.turn.status.value}")
+    return None
+
+
+# absent
+
+
+def _open(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    event = _event(judge)
+    assert isinstance(event, CallOpened)
+    assert context.turn is not None
+    opened: tuple[Decision, ...] = (
+        CallCollecting(key=judge.state.key, cause=judge.cause, tool=event.tool),
+        Opened(sequence=event.sequence, at=_at(judge)),
+    )
+    if event.tool not in context.turn.tools:
+        return opened + judge.fail(
+            FailReason.UNKNOWN_TOOL, f"the turn did not offer a tool named {event.tool!r}"
+        )
+    blocked = context.blocked
+    if blocked is not None:
+        return opened + judge.cancel(blocked)
+    limits = context.limits
+    if context.live_in_turn >= limits.max_live_per_turn:
+        return opened + judge.fail(
+            FailReason.LIMIT_EXCEEDED,
+            f"{context.live_in_turn} calls of the turn are alive, the limit is"
+            f" {limits.max_live_per_turn}",
+        )
+    if context.live_in_tenant >= limits.max_live_per_tenant:
+        return opened + judge.fail(
+            FailReason.LIMIT_EXCEEDED,
+            f"{context.live_in_tenant} calls of the tenant are alive, the limit is"
+            f" {limits.max_live_per_tenant}",
+        )
+    return opened
+
+
+def _before_open(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    return judge.fail(
+        FailReason.PROTOCOL_VIOLATION,
+        f"{_event(judge).TAG} arrived before the call was opened",
+    )
+
+
+def _unknown_call(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.reject(RejectReason.UNKNOWN_CALL, "the call was never opened")
+
+
+def _ignore(_: _Judge, __: CallContext) -> tuple[Decision, ...]:
+    return NOTHING
+
+
+# open calls (collecting, terminal candidate, validated)
+
+
+def _wanted(handler: Handler, *, answer: bool = False) -> Handler:
+    """Run ``handler`` only while the call is wanted; otherwise cancel it (rule 6).
+
+    ``answer``: the input is a request whose sender waits for a reply, so it is also rejected.
+    """
+
+    def checked(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+        reason = _unwanted(context)
+        if reason is None:
+            return handler(judge, context)
+        decisions = judge.cancel(reason)
+        if answer:
+            decisions += judge.reject(RejectReason.NOT_READY, f"the call is cancelled: {reason}")
+        return decisions
+
+    return checked
+
+
+def _reopen(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, CallOpened)
+    if event.tool == judge.state.tool:
+        return judge.reject(RejectReason.DUPLICATE, "the call is open already")
+    return judge.fail(
+        FailReason.IDENTITY_CONFLICT,
+        f"opened again as {event.tool!r}, it was {judge.state.tool!r}",
+    )
+
+
+def _fragment(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ArgumentsAppended)
+    buffer = judge.state._buffer
+    fit = buffer.fit(event)
+    if fit is _Fit.DUPLICATE:
+        return judge.reject(RejectReason.DUPLICATE, "these sequences arrived already")
+    if fit is _Fit.OVERLAP:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment overlaps sequences seen")
+    if fit is _Fit.MIXED:
+        return judge.fail(
+            FailReason.PROTOCOL_VIOLATION, "numbered and unnumbered fragments in one call"
+        )
+    limits = context.limits
+    if buffer.size + len(event.data) > limits.max_bytes:
+        return judge.fail(
+            FailReason.TOO_LARGE,
+            f"{buffer.size + len(event.data)} bytes, the limit is {limits.max_bytes}",
+        )
+    if buffer.fragments + event.fragments > limits.max_fragments:
+        return judge.fail(
+            FailReason.TOO_MANY_FRAGMENTS,
+            f"{buffer.fragments + event.fragments} fragments, the limit is {limits.max_fragments}",
+        )
+    return (FragmentAccepted(fragment=event, at=_at(judge)),)
+
+
+def _late_fragment(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ArgumentsAppended)
+    if judge.state._buffer.fit(event) is _Fit.DUPLICATE:
+        return judge.reject(RejectReason.DUPLICATE, "these sequences arrived already")
+    return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment after the call's end event")
+
+
+def _end(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, CallEnded)
+    state = judge.state
+    buffer = state._buffer
+    gap = buffer.gap(state.opened_sequence, event.terminal.sequence)
+    if gap is not None:
+        return judge.fail(FailReason.SEQUENCE_GAP, gap)
+    data = buffer.assembled()
+    if event.final_arguments is not None:
+        if buffer.fragments and event.final_arguments != data:
+            return judge.fail(
+                FailReason.FINAL_ARGUMENTS_MISMATCH,
+                f"the provider's {len(event.final_arguments)} bytes differ from the"
+                f" {len(data)} assembled",
+            )
+        data = event.final_arguments
+    parsed = parse_arguments(data, context.limits.arguments)
+    if isinstance(parsed, RejectedArguments):
+        reason = (
+            FailReason.TOO_LARGE
+            if parsed.problem is ArgumentProblem.TOO_LARGE
+            else FailReason.MALFORMED_ARGUMENTS
+        )
+        return judge.fail(reason, parsed.describe())
+    return (
+        ArgumentsParsed(arguments=parsed, terminal=event.terminal),
+        CallTerminalCandidate(
+            key=state.key,
+            cause=judge.cause,
+            terminal=event.terminal,
+            fragments=buffer.fragments,
+            size=len(data),
+            arguments_digest=parsed.digest,
+        ),
+    )
+
+
+def _end_again(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, CallEnded)
+    if event.terminal == judge.state.terminal:
+        return judge.reject(RejectReason.DUPLICATE, "the same end event arrived already")
+    return judge.fail(FailReason.PROTOCOL_VIOLATION, "a second, different end event")
+
+
+def _response_ended_early(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ResponseEnded)
+    if event.reason is ResponseEndReason.COMPLETED:
+        return judge.fail(
+            FailReason.PROTOCOL_VIOLATION, "the response ended before the call's end event"
+        )
+    return judge.fail(FailReason.RESPONSE_FAILED, f"the response ended: {event.reason.value}")
+
+
+def _response_ended(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ResponseEnded)
+    if event.reason is not ResponseEndReason.COMPLETED:
+        return judge.fail(FailReason.RESPONSE_FAILED, f"the response ended: {event.reason.value}")
+    state = judge.state
+    assert context.turn is not None
+    assert state.arguments is not None
+    return (
+        ValidationRequested(
+            key=state.key,
+            tool=context.turn.tools[state.tool],
+            principal=context.turn.principal,
+            arguments=state.arguments,
+            cause=judge.cause,
+            at=_at(judge),
+        ),
+    )
+
+
+def _stream_lost(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, StreamLost)
+    return NOTHING if event.resumable else judge.cancel(CancelReason.CONNECTION_LOST)
+
+
+def _validation_outcome(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    outcome = judge.received
+    request = judge.state.validating
+    if not isinstance(outcome, ValidationOutcome) or request is None:
+        raise IllegalTransition(judge.state.phase, "a validation outcome nobody asked for")
+    result = outcome.result
+    if result.failure is not None:
+        return judge.fail(result.failure, result.detail)
+    key = judge.state.key
+    validated: tuple[Decision, ...] = (
+        CallValidated(
+            key=key,
+            cause=judge.cause,
+            tool=request.tool.name,
+            tool_digest=request.tool.digest,
+            arguments=request.arguments.canonical,
+            arguments_digest=request.arguments.digest,
+            needs_confirmation=result.needs_confirmation,
+        ),
+    )
+    if result.needs_confirmation:
+        validated += (
+            CallAwaitingConfirmation(
+                key=key,
+                cause=judge.cause,
+                arguments_digest=request.arguments.digest,
+                expires_at=request.at + context.limits.confirmation_lifetime,
+            ),
+        )
+    return validated
+
+
+def _confirm(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ConfirmationGiven)
+    assert context.turn is not None
+    state = judge.state
+    at = _at(judge)
+    if not state.needs_confirmation:
+        return judge.reject(RejectReason.MISMATCHED_CONFIRMATION, "the tool needs none")
+    if state.confirmed:
+        return judge.reject(RejectReason.DUPLICATE, "the call is confirmed already")
+    if event.principal != context.turn.principal:
+        return judge.reject(RejectReason.WRONG_PRINCIPAL, "not the principal of the turn")
+    if event.tool_digest != state.tool_digest:
+        return judge.reject(RejectReason.MISMATCHED_CONFIRMATION, "for another tool declaration")
+    if event.arguments_digest != state.arguments_digest:
+        return judge.reject(RejectReason.MISMATCHED_CONFIRMATION, "for other arguments")
+    if event.expires_at <= at:
+        return judge.reject(RejectReason.EXPIRED_CONFIRMATION, "the confirmation expired")
+    assert state.confirmation_expires is not None
+    if state.confirmation_expires <= at:
+        return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
+            RejectReason.EXPIRED_CONFIRMATION, "the call stopped waiting for confirmation"
+        )
+    assert isinstance(judge.received, Input)
+    return (
+        CallConfirmed(
+            key=state.key,
+            cause=judge.cause,
+            principal=event.principal,
+            confirmation_event_id=judge.received.event_id,
+        ),
+    )
+
+
+def _not_ready(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.reject(RejectReason.NOT_READY, f"the call is {judge.state.phase.value}")
+
+
+def _deny(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ConfirmationDenied)
+    assert context.turn is not None
+    if event.principal != context.turn.principal:
+        return judge.reject(RejectReason.WRONG_PRINCIPAL, "not the principal of the turn")
+    return judge.cancel(CancelReason.CONFIRMATION_DENIED)
+
+
+def _claim(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ClaimRequested)
+    state = judge.state
+    if state.awaiting_confirmation:
+        assert state.confirmation_expires is not None
+        if state.confirmation_expires <= _at(judge):
+            return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
+                RejectReason.NOT_READY, "the call stopped waiting for confirmation"
+            )
+        return judge.reject(RejectReason.NOT_READY, "the call awaits confirmation")
+    return (
+        CallDispatched(
+            key=state.key, cause=judge.cause, claim_id=event.claim_id, executor=event.executor
+        ),
+    )
+
+
+def _deadline(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    state = judge.state
+    due = state.deadline(context.limits)
+    if due is None or _at(judge) < due:
+        return judge.reject(RejectReason.NOT_READY, "no deadline of the call is due")
+    if state.awaiting_confirmation:
+        return judge.cancel(CancelReason.CONFIRMATION_EXPIRED)
+    return judge.cancel(CancelReason.IDLE_TIMEOUT)
+
+
+def _changes_wish(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    """A turn, tenant or operator event that concerns the call: cancel it if it is unwanted."""
+    reason = _unwanted(context)
+    return NOTHING if reason is None else judge.cancel(reason)
+
+
+# terminal calls
+
+
+def _terminal(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.reject(RejectReason.CALL_TERMINAL, f"the call is {judge.state.phase.value}")
+
+
+# --- the table -------------------------------------------------------------------------------
+
+A, C, T, V = Phase.ABSENT, Phase.COLLECTING, Phase.TERMINAL_CANDIDATE, Phase.VALIDATED
+ENDED = tuple(TERMINAL_PHASES)
+OPEN = (C, T, V)
+
+_SCOPE_EVENTS: tuple[type[Event], ...] = (
+    TurnStarted,
+    TurnCancelled,
+    TurnSuperseded,
+    ResponseQuarantined,
+    ToolDisabled,
+    TenantStopped,
+)
+
+INPUT_TYPES: tuple[type, ...] = (
+    CallOpened,
+    ArgumentsAppended,
+    CallEnded,
+    ResponseEnded,
+    StreamLost,
+    StreamResumed,
+    *_SCOPE_EVENTS,
+    ConfirmationGiven,
+    ConfirmationDenied,
+    ClaimRequested,
+    DeadlineReached,
+    ValidationOutcome,
+)
+"""Every kind of input a call's actor may be handed."""
+
+
+def _rows(
+    input_type: type, handlers: dict[tuple[Phase, ...], Handler]
+) -> dict[tuple[Phase, type], Handler]:
+    return {
+        (phase, input_type): handler for phases, handler in handlers.items() for phase in phases
+    }
+
+
+TABLE: dict[tuple[Phase, type], Handler] = {
+    **_rows(
+        CallOpened,
+        {(A,): _open, OPEN: _wanted(_reopen), ENDED: _terminal},
+    ),
+    **_rows(
+        ArgumentsAppended,
+        {
+            (A,): _before_open,
+            (C,): _wanted(_fragment),
+            (T, V): _wanted(_late_fragment),
+            ENDED: _terminal,
+        },
+    ),
+    **_rows(
+        CallEnded,
+        {(A,): _before_open, (C,): _wanted(_end), (T, V): _wanted(_end_again), ENDED: _terminal},
+    ),
+    **_rows(
+        ResponseEnded,
+        {
+            (C,): _wanted(_response_ended_early),
+            (T,): _wanted(_response_ended),
+            (A, V, *ENDED): _ignore,
+        },
+    ),
+    **_rows(StreamLost, {(C, T): _wanted(_stream_lost), (A, V, *ENDED): _ignore}),
+    **_rows(StreamResumed, {OPEN: _wanted(_ignore), (A, *ENDED): _ignore}),
+    **{
+        pair: handler
+        for scope_event in _SCOPE_EVENTS
+        for pair, handler in _rows(scope_event, {OPEN: _changes_wish, (A, *ENDED): _ignore}).items()
+    },
+    **_rows(
+        ConfirmationGiven,
+        {
+            (A,): _unknown_call,
+            (C, T): _wanted(_not_ready, answer=True),
+            (V,): _wanted(_confirm, answer=True),
+            ENDED: _terminal,
+        },
+    ),
+    **_rows(ConfirmationDenied, {(A,): _unknown_call, OPEN: _wanted(_deny), ENDED: _terminal}),
+    **_rows(
+        ClaimRequested,
+        {
+            (A,): _unknown_call,
+            (C, T): _wanted(_not_ready, answer=True),
+            (V,): _wanted(_claim, answer=True),
+            ENDED: _terminal,
+        },
+    ),
+    **_rows(DeadlineReached, {(A,): _unknown_call, OPEN: _wanted(_deadline), ENDED: _terminal}),
+    **_rows(ValidationOutcome, {(T,): _validation_outcome}),
+}
+
+
+def decide(
+    state: CallState, received: Input | ValidationOutcome, context: CallContext
+) -> tuple[Decision, ...]:
+    """The decisions of one input: what to record, and what the state needs to remember."""
+    input_type = type(received.event) if isinstance(received, Input) else ValidationOutcome
+    handler = TABLE.get((state.phase, input_type))
+    if handler is None or (state.validating is not None) != (input_type is ValidationOutcome):
+        name = getattr(input_type, "TAG", input_type.__name__)
+        raise IllegalTransition(state.phase, name)
+    if isinstance(received, Input):
+        cause = received.position
+    else:
+        assert state.validating is not None
+        cause = state.validating.cause
+    return handler(_Judge(state, received, cause), context)
+
+
+# --- evolve ----------------------------------------------------------------------------------
+
+
+def _ended(state: CallState, phase: Phase, reason: str) -> CallState:
+    # A terminal call keeps its record of sequences (to know a replayed fragment) and drops
+    # every byte of its arguments.
+    return attrs.evolve(
+        state,
+        phase=phase,
+        reason=reason,
+        buffer=state._buffer.without_data(),
+        arguments=None,
+        validating=None,
+    )
+
+
+def evolve(state: CallState, decision: Decision) -> CallState:
+    """The state after one decision."""
+    match decision:
+        case FragmentAccepted(fragment=fragment, at=at):
+            return attrs.evolve(state, buffer=state._buffer.add(fragment), last_activity=at)
+        case Opened(sequence=sequence, at=at):
+            return attrs.evolve(state, opened_sequence=sequence, last_activity=at)
+        case CallCollecting(tool=tool):
+            return attrs.evolve(state, phase=Phase.COLLECTING, tool=tool)
+        case ArgumentsParsed(arguments=arguments, terminal=terminal):
+            return attrs.evolve(state, arguments=arguments, terminal=terminal)
+        case CallTerminalCandidate(arguments_digest=digest):
+            return attrs.evolve(state, phase=Phase.TERMINAL_CANDIDATE, arguments_digest=digest)
+        case ValidationRequested():
+            return attrs.evolve(state, validating=decision)
+        case CallValidated():
+            return attrs.evolve(
+                state,
+                phase=Phase.VALIDATED,
+                tool_digest=decision.tool_digest,
+                arguments_digest=decision.arguments_digest,
+                needs_confirmation=decision.needs_confirmation,
+                validating=None,
+                buffer=state._buffer.without_data(),
+            )
+        case CallAwaitingConfirmation(expires_at=expires_at):
+            return attrs.evolve(state, confirmation_expires=expires_at)
+        case CallConfirmed():
+            return attrs.evolve(state, confirmed=True)
+        case CallDispatched(claim_id=claim_id):
+            return attrs.evolve(_ended(state, Phase.DISPATCHED, ""), claim_id=claim_id)
+        case CallCancelled(reason=reason):
+            return _ended(state, Phase.CANCELLED, reason.value)
+        case CallFailed(reason=reason):
+            return _ended(state, Phase.FAILED, reason.value)
+        case EventRejected():
+            return state
+    raise IllegalTransition(state.phase, f"decision {type(decision).__name__}")
+
+
+def step(
+    state: CallState, received: Input | ValidationOutcome, context: CallContext
+) -> tuple[CallState, tuple[Decision, ...]]:
+    """Decide on one input and apply the decisions: the new state and what was decided."""
+    decisions = decide(state, received, context)
+    for decision in decisions:
+        state = evolve(state, decision)
+    return state, decisions

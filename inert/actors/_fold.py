@@ -1,0 +1,572 @@
+"""Every call as of a log position, folded from the log in order: the memory of the actors.
+
+The fold reads each event once, in log position order, updates the turns and operator controls
+it has seen, hands the event to every call it addresses or concerns, runs the decider on it and
+says what must be written. Live and on replay it is the same code; the difference is only that
+on replay the decisions it makes are found in the log already, and are checked against it.
+
+- Decisions are made here, in log order, and written to the call's stream by the call's actor.
+  When a decision comes back from the log it must be the next one this fold expects for the
+  call; anything else is a ``ReplayDivergence`` (the log and this code disagree), and the fold
+  stops rather than guess.
+- Validation is the one answer from outside. While a call waits for it, the inputs of that call
+  are held back in order. The decision that records the answer (``CallValidated`` or
+  ``CallFailed``, caused by the input that asked) is turned back into the answer, fed to the
+  decider, and the held inputs follow: a replay never asks the validator again.
+- A payload dropped by retention (``Redacted``) cannot be decided again; a call that missed one
+  takes its recorded decisions as they are.
+- Live calls (opened, not terminal) are indexed by response, turn, conversation, tenant,
+  response id and tool, so that turn, tenant and operator events reach exactly the calls they
+  concern, and the limits on live calls per turn and per tenant are counted in log order.
+
+Pure: no trio, no storage. The actors and the runtime do the writing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TypeVar
+
+import attrs
+from attrs import define, field, frozen
+
+from ..events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallOpened,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    DeadlineReached,
+    Event,
+    EventRejected,
+    InertError,
+    RecordedEvent,
+    Redacted,
+    ResponseEnded,
+    ResponseQuarantined,
+    ResponseRef,
+    StreamLost,
+    StreamResumed,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TurnCancelled,
+    TurnRef,
+    TurnStarted,
+    TurnSuperseded,
+)
+from ._decider import (
+    DEFAULT_LIMITS,
+    CallContext,
+    CallLimits,
+    CallState,
+    Input,
+    Phase,
+    TurnStatus,
+    TurnView,
+    ValidationOutcome,
+    ValidationRequested,
+    ValidationResult,
+    evolve,
+    initial_state,
+    recorded,
+    step,
+)
+
+DECISION_TYPES: tuple[type[Event], ...] = (
+    CallCollecting,
+    CallTerminalCandidate,
+    CallValidated,
+    CallAwaitingConfirmation,
+    CallConfirmed,
+    CallDispatched,
+    CallCancelled,
+    CallFailed,
+    EventRejected,
+)
+
+_ADDRESSED = (
+    CallOpened,
+    ArgumentsAppended,
+    CallEnded,
+    ConfirmationGiven,
+    ConfirmationDenied,
+    ClaimRequested,
+    DeadlineReached,
+)
+
+
+class ReplayDivergence(InertError):
+    """A decision in the log is not the one this code makes from the same inputs."""
+
+    def __init__(self, key: CallKey, position: int, expected: str, found: str) -> None:
+        super().__init__(
+            f"replay diverged at position {position} for call {key.stream!r}: the decider"
+            f" expects {expected}, the log holds {found}; refusing to go on"
+        )
+        self.key = key
+        self.position = position
+
+
+# --- work for the actors ----------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class AppendDecisions:
+    """Write these decisions to the call's stream, after everything written for it before."""
+
+    key: CallKey
+    decisions: tuple[Event, ...]
+
+
+@frozen(kw_only=True)
+class RunValidation:
+    """Validate the call once; the actor feeds the answer to the decider and writes it."""
+
+    key: CallKey
+    request: ValidationRequested
+    context: CallContext
+
+
+@frozen(kw_only=True)
+class ScheduleDeadline:
+    """Ask for a ``DeadlineReached`` for the call at this time, if it is still due then."""
+
+    key: CallKey
+    at: datetime
+
+
+Work = AppendDecisions | RunValidation | ScheduleDeadline
+
+
+# --- turns and controls ----------------------------------------------------------------------
+
+
+@define
+class _Turn:
+    view: TurnView
+
+
+class Scope:
+    """The turns and operator controls as of a log position."""
+
+    def __init__(self) -> None:
+        self._turns: dict[TurnRef, _Turn] = {}
+        self._latest: dict[tuple[str, str], TurnRef] = {}
+        self._quarantined: set[tuple[str | None, str]] = set()
+        self._disabled: set[tuple[str | None, str]] = set()
+        self._stopped: set[str] = set()
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case TurnStarted(turn=turn, principal=principal, tools=tools):
+                if turn in self._turns:
+                    return
+                conversation = (turn.tenant, turn.conversation)
+                previous = self._latest.get(conversation)
+                if previous is not None:
+                    self._set_status(previous, TurnStatus.SUPERSEDED)
+                self._latest[conversation] = turn
+                offered = {tool.name: tool for tool in tools}
+                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered))
+            case TurnSuperseded(turn=turn):
+                self._set_status(turn, TurnStatus.SUPERSEDED)
+            case TurnCancelled(turn=turn, principal=principal):
+                known = self._turns.get(turn)
+                # Only the person the turn belongs to (through the agent server) cancels it.
+                if known is not None and known.view.principal == principal:
+                    self._set_status(turn, TurnStatus.CANCELLED)
+            case ResponseQuarantined(response=response, tenant=tenant):
+                self._quarantined.add((tenant, response))
+            case ToolDisabled(tool=tool, tenant=tenant):
+                self._disabled.add((tenant, tool))
+            case ToolEnabled(tool=tool, tenant=tenant):
+                self._disabled.discard((tenant, tool))
+            case TenantStopped(tenant=tenant):
+                self._stopped.add(tenant)
+            case TenantResumed(tenant=tenant):
+                self._stopped.discard(tenant)
+
+    def _set_status(self, turn: TurnRef, status: TurnStatus) -> None:
+        known = self._turns.get(turn)
+        if known is not None and known.view.status is TurnStatus.ACTIVE:
+            known.view = attrs.evolve(known.view, status=status)
+
+    def turn(self, turn: TurnRef) -> TurnView | None:
+        known = self._turns.get(turn)
+        return None if known is None else known.view
+
+    def blocked(self, key: CallKey, tool: str) -> CancelReason | None:
+        """The operator control that forbids this call now, if any (the widest first)."""
+        if key.tenant in self._stopped:
+            return CancelReason.TENANT_STOPPED
+        quarantined = self._quarantined
+        if (None, key.response) in quarantined or (key.tenant, key.response) in quarantined:
+            return CancelReason.RESPONSE_QUARANTINED
+        if tool and ((None, tool) in self._disabled or (key.tenant, tool) in self._disabled):
+            return CancelReason.TOOL_DISABLED
+        return None
+
+
+# --- calls -----------------------------------------------------------------------------------
+
+
+@define
+class CallRecord:
+    """One call as the fold knows it."""
+
+    state: CallState
+    version: int = 0
+    """Events of the call's stream seen in the log."""
+    expected: deque[Event] = field(factory=deque)
+    """Decisions made and not yet seen in the log, in order."""
+    held: deque[tuple[Input, CallContext]] = field(factory=deque)
+    """Inputs waiting for the answer of a validation."""
+    validation_context: CallContext | None = None
+    degraded: bool = False
+    """An input of the call was redacted: its recorded decisions are taken as they are."""
+
+
+def _live(state: CallState) -> bool:
+    return state.phase is not Phase.ABSENT and not state.terminal_phase
+
+
+_Members = dict[CallKey, None]
+"""Keys in the order they were added (a dict, so that iteration never depends on hashing)."""
+
+
+class _Index:
+    """Keys of live calls by what turn, tenant and operator events address."""
+
+    def __init__(self) -> None:
+        self.by_response: dict[ResponseRef, _Members] = {}
+        self.by_turn: dict[TurnRef, _Members] = {}
+        self.by_conversation: dict[tuple[str, str], _Members] = {}
+        self.by_tenant: dict[str, _Members] = {}
+        self.by_response_id: dict[str, _Members] = {}
+        self.by_tool: dict[str, _Members] = {}
+
+    def add(self, key: CallKey, tool: str) -> None:
+        _join(self.by_response, key.response_ref, key)
+        _join(self.by_turn, key.turn_ref, key)
+        _join(self.by_conversation, (key.tenant, key.conversation), key)
+        _join(self.by_tenant, key.tenant, key)
+        _join(self.by_response_id, key.response, key)
+        _join(self.by_tool, tool, key)
+
+    def remove(self, key: CallKey, tool: str) -> None:
+        _leave(self.by_response, key.response_ref, key)
+        _leave(self.by_turn, key.turn_ref, key)
+        _leave(self.by_conversation, (key.tenant, key.conversation), key)
+        _leave(self.by_tenant, key.tenant, key)
+        _leave(self.by_response_id, key.response, key)
+        _leave(self.by_tool, tool, key)
+
+
+G = TypeVar("G")
+
+
+def _join(index: dict[G, _Members], group: G, key: CallKey) -> None:
+    index.setdefault(group, {})[key] = None
+
+
+def _leave(index: dict[G, _Members], group: G, key: CallKey) -> None:
+    members = index.get(group)
+    if members is not None:
+        members.pop(key, None)
+        if not members:
+            del index[group]
+
+
+def _members(index: dict[G, _Members], group: G) -> list[CallKey]:
+    return list(index.get(group, ()))
+
+
+class CallFold:
+    """Folds the log into the state of every call and says what the actors must do."""
+
+    def __init__(self, limits: CallLimits = DEFAULT_LIMITS, *, live: bool = False) -> None:
+        self.limits = limits
+        self.live = live
+        self.position = 0
+        self.scope = Scope()
+        self.records: dict[CallKey, CallRecord] = {}
+        self._index = _Index()
+        self._resumable: set[ResponseRef] = set()
+        self._by_stream: dict[str, CallKey | list[CallKey]] = {}
+
+    # --- reading the log ---
+
+    def apply(self, recorded_event: RecordedEvent) -> list[Work]:
+        """Fold one event of the log (the next by position); the work it gives the actors."""
+        self.position = recorded_event.position
+        event = recorded_event.event
+        if isinstance(event, Redacted):
+            return self._redacted(recorded_event)
+        if isinstance(event, DECISION_TYPES):
+            return self._decision(recorded_event, event)
+        self.scope.apply(event)
+        self._note_stream(event)
+        work: list[Work] = []
+        for key in self._targets(event):
+            work.extend(self._deliver(key, recorded_event, event))
+        return work
+
+    def _note_stream(self, event: Event) -> None:
+        match event:
+            case StreamLost(response=response, resumable=True):
+                self._resumable.add(response)
+            case StreamLost(response=response) | StreamResumed(response=response):
+                self._resumable.discard(response)
+            case ResponseEnded(response=response):
+                self._resumable.discard(response)
+
+    def _targets(self, event: Event) -> Iterable[CallKey]:
+        index = self._index
+        match event:
+            case _ if isinstance(event, _ADDRESSED):
+                return (_key_of(event),)
+            case ResponseEnded(response=response) | StreamLost(response=response):
+                return _members(index.by_response, response)
+            case StreamResumed(response=response):
+                return _members(index.by_response, response)
+            case TurnStarted(turn=turn):
+                conversation = (turn.tenant, turn.conversation)
+                return [
+                    key
+                    for key in _members(index.by_conversation, conversation)
+                    if key.turn_ref != turn
+                ]
+            case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
+                return _members(index.by_turn, turn)
+            case ResponseQuarantined(response=response, tenant=tenant):
+                return [
+                    key
+                    for key in _members(index.by_response_id, response)
+                    if tenant is None or key.tenant == tenant
+                ]
+            case ToolDisabled(tool=tool, tenant=tenant):
+                return [
+                    key
+                    for key in _members(index.by_tool, tool)
+                    if tenant is None or key.tenant == tenant
+                ]
+            case TenantStopped(tenant=tenant):
+                return _members(index.by_tenant, tenant)
+        return ()
+
+    def _context(self, key: CallKey, record: CallRecord, event: Event) -> CallContext:
+        tool = record.state.tool or (event.tool if isinstance(event, CallOpened) else "")
+        live = _live(record.state)
+        in_turn = len(self._index.by_turn.get(key.turn_ref, ())) - live
+        in_tenant = len(self._index.by_tenant.get(key.tenant, ())) - live
+        return CallContext(
+            turn=self.scope.turn(key.turn_ref),
+            blocked=self.scope.blocked(key, tool),
+            limits=self.limits,
+            live_in_turn=in_turn,
+            live_in_tenant=in_tenant,
+        )
+
+    def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        record = self.records.get(key) or self._record(key)
+        if record.degraded:
+            return []
+        received = Input(
+            event=event,
+            position=recorded_event.position,
+            event_id=recorded_event.event_id,
+            at=recorded_event.recorded_at,
+        )
+        context = self._context(key, record, event)
+        if record.state.validating is not None or record.held:
+            record.held.append((received, context))
+            return []
+        return self._step(record, received, context)
+
+    def _step(
+        self, record: CallRecord, received: Input | ValidationOutcome, context: CallContext
+    ) -> list[Work]:
+        before = record.state
+        after, decisions = step(before, received, context)
+        record.state = after
+        self._reindex(before, after)
+        written = recorded(decisions)
+        record.expected.extend(written)
+        work: list[Work] = []
+        key = after.key
+        if self.live and written and not isinstance(received, ValidationOutcome):
+            work.append(AppendDecisions(key=key, decisions=tuple(written)))
+        for decision in decisions:
+            if isinstance(decision, ValidationRequested):
+                record.validation_context = context
+                if self.live:
+                    work.append(RunValidation(key=key, request=decision, context=context))
+        # Timers look the deadline up again when they fire, so only a deadline that is new or
+        # earlier than before needs scheduling; a later one is found by the earlier timer.
+        deadline = after.deadline(self.limits)
+        previous = before.deadline(self.limits)
+        if self.live and deadline is not None and (previous is None or deadline < previous):
+            work.append(ScheduleDeadline(key=key, at=deadline))
+        return work
+
+    def _reindex(self, before: CallState, after: CallState) -> None:
+        was, now = _live(before), _live(after)
+        if was and not now:
+            self._index.remove(before.key, before.tool)
+        elif now and not was:
+            self._index.add(after.key, after.tool)
+
+    def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        key = _key_of(event)
+        record = self.records.get(key)
+        if record is None:
+            record = self._record(key)
+            record.degraded = True
+        record.version = recorded_event.version
+        if record.degraded:
+            before = record.state
+            record.state = evolve(before, event)
+            record.expected.clear()
+            self._reindex(before, record.state)
+            return []
+        if record.expected:
+            wanted = record.expected.popleft()
+            if wanted != event:
+                raise ReplayDivergence(
+                    key, recorded_event.position, _describe(wanted), _describe(event)
+                )
+            return []
+        validating = record.state.validating
+        if validating is not None and isinstance(event, CallValidated | CallFailed):
+            if event.cause != validating.cause:
+                raise ReplayDivergence(
+                    key,
+                    recorded_event.position,
+                    f"the answer to the validation of position {validating.cause}",
+                    _describe(event),
+                )
+            return self._answer(record, recorded_event.position, event)
+        raise ReplayDivergence(key, recorded_event.position, "no decision", _describe(event))
+
+    def _answer(
+        self, record: CallRecord, position: int, event: CallValidated | CallFailed
+    ) -> list[Work]:
+        if isinstance(event, CallValidated):
+            result = ValidationResult(needs_confirmation=event.needs_confirmation)
+        else:
+            result = ValidationResult(failure=event.reason, detail=event.detail)
+        context = record.validation_context
+        assert context is not None
+        work = self._step(record, ValidationOutcome(result=result), context)
+        first = record.expected.popleft() if record.expected else None
+        if first != event:
+            raise ReplayDivergence(
+                record.state.key,
+                position,
+                "no decision" if first is None else _describe(first),
+                _describe(event),
+            )
+        record.validation_context = None
+        while record.held and record.state.validating is None:
+            received, held_context = record.held.popleft()
+            work.extend(self._step(record, received, held_context))
+        return work
+
+    def _record(self, key: CallKey) -> CallRecord:
+        record = self.records[key] = CallRecord(initial_state(key))
+        self._by_stream[key.stream] = key
+        self._by_stream.setdefault(key.response_ref.stream, [])
+        responses = self._by_stream[key.response_ref.stream]
+        assert isinstance(responses, list)
+        responses.append(key)
+        return record
+
+    def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
+        # Only the stream name is left. A call whose input is gone can no longer be decided
+        # again: it takes its recorded decisions as they are from now on.
+        found = self._by_stream.get(recorded_event.stream)
+        if isinstance(found, CallKey):
+            record = self.records[found]
+            record.version = recorded_event.version
+            if record.expected:
+                record.expected.popleft()
+        elif found is not None:
+            for key in found:
+                self.records[key].degraded = True
+        return []
+
+    # --- going live ---
+
+    def go_live(self) -> list[Work]:
+        """End the replay: what the actors must still do for the calls found in the log.
+
+        Decisions made but never written (the process stopped before writing them) are
+        written now; validations never answered are asked again; deadlines are set.
+        """
+        self.live = True
+        work: list[Work] = []
+        for key, record in self.records.items():
+            if record.expected and not record.degraded:
+                work.append(AppendDecisions(key=key, decisions=tuple(record.expected)))
+            validating = record.state.validating
+            if validating is not None and record.validation_context is not None:
+                work.append(
+                    RunValidation(key=key, request=validating, context=record.validation_context)
+                )
+            deadline = record.state.deadline(self.limits)
+            if deadline is not None:
+                work.append(ScheduleDeadline(key=key, at=deadline))
+        return work
+
+    def interrupted_responses(self) -> list[ResponseRef]:
+        """Responses with calls still assembling whose stream cannot be resumed.
+
+        After a restart nothing feeds them any more: the runtime records them as lost.
+        """
+        return [
+            response
+            for response, keys in self._index.by_response.items()
+            if response not in self._resumable
+            and any(
+                self.records[key].state.phase in (Phase.COLLECTING, Phase.TERMINAL_CANDIDATE)
+                for key in keys
+            )
+        ]
+
+    # --- looking ---
+
+    def state(self, key: CallKey) -> CallState | None:
+        record = self.records.get(key)
+        return None if record is None else record.state
+
+    def live_keys(self) -> list[CallKey]:
+        return [key for key, record in self.records.items() if _live(record.state)]
+
+
+def _key_of(event: Event) -> CallKey:
+    key = getattr(event, "key", None)
+    assert isinstance(key, CallKey)
+    return key
+
+
+def _describe(event: Event) -> str:
+    return f"{event.TAG} {attrs.asdict(event, recurse=False, filter=_no_bytes)}"
+
+
+def _no_bytes(attribute: attrs.Attribute[object], value: object) -> bool:
+    return not isinstance(value, bytes)
