@@ -1,1 +1,56 @@
-"""Pure folds of the log: ledger, dispatch queue, status, controls and audit."""
+"""Pure folds of the log: the ledger, the dispatch queue, the status, and their state digest.
+
+Each projection folds recorded events in position order into a state it can describe as plain
+JSON; none of them does I/O, imports trio or holds an argument value. ``Projections`` feeds one
+of each from the same records, so that a runtime keeps them at one position and proves their
+state with one digest.
+"""
+
+from ..events import RecordedEvent
+from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
+from ._dispatch import DispatchQueue
+from ._ledger import Ledger, LedgerRow, Transition
+from ._status import Status, StatusCue
+
+
+class Projections:
+    """One ledger, one dispatch queue and one status, fed the same records."""
+
+    __slots__ = ("ledger", "queue", "status")
+
+    def __init__(self) -> None:
+        self.ledger = Ledger()
+        self.queue = DispatchQueue()
+        self.status = Status()
+
+    @property
+    def position(self) -> int:
+        """The position of the last record applied (0 before any)."""
+        # They are fed together; should one ever lag, resuming from the lowest loses nothing.
+        return min(self.ledger.position, self.queue.position, self.status.position)
+
+    def apply(self, recorded: RecordedEvent) -> None:
+        """Fold one recorded event into all three projections."""
+        self.ledger.apply(recorded)
+        self.queue.apply(recorded)
+        self.status.apply(recorded)
+
+    def digest(self) -> str:
+        """The state digest of the three projections together."""
+        return state_digest(self.ledger, self.queue, self.status)
+
+
+__all__ = [
+    "JSON",
+    "DispatchQueue",
+    "Ledger",
+    "LedgerRow",
+    "Projection",
+    "Projections",
+    "Snapshot",
+    "Status",
+    "StatusCue",
+    "Transition",
+    "canonical_json",
+    "state_digest",
+]

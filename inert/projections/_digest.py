@@ -15,8 +15,8 @@ from typing import Protocol, TypeAlias
 
 from ..events import CallKey, RecordedEvent, ResponseRef
 
-JSON: TypeAlias = str | int | bool | None | list["JSON"] | dict[str, "JSON"]
-"""A value a snapshot may hold: nothing that JSON would encode in two ways."""
+JSON: TypeAlias = str | int | bool | list["JSON"] | dict[str, "JSON"] | None
+"""A value a snapshot may hold (no floats: their text is not one canonical form)."""
 
 Snapshot: TypeAlias = dict[str, JSON]
 """What a projection's ``snapshot()`` returns."""
