@@ -7,11 +7,46 @@ Everything public is re-exported here; the modules behind it are private.
 from importlib.metadata import PackageNotFoundError, version
 
 from . import events as _events
+from ._runtime import Dispatch, Executor, Runtime, open_runtime
+from .actors import (
+    DEFAULT_LIMITS,
+    ArgumentLimits,
+    CallLimits,
+    IllegalTransition,
+    Phase,
+    ReplayDivergence,
+    ToolDeclaration,
+    ValidationRequested,
+    ValidationResult,
+)
 from .events import *  # noqa: F403
+from .projections import DispatchQueue, Ledger, LedgerRow, Projections, Status, StatusCue
 
 try:
     __version__ = version("inert")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
     __version__ = "0.0.0"
 
-__all__ = [*_events.__all__, "__version__"]  # noqa: PLE0604
+__all__ = [  # noqa: PLE0604
+    *_events.__all__,
+    "DEFAULT_LIMITS",
+    "ArgumentLimits",
+    "CallLimits",
+    "Dispatch",
+    "DispatchQueue",
+    "Executor",
+    "IllegalTransition",
+    "Ledger",
+    "LedgerRow",
+    "Phase",
+    "Projections",
+    "ReplayDivergence",
+    "Runtime",
+    "Status",
+    "StatusCue",
+    "ToolDeclaration",
+    "ValidationRequested",
+    "ValidationResult",
+    "__version__",
+    "open_runtime",
+]

@@ -42,12 +42,14 @@ from ._catalog import (
 )
 from ._codec import CONVERTER, DEFAULT_CODEC, Codec, Upcaster
 from ._errors import (
+    ClaimRefused,
     CodecError,
     ConfigurationError,
     ConflictError,
     DuplicateEventError,
     InertError,
     LogError,
+    RefusedError,
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
@@ -72,6 +74,7 @@ __all__ = [
     "CallTerminalCandidate",
     "CallValidated",
     "CancelReason",
+    "ClaimRefused",
     "ClaimRequested",
     "Codec",
     "CodecError",
@@ -96,6 +99,7 @@ __all__ = [
     "OfferedTool",
     "RecordedEvent",
     "Redacted",
+    "RefusedError",
     "RejectReason",
     "ResponseEndReason",
     "ResponseEnded",

@@ -49,3 +49,17 @@ class DuplicateEventError(LogError):
             " nothing of the batch was written"
         )
         self.event_id = event_id
+
+
+class RefusedError(InertError):
+    """The runtime refused a request: an unknown or finished turn, another principal, a call that
+    cannot be claimed or confirmed. Nothing was done."""
+
+
+class ClaimRefused(RefusedError):
+    """The call's actor answered a claim with a rejection: the executor must not run it."""
+
+    def __init__(self, key_stream: str, reason: str, detail: str) -> None:
+        super().__init__(f"claim of {key_stream!r} refused ({reason}): {detail}")
+        self.reason = reason
+        self.detail = detail

@@ -120,6 +120,10 @@ class Log(abc.ABC):
     def closed(self) -> bool:
         return self._closed
 
+    def now(self) -> datetime:
+        """The time this log records an append at, if it happened now."""
+        return self._clock()
+
     # --- for backends ---
 
     def _check_open(self) -> None:

@@ -1,0 +1,503 @@
+"""The runtime an agent server embeds: the log, the router and actors, and the projections.
+
+``open_runtime`` opens (or takes) a log, rebuilds every call and projection from it, finishes what
+a stopped process left undone, and then follows the log. The agent server starts turns, feeds the
+portable ingress events of its provider streams, cancels turns and passes confirmations on; an
+executor takes ready calls, claims each through its actor, runs it and reports the outcome.
+
+Restart: calls that were assembling when the previous process stopped cannot be fed any more
+(their stream went with it) and are cancelled with ``connection_lost``, unless their stream was
+recorded as lost and resumable; a dispatched call without an outcome is recorded as
+``outcome_unknown`` and never dispatched again; terminal calls stay terminal.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import trio
+import trio.lowlevel
+from attrs import frozen
+
+from .actors import (
+    DEFAULT_LIMITS,
+    CallFold,
+    CallLimits,
+    CallRouter,
+    Phase,
+    ToolDeclaration,
+    ToolRegistry,
+    parse_arguments,
+)
+from .actors._arguments import ParsedArguments
+from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
+from .actors._tools import Check
+from .events import (
+    NO_STREAM,
+    ArgumentsAppended,
+    CallDispatched,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    CallValidated,
+    ClaimRefused,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    ConflictError,
+    Event,
+    EventRejected,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    Log,
+    NewEvent,
+    RecordedEvent,
+    RefusedError,
+    ResponseEnded,
+    StreamLost,
+    StreamResumed,
+    TextReceived,
+    TraceContext,
+    TurnCancelled,
+    TurnRef,
+    TurnStarted,
+    new_event_id,
+    open_log,
+)
+from .projections import Projections
+
+INGRESS_TYPES: tuple[type[Event], ...] = (
+    CallOpened,
+    ArgumentsAppended,
+    CallEnded,
+    ResponseEnded,
+    StreamLost,
+    StreamResumed,
+    TextReceived,
+)
+
+
+@frozen(kw_only=True)
+class Dispatch:
+    """What an executor receives: one claimed call, complete and immutable.
+
+    ``key`` doubles as the idempotency key of the action; ``arguments`` are the parsed,
+    validated arguments, read back from the log, as a read-only mapping.
+    """
+
+    key: CallKey
+    turn: TurnRef
+    tenant: str
+    principal: str
+    tool: str
+    tool_digest: str
+    arguments: Mapping[str, Any]
+    arguments_digest: str
+    claim_id: str
+    executor: str
+    trace: TraceContext | None = None
+
+
+Executor = Callable[[Dispatch], Awaitable[object]]
+
+
+class _Request:
+    """A request addressed to a call's actor, and the decisions that answered it."""
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.answer: list[Event] = []
+        self.done = trio.Event()
+
+
+def _anchored_clock() -> Callable[[], datetime]:
+    """Wall-clock time that advances with Trio's clock, so that a test's virtual time and the
+    log's recorded time agree (and in production, Trio's clock is real time)."""
+    # The clock object, not trio.current_time(): a log may read the time in a worker thread.
+    clock = trio.lowlevel.current_clock()
+    wall = datetime.now(UTC)
+    origin = clock.current_time()
+    return lambda: wall + timedelta(seconds=clock.current_time() - origin)
+
+
+def _response_stream(event: Event) -> str:
+    key = getattr(event, "key", None)
+    if isinstance(key, CallKey):
+        return key.response_ref.stream
+    response = getattr(event, "response", None)
+    assert response is not None
+    return str(response.stream)
+
+
+class Runtime:
+    """The embedding API. Open one with :func:`open_runtime`."""
+
+    def __init__(
+        self, log: Log, registry: ToolRegistry, limits: CallLimits, **router_options: Any
+    ) -> None:
+        self.log = log
+        self.tools = registry
+        self.limits = limits
+        self.projections = Projections()
+        self._fold = CallFold(limits)
+        self._router = CallRouter(
+            log, self._fold, registry.validate, listener=self._heard, **router_options
+        )
+        self._requests: dict[str, _Request] = {}
+        self._answers: dict[int, _Request] = {}
+        self._feed_versions: dict[str, int] = {}
+        self._feed_locks: dict[str, trio.Lock] = {}
+        self._reported: set[str] = set()
+        self._changed = trio.Event()
+
+    # --- views ---
+
+    @property
+    def ledger(self) -> Any:
+        return self.projections.ledger
+
+    def digest(self) -> str:
+        """The state digest of the projections (the same as a replay of the log gives)."""
+        return self.projections.digest()
+
+    def phase(self, key: CallKey) -> Phase:
+        state = self._fold.state(key)
+        return Phase.ABSENT if state is None else state.phase
+
+    # --- the log, as the router hears it ---
+
+    def _heard(self, recorded: RecordedEvent) -> None:
+        self.projections.apply(recorded)
+        request = self._requests.pop(recorded.event_id, None)
+        if request is not None:
+            request.position = recorded.position
+            self._answers[recorded.position] = request
+        cause = getattr(recorded.event, "cause", None)
+        if cause is not None and cause in self._answers:
+            answered = self._answers[cause]
+            answered.answer.append(recorded.event)  # type: ignore[arg-type]
+            record = self._fold.records.get(recorded.event.key)  # type: ignore[union-attr]
+            if record is None or all(
+                getattr(event, "cause", None) != cause for event in record.expected
+            ):
+                del self._answers[cause]
+                answered.done.set()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _request(self, stream: str, event: Event) -> list[Event]:
+        """Append a request to a call's actor and wait until its answer is in the log."""
+        event_id = new_event_id()
+        request = self._requests[event_id] = _Request()
+        try:
+            await self.log.append([NewEvent(stream=stream, event=event, event_id=event_id)])
+        except BaseException:
+            self._requests.pop(event_id, None)
+            raise
+        await request.done.wait()
+        return request.answer
+
+    # --- turns ---
+
+    async def start_turn(
+        self,
+        *,
+        tenant: str,
+        conversation: str,
+        turn: str,
+        principal: str,
+        tools: Iterable[str | ToolDeclaration] | None = None,
+        trace: TraceContext | None = None,
+    ) -> TurnRef:
+        """Start a turn for an authenticated principal, offering these tools (default: all).
+
+        A new turn supersedes the previous turn of the conversation: its calls are cancelled.
+        """
+        ref = TurnRef(tenant=tenant, conversation=conversation, turn=turn)
+        if not principal:
+            raise RefusedError("a turn needs the principal that started it")
+        offered = []
+        for tool in self.tools.names() if tools is None else tools:
+            declaration = self.tools.latest(tool) if isinstance(tool, str) else tool
+            offered.append(self.tools.register(declaration))
+        event = TurnStarted(turn=ref, principal=principal, tools=tuple(offered))
+        try:
+            await self.log.append(
+                [NewEvent(stream=ref.stream, event=event, trace=trace)], {ref.stream: NO_STREAM}
+            )
+        except ConflictError:
+            raise RefusedError(f"turn {ref.stream!r} was started before") from None
+        return ref
+
+    async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None:
+        """Cancel a turn for its principal: none of its calls not yet dispatched will run."""
+        view = self._fold.scope.turn(turn)
+        if view is None:
+            raise RefusedError(f"turn {turn.stream!r} is unknown")
+        if view.principal != principal:
+            raise RefusedError(f"turn {turn.stream!r} belongs to another principal")
+        await self.log.append(
+            [NewEvent(stream=turn.stream, event=TurnCancelled(turn=turn, principal=principal))]
+        )
+
+    # --- ingress ---
+
+    async def feed(
+        self, events: Sequence[Event], *, trace: TraceContext | None = None
+    ) -> list[int]:
+        """Append portable ingress events of provider streams; their positions.
+
+        Each response stream has one feeder: appends are fenced by the stream's version, and a
+        stream fed from elsewhere meanwhile is a ``ConflictError``.
+        """
+        for event in events:
+            if not isinstance(event, INGRESS_TYPES):
+                raise RefusedError(f"feed takes ingress events, not {type(event).__name__}")
+        streams = sorted({_response_stream(event) for event in events})
+        locks = [self._feed_locks.setdefault(stream, trio.Lock()) for stream in streams]
+        for lock in locks:
+            await lock.acquire()
+        try:
+            expected = {}
+            for stream in streams:
+                if stream not in self._feed_versions:
+                    self._feed_versions[stream] = await self.log.stream_version(stream)
+                expected[stream] = self._feed_versions[stream]
+            positions = await self.log.append(
+                [
+                    NewEvent(stream=_response_stream(event), event=event, trace=trace)
+                    for event in events
+                ],
+                expected,
+            )
+        except ConflictError:
+            for stream in streams:
+                self._feed_versions.pop(stream, None)
+            raise
+        else:
+            for event in events:
+                self._feed_versions[_response_stream(event)] += 1
+            return positions
+        finally:
+            for lock in locks:
+                lock.release()
+
+    # --- confirmation ---
+
+    async def confirm(
+        self,
+        key: CallKey,
+        *,
+        principal: str,
+        arguments_digest: str,
+        expires_in: timedelta = timedelta(minutes=5),
+    ) -> None:
+        """Confirm one call for its principal, for exactly the arguments with this digest."""
+        state = self._fold.state(key)
+        tool_digest = state.tool_digest if state is not None else ""
+        event = ConfirmationGiven(
+            key=key,
+            principal=principal,
+            tool_digest=tool_digest,
+            arguments_digest=arguments_digest,
+            nonce=secrets.token_hex(16),
+            expires_at=self.log.now() + expires_in,
+        )
+        answer = await self._request(key.request_stream, event)
+        self._raise_if_rejected(key, answer)
+
+    async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
+        """Refuse one call for its principal: it is cancelled and never runs."""
+        answer = await self._request(
+            key.request_stream, ConfirmationDenied(key=key, principal=principal, reason=reason)
+        )
+        self._raise_if_rejected(key, answer)
+
+    @staticmethod
+    def _raise_if_rejected(key: CallKey, answer: list[Event]) -> None:
+        for event in answer:
+            if isinstance(event, EventRejected):
+                raise ClaimRefused(key.stream, event.reason.value, event.detail)
+
+    # --- the executor boundary ---
+
+    async def ready_calls(self) -> AsyncIterator[CallKey]:
+        """The keys of calls that may be claimed, each once, as they become ready."""
+        seen: set[CallKey] = set()
+        while True:
+            fresh = [key for key in self.projections.queue.ready() if key not in seen]
+            for key in fresh:
+                seen.add(key)
+                yield key
+            if not fresh:
+                await self._changed.wait()
+
+    async def claim(self, key: CallKey, *, executor: str) -> Dispatch:
+        """Claim a ready call through its actor; ``ClaimRefused`` unless it is dispatched.
+
+        The dispatch is durable in the log when this returns.
+        """
+        claim_id = new_event_id()
+        answer = await self._request(
+            key.request_stream, ClaimRequested(key=key, claim_id=claim_id, executor=executor)
+        )
+        dispatched = [event for event in answer if isinstance(event, CallDispatched)]
+        if not dispatched:
+            self._raise_if_rejected(key, answer)
+            raise ClaimRefused(key.stream, "no_answer", "the claim was not answered")
+        validated = [
+            recorded.event
+            for recorded in await self.log.read_stream(key.stream)
+            if isinstance(recorded.event, CallValidated)
+        ]
+        view = self._fold.scope.turn(key.turn_ref)
+        assert validated
+        assert view is not None
+        decision = validated[-1]
+        parsed = parse_arguments(decision.arguments, self.limits.arguments)
+        assert isinstance(parsed, ParsedArguments)
+        return Dispatch(
+            key=key,
+            turn=key.turn_ref,
+            tenant=key.tenant,
+            principal=view.principal,
+            tool=decision.tool,
+            tool_digest=decision.tool_digest,
+            arguments=parsed.value,
+            arguments_digest=decision.arguments_digest,
+            claim_id=claim_id,
+            executor=executor,
+        )
+
+    async def complete(self, dispatch: Dispatch) -> None:
+        """Record that the executor ran the call to completion."""
+        await self._report(
+            dispatch, ExecutionCompleted(key=dispatch.key, claim_id=dispatch.claim_id)
+        )
+
+    async def fail(self, dispatch: Dispatch, error: str = "") -> None:
+        """Record that the executor's run of the call failed (``error`` must hold no values)."""
+        await self._report(
+            dispatch, ExecutionFailed(key=dispatch.key, claim_id=dispatch.claim_id, error=error)
+        )
+
+    async def _report(self, dispatch: Dispatch, event: Event) -> None:
+        state = self._fold.state(dispatch.key)
+        if (
+            state is None
+            or state.phase is not Phase.DISPATCHED
+            or state.claim_id != dispatch.claim_id
+        ):
+            raise RefusedError(f"{dispatch.key.stream!r} was not dispatched to this claim")
+        if dispatch.claim_id in self._reported:
+            raise RefusedError(f"the outcome of claim {dispatch.claim_id!r} is recorded already")
+        self._reported.add(dispatch.claim_id)
+        await self.log.append([NewEvent(stream=dispatch.key.request_stream, event=event)])
+
+    async def execute(self, key: CallKey, executor: Executor, *, name: str) -> Dispatch:
+        """Claim a call, run ``executor`` on it and record its outcome."""
+        dispatch = await self.claim(key, executor=name)
+        try:
+            await executor(dispatch)
+        except Exception as error:
+            await self.fail(dispatch, type(error).__name__)
+            raise
+        await self.complete(dispatch)
+        return dispatch
+
+    # --- quiet ---
+
+    async def settle(self) -> None:
+        """Wait until everything in the log now is folded and every actor has done its work."""
+        while True:
+            head = await self.log.head()
+            await self._router.wait_for(head)
+            if self._router.busy:
+                await trio.lowlevel.checkpoint()
+                continue
+            if await self.log.head() == head and not self._router.busy:
+                return
+
+    # --- lifecycle ---
+
+    async def _recover(self) -> None:
+        """Record what the stop of the previous process means for the calls it left."""
+        lost = [
+            NewEvent(stream=response.stream, event=StreamLost(response=response, resumable=False))
+            for response in self._fold.interrupted_responses()
+        ]
+        unknown = [
+            NewEvent(
+                stream=row.key.request_stream,
+                event=ExecutionOutcomeUnknown(key=row.key, claim_id=self._claim_of(row.key)),
+            )
+            for row in self.projections.ledger.rows()
+            if row.state == "dispatched" and row.outcome is None
+        ]
+        if lost or unknown:
+            await self.log.append([*lost, *unknown])
+
+    def _claim_of(self, key: CallKey) -> str:
+        state = self._fold.state(key)
+        assert state is not None
+        return state.claim_id
+
+
+@asynccontextmanager
+async def open_runtime(
+    *,
+    log: str | Log,
+    tools: Iterable[ToolDeclaration] = (),
+    check: Check | None = None,
+    limits: CallLimits = DEFAULT_LIMITS,
+    validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
+    inbox_size: int = DEFAULT_INBOX_SIZE,
+) -> AsyncIterator[Runtime]:
+    """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
+
+    ``check`` validates each call further once its declaration is known (business rules,
+    permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay
+    never asks again. Everything is rebuilt from the log first; the runtime stops when the
+    block ends.
+    """
+    registry = ToolRegistry(tools, check=check)
+    if isinstance(log, str):
+        async with (
+            open_log(log, clock=_anchored_clock()) as opened,
+            _run(opened, registry, limits, validation_timeout, inbox_size) as runtime,
+        ):
+            yield runtime
+    else:
+        async with _run(log, registry, limits, validation_timeout, inbox_size) as runtime:
+            yield runtime
+
+
+@asynccontextmanager
+async def _run(
+    log: Log,
+    registry: ToolRegistry,
+    limits: CallLimits,
+    validation_timeout: float,
+    inbox_size: int,
+) -> AsyncIterator[Runtime]:
+    runtime = Runtime(
+        log, registry, limits, validation_timeout=validation_timeout, inbox_size=inbox_size
+    )
+    await runtime._router.catch_up()
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime._router.run, nursery)
+        try:
+            await runtime._recover()
+            yield runtime
+        except BaseException as error:
+            body_error = error
+        finally:
+            nursery.cancel_scope.cancel()
+    if body_error is not None:
+        raise body_error

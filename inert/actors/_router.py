@@ -1,0 +1,243 @@
+"""The router, the call actors and their timers: the I/O around the fold.
+
+The router reads the log in position order (first what is stored, then each new event as it
+lands) and folds every event (``CallFold``). The fold says what each call's actor must do; the
+router hands it to that actor's bounded inbox, spawning the actor on first use.
+
+A call's actor is a Trio task that exists while its call has work: it writes the call's
+decisions to the call's stream, with the expected version (it is the stream's only writer; a
+conflict means another writer exists, and the runtime stops rather than write beside it), and
+runs the call's validation once, with a deadline. When its inbox is empty it ends: a passivated
+actor costs nothing but the call's record in the fold, and the next work for the call spawns it
+again. The actor of a terminal call has no more work.
+
+A timer task turns due deadlines into ``DeadlineReached`` requests in the log, so that a timeout
+is decided in log order like everything else.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import trio
+
+from ..events import (
+    CallKey,
+    DeadlineReached,
+    FailReason,
+    Log,
+    NewEvent,
+    RecordedEvent,
+)
+from ._decider import (
+    ValidationOutcome,
+    ValidationRequested,
+    ValidationResult,
+    decide,
+    recorded,
+)
+from ._fold import (
+    AppendDecisions,
+    CallFold,
+    RunValidation,
+    ScheduleDeadline,
+    Work,
+)
+
+Validator = Callable[[ValidationRequested], Awaitable[ValidationResult]]
+"""Validates one call's parsed arguments against the declaration its turn offered."""
+
+Listener = Callable[[RecordedEvent], None]
+
+DEFAULT_INBOX_SIZE = 64
+DEFAULT_VALIDATION_TIMEOUT = 0.1
+READ_PAGE = 4096
+
+
+class CallRouter:
+    """Feeds the fold from the log and runs the actors and timers of the calls."""
+
+    def __init__(
+        self,
+        log: Log,
+        fold: CallFold,
+        validator: Validator,
+        *,
+        listener: Listener,
+        validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
+        inbox_size: int = DEFAULT_INBOX_SIZE,
+    ) -> None:
+        self._log = log
+        self._fold = fold
+        self._validator = validator
+        self._listener = listener
+        self._validation_timeout = validation_timeout
+        self._inbox_size = inbox_size
+        self._nursery: trio.Nursery | None = None
+        self._actors: dict[CallKey, trio.MemorySendChannel[Work]] = {}
+        self._written: dict[CallKey, int] = {}
+        self._deadlines: list[tuple[datetime, int, CallKey]] = []
+        self._deadline_counter = 0
+        self._deadline_wake = trio.Event()
+        self._requested: set[CallKey] = set()
+        self._progress = trio.Event()
+        self.position = 0
+
+    # --- startup ---
+
+    async def catch_up(self) -> int:
+        """Fold everything stored (no actor runs meanwhile); the position reached."""
+        while True:
+            page = await self._log.read(self.position + 1, limit=READ_PAGE)
+            if not page:
+                return self.position
+            for recorded_event in page:
+                self._fold.apply(recorded_event)
+                self._listener(recorded_event)
+                self.position = recorded_event.position
+
+    async def run(self, nursery: trio.Nursery, *, task_status: trio.TaskStatus[None]) -> None:
+        """Go live: do what the replay left undone, then follow the log."""
+        self._nursery = nursery
+        for leftover in self._fold.go_live():
+            await self._hand(leftover)
+        nursery.start_soon(self._timers)
+        subscription = self._log.subscribe(self.position + 1)
+        task_status.started()
+        async for recorded_event in subscription:
+            produced = self._fold.apply(recorded_event)
+            self._listener(recorded_event)
+            if isinstance(recorded_event.event, DeadlineReached):
+                self._requested.discard(recorded_event.event.key)
+            self.position = recorded_event.position
+            self._progress.set()
+            self._progress = trio.Event()
+            for item in produced:
+                await self._hand(item)
+
+    # --- waiting for quiet ---
+
+    @property
+    def busy(self) -> bool:
+        """Some actor has work it has not finished."""
+        return bool(self._actors)
+
+    async def wait_for(self, position: int) -> None:
+        """Until the router has folded the event at ``position``."""
+        while self.position < position:
+            await self._progress.wait()
+
+    # --- actors ---
+
+    async def _hand(self, work: Work) -> None:
+        if isinstance(work, ScheduleDeadline):
+            self._schedule(work.key, work.at)
+            return
+        inbox = self._actors.get(work.key)
+        if inbox is None:
+            assert self._nursery is not None
+            inbox, outbox = trio.open_memory_channel[Work](self._inbox_size)
+            self._actors[work.key] = inbox
+            self._nursery.start_soon(self._actor, work.key, outbox)
+        await inbox.send(work)
+
+    async def _actor(self, key: CallKey, inbox: trio.MemoryReceiveChannel[Work]) -> None:
+        while True:
+            try:
+                first = inbox.receive_nowait()
+            except trio.WouldBlock:
+                # Nothing is queued and no checkpoint lies between this check and the removal,
+                # so no work can slip in between: the actor passivates.
+                del self._actors[key]
+                return
+            batch = [first]
+            while True:
+                try:
+                    batch.append(inbox.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._work_through(key, batch)
+            await trio.lowlevel.checkpoint()
+
+    async def _work_through(self, key: CallKey, batch: list[Work]) -> None:
+        pending: list[NewEvent] = []
+        for work in batch:
+            if isinstance(work, AppendDecisions):
+                pending.extend(NewEvent(stream=key.stream, event=event) for event in work.decisions)
+            elif isinstance(work, RunValidation):
+                await self._append(key, pending)
+                pending = []
+                await self._validate(key, work)
+        await self._append(key, pending)
+
+    async def _append(self, key: CallKey, events: list[NewEvent]) -> None:
+        if not events:
+            return
+        version = self._written.get(key)
+        if version is None:
+            record = self._fold.records.get(key)
+            version = record.version if record is not None else 0
+        await self._log.append(events, {key.stream: version})
+        self._written[key] = version + len(events)
+
+    async def _validate(self, key: CallKey, work: RunValidation) -> None:
+        result = ValidationResult(
+            failure=FailReason.VALIDATION_TIMEOUT,
+            detail=f"no answer within {self._validation_timeout} s",
+        )
+        with trio.move_on_after(self._validation_timeout):
+            try:
+                result = await self._validator(work.request)
+            except Exception as error:
+                result = ValidationResult(
+                    failure=FailReason.VALIDATOR_ERROR,
+                    detail=f"the validator raised {type(error).__name__}",
+                )
+        state = self._fold.state(key)
+        assert state is not None
+        assert state.validating == work.request
+        decisions = recorded(decide(state, ValidationOutcome(result=result), work.context))
+        await self._append(key, [NewEvent(stream=key.stream, event=event) for event in decisions])
+
+    # --- timers ---
+
+    def _schedule(self, key: CallKey, at: datetime) -> None:
+        self._deadline_counter += 1
+        heapq.heappush(self._deadlines, (at, self._deadline_counter, key))
+        self._deadline_wake.set()
+
+    async def _timers(self) -> None:
+        limits = self._fold.limits
+        while True:
+            if not self._deadlines:
+                await self._deadline_wake.wait()
+                self._deadline_wake = trio.Event()
+                continue
+            delay = (self._deadlines[0][0] - self._log.now()).total_seconds()
+            if delay > 0:
+                with trio.move_on_after(delay):
+                    await self._deadline_wake.wait()
+                    self._deadline_wake = trio.Event()
+                continue
+            now = self._log.now()
+            due: list[CallKey] = []
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, _, key = heapq.heappop(self._deadlines)
+                state = self._fold.state(key)
+                deadline = None if state is None else state.deadline(limits)
+                if deadline is None or key in self._requested:
+                    continue
+                if deadline > now:
+                    self._schedule(key, deadline)
+                else:
+                    due.append(key)
+                    self._requested.add(key)
+            if due:
+                await self._log.append(
+                    [
+                        NewEvent(stream=key.request_stream, event=DeadlineReached(key=key))
+                        for key in due
+                    ]
+                )
