@@ -7,7 +7,7 @@ Everything public is re-exported here; the modules behind it are private.
 from importlib.metadata import PackageNotFoundError, version
 
 from . import events as _events
-from ._runtime import Dispatch, Executor, Runtime, open_runtime
+from ._runtime import Dispatch, Executor, Runtime, open_runtime, trio_clock
 from .actors import (
     DEFAULT_LIMITS,
     ArgumentLimits,
@@ -49,4 +49,5 @@ __all__ = [  # noqa: PLE0604
     "ValidationResult",
     "__version__",
     "open_runtime",
+    "trio_clock",
 ]

@@ -115,9 +115,13 @@ class _Request:
         self.done = trio.Event()
 
 
-def _anchored_clock() -> Callable[[], datetime]:
-    """Wall-clock time that advances with Trio's clock, so that a test's virtual time and the
-    log's recorded time agree (and in production, Trio's clock is real time)."""
+def trio_clock() -> Callable[[], datetime]:
+    """A log clock that reads wall-clock time as it advances with Trio's clock.
+
+    ``open_runtime`` opens a log named by URL with it, so that the deadlines the runtime sleeps
+    for (in Trio's time) and the times the log records agree, also under a ``MockClock``. Give
+    it to a log you open yourself for the same reason. Call it inside ``trio.run``.
+    """
     # The clock object, not trio.current_time(): a log may read the time in a worker thread.
     clock = trio.lowlevel.current_clock()
     wall = datetime.now(UTC)
@@ -190,6 +194,10 @@ class Runtime:
         self._changed.set()
         self._changed = trio.Event()
 
+    async def _caught_up(self) -> None:
+        """Until the fold has seen everything in the log now."""
+        await self._router.wait_for(await self.log.head())
+
     async def _request(self, stream: str, event: Event) -> list[Event]:
         """Append a request to a call's actor and wait until its answer is in the log."""
         event_id = new_event_id()
@@ -232,10 +240,12 @@ class Runtime:
             )
         except ConflictError:
             raise RefusedError(f"turn {ref.stream!r} was started before") from None
+        await self._caught_up()
         return ref
 
     async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None:
         """Cancel a turn for its principal: none of its calls not yet dispatched will run."""
+        await self._caught_up()
         view = self._fold.scope.turn(turn)
         if view is None:
             raise RefusedError(f"turn {turn.stream!r} is unknown")
@@ -298,6 +308,7 @@ class Runtime:
         expires_in: timedelta = timedelta(minutes=5),
     ) -> None:
         """Confirm one call for its principal, for exactly the arguments with this digest."""
+        await self._caught_up()
         state = self._fold.state(key)
         tool_digest = state.tool_digest if state is not None else ""
         event = ConfirmationGiven(
@@ -326,16 +337,9 @@ class Runtime:
 
     # --- the executor boundary ---
 
-    async def ready_calls(self) -> AsyncIterator[CallKey]:
+    def ready_calls(self) -> ReadyCalls:
         """The keys of calls that may be claimed, each once, as they become ready."""
-        seen: set[CallKey] = set()
-        while True:
-            fresh = [key for key in self.projections.queue.ready() if key not in seen]
-            for key in fresh:
-                seen.add(key)
-                yield key
-            if not fresh:
-                await self._changed.wait()
+        return ReadyCalls(self)
 
     async def claim(self, key: CallKey, *, executor: str) -> Dispatch:
         """Claim a ready call through its actor; ``ClaimRefused`` unless it is dispatched.
@@ -417,9 +421,7 @@ class Runtime:
         while True:
             head = await self.log.head()
             await self._router.wait_for(head)
-            if self._router.busy:
-                await trio.lowlevel.checkpoint()
-                continue
+            await self._router.wait_until_idle()
             if await self.log.head() == head and not self._router.busy:
                 return
 
@@ -448,6 +450,26 @@ class Runtime:
         return state.claim_id
 
 
+class ReadyCalls:
+    """An async iterator over the keys of ready calls, each once, waiting for new ones."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._seen: set[CallKey] = set()
+
+    def __aiter__(self) -> ReadyCalls:
+        return self
+
+    async def __anext__(self) -> CallKey:
+        projections = self._runtime.projections
+        while True:
+            for key in projections.queue.ready():
+                if key not in self._seen:
+                    self._seen.add(key)
+                    return key
+            await self._runtime._changed.wait()
+
+
 @asynccontextmanager
 async def open_runtime(
     *,
@@ -468,7 +490,7 @@ async def open_runtime(
     registry = ToolRegistry(tools, check=check)
     if isinstance(log, str):
         async with (
-            open_log(log, clock=_anchored_clock()) as opened,
+            open_log(log, clock=trio_clock()) as opened,
             _run(opened, registry, limits, validation_timeout, inbox_size) as runtime,
         ):
             yield runtime

@@ -14,7 +14,11 @@ PACKAGE = Path(__file__).parent.parent / "inert"
 PURE_MODULES = [
     *(f"events/{name}.py" for name in ("_base", "_catalog", "_codec", "_errors", "_identity")),
     "events/_records.py",
-    "actors/_arguments.py",
+    *(f"actors/{name}.py" for name in ("_arguments", "_decider", "_fold", "_tools")),
+    *(
+        f"projections/{name}.py"
+        for name in ("__init__", "_digest", "_dispatch", "_ledger", "_status")
+    ),
 ]
 IO_MODULES = {"trio", "sqlite3", "socket", "asyncio", "threading", "subprocess", "psycopg"}
 
@@ -44,6 +48,22 @@ def test_pure_modules_do_no_io(module: str) -> None:
     """The vocabulary, the codec and the argument parser import neither trio nor any storage."""
     names = imported_modules(PACKAGE / module)
     assert not {name.split(".")[0] for name in names} & IO_MODULES
+
+
+def test_projections_import_only_the_vocabulary() -> None:
+    """Projections depend on ``inert.events`` alone: never on the actors or the runtime."""
+    for path in (PACKAGE / "projections").glob("*.py"):
+        for name in imported_modules(path):
+            if name.startswith(".."):
+                assert name == "..events", f"{path.name} imports {name}"
+
+
+def test_actors_import_only_the_vocabulary() -> None:
+    """The actors depend on ``inert.events`` alone among the other parts of inert."""
+    for path in (PACKAGE / "actors").glob("*.py"):
+        for name in imported_modules(path):
+            if name.startswith(".."):
+                assert name == "..events", f"{path.name} imports {name}"
 
 
 def test_the_layout_of_the_design_exists() -> None:

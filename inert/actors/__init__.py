@@ -40,7 +40,7 @@ from ._fold import (
     Work,
 )
 from ._router import CallRouter, Validator
-from ._tools import ToolDeclaration, ToolRegistry
+from ._tools import Check, ToolDeclaration, ToolRegistry
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -55,6 +55,7 @@ __all__ = [
     "CallRecord",
     "CallRouter",
     "CallState",
+    "Check",
     "IllegalTransition",
     "Input",
     "ParsedArguments",

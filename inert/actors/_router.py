@@ -83,6 +83,7 @@ class CallRouter:
         self._deadline_wake = trio.Event()
         self._requested: set[CallKey] = set()
         self._progress = trio.Event()
+        self._idle = trio.Event()
         self.position = 0
 
     # --- startup ---
@@ -124,6 +125,11 @@ class CallRouter:
         """Some actor has work it has not finished."""
         return bool(self._actors)
 
+    async def wait_until_idle(self) -> None:
+        """Until no actor has work left."""
+        while self._actors:
+            await self._idle.wait()
+
     async def wait_for(self, position: int) -> None:
         """Until the router has folded the event at ``position``."""
         while self.position < position:
@@ -151,6 +157,9 @@ class CallRouter:
                 # Nothing is queued and no checkpoint lies between this check and the removal,
                 # so no work can slip in between: the actor passivates.
                 del self._actors[key]
+                if not self._actors:
+                    self._idle.set()
+                    self._idle = trio.Event()
                 return
             batch = [first]
             while True:

@@ -1,0 +1,557 @@
+"""The embedding API end to end: turns, feeding, timers, claims, confirmations and restarts."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import pytest
+import trio
+import trio.testing
+
+from inert import (
+    ArgumentsAppended,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallLimits,
+    CallOpened,
+    ClaimRefused,
+    ConflictError,
+    Dispatch,
+    Event,
+    MemoryLog,
+    MemoryStore,
+    NewEvent,
+    Phase,
+    Projections,
+    RefusedError,
+    ReplayDivergence,
+    ResponseEnded,
+    ResponseEndReason,
+    Runtime,
+    StatusCue,
+    StreamLost,
+    TerminalRef,
+    ToolDeclaration,
+    ToolDisabled,
+    TurnRef,
+    TurnStarted,
+    ValidationRequested,
+    ValidationResult,
+    open_runtime,
+    trio_clock,
+)
+from inert.actors import Check
+
+TOOLS = [
+    ToolDeclaration(name="get_weather"),
+    ToolDeclaration(name="send_email", needs_confirmation=True),
+]
+PRINCIPAL = "user:alice"
+ARGUMENTS = b'{"city": "Paris"}'
+
+
+def key_of(call: str, *, turn: str = "t1", response: str = "r1") -> CallKey:
+    return CallKey(
+        tenant="acme",
+        conversation="c1",
+        turn=turn,
+        response=response,
+        item=f"item-{call}",
+        call=call,
+    )
+
+
+@asynccontextmanager
+async def running(
+    store: MemoryStore | None = None,
+    *,
+    check: Check | None = None,
+    limits: CallLimits | None = None,
+    validation_timeout: float = 1.0,
+) -> AsyncIterator[Runtime]:
+    """A runtime on a memory log (kept in ``store`` across restarts) with the test tools."""
+    log = MemoryLog(store if store is not None else MemoryStore(), clock=trio_clock())
+    try:
+        async with open_runtime(
+            log=log,
+            tools=TOOLS,
+            check=check,
+            limits=limits or CallLimits(),
+            validation_timeout=validation_timeout,
+        ) as runtime:
+            yield runtime
+    finally:
+        await log.aclose()
+
+
+def call_events(
+    key: CallKey, data: bytes = ARGUMENTS, *, tool: str = "get_weather", parts: int = 2
+) -> list[Event]:
+    """A whole call: opened, its fragments, its end event (sequences 0..n+1)."""
+    size = -(-len(data) // parts)
+    pieces = [data[index : index + size] for index in range(0, len(data), size)]
+    events: list[Event] = [CallOpened(key=key, tool=tool, sequence=0)]
+    for sequence, piece in enumerate(pieces, start=1):
+        events.append(
+            ArgumentsAppended(key=key, data=piece, first_sequence=sequence, last_sequence=sequence)
+        )
+    events.append(CallEnded(key=key, terminal=TerminalRef(sequence=len(pieces) + 1)))
+    return events
+
+
+def response_end(key: CallKey, reason: ResponseEndReason = ResponseEndReason.COMPLETED) -> Event:
+    return ResponseEnded(response=key.response_ref, reason=reason, terminal=TerminalRef(digest="x"))
+
+
+async def start(runtime: Runtime, turn: str = "t1") -> TurnRef:
+    return await runtime.start_turn(
+        tenant="acme", conversation="c1", turn=turn, principal=PRINCIPAL
+    )
+
+
+async def ready_call(runtime: Runtime, key: CallKey, **options: object) -> None:
+    await runtime.feed([*call_events(key, **options), response_end(key)])  # type: ignore[arg-type]
+    await runtime.settle()
+
+
+# --- the executor boundary -------------------------------------------------------------------
+
+
+async def test_a_ready_call_reaches_the_executor_complete_and_immutable() -> None:
+    """A dispatch names its key, turn, tenant, principal and tool, with read-only arguments."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key)
+        assert runtime.projections.queue.ready() == [key]
+        dispatch = await runtime.claim(key, executor="worker")
+        assert dispatch.key == key
+        assert dispatch.turn == key.turn_ref
+        assert dispatch.tenant == "acme"
+        assert dispatch.principal == PRINCIPAL
+        assert dispatch.tool == "get_weather"
+        assert dict(dispatch.arguments) == {"city": "Paris"}
+        with pytest.raises(TypeError):
+            dispatch.arguments["city"] = "Rome"  # type: ignore[index]
+        canonical = b'{"city":"Paris"}'
+        assert dispatch.arguments_digest == "sha256:" + hashlib.sha256(canonical).hexdigest()
+        assert runtime.phase(key) is Phase.DISPATCHED
+
+
+async def test_concurrent_claims_dispatch_a_call_exactly_once() -> None:
+    """Of ten claims racing for one ready call, one dispatches and nine are refused."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key)
+        dispatched: list[Dispatch] = []
+        refused: list[ClaimRefused] = []
+
+        async def claim(index: int) -> None:
+            try:
+                dispatched.append(await runtime.claim(key, executor=f"worker-{index}"))
+            except ClaimRefused as error:
+                refused.append(error)
+
+        async with trio.open_nursery() as nursery:
+            for index in range(10):
+                nursery.start_soon(claim, index)
+        assert len(dispatched) == 1
+        assert len(refused) == 9
+        assert all(error.reason == "call_terminal" for error in refused)
+
+
+async def test_a_call_that_is_not_validated_cannot_be_claimed() -> None:
+    """A claim of a collecting or terminal-candidate call is refused as not ready."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        events = call_events(key)
+        await runtime.feed(events[:-1])
+        await runtime.settle()
+        with pytest.raises(ClaimRefused, match="not_ready"):
+            await runtime.claim(key, executor="worker")
+        await runtime.feed(events[-1:])
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.TERMINAL_CANDIDATE
+        with pytest.raises(ClaimRefused, match="not_ready"):
+            await runtime.claim(key, executor="worker")
+        assert runtime.projections.queue.ready() == []
+
+
+async def test_outcomes_are_recorded_once_per_claim() -> None:
+    """An executor's outcome is recorded; a second report of the same claim is refused."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key)
+        seen: list[Dispatch] = []
+
+        async def executor(dispatch: Dispatch) -> None:
+            seen.append(dispatch)
+
+        dispatch = await runtime.execute(key, executor, name="worker")
+        assert seen == [dispatch]
+        with pytest.raises(RefusedError, match="recorded already"):
+            await runtime.complete(dispatch)
+        await runtime.settle()
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.outcome == "completed"
+        assert runtime.projections.status.of(key) is StatusCue.DONE
+
+
+async def test_ready_calls_yields_each_call_once_as_it_becomes_ready() -> None:
+    """The ready-call iterator yields a call when it is validated, and never twice."""
+    async with running() as runtime:
+        await start(runtime)
+        first, second = key_of("a"), key_of("b", response="r2")
+        seen: list[CallKey] = []
+
+        async def watch() -> None:
+            async for key in runtime.ready_calls():
+                seen.append(key)
+                if len(seen) == 2:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await ready_call(runtime, first)
+            await ready_call(runtime, second)
+        assert seen == [first, second]
+
+
+# --- confirmation ----------------------------------------------------------------------------
+
+
+async def test_a_call_needing_confirmation_waits_for_its_principal() -> None:
+    """A confirmation by another principal is refused; the principal's own makes it ready."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key, tool="send_email")
+        assert runtime.projections.queue.awaiting() == [key]
+        assert runtime.projections.status.of(key) is StatusCue.NEEDS_CONFIRMATION
+        with pytest.raises(ClaimRefused, match="not_ready"):
+            await runtime.claim(key, executor="worker")
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        digest = "sha256:" + hashlib.sha256(b'{"city":"Paris"}').hexdigest()
+        with pytest.raises(ClaimRefused, match="wrong_principal"):
+            await runtime.confirm(key, principal="user:mallory", arguments_digest=digest)
+        with pytest.raises(ClaimRefused, match="mismatched_confirmation"):
+            await runtime.confirm(key, principal=PRINCIPAL, arguments_digest="sha256:other")
+        await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=digest)
+        with pytest.raises(ClaimRefused, match="duplicate"):
+            await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=digest)
+        await runtime.settle()
+        assert runtime.projections.queue.ready() == [key]
+        await runtime.claim(key, executor="worker")
+
+
+async def test_a_denial_cancels_the_call(autojump_clock: trio.testing.MockClock) -> None:
+    """The principal's denial cancels a call awaiting confirmation; nothing runs."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key, tool="send_email")
+        await runtime.deny(key, principal=PRINCIPAL)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.CANCELLED
+        assert runtime.projections.status.of(key) is StatusCue.CANCELLED
+
+
+async def test_an_unconfirmed_call_expires(autojump_clock: trio.testing.MockClock) -> None:
+    """A call left unconfirmed for the confirmation lifetime is cancelled and cannot run."""
+    limits = CallLimits(confirmation_lifetime=timedelta(minutes=10))
+    async with running(limits=limits) as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key, tool="send_email")
+        await trio.sleep(9 * 60)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.VALIDATED
+        await trio.sleep(2 * 60)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.CANCELLED
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.terminal_reason == "confirmation_expired"
+
+
+# --- time ------------------------------------------------------------------------------------
+
+
+async def test_an_idle_collecting_call_is_cancelled(autojump_clock: trio.testing.MockClock) -> None:
+    """A call that receives nothing for the idle timeout is cancelled; activity defers it."""
+    limits = CallLimits(idle_timeout=timedelta(seconds=60))
+    async with running(limits=limits) as runtime:
+        await start(runtime)
+        key = key_of("a")
+        events = call_events(key, parts=3)
+        await runtime.feed(events[:2])
+        await trio.sleep(50)
+        await runtime.feed(events[2:3])
+        await trio.sleep(50)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.COLLECTING
+        await trio.sleep(11)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.CANCELLED
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.terminal_reason == "idle_timeout"
+        await runtime.feed(events[3:])
+        await runtime.settle()
+        history = runtime.projections.ledger.history(key)
+        assert history[-1].event_type == "decision.rejected"
+
+
+async def test_a_validation_that_does_not_answer_in_time_fails(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A check that outlives the validation deadline fails the call as validation_timeout."""
+
+    async def never(request: ValidationRequested) -> ValidationResult:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async with running(check=never, validation_timeout=0.1) as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key)
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert (row.state, row.validation) == ("failed", "validation_timeout")
+
+
+async def test_a_check_that_raises_fails_the_call_without_its_message() -> None:
+    """An exception in the check fails the call as validator_error, naming only its type."""
+
+    async def broken(request: ValidationRequested) -> ValidationResult:
+        raise ValueError("secret argument value")
+
+    async with running(check=broken) as runtime:
+        await start(runtime)
+        key = key_of("a")
+        await ready_call(runtime, key)
+        [failure] = [
+            recorded.event
+            for recorded in await runtime.log.read_stream(key.stream)
+            if isinstance(recorded.event, CallFailed)
+        ]
+        assert failure.reason == "validator_error"
+        assert "secret" not in failure.detail
+
+
+async def test_a_check_decides_once_even_across_a_restart() -> None:
+    """The check's answer is recorded: reopening the log never asks it again."""
+    calls: list[CallKey] = []
+
+    async def counting(request: ValidationRequested) -> ValidationResult:
+        calls.append(request.key)
+        return ValidationResult()
+
+    store = MemoryStore()
+    async with running(store, check=counting) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key_of("a"))
+    async with running(store, check=counting) as runtime:
+        await runtime.settle()
+    assert calls == [key_of("a")]
+
+
+# --- turns, limits and controls --------------------------------------------------------------
+
+
+async def test_turns_are_started_once_and_cancelled_only_by_their_principal() -> None:
+    """A turn id cannot be started twice; an unknown turn or another principal is refused."""
+    async with running() as runtime:
+        turn = await start(runtime)
+        with pytest.raises(RefusedError, match="started before"):
+            await start(runtime)
+        with pytest.raises(RefusedError, match="another principal"):
+            await runtime.cancel_turn(turn, principal="user:mallory")
+        other = TurnRef(tenant="acme", conversation="c1", turn="t9")
+        with pytest.raises(RefusedError, match="unknown"):
+            await runtime.cancel_turn(other, principal=PRINCIPAL)
+
+
+async def test_a_new_turn_supersedes_the_calls_of_the_previous_one() -> None:
+    """Starting a new turn cancels the old turn's calls; their late events are rejected."""
+    async with running() as runtime:
+        await start(runtime, "t1")
+        old = key_of("a", turn="t1")
+        events = call_events(old)
+        await runtime.feed(events[:2])
+        await start(runtime, "t2")
+        await runtime.feed(events[2:])
+        late = key_of("b", turn="t1")
+        await runtime.feed(call_events(late))
+        await runtime.settle()
+        assert runtime.phase(old) is Phase.CANCELLED
+        assert runtime.phase(late) is Phase.ABSENT
+        assert [entry.event_type for entry in runtime.projections.ledger.history(late)] == [
+            "decision.rejected"
+        ] * 4
+
+
+async def test_live_calls_per_turn_are_limited() -> None:
+    """A call opened beyond the live-call limit of its turn fails; ended calls free a place."""
+    async with running(limits=CallLimits(max_live_per_turn=2)) as runtime:
+        await start(runtime)
+        first, second, third = key_of("a"), key_of("b"), key_of("c")
+        await runtime.feed([CallOpened(key=key, tool="get_weather") for key in (first, second)])
+        await runtime.feed([CallOpened(key=third, tool="get_weather")])
+        await runtime.settle()
+        assert runtime.phase(third) is Phase.FAILED
+        row = runtime.projections.ledger.row(third)
+        assert row is not None
+        assert row.terminal_reason == "limit_exceeded"
+        await runtime.cancel_turn(first.turn_ref, principal=PRINCIPAL)
+        await start(runtime, "t2")
+        fourth = key_of("d", turn="t2")
+        await runtime.feed([CallOpened(key=fourth, tool="get_weather")])
+        await runtime.settle()
+        assert runtime.phase(fourth) is Phase.COLLECTING
+
+
+async def test_an_operator_control_cancels_the_calls_it_concerns() -> None:
+    """Disabling a tool cancels the live calls of that tool and no other."""
+    async with running() as runtime:
+        await start(runtime)
+        weather, email = key_of("a"), key_of("b")
+        await runtime.feed([CallOpened(key=weather, tool="get_weather")])
+        await runtime.feed([CallOpened(key=email, tool="send_email")])
+        await runtime.log.append(
+            [
+                NewEvent(
+                    stream="control/global",
+                    event=ToolDisabled(tool="get_weather", tenant=None, operator="ops", reason="x"),
+                )
+            ]
+        )
+        await runtime.settle()
+        assert runtime.phase(weather) is Phase.CANCELLED
+        assert runtime.phase(email) is Phase.COLLECTING
+
+
+async def test_a_response_stream_has_one_feeder() -> None:
+    """A response stream appended to from elsewhere makes the next feed a ConflictError."""
+    async with running() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        events = call_events(key)
+        await runtime.feed(events[:1])
+        await runtime.log.append([NewEvent(stream=key.response_ref.stream, event=events[1])])
+        with pytest.raises(ConflictError):
+            await runtime.feed(events[2:])
+
+
+# --- restart ---------------------------------------------------------------------------------
+
+
+async def test_a_restart_ends_what_the_stopped_process_left() -> None:
+    """After a restart: assembling calls are connection_lost, ready calls stay ready, a
+    dispatched call without outcome is outcome_unknown and is never dispatched again."""
+    store = MemoryStore()
+    collecting, candidate, ready, dispatched = (key_of(name, response=name) for name in "abcd")
+    async with running(store) as runtime:
+        await start(runtime)
+        await runtime.feed(call_events(collecting)[:2])
+        await runtime.feed(call_events(candidate))
+        await ready_call(runtime, ready)
+        await ready_call(runtime, dispatched)
+        await runtime.claim(dispatched, executor="worker")
+    async with running(store) as runtime:
+        await runtime.settle()
+        assert runtime.phase(collecting) is Phase.CANCELLED
+        assert runtime.phase(candidate) is Phase.CANCELLED
+        for key in (collecting, candidate):
+            row = runtime.projections.ledger.row(key)
+            assert row is not None
+            assert row.terminal_reason == "connection_lost"
+        assert runtime.projections.queue.ready() == [ready]
+        row = runtime.projections.ledger.row(dispatched)
+        assert row is not None
+        assert row.outcome == "unknown"
+        assert runtime.projections.status.of(dispatched) is StatusCue.UNKNOWN
+        with pytest.raises(ClaimRefused, match="call_terminal"):
+            await runtime.claim(dispatched, executor="worker")
+        await runtime.claim(ready, executor="worker")
+
+
+async def test_a_resumable_stream_survives_a_restart() -> None:
+    """A call whose stream was lost resumably goes on after a restart and validates."""
+    store = MemoryStore()
+    key = key_of("a")
+    events = call_events(key)
+    async with running(store) as runtime:
+        await start(runtime)
+        await runtime.feed(events[:2])
+        await runtime.feed([StreamLost(response=key.response_ref, resumable=True)])
+    async with running(store) as runtime:
+        await runtime.feed([*events[2:], response_end(key)])
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.VALIDATED
+
+
+async def _append_raw(store: MemoryStore, streams_and_events: Iterable[tuple[str, Event]]) -> None:
+    log = MemoryLog(store)
+    await log.append([NewEvent(stream=stream, event=event) for stream, event in streams_and_events])
+    await log.aclose()
+
+
+def _turn_started() -> tuple[str, Event]:
+    turn = TurnRef(tenant="acme", conversation="c1", turn="t1")
+    offered = tuple(tool.offered() for tool in TOOLS)
+    return turn.stream, TurnStarted(turn=turn, principal=PRINCIPAL, tools=offered)
+
+
+async def test_inputs_whose_decisions_were_never_written_are_decided_at_restart() -> None:
+    """A log holding ingress with no decisions (the process died first) is decided on open."""
+    store = MemoryStore()
+    key = key_of("a")
+    ingress: Sequence[Event] = [*call_events(key), response_end(key)]
+    await _append_raw(
+        store, [_turn_started(), *((key.response_ref.stream, event) for event in ingress)]
+    )
+    async with running(store) as runtime:
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.VALIDATED
+        assert runtime.projections.queue.ready() == [key]
+
+
+async def test_a_log_that_disagrees_with_the_decider_is_refused() -> None:
+    """A recorded decision the decider would not make stops the runtime from opening."""
+    store = MemoryStore()
+    key = key_of("a")
+    forged = CallFailed(key=key, cause=2, reason="too_large", detail="forged")  # type: ignore[arg-type]
+    await _append_raw(
+        store,
+        [
+            _turn_started(),
+            (key.response_ref.stream, CallOpened(key=key, tool="get_weather", sequence=0)),
+            (key.stream, forged),
+        ],
+    )
+    with pytest.raises(ReplayDivergence, match="position 3"):
+        async with running(store):
+            pass
+
+
+async def test_the_live_digest_equals_the_digest_of_a_replay() -> None:
+    """The projections of a running runtime and of a fresh fold of its log hash the same."""
+    async with running() as runtime:
+        await start(runtime)
+        await ready_call(runtime, key_of("a"))
+        await runtime.feed(call_events(key_of("b", response="r2"))[:2])
+        await runtime.settle()
+        replayed = Projections()
+        for recorded in await runtime.log.read(1):
+            replayed.apply(recorded)
+        assert replayed.digest() == runtime.digest()
