@@ -54,6 +54,7 @@ from .events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    InertError,
     Log,
     NewEvent,
     RecordedEvent,
@@ -69,7 +70,7 @@ from .events import (
     new_event_id,
     open_log,
 )
-from .projections import Projections
+from .projections import Ledger, Projections
 
 INGRESS_TYPES: tuple[type[Event], ...] = (
     CallOpened,
@@ -162,7 +163,8 @@ class Runtime:
     # --- views ---
 
     @property
-    def ledger(self) -> Any:
+    def ledger(self) -> Ledger:
+        """The assembly ledger: per call key its latest row and its history."""
         return self.projections.ledger
 
     def digest(self) -> str:
@@ -512,14 +514,35 @@ async def _run(
     )
     await runtime._router.catch_up()
     body_error: BaseException | None = None
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runtime._router.run, nursery)
-        try:
-            await runtime._recover()
-            yield runtime
-        except BaseException as error:
-            body_error = error
-        finally:
-            nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime._router.run, nursery)
+            try:
+                await runtime._recover()
+                yield runtime
+            except BaseException as error:
+                body_error = error
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise _sole_inert_error(group) from None
     if body_error is not None:
         raise body_error
+
+
+def _sole_inert_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one ``InertError`` that stopped the runtime's tasks, else the group as it is.
+
+    An actor that cannot write (a storage failure, another writer on its stream) or a replay
+    that diverges stops the runtime; its error is raised as itself, not inside a group.
+    """
+    errors = [error for error in _leaves(group) if not isinstance(error, trio.Cancelled)]
+    if len(errors) == 1 and isinstance(errors[0], InertError):
+        return errors[0]
+    return group
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]

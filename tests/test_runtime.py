@@ -22,6 +22,7 @@ from inert import (
     ConflictError,
     Dispatch,
     Event,
+    LogError,
     MemoryLog,
     MemoryStore,
     NewEvent,
@@ -45,6 +46,7 @@ from inert import (
     trio_clock,
 )
 from inert.actors import Check
+from inert.events._records import PendingRecord
 
 TOOLS = [
     ToolDeclaration(name="get_weather"),
@@ -555,3 +557,28 @@ async def test_the_live_digest_equals_the_digest_of_a_replay() -> None:
         for recorded in await runtime.log.read(1):
             replayed.apply(recorded)
         assert replayed.digest() == runtime.digest()
+
+
+class _FailingCallWrites(MemoryLog):
+    """A memory log whose writes to call streams fail, as a full disk would."""
+
+    async def _append_records(
+        self, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]:
+        if any(record.stream.startswith("call/") for record in records):
+            raise LogError("disk full")
+        return await super()._append_records(records, expected)
+
+
+async def test_an_actor_that_cannot_write_stops_the_runtime_with_its_error() -> None:
+    """A storage failure of a call's actor ends the runtime with that LogError, not a group."""
+    log = _FailingCallWrites(clock=trio_clock())
+
+    async def feed_one_call() -> None:
+        async with open_runtime(log=log, tools=TOOLS) as runtime:
+            await start(runtime)
+            await runtime.feed(call_events(key_of("a")))
+            await trio.sleep_forever()
+
+    with pytest.raises(LogError, match="disk full"):
+        await feed_one_call()
