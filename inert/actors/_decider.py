@@ -18,13 +18,15 @@ Rules:
    only answer from outside is a validation result, fed back as ``ValidationOutcome`` and
    recorded in the decision it produces, so that replay never asks for it again.
 2. Opening. A call opens only in a known, active turn; in a cancelled or superseded turn every
-   event addressed to it is rejected (``stale_turn``) and it never leaves ``absent``. A tool the
+   event addressed to it is rejected (``stale_turn``) and it never leaves ``absent``; a request
+   for a call never opened is rejected (``unknown_call``). A tool the
    turn did not offer fails the call at once. A call opened under an operator control is
    cancelled at once. Fragments or an end event before the opening fail the call: its data can
    no longer be whole.
 3. Fragments are transport data. They go to a private buffer in sequence order. A fragment
    whose sequences were all seen is a duplicate delivery: rejected, never data. One that
-   overlaps what was seen, or mixes numbered and unnumbered fragments, fails the call. Past the
+   overlaps what was seen, is numbered at or before the opening, or mixes numbered and
+   unnumbered fragments, fails the call. Past the
    byte or fragment limit the call fails.
 4. The call's own end event permits parsing, nothing more. A sequence number missing between
    the opening and the end fails the call (``sequence_gap``); final arguments sent by the
@@ -46,9 +48,9 @@ Rules:
    answered with ``dispatched`` or a rejection. The first claim wins; every later one is
    rejected.
 9. Deadlines. A call still collecting or waiting for its response is cancelled once the idle
-   time has passed since its last ingress event; a call waiting for confirmation is cancelled
-   when the confirmation lifetime ends. Both are judged when a ``DeadlineReached`` request is
-   in the log, at the time the log recorded it.
+   time has passed since its last ingress event (its opening, a fragment or its end event); a
+   call waiting for confirmation is cancelled when the confirmation lifetime ends. Both are
+   judged when a ``DeadlineReached`` request is in the log, at the time the log recorded it.
 10. Terminal is absorbing. Events addressed to a terminal call are rejected (``call_terminal``);
     events that merely concern it (its response, turn, tenant) are ignored.
 
@@ -242,6 +244,7 @@ class FragmentAccepted:
 class ArgumentsParsed:
     arguments: ParsedArguments
     terminal: TerminalRef
+    at: datetime
 
 
 @frozen(kw_only=True)
@@ -544,7 +547,10 @@ def _before_open(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
     )
 
 
-def _unknown_call(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+def _unknown_call(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
     return judge.reject(RejectReason.UNKNOWN_CALL, "the call was never opened")
 
 
@@ -597,6 +603,12 @@ def _fragment(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
         return judge.fail(
             FailReason.PROTOCOL_VIOLATION, "numbered and unnumbered fragments in one call"
         )
+    opened = judge.state.opened_sequence
+    if opened is not None and event.first_sequence is not None and event.first_sequence <= opened:
+        return judge.fail(
+            FailReason.PROTOCOL_VIOLATION,
+            f"fragment numbered {event.first_sequence}, not after the opening's {opened}",
+        )
     limits = context.limits
     if buffer.size + len(event.data) > limits.max_bytes:
         return judge.fail(
@@ -645,7 +657,7 @@ def _end(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
         )
         return judge.fail(reason, parsed.describe())
     return (
-        ArgumentsParsed(arguments=parsed, terminal=event.terminal),
+        ArgumentsParsed(arguments=parsed, terminal=event.terminal, at=_at(judge)),
         CallTerminalCandidate(
             key=state.key,
             cause=judge.cause,
@@ -960,8 +972,8 @@ def evolve(state: CallState, decision: Decision) -> CallState:
             return attrs.evolve(state, opened_sequence=sequence, last_activity=at)
         case CallCollecting(tool=tool):
             return attrs.evolve(state, phase=Phase.COLLECTING, tool=tool)
-        case ArgumentsParsed(arguments=arguments, terminal=terminal):
-            return attrs.evolve(state, arguments=arguments, terminal=terminal)
+        case ArgumentsParsed(arguments=arguments, terminal=terminal, at=at):
+            return attrs.evolve(state, arguments=arguments, terminal=terminal, last_activity=at)
         case CallTerminalCandidate(arguments_digest=digest):
             return attrs.evolve(state, phase=Phase.TERMINAL_CANDIDATE, arguments_digest=digest)
         case ValidationRequested():
