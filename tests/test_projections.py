@@ -925,3 +925,17 @@ def test_digest_names_each_projection_by_class() -> None:
     assert state_digest(ledger) != state_digest(DispatchQueue())
     with pytest.raises(ValueError, match="two projections named Ledger"):
         state_digest(ledger, Ledger())
+
+
+def test_fragments_that_land_before_the_opening_decision_are_counted() -> None:
+    """The actor's answer to an opening may land after the call's first fragments: the row
+    counts them from the start."""
+    script = Script()
+    script.turn()
+    opened = script.add(CallOpened(key=KEY, tool=TOOL.name))
+    script.fragment(data=b'{"to": ')
+    script.fragment(data=b'"x"}')
+    script.add(CallCollecting(key=KEY, cause=opened, tool=TOOL.name))
+    row = fold(script.records).ledger.row(KEY)
+    assert row is not None
+    assert (row.state, row.fragments, row.bytes) == ("collecting", 2, 11)

@@ -281,7 +281,10 @@ class Ledger:
             return
         if row is None:
             tool = event.tool if isinstance(event, CallCollecting) else ""
-            fragments, size = self._counted(key, event.cause)
+            # The opening's answer can land after fragments that follow the opening: they all
+            # count. A call that failed before it opened counts what came up to its failure.
+            through = recorded.position if isinstance(event, CallCollecting) else event.cause
+            fragments, size = self._counted(key, through)
             row = LedgerRow.opened(key, tool=tool, fragments=fragments, size=size)
         row = self._evolve(row, event)
         if row.state != "collecting":
