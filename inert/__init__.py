@@ -7,7 +7,14 @@ Everything public is re-exported here; the modules behind it are private.
 from importlib.metadata import PackageNotFoundError, version
 
 from . import events as _events
-from ._runtime import Dispatch, Executor, Runtime, open_runtime, trio_clock
+from ._runtime import (
+    Dispatch,
+    Executor,
+    PendingConfirmation,
+    Runtime,
+    open_runtime,
+    trio_clock,
+)
 from .actors import (
     DEFAULT_LIMITS,
     ArgumentLimits,
@@ -38,6 +45,7 @@ __all__ = [  # noqa: PLE0604
     "IllegalTransition",
     "Ledger",
     "LedgerRow",
+    "PendingConfirmation",
     "Phase",
     "Projections",
     "ReplayDivergence",

@@ -48,6 +48,7 @@ from .events import (
     ClaimRequested,
     ConfirmationDenied,
     ConfirmationGiven,
+    ConfirmationRefused,
     ConflictError,
     Event,
     EventRejected,
@@ -59,6 +60,7 @@ from .events import (
     NewEvent,
     RecordedEvent,
     RefusedError,
+    RequestRefused,
     ResponseEnded,
     StreamLost,
     StreamResumed,
@@ -105,6 +107,18 @@ class Dispatch:
 
 
 Executor = Callable[[Dispatch], Awaitable[object]]
+
+
+@frozen(kw_only=True)
+class PendingConfirmation:
+    """What the person is asked to confirm: the call, the tool and the exact arguments' digest."""
+
+    key: CallKey
+    principal: str
+    tool: str
+    tool_digest: str
+    arguments_digest: str
+    expires_at: datetime
 
 
 class _Request:
@@ -253,9 +267,8 @@ class Runtime:
             raise RefusedError(f"turn {turn.stream!r} is unknown")
         if view.principal != principal:
             raise RefusedError(f"turn {turn.stream!r} belongs to another principal")
-        await self.log.append(
-            [NewEvent(stream=turn.stream, event=TurnCancelled(turn=turn, principal=principal))]
-        )
+        cancelled = TurnCancelled(turn=turn, principal=principal, reason=reason)
+        await self.log.append([NewEvent(stream=turn.stream, event=cancelled)])
 
     # --- ingress ---
 
@@ -322,20 +335,37 @@ class Runtime:
             expires_at=self.log.now() + expires_in,
         )
         answer = await self._request(key.request_stream, event)
-        self._raise_if_rejected(key, answer)
+        self._raise_if_rejected(key, answer, ConfirmationRefused)
+
+    async def pending_confirmation(self, key: CallKey) -> PendingConfirmation | None:
+        """What a call waiting for confirmation asks of its principal, or ``None``."""
+        await self._caught_up()
+        state = self._fold.state(key)
+        view = self._fold.scope.turn(key.turn_ref)
+        if state is None or view is None or not state.awaiting_confirmation:
+            return None
+        assert state.confirmation_expires is not None
+        return PendingConfirmation(
+            key=key,
+            principal=view.principal,
+            tool=state.tool,
+            tool_digest=state.tool_digest,
+            arguments_digest=state.arguments_digest,
+            expires_at=state.confirmation_expires,
+        )
 
     async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
         """Refuse one call for its principal: it is cancelled and never runs."""
         answer = await self._request(
             key.request_stream, ConfirmationDenied(key=key, principal=principal, reason=reason)
         )
-        self._raise_if_rejected(key, answer)
+        self._raise_if_rejected(key, answer, ConfirmationRefused)
 
     @staticmethod
-    def _raise_if_rejected(key: CallKey, answer: list[Event]) -> None:
+    def _raise_if_rejected(key: CallKey, answer: list[Event], error: type[RequestRefused]) -> None:
         for event in answer:
             if isinstance(event, EventRejected):
-                raise ClaimRefused(key.stream, event.reason.value, event.detail)
+                raise error(key.stream, event.reason.value, event.detail)
 
     # --- the executor boundary ---
 
@@ -354,7 +384,7 @@ class Runtime:
         )
         dispatched = [event for event in answer if isinstance(event, CallDispatched)]
         if not dispatched:
-            self._raise_if_rejected(key, answer)
+            self._raise_if_rejected(key, answer, ClaimRefused)
             raise ClaimRefused(key.stream, "no_answer", "the claim was not answered")
         validated = [
             recorded.event

@@ -19,6 +19,7 @@ from inert import (
     CallLimits,
     CallOpened,
     ClaimRefused,
+    ConfirmationRefused,
     ConflictError,
     Dispatch,
     Event,
@@ -243,12 +244,20 @@ async def test_a_call_needing_confirmation_waits_for_its_principal() -> None:
         row = runtime.projections.ledger.row(key)
         assert row is not None
         digest = "sha256:" + hashlib.sha256(b'{"city":"Paris"}').hexdigest()
-        with pytest.raises(ClaimRefused, match="wrong_principal"):
+        pending = await runtime.pending_confirmation(key)
+        assert pending is not None
+        assert (pending.tool, pending.principal, pending.arguments_digest) == (
+            "send_email",
+            PRINCIPAL,
+            digest,
+        )
+        with pytest.raises(ConfirmationRefused, match="wrong_principal"):
             await runtime.confirm(key, principal="user:mallory", arguments_digest=digest)
-        with pytest.raises(ClaimRefused, match="mismatched_confirmation"):
+        with pytest.raises(ConfirmationRefused, match="mismatched_confirmation"):
             await runtime.confirm(key, principal=PRINCIPAL, arguments_digest="sha256:other")
         await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=digest)
-        with pytest.raises(ClaimRefused, match="duplicate"):
+        assert await runtime.pending_confirmation(key) is None
+        with pytest.raises(ConfirmationRefused, match="duplicate"):
             await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=digest)
         await runtime.settle()
         assert runtime.projections.queue.ready() == [key]

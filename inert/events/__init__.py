@@ -45,11 +45,13 @@ from ._errors import (
     ClaimRefused,
     CodecError,
     ConfigurationError,
+    ConfirmationRefused,
     ConflictError,
     DuplicateEventError,
     InertError,
     LogError,
     RefusedError,
+    RequestRefused,
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
@@ -81,6 +83,7 @@ __all__ = [
     "ConfigurationError",
     "ConfirmationDenied",
     "ConfirmationGiven",
+    "ConfirmationRefused",
     "ConflictError",
     "DeadlineReached",
     "DuplicateEventError",
@@ -101,6 +104,7 @@ __all__ = [
     "Redacted",
     "RefusedError",
     "RejectReason",
+    "RequestRefused",
     "ResponseEndReason",
     "ResponseEnded",
     "ResponseQuarantined",

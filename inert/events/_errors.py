@@ -56,10 +56,27 @@ class RefusedError(InertError):
     cannot be claimed or confirmed. Nothing was done."""
 
 
-class ClaimRefused(RefusedError):
-    """The call's actor answered a claim with a rejection: the executor must not run it."""
+class RequestRefused(RefusedError):
+    """A call's actor answered a request (a confirmation, a denial, a claim) with a rejection.
+
+    ``reason`` is the rejection's reason (``wrong_principal``, ``not_ready``, ...).
+    """
+
+    REQUEST = "request"
 
     def __init__(self, key_stream: str, reason: str, detail: str) -> None:
-        super().__init__(f"claim of {key_stream!r} refused ({reason}): {detail}")
+        super().__init__(f"{self.REQUEST} of {key_stream!r} refused ({reason}): {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class ClaimRefused(RequestRefused):
+    """A claim was refused: the executor must not run the call."""
+
+    REQUEST = "claim"
+
+
+class ConfirmationRefused(RequestRefused):
+    """A confirmation or denial was refused and recorded; the call is as it was."""
+
+    REQUEST = "confirmation"
