@@ -1,127 +1,691 @@
-"""The ``inert`` command."""
+"""The ``inert`` command: read a log's ledger, replay it, cancel a turn, run ready calls, demo.
+
+Nothing it prints carries an argument value: calls are shown by key, tool, counts, sizes,
+reasons and digests.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from urllib.parse import quote
 
-import attrs
 import trio
 
 from . import __version__
+from ._runtime import Dispatch, Runtime, open_runtime
+from .actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
 from .events import (
     ArgumentsAppended,
     CallEnded,
     CallKey,
     CallOpened,
-    Event,
+    ClaimRefused,
+    ConfigurationError,
+    ConfirmationRefused,
+    EventRejected,
     InertError,
-    NewEvent,
-    OfferedTool,
     RecordedEvent,
-    Redacted,
+    RefusedError,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
     TurnRef,
-    TurnStarted,
     open_log,
+)
+from .projections import JSON, Ledger, LedgerRow, Projections, Transition
+
+READ_PAGE = 1024
+"""Events read from the log at a time."""
+
+EXECUTOR = "inert-execute"
+"""The executor name claims of this command are recorded under."""
+
+_KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
+
+
+# --- reading a log ---------------------------------------------------------------------------
+
+
+async def _fold_log(url: str, *folds: Callable[[RecordedEvent], object]) -> int:
+    """Apply every event of the log, in position order, read a page at a time; how many."""
+    count = position = 0
+    async with open_log(url) as log:
+        while page := await log.read(position + 1, limit=READ_PAGE):
+            for recorded in page:
+                for fold in folds:
+                    fold(recorded)
+            count += len(page)
+            position = page[-1].position
+    return count
+
+
+# --- showing keys and tables -----------------------------------------------------------------
+
+
+def _part(value: str) -> str:
+    # Percent-encoded like stream names, so that a "/" inside an identity cannot be misread.
+    return quote(value, safe="")
+
+
+class _Keys:
+    """How call keys are shown: the leading identities every key shares are named once."""
+
+    def __init__(self, keys: Iterable[CallKey]) -> None:
+        keys = list(keys)
+        self.shared: list[tuple[str, str]] = []
+        for name in ("tenant", "conversation"):
+            values = {getattr(key, name) for key in keys}
+            if len(values) != 1:
+                break
+            self.shared.append((name, values.pop()))
+        self.fields = _KEY_FIELDS[len(self.shared) :]
+
+    def show(self, key: CallKey) -> str:
+        return "/".join(_part(getattr(key, name)) for name in self.fields)
+
+    def legend(self) -> str:
+        """For instance ``tenant acme; calls shown as conversation/turn/response/item/call``."""
+        shared = ", ".join(f"{name} {_part(value)}" for name, value in self.shared)
+        shown = f"calls shown as {'/'.join(self.fields)}"
+        return f"{shared}; {shown}" if shared else shown
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> list[str]:
+    """Aligned columns (numbers to the right), two spaces apart, under a header line."""
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(width) if column in numeric else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), *(line(row) for row in rows)]
+
+
+_LEDGER_HEADER = (
+    "call",
+    "tool",
+    "state",
+    "fragments",
+    "bytes",
+    "terminal event",
+    "reason",
+    "parse",
+    "validation",
+    "dispatch",
+    "outcome",
 )
 
 
-def describe(event: Event | Redacted) -> str:
-    """One line naming an event's fields, with argument bytes shown only as their size."""
-    if isinstance(event, Redacted):
-        return f"<redacted: {event.length} bytes, sha256 {event.digest[:16]}...>"
-    parts = []
-    for field in attrs.fields(type(event)):
-        value = getattr(event, field.name)
-        if isinstance(value, bytes):
-            shown = f"<{len(value)} bytes>"
-        elif isinstance(value, TurnRef | CallKey):
-            shown = "/".join(str(part) for part in attrs.astuple(value))
-        else:
-            shown = str(value)
-        parts.append(f"{field.name}={shown}")
-    return " ".join(parts)
+def _cell(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
 
 
-def _format(recorded: RecordedEvent) -> str:
-    return (
-        f"{recorded.position:>4}  {recorded.stream:<40}  v{recorded.version:<3}"
-        f" {recorded.event_type:<28} {describe(recorded.event)}"
-    )
-
-
-def _demo_events() -> list[NewEvent]:
-    conversation = "conv-" + secrets.token_hex(3)
-    turn = TurnRef(tenant="acme", conversation=conversation, turn="t1")
-    key = CallKey(
-        tenant="acme",
-        conversation=conversation,
-        turn="t1",
-        response="resp_1",
-        item="fc_1",
-        call="call_1",
-    )
-    response = key.response_ref
-    fragments = [b'{"city": ', b'"Par', b'is", "unit', b's": "metric"}']
-    events: list[NewEvent] = [
-        NewEvent(
-            stream=turn.stream,
-            event=TurnStarted(
-                turn=turn,
-                principal="user:alice",
-                tools=(OfferedTool(name="get_weather", digest="sha256:demo"),),
-            ),
-        ),
-        NewEvent(stream=response.stream, event=CallOpened(key=key, tool="get_weather", sequence=0)),
+def _ledger_cells(keys: _Keys, row: LedgerRow) -> list[str]:
+    return [
+        keys.show(row.key),
+        _cell(row.tool),
+        row.state,
+        str(row.fragments),
+        str(row.bytes),
+        _cell(row.terminal_event),
+        _cell(row.terminal_reason),
+        _cell(row.parse),
+        _cell(row.validation),
+        row.dispatch,
+        _cell(row.outcome),
     ]
-    for sequence, fragment in enumerate(fragments, start=1):
-        events.append(
-            NewEvent(
-                stream=response.stream,
-                event=ArgumentsAppended(
-                    key=key, data=fragment, first_sequence=sequence, last_sequence=sequence
-                ),
-            )
-        )
-    end = len(fragments) + 1
-    events.append(
-        NewEvent(
-            stream=response.stream,
-            event=CallEnded(
-                key=key, terminal=TerminalRef(sequence=end), final_arguments=b"".join(fragments)
-            ),
-        )
+
+
+def _history_keys(ledger: Ledger) -> list[CallKey]:
+    """Every key with a row or a transition, in the order it first appeared."""
+    keys = dict.fromkeys(ledger.histories())
+    keys.update(dict.fromkeys(row.key for row in ledger.rows()))
+    return list(keys)
+
+
+def _transition_cells(step: Transition) -> list[str]:
+    return [f"@{step.position}", step.event_type, _cell(step.state), step.detail]
+
+
+def ledger_table(ledger: Ledger, *, history: bool = False) -> list[str]:
+    """The ledger as lines a person reads: a legend, a header and one line per call key.
+
+    With ``history``, each key's transitions follow it, indented, and keys that only have
+    rejected events (no row) are listed too.
+    """
+    rows = ledger.rows()
+    keys = _history_keys(ledger) if history else [row.key for row in rows]
+    if not keys:
+        return ["(no calls)"]
+    shown = _Keys(keys)
+    by_key = {row.key: row for row in rows}
+    cells = [
+        _ledger_cells(shown, by_key[key])
+        if key in by_key
+        else [shown.show(key), "-", "(no call: only rejected events)", *[""] * 8]
+        for key in keys
+    ]
+    table = _table(_LEDGER_HEADER, cells, {3, 4})
+    lines = [shown.legend(), table[0]]
+    histories = ledger.histories() if history else {}
+    steps = [_transition_cells(step) for key in keys for step in histories.get(key, [])]
+    # One table for every transition, so that their columns line up under all the calls.
+    indented = iter(_table(("", "", "", ""), steps, {0})[1:])
+    for key, line in zip(keys, table[1:], strict=True):
+        lines.append(line)
+        lines.extend("      " + next(indented) for _ in histories.get(key, []))
+    return lines
+
+
+def _key_json(key: CallKey) -> dict[str, JSON]:
+    return {name: getattr(key, name) for name in _KEY_FIELDS}
+
+
+def _ledger_json(ledger: Ledger, *, history: bool) -> list[dict[str, JSON]]:
+    if not history:
+        return [row.to_json() for row in ledger.rows()]
+    by_key = {row.key: row for row in ledger.rows()}
+    histories = ledger.histories()
+    objects: list[dict[str, JSON]] = []
+    for key in _history_keys(ledger):
+        row = by_key.get(key)
+        # A key with only rejected events has no row: its columns are null.
+        entry = row.to_json() if row is not None else _row_of_nothing(key)
+        entry["history"] = [step.to_json() for step in histories.get(key, [])]
+        objects.append(entry)
+    return objects
+
+
+def _row_of_nothing(key: CallKey) -> dict[str, JSON]:
+    """The columns of a key without a row: its identities, and null for everything else."""
+    columns = LedgerRow.opened(key, tool="", fragments=0, size=0).to_json()
+    return {name: (value if name in _KEY_FIELDS else None) for name, value in columns.items()}
+
+
+# --- ledger ----------------------------------------------------------------------------------
+
+
+async def _ledger(url: str, *, as_json: bool, history: bool) -> None:
+    projections = Projections()
+    await _fold_log(url, projections.apply)
+    if as_json:
+        for entry in _ledger_json(projections.ledger, history=history):
+            print(json.dumps(entry, ensure_ascii=False))
+    else:
+        for line in ledger_table(projections.ledger, history=history):
+            print(line)
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+async def _replay(url: str, *, as_json: bool) -> None:
+    fold = CallFold(live=False)
+    projections = Projections()
+    kinds: Counter[str] = Counter()
+    events = await _fold_log(
+        url, fold.apply, projections.apply, lambda recorded: kinds.update((recorded.event_type,))
     )
-    events.append(
-        NewEvent(
-            stream=response.stream,
-            event=ResponseEnded(
-                response=response,
-                reason=ResponseEndReason.COMPLETED,
-                terminal=TerminalRef(sequence=end + 1),
-            ),
-        )
+    rejections = kinds[EventRejected.TAG]
+    # A key that only ever had events rejected stays absent: it is no call.
+    phases = Counter(record.state.phase for record in fold.records.values())
+    states: dict[str, JSON] = {
+        phase.value: phases[phase] for phase in Phase if phase in phases and phase != Phase.ABSENT
+    }
+    summary: dict[str, JSON] = {
+        "events": events,
+        "calls": sum(phases.values()) - phases[Phase.ABSENT],
+        "states": states,
+        "ready": len(projections.queue),
+        "rejections": rejections,
+        "digest": projections.digest(),
+    }
+    if as_json:
+        print(json.dumps(summary))
+        return
+    print(f"replayed {events} events; every decision found in the log was made again")
+    print(f"calls       {summary['calls']}")
+    for state, count in states.items():
+        print(f"  {state:<18} {count}")
+    print(f"ready       {summary['ready']}")
+    print(f"rejections  {rejections}")
+    print(f"digest {summary['digest']}")
+
+
+# --- cancel-turn -----------------------------------------------------------------------------
+
+
+def _turn_rows(runtime: Runtime, turn: TurnRef) -> dict[CallKey, LedgerRow]:
+    return {row.key: row for row in runtime.projections.ledger.rows() if row.key.turn_ref == turn}
+
+
+async def _cancel_turn(url: str, turn: TurnRef, *, principal: str, reason: str) -> None:
+    async with open_runtime(log=url) as runtime:
+        await runtime.settle()
+        before = _turn_rows(runtime, turn)
+        await runtime.cancel_turn(turn, principal=principal, reason=reason)
+        await runtime.settle()
+        after = _turn_rows(runtime, turn)
+    cancelled = [
+        key
+        for key, row in after.items()
+        if row.state == "cancelled" and (key not in before or before[key].state != "cancelled")
+    ]
+    ended = sum(1 for row in before.values() if row.state in TERMINAL_PHASES)
+    shown = _Keys(after)
+    noun = "call" if len(cancelled) == 1 else "calls"
+    print(
+        f"turn {_part(turn.tenant)}/{_part(turn.conversation)}/{_part(turn.turn)} cancelled"
+        f" for {principal}: {len(cancelled)} {noun} of its {len(after)} cancelled"
+        f" ({ended} had ended before)"
     )
-    return events
+    for key in cancelled:
+        print(f"  cancelled  {shown.show(key)}  {after[key].tool}")
+
+
+# --- execute ---------------------------------------------------------------------------------
+
+
+class _Recorder:
+    """An executor that runs nothing: it only records the claims it was handed."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    async def __call__(self, dispatch: Dispatch) -> None:
+        self.ran.append(dispatch.claim_id)
+
+
+Executed = tuple[CallKey, dict[str, JSON]]
+"""A call the command tried to run, and what it reports of it (as JSON, never a value)."""
+
+
+async def _execute_ready(runtime: Runtime, recorder: _Recorder) -> list[Executed]:
+    """Claim and run every ready call once with the recorder; what became of each."""
+    await runtime.settle()
+    results: list[Executed] = []
+    for key in runtime.projections.queue.ready():
+        row = runtime.projections.ledger.row(key)
+        entry = _key_json(key)
+        entry["tool"] = "" if row is None else row.tool
+        try:
+            dispatch = await runtime.execute(key, recorder, name=EXECUTOR)
+        except ClaimRefused as refused:
+            entry["refused"] = refused.reason
+            entry["detail"] = refused.detail
+        else:
+            entry["tool"] = dispatch.tool
+            entry["arguments_digest"] = dispatch.arguments_digest
+            entry["claim_id"] = dispatch.claim_id
+        results.append((key, entry))
+    await runtime.settle()
+    return results
+
+
+def _execution_lines(results: Sequence[Executed], keys: _Keys) -> list[str]:
+    cells = [
+        [
+            "refused" if "refused" in entry else "executed",
+            keys.show(key),
+            str(entry["tool"]),
+            f"{entry['refused']}: {entry['detail']}"
+            if "refused" in entry
+            else f"arguments {entry['arguments_digest']}",
+        ]
+        for key, entry in results
+    ]
+    return _table(("", "call", "tool", ""), cells, set())[1:]
+
+
+async def _execute(url: str, *, as_json: bool) -> None:
+    recorder = _Recorder()
+    async with open_runtime(log=url) as runtime:
+        results = await _execute_ready(runtime, recorder)
+        keys = _Keys(row.key for row in runtime.projections.ledger.rows())
+    if as_json:
+        for _, entry in results:
+            print(json.dumps(entry, ensure_ascii=False))
+        return
+    if not results:
+        print("nothing to execute: no call is ready")
+        return
+    print(
+        f"{keys.legend()}; executor {EXECUTOR!r}, which records that it ran and nothing else,"
+        f" ran {_times(len(recorder.ran))}"
+    )
+    for line in _execution_lines(results, keys):
+        print(line)
+
+
+# --- demo ------------------------------------------------------------------------------------
+
+TENANT = "acme"
+PRINCIPAL = "user:alice"
+
+DEMO_TOOLS = (
+    ToolDeclaration(
+        name="get_weather",
+        description="The current weather in a city.",
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "units": {"type": "string"}},
+            "required": ["city"],
+        },
+    ),
+    ToolDeclaration(
+        name="send_email",
+        description="Send an email on the user's behalf.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "to": {"type": "string"},
+                "subject": {"type": "string"},
+                "body": {"type": "string"},
+            },
+            "required": ["to", "subject", "body"],
+        },
+        needs_confirmation=True,
+    ),
+    ToolDeclaration(
+        name="delete_files",
+        description="Delete files under a path.",
+        parameters={
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}},
+            "required": ["path"],
+        },
+    ),
+)
+
+
+class _Streamed:
+    """One streamed tool call of the demo, as a provider adapter would turn it into events.
+
+    Sequences number the call's events: the opening 0, the fragments 1..n, the end n + 1.
+    """
+
+    def __init__(
+        self,
+        turn: TurnRef,
+        response: str,
+        item: str,
+        *,
+        tool: str,
+        arguments: bytes,
+        pieces: int = 4,
+    ) -> None:
+        self.key = CallKey(
+            tenant=turn.tenant,
+            conversation=turn.conversation,
+            turn=turn.turn,
+            response=response,
+            item=item,
+            call="call_" + item.removeprefix("fc_"),
+        )
+        self.tool = tool
+        size = -(-len(arguments) // pieces)
+        self.fragments = [
+            arguments[start : start + size] for start in range(0, len(arguments), size)
+        ]
+
+    def opened(self) -> CallOpened:
+        return CallOpened(key=self.key, tool=self.tool, sequence=0)
+
+    def fragment(self, number: int) -> ArgumentsAppended:
+        """The fragment of this number (from 1)."""
+        return ArgumentsAppended(
+            key=self.key,
+            data=self.fragments[number - 1],
+            first_sequence=number,
+            last_sequence=number,
+        )
+
+    def ended(self) -> CallEnded:
+        return CallEnded(key=self.key, terminal=TerminalRef(sequence=len(self.fragments) + 1))
+
+    def all_events(self) -> list[CallOpened | ArgumentsAppended | CallEnded]:
+        return [
+            self.opened(),
+            *(self.fragment(number) for number in range(1, len(self.fragments) + 1)),
+            self.ended(),
+        ]
+
+
+def _response_ended(key: CallKey, sequence: int) -> ResponseEnded:
+    return ResponseEnded(
+        response=key.response_ref,
+        reason=ResponseEndReason.COMPLETED,
+        terminal=TerminalRef(sequence=sequence),
+    )
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
+
+
+def _what_became_of(runtime: Runtime, key: CallKey) -> str:
+    """The state of one call in words, from its ledger row (never its arguments)."""
+    row = runtime.projections.ledger.row(key)
+    if row is None:
+        return "no call"
+    match row.state:
+        case "collecting":
+            return "still collecting"
+        case "validated" if row.dispatch == "ready":
+            return "validated, ready to run"
+        case "validated":
+            return "validated, waiting for confirmation"
+        case "failed":
+            parse = f", parse {row.parse}" if row.parse not in (None, "ok") else ""
+            return f"failed ({row.terminal_reason}{parse}): it can never run"
+        case "cancelled":
+            return f"cancelled ({row.terminal_reason}): it will never run"
+        case "dispatched":
+            return f"dispatched, outcome {row.outcome or 'not yet known'}"
+    return row.state
+
+
+async def _rejections(runtime: Runtime, key: CallKey, after: int) -> list[str]:
+    """Why the call's actor rejected events addressed to it, since a log position."""
+    return [
+        recorded.event.reason.value
+        for recorded in await runtime.log.read_stream(key.stream)
+        if recorded.position > after and isinstance(recorded.event, EventRejected)
+    ]
+
+
+async def _validated_digest(runtime: Runtime, key: CallKey) -> str:
+    """The digest of the canonical arguments a call waiting for confirmation asks about."""
+    pending = await runtime.pending_confirmation(key)
+    if pending is None:
+        raise RefusedError(f"call {key.stream!r} is not waiting for confirmation")
+    return pending.arguments_digest
+
+
+async def _start(runtime: Runtime, conversation: str, turn: str) -> TurnRef:
+    return await runtime.start_turn(
+        tenant=TENANT, conversation=conversation, turn=turn, principal=PRINCIPAL
+    )
+
+
+async def _stream(runtime: Runtime, *calls: _Streamed) -> None:
+    """Feed the calls' events one at a time, as they come off the wire, alternating between calls,
+    then the successful end of their response."""
+    for events in zip(*(call.all_events() for call in calls), strict=True):
+        for event in events:
+            await runtime.feed([event])
+    # The response's own terminal event comes after every event of its calls.
+    sequence = sum(len(call.all_events()) for call in calls)
+    await runtime.feed([_response_ended(calls[0].key, sequence)])
+    await runtime.settle()
+
+
+async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> int:
+    """The turns before the restart; the number of events in the log when the process stops."""
+    # (a) Two calls of one response whose fragments alternate on the wire.
+    turn = await _start(runtime, "c1", "t1")
+    weather = b'{"city": "Reykjavik", "units": "metric"}'
+    first = calls["t1a"] = _Streamed(turn, "resp_1", "fc_1", tool="get_weather", arguments=weather)
+    weather = b'{"city": "Ouagadougou", "units": "metric"}'
+    second = calls["t1b"] = _Streamed(turn, "resp_1", "fc_2", tool="get_weather", arguments=weather)
+    await _stream(runtime, first, second)
+    print(
+        f"turn t1: two get_weather calls in one response, {len(first.fragments)} fragments each,"
+        f" interleaved on the wire: fc_1 {_what_became_of(runtime, first.key)};"
+        f" fc_2 {_what_became_of(runtime, second.key)}"
+    )
+
+    # (b) Arguments with a duplicate key: the strict parse at the end event refuses them.
+    turn = await _start(runtime, "c2", "t2")
+    duplicate = b'{"path": "/home/alice/tmp", "recursive": true, "path": "/"}'
+    wrong = calls["t2"] = _Streamed(
+        turn, "resp_2", "fc_1", tool="delete_files", arguments=duplicate
+    )
+    await _stream(runtime, wrong)
+    print(
+        "turn t2: delete_files whose arguments hold one key twice: at its end event it"
+        f" {_what_became_of(runtime, wrong.key)}"
+    )
+
+    # (c) A tool that needs the person's confirmation: validated, then it waits.
+    turn = await _start(runtime, "c3", "t3")
+    message = (
+        b'{"to": "bob@example.com", "subject": "Quarterly figures",'
+        b' "body": "Revenue up 12% on Q2, see attachment."}'
+    )
+    email = calls["t3"] = _Streamed(turn, "resp_3", "fc_1", tool="send_email", arguments=message)
+    await _stream(runtime, email)
+    print(
+        f"turn t3: send_email streamed, response completed: {_what_became_of(runtime, email.key)}"
+    )
+
+    # A call still streaming when the process stops.
+    turn = await _start(runtime, "c4", "t4")
+    weather = b'{"city": "Valparaiso"}'
+    open_call = calls["t4"] = _Streamed(
+        turn, "resp_4", "fc_1", tool="get_weather", arguments=weather
+    )
+    for event in (open_call.opened(), open_call.fragment(1), open_call.fragment(2)):
+        await runtime.feed([event])
+    await runtime.settle()
+    print(
+        f"turn t4: get_weather opened, 2 of its {len(open_call.fragments)} fragments arrived,"
+        f" then the process stops; the call is {_what_became_of(runtime, open_call.key)}"
+    )
+    return await runtime.log.head()
+
+
+async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
+    # (c, continued) A confirmation binds the person and the exact arguments.
+    email = calls["t3"].key
+    digest = await _validated_digest(runtime, email)
+    try:
+        await runtime.confirm(email, principal="user:mallory", arguments_digest=digest)
+    except ConfirmationRefused as refused:
+        print(f"turn t3: user:mallory tries to confirm send_email: refused ({refused.reason})")
+    else:
+        print("turn t3: user:mallory tries to confirm send_email: ACCEPTED, which is a bug")
+    await runtime.confirm(email, principal=PRINCIPAL, arguments_digest=digest)
+    await runtime.settle()
+    print(
+        f"turn t3: {PRINCIPAL} confirms send_email for arguments {digest[:19]}...:"
+        f" {_what_became_of(runtime, email)}"
+    )
+
+    # (d) The person cancels a turn while its call is still collecting.
+    turn = await _start(runtime, "c5", "t5")
+    weather = b'{"city": "Antananarivo", "units": "metric"}'
+    call = _Streamed(turn, "resp_5", "fc_1", tool="get_weather", arguments=weather)
+    await runtime.feed([call.opened(), call.fragment(1), call.fragment(2)])
+    await runtime.settle()
+    collecting = _what_became_of(runtime, call.key)
+    await runtime.cancel_turn(turn, principal=PRINCIPAL, reason="changed my mind")
+    await runtime.settle()
+    cancelled = _what_became_of(runtime, call.key)
+    position = await runtime.log.head()
+    await runtime.feed([call.fragment(3), call.fragment(4), call.ended()])
+    await runtime.feed([_response_ended(call.key, len(call.fragments) + 2)])
+    await runtime.settle()
+    late = Counter(await _rejections(runtime, call.key, position))
+    print(
+        f"turn t5: {PRINCIPAL} cancels the turn while get_weather is {collecting}: it was"
+        f" {cancelled}; its late fragments and end event were rejected"
+        f" ({', '.join(f'{count} {reason}' for reason, count in late.items()) or 'none'})"
+    )
+
+    # (e) A provider delivers a terminal event twice: the same end event, fed again.
+    first = calls["t1a"]
+    position = await runtime.log.head()
+    await runtime.feed([first.ended()])
+    await runtime.settle()
+    reasons = ", ".join(await _rejections(runtime, first.key, position)) or "not rejected"
+    print(
+        f"turn t1: fc_1's end event delivered a second time: rejected ({reasons});"
+        f" the call is still {_what_became_of(runtime, first.key)}"
+    )
 
 
 async def _demo(url: str) -> None:
-    events = _demo_events()
-    streams = {new.stream for new in events}
     async with open_log(url) as log:
-        first, *_ = await log.append(events, expected_versions=dict.fromkeys(streams, 0))
-    print(f"appended {len(events)} events of one streamed tool call to {url} and closed it")
-    async with open_log(url) as log:
-        print("reopened; read back (argument bytes are shown only as sizes):")
-        for recorded in await log.read(first):
-            print(_format(recorded))
+        stored = await log.head()
+    if stored:
+        raise ConfigurationError(f"the demo needs an empty log; {url} holds {stored} events")
+    print(f"inert demo on {url}")
+    names = ", ".join(
+        tool.name + (" (needs confirmation)" if tool.needs_confirmation else "")
+        for tool in DEMO_TOOLS
+    )
+    print(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
+    calls: dict[str, _Streamed] = {}
+    async with open_runtime(log=url, tools=DEMO_TOOLS) as runtime:
+        stored = await _demo_before_restart(runtime, calls)
+
+    async with open_runtime(log=url, tools=DEMO_TOOLS) as runtime:
+        await runtime.settle()
+        print(
+            f"restart: runtime closed, log closed; a new runtime rebuilt"
+            f" {len(runtime.projections.ledger.rows())} calls from the {stored} events of the log"
+            f" and recorded turn t4's stream as lost (its feeder died with the old process):"
+            f" the call was {_what_became_of(runtime, calls['t4'].key)}"
+        )
+        await _demo_after_restart(runtime, calls)
+
+        shown = _Keys(row.key for row in runtime.projections.ledger.rows())
+        recorder = _Recorder()
+        results = await _execute_ready(runtime, recorder)
+        print(
+            f"execute: {len(results)} ready calls claimed; {EXECUTOR!r}, an executor that"
+            f" records that it ran and nothing else, ran {_times(len(recorder.ran))}:"
+        )
+        for line in _execution_lines(results, shown):
+            print("  " + line)
+        first = calls["t1a"].key
+        try:
+            await runtime.claim(first, executor="someone-else")
+        except ClaimRefused as refused:
+            print(f"a second claim of {shown.show(first)}: refused ({refused.reason})")
+        else:
+            print(f"a second claim of {shown.show(first)}: DISPATCHED AGAIN, which is a bug")
+        await runtime.settle()
+
+        print("ledger:")
+        for line in ledger_table(runtime.projections.ledger):
+            print("  " + line)
+        print(f"digest {runtime.digest()}")
+
+
+# --- the command -----------------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,32 +693,123 @@ def _parser() -> argparse.ArgumentParser:
         prog="inert",
         description="Streamed LLM tool calls that cannot act before they are finished,"
         " validated and still wanted.",
+        epilog="Log URLs: memory://, memory://NAME, sqlite:///relative.db, sqlite:////abs.db",
     )
     parser.add_argument("--version", action="version", version=f"inert {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser(
-        "demo", help="append the events of one streamed tool call to a log and read them back"
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        return sub
+
+    def log_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--log", metavar="URL", required=True, help="the log URL")
+
+    ledger = command("ledger", "print the assembly ledger of a log: one line per call key")
+    log_option(ledger)
+    ledger.add_argument("--json", action="store_true", help="one JSON object per line")
+    ledger.add_argument(
+        "--history", action="store_true", help="also each key's transitions, rejections included"
     )
+
+    replay = command(
+        "replay", "rebuild every call and projection from a log; print counts and the digest"
+    )
+    log_option(replay)
+    replay.add_argument("--json", action="store_true", help="one JSON object")
+
+    cancel = command(
+        "cancel-turn",
+        "cancel a turn for its principal (opens a runtime on the log, as a restart does)",
+    )
+    log_option(cancel)
+    cancel.add_argument("--tenant", required=True)
+    cancel.add_argument("--conversation", required=True)
+    cancel.add_argument("--turn", required=True)
+    cancel.add_argument("--principal", required=True, help="the principal the turn belongs to")
+    cancel.add_argument("--reason", default="", help="why (no argument values)")
+
+    execute = command(
+        "execute",
+        "claim every ready call once with an executor that only records that it ran"
+        " (opens a runtime on the log, as a restart does)",
+    )
+    log_option(execute)
+    execute.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    demo = command("demo", "stream tool calls of several turns through a runtime, with a restart")
     demo.add_argument(
-        "--log", metavar="URL", help="log URL (default: a new SQLite file in a temporary folder)"
+        "--log",
+        metavar="URL",
+        help="an empty log (default: a new SQLite file in a temporary folder)",
     )
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _parser().parse_args(argv)
-    try:
-        if arguments.command == "demo":
+def _run(arguments: argparse.Namespace) -> None:
+    match arguments.command:
+        case "ledger":
+            trio.run(
+                partial(_ledger, arguments.log, as_json=arguments.json, history=arguments.history)
+            )
+        case "replay":
+            trio.run(partial(_replay, arguments.log, as_json=arguments.json))
+        case "cancel-turn":
+            turn = TurnRef(
+                tenant=arguments.tenant, conversation=arguments.conversation, turn=arguments.turn
+            )
+            trio.run(
+                partial(
+                    _cancel_turn,
+                    arguments.log,
+                    turn,
+                    principal=arguments.principal,
+                    reason=arguments.reason,
+                )
+            )
+        case "execute":
+            trio.run(partial(_execute, arguments.log, as_json=arguments.json))
+        case "demo":
             if arguments.log:
-                trio.run(_demo, arguments.log)
+                # A fresh memory log would be lost at the restart: give it a name.
+                url = arguments.log
+                if url == "memory://":
+                    url = "memory://inert-demo-" + secrets.token_hex(4)
+                trio.run(_demo, url)
             else:
                 with tempfile.TemporaryDirectory(prefix="inert-demo-") as folder:
                     trio.run(_demo, "sqlite:///" + os.path.join(folder, "demo.db"))
-    except InertError as error:
-        print(f"inert: {error}", file=sys.stderr)
-        return 1
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``inert`` command; its exit status."""
+    arguments = _parser().parse_args(argv)
+    failed = False
+    try:
+        _run(arguments)
+    except* InertError as errors:
+        failed = True
+        for error in _leaves(errors):
+            print(f"inert: {error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _leaves(group: BaseExceptionGroup[InertError]) -> list[InertError]:
+    found: list[InertError] = []
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            found.extend(_leaves(error))
+        else:
+            found.append(error)
+    return found
 
 
 def main_entry() -> None:
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``inert ledger | head``): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
+    sys.exit(status)

@@ -1,57 +1,471 @@
-"""The ``inert`` command."""
+"""The ``inert`` command: demo, ledger, replay, execute and cancel-turn, run in-process."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
-from inert import __version__
+from inert import (
+    ArgumentsAppended,
+    CallCancelled,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    CancelReason,
+    NewEvent,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    __version__,
+    open_log,
+    open_runtime,
+)
 from inert._cli import main
 
+LEDGER_FIELDS = [
+    "tenant",
+    "conversation",
+    "turn",
+    "response",
+    "item",
+    "call",
+    "tool",
+    "state",
+    "fragments",
+    "bytes",
+    "terminal_event",
+    "terminal_reason",
+    "parse",
+    "validation",
+    "dispatch",
+    "outcome",
+]
+KEY_FIELDS = LEDGER_FIELDS[:6]
 
-def test_demo_appends_and_reads_back_a_streamed_call(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+DEMO_VALUES = [
+    "Reykjavik",
+    "Ouagadougou",
+    "Valparaiso",
+    "Antananarivo",
+    "bob@example.com",
+    "Quarterly",
+    "Revenue",
+    "/home/alice",
+]
+"""Argument values the demo streams: none may be printed."""
+
+KEY = CallKey(
+    tenant="acme", conversation="c1", turn="t1", response="resp_1", item="fc_1", call="call_1"
+)
+ARGUMENTS = b'{"city": "Valparaiso", "units": "metric"}'
+CANONICAL = b'{"city":"Valparaiso","units":"metric"}'
+WEATHER = ToolDeclaration(name="get_weather")
+
+
+def sqlite_url(tmp_path: Path, name: str = "inert.db") -> str:
+    return f"sqlite:///{tmp_path / name}"
+
+
+def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    """Run the command in-process; its status, stdout and stderr."""
+    capsys.readouterr()
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A log the demo ran on (read only by the tests that use it) and what the demo printed."""
+    url = sqlite_url(tmp_path_factory.mktemp("demo"), "demo.db")
+    # A module's fixture cannot use capsys: the demo's output is caught by hand, once.
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["demo", "--log", url])
+    assert status == 0, err.getvalue()
+    return url, out.getvalue()
+
+
+async def one_ready_call(url: str, *, unknown_turn: bool = False) -> None:
+    """A log with one validated call of get_weather; optionally a call of a turn never started."""
+    async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+        await runtime.start_turn(
+            tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+        )
+        await runtime.feed(
+            [
+                CallOpened(key=KEY, tool="get_weather", sequence=0),
+                ArgumentsAppended(key=KEY, data=ARGUMENTS[:12], first_sequence=1, last_sequence=1),
+                ArgumentsAppended(key=KEY, data=ARGUMENTS[12:], first_sequence=2, last_sequence=2),
+                CallEnded(key=KEY, terminal=TerminalRef(sequence=3)),
+                ResponseEnded(
+                    response=KEY.response_ref,
+                    reason=ResponseEndReason.COMPLETED,
+                    terminal=TerminalRef(sequence=4),
+                ),
+            ]
+        )
+        if unknown_turn:
+            stray = CallKey(
+                tenant="acme", conversation="c9", turn="t0", response="r9", item="i", call="c"
+            )
+            await runtime.feed([CallOpened(key=stray, tool="get_weather", sequence=0)])
+        await runtime.settle()
+        assert runtime.projections.queue.ready() == [KEY]
+
+
+def ledger_rows(capsys: pytest.CaptureFixture[str], url: str) -> list[dict[str, object]]:
+    status, output, error = run(capsys, ["ledger", "--log", url, "--json"])
+    assert status == 0, error
+    return [json.loads(line) for line in output.splitlines()]
+
+
+# --- demo ------------------------------------------------------------------------------------
+
+
+def test_demo_narrates_each_step_and_ends_with_the_ledger_and_digest(
+    demo: tuple[str, str],
 ) -> None:
-    """The demo writes one call's events to a SQLite log, reopens it and prints them."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    assert main(["demo", "--log", url]) == 0
-    output = capsys.readouterr().out
+    """The demo prints a line per step, the executed calls, a ledger table and the digest last."""
+    _, output = demo
     lines = output.splitlines()
-    assert lines[0].startswith(f"appended 8 events of one streamed tool call to {url}")
-    assert "reopened" in lines[1]
-    kinds = [line.split()[3] for line in lines[2:]]
-    assert kinds == [
-        "ingress.turn_started",
-        "ingress.call_opened",
-        *["ingress.arguments_appended"] * 4,
-        "ingress.call_ended",
-        "ingress.response_ended",
-    ]
-    assert "Paris" not in output
-    assert "data=<4 bytes>" in output
+    for step in ("turn t1:", "turn t2:", "turn t3:", "turn t4:", "restart:", "turn t5:"):
+        assert any(line.startswith(step) for line in lines), step
+    assert "interleaved" in output
+    assert "bug" not in output
+    assert "duplicate_key" in output
+    assert "wrong_principal" in output
+    assert "connection_lost" in output
+    assert "turn_cancelled" in output
+    assert "rejected (duplicate)" in output
+    assert "refused (call_terminal)" in output
+    assert sum(line.lstrip().startswith("executed ") for line in lines) == 3
+    header = next(line for line in lines if line.lstrip().startswith("call "))
+    assert header.split()[:3] == ["call", "tool", "state"]
+    assert "  c1/t1/resp_1/fc_1/call_1  get_weather   dispatched" in output
+    assert lines[-1].startswith("digest sha256:")
+    assert len(lines[-1]) == len("digest sha256:") + 64
+
+
+def test_demo_prints_no_argument_value(demo: tuple[str, str]) -> None:
+    """Nothing the demo prints holds a value of the arguments it streamed: only sizes, digests."""
+    _, output = demo
+    for value in DEMO_VALUES:
+        assert value not in output
+
+
+def test_demo_refuses_a_log_that_is_not_empty(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo will not write its turns into a log that holds events already."""
+    url, _ = demo
+    status, output, error = run(capsys, ["demo", "--log", url])
+    assert status == 1
+    assert output == ""
+    assert error.startswith("inert: the demo needs an empty log")
+
+
+def test_demo_runs_on_a_fresh_memory_log(capsys: pytest.CaptureFixture[str]) -> None:
+    """memory:// works for the demo: its restart reopens the same in-process log."""
+    assert main(["demo", "--log", "memory://"]) == 0
+    output = capsys.readouterr().out
+    assert "rebuilt 5 calls" in output
+    assert output.splitlines()[-1].startswith("digest sha256:")
 
 
 def test_demo_runs_as_a_console_script_on_a_temporary_log() -> None:
-    """The console entry point runs the demo on a temporary log and exits with status 0."""
+    """The console entry point runs the demo on a temporary SQLite log and exits with 0."""
     done = subprocess.run(
         [sys.executable, "-c", "from inert._cli import main_entry; main_entry()", "demo"],
         capture_output=True,
         text=True,
         check=False,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "ingress.response_ended" in done.stdout
+    assert "sqlite:///" in done.stdout.splitlines()[0]
+    assert done.stdout.splitlines()[-1].startswith("digest sha256:")
 
 
-def test_a_bad_log_url_is_reported_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
-    """An invalid --log URL prints one line naming the problem and exits with status 1."""
-    assert main(["demo", "--log", "nowhere://x"]) == 1
-    error = capsys.readouterr().err
-    assert error.startswith("inert: unknown log URL")
+# --- ledger ----------------------------------------------------------------------------------
+
+
+def test_ledger_json_has_exactly_the_ledger_columns_and_the_demo_states(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ledger --json`` prints one object per call, with the ledger's columns and no more."""
+    url, _ = demo
+    rows = ledger_rows(capsys, url)
+    for row in rows:
+        assert list(row) == LEDGER_FIELDS
+    found = {
+        (row["conversation"], row["item"]): (row["state"], row["terminal_reason"], row["outcome"])
+        for row in rows
+    }
+    assert found == {
+        ("c1", "fc_1"): ("dispatched", None, "completed"),
+        ("c1", "fc_2"): ("dispatched", None, "completed"),
+        ("c2", "fc_1"): ("failed", "malformed_arguments", None),
+        ("c3", "fc_1"): ("dispatched", None, "completed"),
+        ("c4", "fc_1"): ("cancelled", "connection_lost", None),
+        ("c5", "fc_1"): ("cancelled", "turn_cancelled", None),
+    }
+    failed = next(row for row in rows if row["conversation"] == "c2")
+    assert failed["parse"] == "duplicate_key"
+    email = next(row for row in rows if row["conversation"] == "c3")
+    assert email["validation"] == "ok, needs confirmation"
+
+
+def test_ledger_table_has_a_header_and_one_aligned_line_per_call(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --json the ledger is a table: a legend, a header, a line per call, aligned."""
+    url, _ = demo
+    status, output, _ = run(capsys, ["ledger", "--log", url])
+    assert status == 0
+    lines = output.splitlines()
+    assert lines[0] == "tenant acme; calls shown as conversation/turn/response/item/call"
+    assert lines[1].split()[:3] == ["call", "tool", "state"]
+    assert len(lines) == 2 + 6
+    column = lines[1].index("state")
+    assert all(
+        line[column:].split()[0] in {"dispatched", "failed", "cancelled"} for line in lines[2:]
+    )
+    for value in DEMO_VALUES:
+        assert value not in output
+
+
+def test_ledger_history_lists_each_calls_transitions(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--history adds each key's transitions: indented in the table, a list in JSON."""
+    url, _ = demo
+    status, output, _ = run(capsys, ["ledger", "--log", url, "--history"])
+    assert status == 0
+    indented = [line.split() for line in output.splitlines() if line.startswith("      ")]
+    assert any(words[1] == "decision.collecting" for words in indented)
+    assert any(words[1:3] == ["decision.rejected", "validated"] for words in indented)
+    assert any(words[1] == "outcome.completed" for words in indented)
+
+    status, output, _ = run(capsys, ["ledger", "--log", url, "--json", "--history"])
+    assert status == 0
+    entries = [json.loads(line) for line in output.splitlines()]
+    assert all(list(entry) == [*LEDGER_FIELDS, "history"] for entry in entries)
+    first = entries[0]
+    kinds = [step["event_type"] for step in first["history"]]
+    assert kinds == [
+        "decision.collecting",
+        "decision.terminal_candidate",
+        "decision.validated",
+        "decision.rejected",
+        "decision.dispatched",
+        "outcome.completed",
+        "decision.rejected",
+    ]
+    assert "duplicate" in first["history"][3]["detail"]
+    assert "call_terminal" in first["history"][6]["detail"]
+
+
+def test_ledger_history_includes_keys_that_only_have_rejections(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key whose every event was rejected has no row, but --history lists it."""
+    url = sqlite_url(tmp_path)
+    trio.run(partial(one_ready_call, url, unknown_turn=True))
+    assert [row["turn"] for row in ledger_rows(capsys, url)] == ["t1"]
+
+    status, output, _ = run(capsys, ["ledger", "--log", url, "--json", "--history"])
+    assert status == 0
+    entries = [json.loads(line) for line in output.splitlines()]
+    stray = entries[-1]
+    assert (stray["conversation"], stray["turn"], stray["state"]) == ("c9", "t0", None)
+    assert "unknown_turn" in stray["history"][0]["detail"]
+
+    status, output, _ = run(capsys, ["ledger", "--log", url, "--history"])
+    assert status == 0
+    assert "c9/t0/r9/i/c" in output
+    assert "(no call: only rejected events)" in output
+
+
+def test_ledger_of_an_empty_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty log has no calls: the table says so and --json prints nothing."""
+    url = sqlite_url(tmp_path)
+    assert main(["ledger", "--log", url]) == 0
+    assert capsys.readouterr().out == "(no calls)\n"
+    assert main(["ledger", "--log", url, "--json"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+def test_replay_gives_the_digest_the_demo_ended_with(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rebuilding everything from the log gives the state digest the live runtime printed."""
+    url, output = demo
+    live = output.splitlines()[-1]
+    status, replayed, error = run(capsys, ["replay", "--log", url])
+    assert status == 0, error
+    lines = replayed.splitlines()
+    assert lines[-1] == live
+    assert "calls       6" in lines
+    assert "ready       0" in lines
+    assert "rejections  6" in lines
+
+
+def test_replay_json(demo: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay --json`` prints one object: counts per state, ready, rejections and digest."""
+    url, output = demo
+    status, replayed, _ = run(capsys, ["replay", "--log", url, "--json"])
+    assert status == 0
+    summary = json.loads(replayed)
+    assert summary["calls"] == 6
+    assert summary["states"] == {"dispatched": 3, "cancelled": 2, "failed": 1}
+    assert summary["ready"] == 0
+    assert summary["rejections"] == 6
+    assert summary["events"] > 0
+    assert "digest " + summary["digest"] == output.splitlines()[-1]
+
+
+def test_replay_reports_a_decision_the_decider_would_not_make(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A decision in the log that replay does not make again is a divergence: exit 1, stderr."""
+    url = sqlite_url(tmp_path)
+    trio.run(one_ready_call, url)
+
+    async def forge() -> None:
+        async with open_log(url) as log:
+            forged = CallCancelled(key=KEY, cause=1, reason=CancelReason.TURN_CANCELLED)
+            await log.append([NewEvent(stream=KEY.stream, event=forged)])
+
+    trio.run(forge)
+    status, output, error = run(capsys, ["replay", "--log", url])
+    assert status == 1
+    assert output == ""
+    assert error.startswith("inert: replay diverged at position")
     assert "Traceback" not in error
+
+
+# --- execute ---------------------------------------------------------------------------------
+
+
+def test_execute_claims_a_ready_call_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """execute runs a ready call once and prints its argument digest, never its arguments."""
+    url = sqlite_url(tmp_path)
+    trio.run(one_ready_call, url)
+    digest = "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
+
+    status, output, error = run(capsys, ["execute", "--log", url])
+    assert status == 0, error
+    lines = output.splitlines()
+    assert "ran once" in lines[0]
+    assert lines[1].split() == [
+        "executed",
+        "t1/resp_1/fc_1/call_1",
+        "get_weather",
+        "arguments",
+        digest,
+    ]
+    assert "Valparaiso" not in output
+
+    status, output, _ = run(capsys, ["execute", "--log", url])
+    assert status == 0
+    assert output == "nothing to execute: no call is ready\n"
+    [row] = ledger_rows(capsys, url)
+    assert (row["state"], row["outcome"]) == ("dispatched", "completed")
+
+
+def test_execute_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``execute --json`` prints per call its key, tool, argument digest and claim id."""
+    url = sqlite_url(tmp_path)
+    trio.run(one_ready_call, url)
+    status, output, _ = run(capsys, ["execute", "--log", url, "--json"])
+    assert status == 0
+    [line] = output.splitlines()
+    entry = json.loads(line)
+    assert list(entry) == [*KEY_FIELDS, "tool", "arguments_digest", "claim_id"]
+    assert entry["call"] == "call_1"
+    assert entry["arguments_digest"] == "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
+    assert "Valparaiso" not in output
+    status, output, _ = run(capsys, ["execute", "--log", url, "--json"])
+    assert (status, output) == (0, "")
+
+
+# --- cancel-turn -----------------------------------------------------------------------------
+
+
+def test_cancel_turn_is_refused_to_another_principal_and_done_for_the_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the turn's principal cancels it; then its ready call is cancelled and never runs."""
+    url = sqlite_url(tmp_path)
+    trio.run(one_ready_call, url)
+    turn = ["--tenant", "acme", "--conversation", "c1", "--turn", "t1"]
+
+    status, output, error = run(
+        capsys, ["cancel-turn", "--log", url, *turn, "--principal", "user:bob"]
+    )
+    assert status == 1
+    assert output == ""
+    assert error == "inert: turn 'turn/acme/c1/t1' belongs to another principal\n"
+    assert ledger_rows(capsys, url)[0]["state"] == "validated"
+
+    status, output, error = run(
+        capsys,
+        ["cancel-turn", "--log", url, *turn, "--principal", "user:alice", "--reason", "oops"],
+    )
+    assert status == 0, error
+    assert output.startswith("turn acme/c1/t1 cancelled for user:alice: 1 call of its 1 cancelled")
+    [row] = ledger_rows(capsys, url)
+    assert (row["state"], row["terminal_reason"]) == ("cancelled", "turn_cancelled")
+    assert run(capsys, ["execute", "--log", url])[1] == "nothing to execute: no call is ready\n"
+
+
+def test_cancel_turn_of_an_unknown_turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Cancelling a turn the log does not know exits with 1 and names the turn."""
+    url = sqlite_url(tmp_path)
+    turn = ["--tenant", "acme", "--conversation", "c1", "--turn", "t9"]
+    status, _, error = run(capsys, ["cancel-turn", "--log", url, *turn, "--principal", "user:a"])
+    assert status == 1
+    assert error == "inert: turn 'turn/acme/c1/t9' is unknown\n"
+
+
+# --- errors and version ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["demo"],
+        ["ledger"],
+        ["replay"],
+        ["execute"],
+        ["cancel-turn", "--tenant", "a", "--conversation", "c", "--turn", "t", "--principal", "p"],
+    ],
+)
+def test_a_bad_log_url_is_reported_without_a_traceback(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An invalid --log URL prints one line naming the problem and exits with status 1."""
+    assert main([*command, "--log", "nowhere://x"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("inert: unknown log URL")
+    assert "Traceback" not in captured.err
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
