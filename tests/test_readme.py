@@ -1,0 +1,28 @@
+"""The README's Python examples run as they are written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).parent.parent / "README.md"
+EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_the_readme_has_examples() -> None:
+    """The README shows the log and the embedding API in code."""
+    assert len(EXAMPLES) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES)))
+def test_a_readme_example_runs(
+    index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each Python block of the README runs without error in an empty folder."""
+    monkeypatch.chdir(tmp_path)
+    exec(compile(EXAMPLES[index], f"README example {index}", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    if "dispatch.tool" in EXAMPLES[index]:
+        assert printed == "get_weather {'city': 'Paris'}\n"
