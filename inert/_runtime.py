@@ -110,6 +110,21 @@ Executor = Callable[[Dispatch], Awaitable[object]]
 
 
 @frozen(kw_only=True)
+class ReadyCall:
+    """A call an executor may claim: who asked for what, without the arguments themselves.
+
+    The arguments come only with the ``Dispatch`` a successful claim returns.
+    """
+
+    key: CallKey
+    turn: TurnRef
+    tenant: str
+    principal: str
+    tool: str
+    arguments_digest: str
+
+
+@frozen(kw_only=True)
 class PendingConfirmation:
     """What the person is asked to confirm: the call, the tool and the exact arguments' digest."""
 
@@ -370,14 +385,29 @@ class Runtime:
     # --- the executor boundary ---
 
     def ready_calls(self) -> ReadyCalls:
-        """The keys of calls that may be claimed, each once, as they become ready."""
+        """The calls that may be claimed, each once, as they become ready."""
         return ReadyCalls(self)
 
-    async def claim(self, key: CallKey, *, executor: str) -> Dispatch:
+    def _ready_call(self, key: CallKey) -> ReadyCall | None:
+        state = self._fold.state(key)
+        view = self._fold.scope.turn(key.turn_ref)
+        if state is None or view is None or not state.ready:
+            return None
+        return ReadyCall(
+            key=key,
+            turn=key.turn_ref,
+            tenant=key.tenant,
+            principal=view.principal,
+            tool=state.tool,
+            arguments_digest=state.arguments_digest,
+        )
+
+    async def claim(self, call: CallKey | ReadyCall, *, executor: str) -> Dispatch:
         """Claim a ready call through its actor; ``ClaimRefused`` unless it is dispatched.
 
         The dispatch is durable in the log when this returns.
         """
+        key = call.key if isinstance(call, ReadyCall) else call
         claim_id = new_event_id()
         answer = await self._request(
             key.request_stream, ClaimRequested(key=key, claim_id=claim_id, executor=executor)
@@ -435,9 +465,11 @@ class Runtime:
         self._reported.add(dispatch.claim_id)
         await self.log.append([NewEvent(stream=dispatch.key.request_stream, event=event)])
 
-    async def execute(self, key: CallKey, executor: Executor, *, name: str) -> Dispatch:
+    async def execute(
+        self, call: CallKey | ReadyCall, executor: Executor, *, name: str
+    ) -> Dispatch:
         """Claim a call, run ``executor`` on it and record its outcome."""
-        dispatch = await self.claim(key, executor=name)
+        dispatch = await self.claim(call, executor=name)
         try:
             await executor(dispatch)
         except Exception as error:
@@ -483,7 +515,7 @@ class Runtime:
 
 
 class ReadyCalls:
-    """An async iterator over the keys of ready calls, each once, waiting for new ones."""
+    """An async iterator over the calls that may be claimed, each once, waiting for new ones."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -492,14 +524,17 @@ class ReadyCalls:
     def __aiter__(self) -> ReadyCalls:
         return self
 
-    async def __anext__(self) -> CallKey:
-        projections = self._runtime.projections
+    async def __anext__(self) -> ReadyCall:
+        runtime = self._runtime
         while True:
-            for key in projections.queue.ready():
-                if key not in self._seen:
-                    self._seen.add(key)
-                    return key
-            await self._runtime._changed.wait()
+            for key in runtime.projections.queue.ready():
+                if key in self._seen:
+                    continue
+                self._seen.add(key)
+                ready = runtime._ready_call(key)
+                if ready is not None:
+                    return ready
+            await runtime._changed.wait()
 
 
 @asynccontextmanager

@@ -29,6 +29,7 @@ from inert import (
     NewEvent,
     Phase,
     Projections,
+    ReadyCall,
     RefusedError,
     ReplayDivergence,
     ResponseEnded,
@@ -213,11 +214,11 @@ async def test_ready_calls_yields_each_call_once_as_it_becomes_ready() -> None:
     async with running() as runtime:
         await start(runtime)
         first, second = key_of("a"), key_of("b", response="r2")
-        seen: list[CallKey] = []
+        seen: list[ReadyCall] = []
 
         async def watch() -> None:
-            async for key in runtime.ready_calls():
-                seen.append(key)
+            async for ready in runtime.ready_calls():
+                seen.append(ready)
                 if len(seen) == 2:
                     return
 
@@ -225,7 +226,13 @@ async def test_ready_calls_yields_each_call_once_as_it_becomes_ready() -> None:
             nursery.start_soon(watch)
             await ready_call(runtime, first)
             await ready_call(runtime, second)
-        assert seen == [first, second]
+        assert [ready.key for ready in seen] == [first, second]
+        assert {(ready.tool, ready.principal, ready.tenant) for ready in seen} == {
+            ("get_weather", PRINCIPAL, "acme")
+        }
+        assert seen[0].arguments_digest.startswith("sha256:")
+        dispatch = await runtime.claim(seen[0], executor="worker")
+        assert dispatch.arguments_digest == seen[0].arguments_digest
 
 
 # --- confirmation ----------------------------------------------------------------------------
