@@ -545,10 +545,7 @@ class CallFold:
             response
             for response, keys in self._index.by_response.items()
             if response not in self._resumable
-            and any(
-                self.records[key].state.phase in (Phase.COLLECTING, Phase.TERMINAL_CANDIDATE)
-                for key in keys
-            )
+            and any(_assembling(self.records[key].state) for key in keys)
         ]
 
     # --- looking ---
@@ -559,6 +556,16 @@ class CallFold:
 
     def live_keys(self) -> list[CallKey]:
         return [key for key, record in self.records.items() if _live(record.state)]
+
+
+def _assembling(state: CallState) -> bool:
+    """Still waiting for its stream: collecting, or ended and waiting for its response's end.
+
+    A terminal candidate being validated has all it needs from its stream already.
+    """
+    if state.phase is Phase.COLLECTING:
+        return True
+    return state.phase is Phase.TERMINAL_CANDIDATE and state.validating is None
 
 
 def _key_of(event: Event) -> CallKey:
