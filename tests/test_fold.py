@@ -1,0 +1,803 @@
+"""The fold of every call from the log: the work it gives the actors live, replay checked against
+the decisions recorded, what going live still has to do, held inputs, and which calls turn,
+operator and stream events reach.
+
+Records are built by hand: ``Log`` numbers events as the log would (positions, per-stream
+versions, recorded times from a fixed instant) and ``Actors`` plays the call actors, writing each
+decision the fold asks for right after the input, and each validation answer when told to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import pytest
+
+from inert.actors._decider import (
+    CallLimits,
+    Phase,
+    ValidationRequested,
+    ValidationResult,
+)
+from inert.actors._fold import (
+    AppendDecisions,
+    CallFold,
+    ReplayDivergence,
+    RunValidation,
+    ScheduleDeadline,
+    Work,
+)
+from inert.events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallOpened,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    DeadlineReached,
+    Event,
+    EventRejected,
+    FailReason,
+    OfferedTool,
+    RecordedEvent,
+    RejectReason,
+    ResponseEnded,
+    ResponseEndReason,
+    ResponseQuarantined,
+    ResponseRef,
+    StreamLost,
+    StreamResumed,
+    TenantStopped,
+    TerminalRef,
+    ToolDisabled,
+    TurnCancelled,
+    TurnRef,
+    TurnStarted,
+    TurnSuperseded,
+    control_stream,
+)
+
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+PRINCIPAL = "user:alice"
+LOOKUP = OfferedTool(name="lookup", digest="sha256:tool-lookup")
+MAIL = OfferedTool(name="send_mail", digest="sha256:tool-mail")
+LIMITS = CallLimits(idle_timeout=timedelta(seconds=60), confirmation_lifetime=timedelta(minutes=5))
+KEY = CallKey(
+    tenant="acme", conversation="conv-1", turn="turn-1", response="resp-1", item="0", call="call_0"
+)
+ARGUMENTS = b'{"units": "metric", "city": "Paris"}'
+CANONICAL = b'{"city":"Paris","units":"metric"}'
+DIGEST = "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
+PIECES = (ARGUMENTS[:12], ARGUMENTS[12:])
+
+
+def key_of(
+    call: str = "call_0",
+    *,
+    tenant: str = "acme",
+    conversation: str = "conv-1",
+    turn: str = "turn-1",
+    response: str = "resp-1",
+) -> CallKey:
+    return CallKey(
+        tenant=tenant,
+        conversation=conversation,
+        turn=turn,
+        response=response,
+        item=call,
+        call=call,
+    )
+
+
+def stream_of(event: Event) -> str:
+    """The stream a writer would append the event to."""
+    match event:
+        case (
+            CallCollecting()
+            | CallTerminalCandidate()
+            | CallValidated()
+            | CallAwaitingConfirmation()
+            | CallConfirmed()
+            | CallDispatched()
+            | CallCancelled()
+            | CallFailed()
+            | EventRejected()
+        ):
+            return event.key.stream
+        case ClaimRequested() | ConfirmationGiven() | ConfirmationDenied() | DeadlineReached():
+            return event.key.request_stream
+        case CallOpened() | ArgumentsAppended() | CallEnded():
+            return event.key.response_ref.stream
+        case ResponseEnded() | StreamLost() | StreamResumed():
+            return event.response.stream
+        case TurnStarted() | TurnCancelled() | TurnSuperseded():
+            return event.turn.stream
+        case ResponseQuarantined() | ToolDisabled():
+            return control_stream(event.tenant)
+        case TenantStopped():
+            return control_stream(event.tenant)
+    raise AssertionError(f"no stream for {type(event).__name__}")
+
+
+class Log:
+    """Numbers events as the log would: positions from 1, versions per stream, and a recorded
+    time of ``T0`` plus the position in seconds unless one is given."""
+
+    def __init__(self) -> None:
+        self.records: list[RecordedEvent] = []
+        self._versions: Counter[str] = Counter()
+
+    def add(self, event: Event, *, at: datetime | None = None) -> RecordedEvent:
+        stream = stream_of(event)
+        self._versions[stream] += 1
+        position = len(self.records) + 1
+        record = RecordedEvent(
+            position=position,
+            event_id=f"event-{position}",
+            stream=stream,
+            version=self._versions[stream],
+            recorded_at=at if at is not None else T0 + timedelta(seconds=position),
+            event_type=event.TAG,
+            schema_version=event.SCHEMA_VERSION,
+            trace=None,
+            event=event,
+        )
+        self.records.append(record)
+        return record
+
+    @property
+    def position(self) -> int:
+        return len(self.records)
+
+
+def answer_of(request: ValidationRequested, result: ValidationResult) -> list[Event]:
+    """The decisions an actor writes for a validation answer, built from the design."""
+    if result.failure is not None:
+        return [
+            CallFailed(
+                key=request.key, cause=request.cause, reason=result.failure, detail=result.detail
+            )
+        ]
+    answer: list[Event] = [
+        CallValidated(
+            key=request.key,
+            cause=request.cause,
+            tool=request.tool.name,
+            tool_digest=request.tool.digest,
+            arguments=request.arguments.canonical,
+            arguments_digest=request.arguments.digest,
+            needs_confirmation=result.needs_confirmation,
+        )
+    ]
+    if result.needs_confirmation:
+        answer.append(
+            CallAwaitingConfirmation(
+                key=request.key,
+                cause=request.cause,
+                arguments_digest=request.arguments.digest,
+                expires_at=request.at + LIMITS.confirmation_lifetime,
+            )
+        )
+    return answer
+
+
+class Actors:
+    """A live fold over a ``Log`` and the actors that write what it asks for, at once."""
+
+    def __init__(self, log: Log | None = None) -> None:
+        self.log = log or Log()
+        self.fold = CallFold(LIMITS, live=True)
+        self.validations: dict[CallKey, RunValidation] = {}
+
+    def feed(self, event: Event, *, at: datetime | None = None) -> list[Work]:
+        """Append an input; the work the fold gave for it (done before returning)."""
+        work = self.fold.apply(self.log.add(event, at=at))
+        self.do(work)
+        return work
+
+    def do(self, work: list[Work]) -> None:
+        for item in work:
+            if isinstance(item, AppendDecisions):
+                for decision in item.decisions:
+                    assert self.fold.apply(self.log.add(decision)) == []
+            elif isinstance(item, RunValidation):
+                self.validations[item.key] = item
+
+    def validate(self, key: CallKey, result: ValidationResult | None = None) -> list[Work]:
+        """Write the answer to the call's pending validation; the work that follows from it."""
+        request = self.validations.pop(key).request
+        work: list[Work] = []
+        for decision in answer_of(request, result or ValidationResult()):
+            work += self.fold.apply(self.log.add(decision))
+        self.do(work)
+        return work
+
+    # --- a call's inputs ---
+
+    def turn(self, key: CallKey = KEY, principal: str = PRINCIPAL) -> list[Work]:
+        return self.feed(TurnStarted(turn=key.turn_ref, principal=principal, tools=(LOOKUP, MAIL)))
+
+    def collect(self, key: CallKey = KEY, tool: str = LOOKUP.name) -> None:
+        """Open the call and send its fragments."""
+        self.feed(CallOpened(key=key, tool=tool, sequence=0))
+        for sequence, piece in enumerate(PIECES, 1):
+            self.feed(
+                ArgumentsAppended(
+                    key=key, data=piece, first_sequence=sequence, last_sequence=sequence
+                )
+            )
+
+    def end(self, key: CallKey = KEY) -> list[Work]:
+        return self.feed(CallEnded(key=key, terminal=TerminalRef(sequence=len(PIECES) + 1)))
+
+    def end_response(
+        self,
+        key: CallKey = KEY,
+        reason: ResponseEndReason = ResponseEndReason.COMPLETED,
+        *,
+        at: datetime | None = None,
+    ) -> list[Work]:
+        return self.feed(
+            ResponseEnded(
+                response=key.response_ref, reason=reason, terminal=TerminalRef(sequence=9)
+            ),
+            at=at,
+        )
+
+    def claim(self, key: CallKey = KEY, claim_id: str = "claim-1") -> list[Work]:
+        return self.feed(ClaimRequested(key=key, claim_id=claim_id, executor="worker-1"))
+
+
+def appended(work: list[Work]) -> list[Event]:
+    """Every decision the work asks to write, in order."""
+    return [
+        decision
+        for item in work
+        if isinstance(item, AppendDecisions)
+        for decision in item.decisions
+    ]
+
+
+def replay(records: list[RecordedEvent]) -> CallFold:
+    """A replay fold over ``records``: it must give no work for any of them."""
+    fold = CallFold(LIMITS, live=False)
+    for record in records:
+        assert fold.apply(record) == [], record
+    return fold
+
+
+# --- live work -------------------------------------------------------------------------------
+
+
+def test_live_fold_gives_the_work_of_each_input_in_order() -> None:
+    """Live, each input gives its work in order and each written decision comes back accepted."""
+    log = Log()
+    fold = CallFold(LIMITS, live=True)
+    started = TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP,))
+    assert fold.apply(log.add(started)) == []
+    opened = log.add(CallOpened(key=KEY, tool=LOOKUP.name, sequence=0))
+    collecting = CallCollecting(key=KEY, cause=opened.position, tool=LOOKUP.name)
+    assert fold.apply(opened) == [
+        AppendDecisions(key=KEY, decisions=(collecting,)),
+        ScheduleDeadline(key=KEY, at=opened.recorded_at + LIMITS.idle_timeout),
+    ]
+    assert fold.apply(log.add(collecting)) == []
+    for sequence, piece in enumerate(PIECES, 1):
+        fragment = ArgumentsAppended(
+            key=KEY, data=piece, first_sequence=sequence, last_sequence=sequence
+        )
+        # A later deadline is found by the timer already set: nothing to schedule.
+        assert fold.apply(log.add(fragment)) == []
+    end = log.add(CallEnded(key=KEY, terminal=TerminalRef(sequence=3)))
+    [write] = fold.apply(end)
+    assert isinstance(write, AppendDecisions)
+    [candidate] = write.decisions
+    assert candidate == CallTerminalCandidate(
+        key=KEY,
+        cause=end.position,
+        terminal=TerminalRef(sequence=3),
+        fragments=2,
+        size=len(ARGUMENTS),
+        arguments_digest=DIGEST,
+    )
+    assert fold.apply(log.add(candidate)) == []
+    response_end = log.add(
+        ResponseEnded(
+            response=KEY.response_ref,
+            reason=ResponseEndReason.COMPLETED,
+            terminal=TerminalRef(sequence=4),
+        )
+    )
+    [validation] = fold.apply(response_end)
+    assert isinstance(validation, RunValidation)
+    assert validation.key == KEY
+    assert validation.request.cause == response_end.position
+    assert validation.request.arguments.canonical == CANONICAL
+    assert validation.request.tool == LOOKUP
+    assert validation.context.turn is not None
+    assert validation.context.turn.principal == PRINCIPAL
+    for decision in answer_of(validation.request, ValidationResult()):
+        assert fold.apply(log.add(decision)) == []
+    state = fold.state(KEY)
+    assert state is not None
+    assert state.ready
+    claim = log.add(ClaimRequested(key=KEY, claim_id="claim-1", executor="worker-1"))
+    dispatched = CallDispatched(
+        key=KEY, cause=claim.position, claim_id="claim-1", executor="worker-1"
+    )
+    assert fold.apply(claim) == [AppendDecisions(key=KEY, decisions=(dispatched,))]
+    assert fold.apply(log.add(dispatched)) == []
+    state = fold.state(KEY)
+    assert state is not None
+    assert state.phase is Phase.DISPATCHED
+    assert fold.live_keys() == []
+    assert [record.version for record in log.records if record.stream == KEY.stream] == [1, 2, 3, 4]
+
+
+def test_live_fold_schedules_the_confirmation_expiry() -> None:
+    """A validation that needs confirmation schedules the call's confirmation deadline."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    response_end_at = T0 + timedelta(minutes=1)
+    actors.end_response(at=response_end_at)
+    work = actors.validate(KEY, ValidationResult(needs_confirmation=True))
+    assert work == [ScheduleDeadline(key=KEY, at=response_end_at + LIMITS.confirmation_lifetime)]
+
+
+def whole_life(actors: Actors) -> dict[str, CallKey]:
+    """Several calls of one turn in different states, written as the actors would."""
+    done, waiting, confirmed = (key_of(f"call_{n}") for n in range(3))
+    collecting = key_of("call_3", response="resp-2")
+    actors.turn()
+    for key in (done, waiting, confirmed):
+        actors.collect(key)
+        actors.end(key)
+    actors.collect(collecting)
+    actors.feed(ArgumentsAppended(key=collecting, data=b"{}", first_sequence=1, last_sequence=1))
+    actors.end_response(done)
+    actors.validate(done)
+    actors.validate(waiting, ValidationResult(needs_confirmation=True))
+    actors.validate(confirmed, ValidationResult(needs_confirmation=True))
+    actors.feed(
+        ConfirmationGiven(
+            key=confirmed,
+            principal=PRINCIPAL,
+            tool_digest=LOOKUP.digest,
+            arguments_digest=DIGEST,
+            nonce="n-1",
+            expires_at=T0 + timedelta(hours=1),
+        )
+    )
+    actors.claim(done)
+    actors.claim(done, "claim-2")
+    actors.claim(waiting)
+    return {"done": done, "waiting": waiting, "confirmed": confirmed, "collecting": collecting}
+
+
+def test_replay_of_a_complete_log_gives_the_same_states_and_no_work() -> None:
+    """Replay of a complete log gives the live states, no work, and nothing to write after."""
+    actors = Actors()
+    keys = whole_life(actors)
+    fold = replay(actors.log.records)
+    assert set(fold.records) == set(actors.fold.records)
+    for key in actors.fold.records:
+        assert fold.state(key) == actors.fold.state(key)
+    phases = {name: fold.records[key].state for name, key in keys.items()}
+    assert phases["done"].phase is Phase.DISPATCHED
+    assert phases["waiting"].awaiting_confirmation
+    assert phases["confirmed"].ready
+    assert phases["collecting"].phase is Phase.COLLECTING
+    work = fold.go_live()
+    assert [item for item in work if not isinstance(item, ScheduleDeadline)] == []
+    assert work == [
+        ScheduleDeadline(key=key, at=deadline)
+        for key, record in fold.records.items()
+        if (deadline := record.state.deadline(LIMITS)) is not None
+    ]
+    assert {item.key for item in work} == {keys["waiting"], keys["collecting"]}
+
+
+# --- going live after a cut ------------------------------------------------------------------
+
+
+def test_go_live_writes_the_decisions_that_were_never_written() -> None:
+    """After a cut, going live asks to write exactly the decisions that were never written."""
+    log = Log()
+    log.add(TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP,)))
+    opened = log.add(CallOpened(key=KEY, tool=LOOKUP.name, sequence=0))
+    log.add(CallCollecting(key=KEY, cause=opened.position, tool=LOOKUP.name))
+    log.add(ArgumentsAppended(key=KEY, data=ARGUMENTS, first_sequence=1, last_sequence=1))
+    end = log.add(CallEnded(key=KEY, terminal=TerminalRef(sequence=2)))
+    cancel = log.add(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL))
+    fold = replay(log.records)
+    work = fold.go_live()
+    assert work == [
+        AppendDecisions(
+            key=KEY,
+            decisions=(
+                CallTerminalCandidate(
+                    key=KEY,
+                    cause=end.position,
+                    terminal=TerminalRef(sequence=2),
+                    fragments=1,
+                    size=len(ARGUMENTS),
+                    arguments_digest=DIGEST,
+                ),
+                CallCancelled(key=KEY, cause=cancel.position, reason=CancelReason.TURN_CANCELLED),
+            ),
+        )
+    ]
+    assert fold.live is True
+
+
+def test_go_live_asks_again_for_a_validation_never_answered() -> None:
+    """A validation requested in the log but never answered is asked again on going live."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.end_response()
+    asked = actors.log.position
+    fold = replay(actors.log.records)
+    work = fold.go_live()
+    assert [type(item) for item in work] == [RunValidation]
+    [validation] = work
+    assert isinstance(validation, RunValidation)
+    assert validation.key == KEY
+    assert validation.request.cause == asked
+    assert validation.request == actors.validations[KEY].request
+    assert validation.context == actors.validations[KEY].context
+
+
+def test_inputs_held_during_a_validation_are_decided_after_its_answer_in_order() -> None:
+    """Inputs held during a validation are decided after its recorded answer, in order."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.end_response()
+    asked = actors.log.position
+    assert actors.feed(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL)) == []
+    cancelled_at = actors.log.position
+    assert actors.claim() == []
+    claimed_at = actors.log.position
+    state = actors.fold.state(KEY)
+    assert state is not None
+    assert state.phase is Phase.TERMINAL_CANDIDATE
+    work = actors.validate(KEY)
+    assert appended(work) == [
+        CallCancelled(key=KEY, cause=cancelled_at, reason=CancelReason.TURN_CANCELLED),
+        EventRejected(
+            key=KEY,
+            cause=claimed_at,
+            rejected_event_id=f"event-{claimed_at}",
+            rejected_type=ClaimRequested.TAG,
+            reason=RejectReason.CALL_TERMINAL,
+            detail="the call is cancelled",
+        ),
+    ]
+    decisions = [
+        record.event
+        for record in actors.log.records
+        if record.stream == KEY.stream and isinstance(record.event, Event)
+    ]
+    assert [decision.TAG for decision in decisions[-3:]] == [
+        CallValidated.TAG,
+        CallCancelled.TAG,
+        EventRejected.TAG,
+    ]
+    validated = decisions[-3]
+    assert isinstance(validated, CallValidated)
+    assert validated.cause == asked
+    fold = replay(actors.log.records)
+    assert fold.state(KEY) == actors.fold.state(KEY)
+    assert fold.go_live() == []
+
+
+def test_a_validation_failure_in_the_log_is_taken_as_the_answer() -> None:
+    """A recorded validation failure answers the pending validation on replay."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.end_response()
+    actors.validate(KEY, ValidationResult(failure=FailReason.SCHEMA_INVALID, detail="$.city"))
+    fold = replay(actors.log.records)
+    state = fold.state(KEY)
+    assert state is not None
+    assert state.phase is Phase.FAILED
+    assert state.reason == FailReason.SCHEMA_INVALID.value
+    assert fold.go_live() == []
+
+
+# --- divergence ------------------------------------------------------------------------------
+
+
+def log_of_a_cancelled_call() -> tuple[Log, int]:
+    """A call cancelled by its turn, every decision written; the position of the cancel."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.feed(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL))
+    last = actors.log.records[-1]
+    assert isinstance(last.event, CallCancelled)
+    return actors.log, last.position
+
+
+def test_a_tampered_decision_stops_the_replay_naming_its_position() -> None:
+    """A recorded decision with another reason is a ReplayDivergence naming its position."""
+    log, position = log_of_a_cancelled_call()
+    record = log.records[position - 1]
+    assert isinstance(record.event, CallCancelled)
+    tampered = attrs.evolve(
+        record, event=attrs.evolve(record.event, reason=CancelReason.IDLE_TIMEOUT)
+    )
+    records = [*log.records[: position - 1], tampered]
+    fold = CallFold(LIMITS)
+    for earlier in records[:-1]:
+        fold.apply(earlier)
+    with pytest.raises(ReplayDivergence) as raised:
+        fold.apply(tampered)
+    assert raised.value.position == position
+    assert raised.value.key == KEY
+    assert f"position {position}" in str(raised.value)
+    assert "idle_timeout" in str(raised.value)
+
+
+def test_a_decision_the_decider_never_made_stops_the_replay() -> None:
+    """A decision in the log where the decider decides nothing is a ReplayDivergence."""
+    log, position = log_of_a_cancelled_call()
+    extra = log.add(
+        EventRejected(
+            key=KEY,
+            cause=position,
+            rejected_event_id="event-1",
+            rejected_type=ClaimRequested.TAG,
+            reason=RejectReason.NOT_READY,
+        )
+    )
+    fold = CallFold(LIMITS)
+    for record in log.records[:-1]:
+        fold.apply(record)
+    with pytest.raises(ReplayDivergence) as raised:
+        fold.apply(extra)
+    assert raised.value.position == extra.position
+
+
+def test_an_answer_to_another_validation_stops_the_replay() -> None:
+    """A validation answer whose cause is not the input that asked is a ReplayDivergence."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.end_response()
+    request = actors.validations[KEY].request
+    [validated] = answer_of(attrs.evolve(request, cause=request.cause - 1), ValidationResult())
+    with pytest.raises(ReplayDivergence) as raised:
+        actors.fold.apply(actors.log.add(validated))
+    assert raised.value.position == actors.log.position
+
+
+# --- what turn, operator and stream events reach ----------------------------------------------
+
+
+def test_a_new_turn_supersedes_the_calls_of_the_previous_one() -> None:
+    """A new turn supersedes the live calls of the previous one; its late openings are stale."""
+    actors = Actors()
+    old, other = key_of("call_0"), key_of("call_0", conversation="conv-2")
+    actors.turn(old)
+    actors.turn(other)
+    actors.collect(old)
+    actors.collect(other)
+    new = key_of("call_0", turn="turn-2")
+    work = actors.turn(new)
+    position = actors.log.records[-2].position
+    assert appended(work) == [
+        CallCancelled(key=old, cause=position, reason=CancelReason.SUPERSEDED)
+    ]
+    late = key_of("call_1")
+    rejected = appended(actors.feed(CallOpened(key=late, tool=LOOKUP.name, sequence=0)))
+    assert len(rejected) == 1
+    assert isinstance(rejected[0], EventRejected)
+    assert rejected[0].reason is RejectReason.STALE_TURN
+    late_state = actors.fold.state(late)
+    assert late_state is not None
+    assert late_state.phase is Phase.ABSENT
+    other_state = actors.fold.state(other)
+    assert other_state is not None
+    assert other_state.phase is Phase.COLLECTING
+    assert actors.fold.live_keys() == [other]
+
+
+def test_a_turn_superseded_event_cancels_the_calls_of_that_turn() -> None:
+    """An explicit TurnSuperseded cancels the live calls of that turn only."""
+    actors = Actors()
+    first, second = key_of("call_0"), key_of("call_0", conversation="conv-2")
+    actors.turn(first)
+    actors.turn(second)
+    actors.collect(first)
+    actors.collect(second)
+    work = actors.feed(TurnSuperseded(turn=first.turn_ref, by=key_of(turn="turn-9").turn_ref))
+    assert appended(work) == [
+        CallCancelled(
+            key=first, cause=actors.log.records[-2].position, reason=CancelReason.SUPERSEDED
+        )
+    ]
+    assert actors.fold.live_keys() == [second]
+
+
+A1 = key_of("a1")
+A2 = key_of("a2", response="resp-2")
+G1 = key_of("g1", tenant="globex")
+TOOLS = {A1: LOOKUP.name, A2: MAIL.name, G1: LOOKUP.name}
+CONTROLS: list[tuple[str, Event, set[CallKey], CancelReason]] = [
+    (
+        "quarantine-everywhere",
+        ResponseQuarantined(response="resp-1", tenant=None, operator="op", reason="r"),
+        {A1, G1},
+        CancelReason.RESPONSE_QUARANTINED,
+    ),
+    (
+        "quarantine-one-tenant",
+        ResponseQuarantined(response="resp-1", tenant="acme", operator="op", reason="r"),
+        {A1},
+        CancelReason.RESPONSE_QUARANTINED,
+    ),
+    (
+        "disable-tool-everywhere",
+        ToolDisabled(tool=LOOKUP.name, tenant=None, operator="op", reason="r"),
+        {A1, G1},
+        CancelReason.TOOL_DISABLED,
+    ),
+    (
+        "disable-tool-for-one-tenant",
+        ToolDisabled(tool=LOOKUP.name, tenant="globex", operator="op", reason="r"),
+        {G1},
+        CancelReason.TOOL_DISABLED,
+    ),
+    (
+        "stop-tenant",
+        TenantStopped(tenant="acme", operator="op", reason="r"),
+        {A1, A2},
+        CancelReason.TENANT_STOPPED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("control", "reached", "reason"),
+    [control[1:] for control in CONTROLS],
+    ids=[control[0] for control in CONTROLS],
+)
+def test_operator_controls_reach_exactly_the_calls_they_concern(
+    control: Event, reached: set[CallKey], reason: CancelReason
+) -> None:
+    """Quarantines, tool disables and tenant stops cancel exactly the calls they concern."""
+    actors = Actors()
+    actors.turn(A1)
+    actors.turn(G1)
+    for key, tool in TOOLS.items():
+        actors.collect(key, tool)
+    work = actors.feed(control)
+    position = actors.log.records[-1 - len(reached)].position
+    cancels = appended(work)
+    assert {decision.key for decision in cancels if isinstance(decision, CallCancelled)} == reached
+    assert cancels == [
+        CallCancelled(key=key, cause=position, reason=reason) for key in TOOLS if key in reached
+    ]
+    assert set(actors.fold.live_keys()) == set(TOOLS) - reached
+    for key in reached:
+        late = attrs.evolve(key, item="late", call="late")
+        decisions = appended(actors.feed(CallOpened(key=late, tool=TOOLS[key], sequence=0)))
+        assert [decision.TAG for decision in decisions] == [CallCollecting.TAG, CallCancelled.TAG]
+        assert isinstance(decisions[1], CallCancelled)
+        assert decisions[1].reason is reason
+
+
+def test_a_turn_cancelled_by_another_principal_changes_nothing() -> None:
+    """A turn cancelled by another principal changes nothing; by its principal it cancels."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    assert actors.feed(TurnCancelled(turn=KEY.turn_ref, principal="user:mallory")) == []
+    state = actors.fold.state(KEY)
+    assert state is not None
+    assert state.phase is Phase.COLLECTING
+    work = actors.feed(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL))
+    assert appended(work) == [
+        CallCancelled(
+            key=KEY, cause=actors.log.records[-2].position, reason=CancelReason.TURN_CANCELLED
+        )
+    ]
+
+
+def test_live_limits_are_counted_in_log_order() -> None:
+    """Live calls are counted in log order: past the limit an opening fails, then room returns."""
+    actors = Actors()
+    actors.fold = CallFold(attrs.evolve(LIMITS, max_live_per_turn=2), live=True)
+    actors.turn()
+    first, second, third, fourth = (key_of(f"call_{n}") for n in range(4))
+    actors.feed(CallOpened(key=first, tool=LOOKUP.name, sequence=0))
+    actors.feed(CallOpened(key=second, tool=LOOKUP.name, sequence=0))
+    failed = appended(actors.feed(CallOpened(key=third, tool=LOOKUP.name, sequence=0)))
+    assert isinstance(failed[-1], CallFailed)
+    assert failed[-1].reason is FailReason.LIMIT_EXCEEDED
+    actors.feed(ConfirmationDenied(key=first, principal=PRINCIPAL))
+    opened = appended(actors.feed(CallOpened(key=fourth, tool=LOOKUP.name, sequence=0)))
+    assert [type(decision) for decision in opened] == [CallCollecting]
+
+
+# --- interrupted responses -------------------------------------------------------------------
+
+
+def test_interrupted_responses_are_those_with_collecting_calls_and_no_resume() -> None:
+    """Responses with collecting calls are interrupted unless their stream was lost resumable."""
+    actors = Actors()
+    actors.turn()
+    collecting, finished = key_of("call_0"), key_of("call_1", response="resp-2")
+    actors.collect(collecting)
+    actors.collect(finished)
+    actors.end(finished)
+    actors.end_response(finished)
+    actors.validate(finished)
+    assert actors.fold.interrupted_responses() == [collecting.response_ref]
+    actors.feed(StreamLost(response=collecting.response_ref, resumable=True))
+    assert actors.fold.interrupted_responses() == []
+    actors.feed(StreamResumed(response=collecting.response_ref, after_sequence=2))
+    assert actors.fold.interrupted_responses() == [collecting.response_ref]
+    work = actors.feed(StreamLost(response=collecting.response_ref, resumable=False))
+    cancelled = appended(work)
+    assert len(cancelled) == 1
+    assert isinstance(cancelled[0], CallCancelled)
+    assert cancelled[0].reason is CancelReason.CONNECTION_LOST
+    assert actors.fold.interrupted_responses() == []
+
+
+def test_a_candidate_waiting_for_its_response_is_interrupted() -> None:
+    """A call that ended but whose response never did still needs its stream: interrupted."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    assert actors.fold.interrupted_responses() == [KEY.response_ref]
+
+
+def test_a_response_that_completed_is_not_interrupted_while_its_call_is_validated() -> None:
+    """A response that completed is not interrupted while its call awaits validation."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.end_response()
+    fold = replay(actors.log.records)
+    assert [type(item) for item in fold.go_live()] == [RunValidation]
+    # The stream has nothing more to give: reporting it would have the runtime record a loss
+    # that never happened.
+    assert fold.interrupted_responses() == []
+
+
+def test_responses_are_listed_by_reference() -> None:
+    """The interrupted responses name tenant, conversation, turn and response."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    [response] = actors.fold.interrupted_responses()
+    assert response == ResponseRef(
+        tenant="acme", conversation="conv-1", turn="turn-1", response="resp-1"
+    )
+    assert response.turn_ref == TurnRef(tenant="acme", conversation="conv-1", turn="turn-1")
