@@ -37,12 +37,10 @@ from .actors._arguments import ParsedArguments
 from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
 from .actors._tools import Check
 from .events import (
+    INGRESS_TYPES,
     NO_STREAM,
-    ArgumentsAppended,
     CallDispatched,
-    CallEnded,
     CallKey,
-    CallOpened,
     CallValidated,
     ClaimRefused,
     ClaimRequested,
@@ -61,10 +59,7 @@ from .events import (
     RecordedEvent,
     RefusedError,
     RequestRefused,
-    ResponseEnded,
     StreamLost,
-    StreamResumed,
-    TextReceived,
     TraceContext,
     TurnCancelled,
     TurnRef,
@@ -73,16 +68,6 @@ from .events import (
     open_log,
 )
 from .projections import Ledger, Projections
-
-INGRESS_TYPES: tuple[type[Event], ...] = (
-    CallOpened,
-    ArgumentsAppended,
-    CallEnded,
-    ResponseEnded,
-    StreamLost,
-    StreamResumed,
-    TextReceived,
-)
 
 
 @frozen(kw_only=True)

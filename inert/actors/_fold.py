@@ -32,17 +32,12 @@ import attrs
 from attrs import define, field, frozen
 
 from ..events import (
+    DECISION_TYPES,
     ArgumentsAppended,
-    CallAwaitingConfirmation,
-    CallCancelled,
-    CallCollecting,
-    CallConfirmed,
-    CallDispatched,
     CallEnded,
     CallFailed,
     CallKey,
     CallOpened,
-    CallTerminalCandidate,
     CallValidated,
     CancelReason,
     ClaimRequested,
@@ -50,7 +45,6 @@ from ..events import (
     ConfirmationGiven,
     DeadlineReached,
     Event,
-    EventRejected,
     InertError,
     RecordedEvent,
     Redacted,
@@ -84,18 +78,6 @@ from ._decider import (
     initial_state,
     recorded,
     step,
-)
-
-DECISION_TYPES: tuple[type[Event], ...] = (
-    CallCollecting,
-    CallTerminalCandidate,
-    CallValidated,
-    CallAwaitingConfirmation,
-    CallConfirmed,
-    CallDispatched,
-    CallCancelled,
-    CallFailed,
-    EventRejected,
 )
 
 _ADDRESSED = (

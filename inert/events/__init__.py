@@ -2,6 +2,10 @@
 
 from ._base import Event, TraceContext, event_type, registered_event_types
 from ._catalog import (
+    DECISION_TYPES,
+    INGRESS_TYPES,
+    OUTCOME_TYPES,
+    TRANSITION_TYPES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -61,8 +65,12 @@ from ._url import open_log
 
 __all__ = [
     "CONVERTER",
+    "DECISION_TYPES",
     "DEFAULT_CODEC",
+    "INGRESS_TYPES",
     "NO_STREAM",
+    "OUTCOME_TYPES",
+    "TRANSITION_TYPES",
     "ArgumentsAppended",
     "CallAwaitingConfirmation",
     "CallCancelled",

@@ -479,3 +479,39 @@ class ExecutionOutcomeUnknown(Event):
 
     key: CallKey
     claim_id: str
+
+
+# --- families, for code that routes by family --------------------------------------------
+
+INGRESS_TYPES: tuple[type[Event], ...] = (
+    CallOpened,
+    ArgumentsAppended,
+    CallEnded,
+    ResponseEnded,
+    StreamLost,
+    StreamResumed,
+    TextReceived,
+)
+"""What an agent server feeds from its provider streams."""
+
+TRANSITION_TYPES = (
+    CallCollecting,
+    CallTerminalCandidate,
+    CallValidated,
+    CallAwaitingConfirmation,
+    CallConfirmed,
+    CallDispatched,
+    CallCancelled,
+    CallFailed,
+)
+"""The decisions that move a call along its states."""
+
+DECISION_TYPES = (*TRANSITION_TYPES, EventRejected)
+"""Everything a call's actor writes to the call's stream."""
+
+OUTCOME_TYPES = (
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+)
+"""What the runtime records of an executor's run."""

@@ -16,6 +16,8 @@ import attrs
 from attrs import frozen
 
 from ..events import (
+    OUTCOME_TYPES,
+    TRANSITION_TYPES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -66,17 +68,6 @@ Decision = (
     | CallCancelled
     | CallFailed
 )
-_DECISIONS = (
-    CallCollecting,
-    CallTerminalCandidate,
-    CallValidated,
-    CallAwaitingConfirmation,
-    CallConfirmed,
-    CallDispatched,
-    CallCancelled,
-    CallFailed,
-)
-_OUTCOMES = (ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown)
 
 
 @frozen(kw_only=True)
@@ -232,11 +223,11 @@ class Ledger:
             return
         if isinstance(event, ArgumentsAppended):
             self._fragment(event, recorded.position)
-        elif isinstance(event, _DECISIONS):
+        elif isinstance(event, TRANSITION_TYPES):
             self._decision(event, recorded)
         elif isinstance(event, EventRejected):
             self._rejected(event, recorded)
-        elif isinstance(event, _OUTCOMES):
+        elif isinstance(event, OUTCOME_TYPES):
             self._outcome(event, recorded)
 
     def snapshot(self) -> Snapshot:

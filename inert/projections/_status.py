@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 
 from ..events import (
+    OUTCOME_TYPES,
+    TRANSITION_TYPES,
     CallAwaitingConfirmation,
     CallCancelled,
     CallCollecting,
@@ -59,18 +61,6 @@ _ENDED = frozenset(
     }
 )
 
-_DECISIONS = (
-    CallCollecting,
-    CallTerminalCandidate,
-    CallValidated,
-    CallAwaitingConfirmation,
-    CallConfirmed,
-    CallDispatched,
-    CallCancelled,
-    CallFailed,
-)
-_OUTCOMES = (ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown)
-
 
 class Status:
     """Per call key its cue, per response the number of text characters received."""
@@ -111,7 +101,7 @@ class Status:
             return
         if isinstance(event, TextReceived):
             self._text[event.response] = self._text.get(event.response, 0) + event.characters
-        elif isinstance(event, _DECISIONS):
+        elif isinstance(event, TRANSITION_TYPES):
             current = self._cues.get(event.key)
             if current in _ENDED:
                 return
@@ -120,7 +110,7 @@ class Status:
                 self._cues[event.key] = cue
             if isinstance(event, CallDispatched):
                 self._claims[event.key] = event.claim_id
-        elif isinstance(event, _OUTCOMES):
+        elif isinstance(event, OUTCOME_TYPES):
             if self._claims.get(event.key) != event.claim_id:
                 return
             cue = _reported(event, self._cues[event.key])
