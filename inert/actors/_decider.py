@@ -415,6 +415,19 @@ class CallState:
         return self._buffer.size
 
     @property
+    def live(self) -> bool:
+        """Opened and not terminal: counted against the limits of its turn and tenant."""
+        return self.phase is not Phase.ABSENT and self.phase not in TERMINAL_PHASES
+
+    @property
+    def needs_stream(self) -> bool:
+        """Still waiting for its provider stream: collecting, or ended and waiting for the
+        response's end. A terminal candidate being validated has all it needs already."""
+        if self.phase is Phase.COLLECTING:
+            return True
+        return self.phase is Phase.TERMINAL_CANDIDATE and self.validating is None
+
+    @property
     def awaiting_confirmation(self) -> bool:
         return self.phase is Phase.VALIDATED and self.needs_confirmation and not self.confirmed
 

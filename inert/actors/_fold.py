@@ -68,7 +68,6 @@ from ._decider import (
     CallLimits,
     CallState,
     Input,
-    Phase,
     TurnStatus,
     TurnView,
     ValidationOutcome,
@@ -226,10 +225,6 @@ class CallRecord:
     """An input of the call was redacted: its recorded decisions are taken as they are."""
 
 
-def _live(state: CallState) -> bool:
-    return state.phase is not Phase.ABSENT and not state.terminal_phase
-
-
 _Members = dict[CallKey, None]
 """Keys in the order they were added (a dict, so that iteration never depends on hashing)."""
 
@@ -356,7 +351,7 @@ class CallFold:
 
     def _context(self, key: CallKey, record: CallRecord, event: Event) -> CallContext:
         tool = record.state.tool or (event.tool if isinstance(event, CallOpened) else "")
-        live = _live(record.state)
+        live = record.state.live
         in_turn = len(self._index.by_turn.get(key.turn_ref, ())) - live
         in_tenant = len(self._index.by_tenant.get(key.tenant, ())) - live
         return CallContext(
@@ -410,7 +405,7 @@ class CallFold:
         return work
 
     def _reindex(self, before: CallState, after: CallState) -> None:
-        was, now = _live(before), _live(after)
+        was, now = before.live, after.live
         if was and not now:
             self._index.remove(before.key, before.tool)
         elif now and not was:
@@ -527,7 +522,7 @@ class CallFold:
             response
             for response, keys in self._index.by_response.items()
             if response not in self._resumable
-            and any(_assembling(self.records[key].state) for key in keys)
+            and any(self.records[key].state.needs_stream for key in keys)
         ]
 
     # --- looking ---
@@ -537,17 +532,7 @@ class CallFold:
         return None if record is None else record.state
 
     def live_keys(self) -> list[CallKey]:
-        return [key for key, record in self.records.items() if _live(record.state)]
-
-
-def _assembling(state: CallState) -> bool:
-    """Still waiting for its stream: collecting, or ended and waiting for its response's end.
-
-    A terminal candidate being validated has all it needs from its stream already.
-    """
-    if state.phase is Phase.COLLECTING:
-        return True
-    return state.phase is Phase.TERMINAL_CANDIDATE and state.validating is None
+        return [key for key, record in self.records.items() if record.state.live]
 
 
 def _key_of(event: Event) -> CallKey:
