@@ -369,6 +369,9 @@ def _sequences(fragment: ArgumentsAppended) -> tuple[int, int]:
 def _merge(
     ranges: tuple[tuple[int, int], ...], first: int, last: int
 ) -> tuple[tuple[int, int], ...]:
+    if ranges and first == ranges[-1][1] + 1:
+        # The usual case: the next fragment in order extends the last range.
+        return (*ranges[:-1], (ranges[-1][0], last))
     merged: list[tuple[int, int]] = []
     for low, high in sorted((*ranges, (first, last))):
         if merged and low <= merged[-1][1] + 1:
@@ -963,14 +966,26 @@ def decide(
 # --- evolve ----------------------------------------------------------------------------------
 
 
+_STATE_FIELDS = tuple(attribute.name for attribute in attrs.fields(CallState))
+
+
+def _replace(state: CallState, **changes: object) -> CallState:
+    """``attrs.evolve`` without its introspection: one new state per fragment is the hot path
+    of the fold. Field names are the attribute names (``_buffer``, not ``buffer``)."""
+    new = object.__new__(CallState)
+    for name in _STATE_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))
+    return new
+
+
 def _ended(state: CallState, phase: Phase, reason: str) -> CallState:
     # A terminal call keeps its record of sequences (to know a replayed fragment) and drops
     # every byte of its arguments.
-    return attrs.evolve(
+    return _replace(
         state,
         phase=phase,
         reason=reason,
-        buffer=state._buffer.without_data(),
+        _buffer=state._buffer.without_data(),
         arguments=None,
         validating=None,
     )
@@ -980,33 +995,33 @@ def evolve(state: CallState, decision: Decision) -> CallState:
     """The state after one decision."""
     match decision:
         case FragmentAccepted(fragment=fragment, at=at):
-            return attrs.evolve(state, buffer=state._buffer.add(fragment), last_activity=at)
+            return _replace(state, _buffer=state._buffer.add(fragment), last_activity=at)
         case Opened(sequence=sequence, at=at):
-            return attrs.evolve(state, opened_sequence=sequence, last_activity=at)
+            return _replace(state, opened_sequence=sequence, last_activity=at)
         case CallCollecting(tool=tool):
-            return attrs.evolve(state, phase=Phase.COLLECTING, tool=tool)
+            return _replace(state, phase=Phase.COLLECTING, tool=tool)
         case ArgumentsParsed(arguments=arguments, terminal=terminal, at=at):
-            return attrs.evolve(state, arguments=arguments, terminal=terminal, last_activity=at)
+            return _replace(state, arguments=arguments, terminal=terminal, last_activity=at)
         case CallTerminalCandidate(arguments_digest=digest):
-            return attrs.evolve(state, phase=Phase.TERMINAL_CANDIDATE, arguments_digest=digest)
+            return _replace(state, phase=Phase.TERMINAL_CANDIDATE, arguments_digest=digest)
         case ValidationRequested():
-            return attrs.evolve(state, validating=decision)
+            return _replace(state, validating=decision)
         case CallValidated():
-            return attrs.evolve(
+            return _replace(
                 state,
                 phase=Phase.VALIDATED,
                 tool_digest=decision.tool_digest,
                 arguments_digest=decision.arguments_digest,
                 needs_confirmation=decision.needs_confirmation,
                 validating=None,
-                buffer=state._buffer.without_data(),
+                _buffer=state._buffer.without_data(),
             )
         case CallAwaitingConfirmation(expires_at=expires_at):
-            return attrs.evolve(state, confirmation_expires=expires_at)
+            return _replace(state, confirmation_expires=expires_at)
         case CallConfirmed():
-            return attrs.evolve(state, confirmed=True)
+            return _replace(state, confirmed=True)
         case CallDispatched(claim_id=claim_id):
-            return attrs.evolve(_ended(state, Phase.DISPATCHED, ""), claim_id=claim_id)
+            return _replace(_ended(state, Phase.DISPATCHED, ""), claim_id=claim_id)
         case CallCancelled(reason=reason):
             return _ended(state, Phase.CANCELLED, reason.value)
         case CallFailed(reason=reason):

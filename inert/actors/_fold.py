@@ -349,17 +349,22 @@ class CallFold:
                 return _members(index.by_tenant, tenant)
         return ()
 
-    def _context(self, key: CallKey, record: CallRecord, event: Event) -> CallContext:
-        tool = record.state.tool or (event.tool if isinstance(event, CallOpened) else "")
+    def _context(self, record: CallRecord, event: Event) -> CallContext:
+        # The record's key, not the event's: what it derives (its turn) is cached on it.
+        key = record.state.key
+        turn = self.scope.turn(key.turn_ref)
+        if not isinstance(event, CallOpened):
+            return CallContext(
+                turn=turn, blocked=self.scope.blocked(key, record.state.tool), limits=self.limits
+            )
+        # Live calls are counted only where the decider looks at them: at an opening.
         live = record.state.live
-        in_turn = len(self._index.by_turn.get(key.turn_ref, ())) - live
-        in_tenant = len(self._index.by_tenant.get(key.tenant, ())) - live
         return CallContext(
-            turn=self.scope.turn(key.turn_ref),
-            blocked=self.scope.blocked(key, tool),
+            turn=turn,
+            blocked=self.scope.blocked(key, record.state.tool or event.tool),
             limits=self.limits,
-            live_in_turn=in_turn,
-            live_in_tenant=in_tenant,
+            live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
+            live_in_tenant=len(self._index.by_tenant.get(key.tenant, ())) - live,
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -372,7 +377,7 @@ class CallFold:
             event_id=recorded_event.event_id,
             at=recorded_event.recorded_at,
         )
-        context = self._context(key, record, event)
+        context = self._context(record, event)
         if record.state.validating is not None or record.held:
             record.held.append((received, context))
             return []
@@ -396,12 +401,13 @@ class CallFold:
                 record.validation_context = context
                 if self.live:
                     work.append(RunValidation(key=key, request=decision, context=context))
-        # Timers look the deadline up again when they fire, so only a deadline that is new or
-        # earlier than before needs scheduling; a later one is found by the earlier timer.
-        deadline = after.deadline(self.limits)
-        previous = before.deadline(self.limits)
-        if self.live and deadline is not None and (previous is None or deadline < previous):
-            work.append(ScheduleDeadline(key=key, at=deadline))
+        if self.live:
+            # Timers look the deadline up again when they fire, so only a deadline that is new
+            # or earlier than before needs scheduling; a later one is found by the earlier timer.
+            deadline = after.deadline(self.limits)
+            previous = before.deadline(self.limits)
+            if deadline is not None and (previous is None or deadline < previous):
+                work.append(ScheduleDeadline(key=key, at=deadline))
         return work
 
     def _reindex(self, before: CallState, after: CallState) -> None:

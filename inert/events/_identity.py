@@ -11,6 +11,7 @@ second stream.
 
 from __future__ import annotations
 
+from functools import cached_property
 from urllib.parse import quote
 
 import attrs
@@ -41,7 +42,11 @@ def _stream(kind: str, *parts: str) -> str:
     return "/".join((kind, *(quote(part, safe="") for part in parts)))
 
 
-@frozen(kw_only=True)
+# Identities are dict keys on every hot path of the runtime: their hash is computed once, and
+# what is derived from them (streams, the turn and response of a call) once per instance.
+
+
+@frozen(kw_only=True, cache_hash=True)
 class TurnRef:
     """One user turn of a conversation, owned by the agent server."""
 
@@ -49,13 +54,13 @@ class TurnRef:
     conversation: str = field(validator=_identity_component)
     turn: str = field(validator=_identity_component)
 
-    @property
+    @cached_property
     def stream(self) -> str:
         """The stream of the turn's lifecycle and of the user's actions on it."""
         return _stream("turn", self.tenant, self.conversation, self.turn)
 
 
-@frozen(kw_only=True)
+@frozen(kw_only=True, cache_hash=True)
 class ResponseRef:
     """One provider response (or message) produced within a turn."""
 
@@ -64,17 +69,17 @@ class ResponseRef:
     turn: str = field(validator=_identity_component)
     response: str = field(validator=_identity_component)
 
-    @property
+    @cached_property
     def turn_ref(self) -> TurnRef:
         return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
 
-    @property
+    @cached_property
     def stream(self) -> str:
         """The ingress stream of this provider response (one feeding adapter at a time)."""
         return _stream("response", self.tenant, self.response)
 
 
-@frozen(kw_only=True)
+@frozen(kw_only=True, cache_hash=True)
 class CallKey:
     """The complete protocol identity of one streamed tool call."""
 
@@ -85,11 +90,11 @@ class CallKey:
     item: str = field(validator=_identity_component)
     call: str = field(validator=_identity_component)
 
-    @property
+    @cached_property
     def turn_ref(self) -> TurnRef:
         return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
 
-    @property
+    @cached_property
     def response_ref(self) -> ResponseRef:
         return ResponseRef(
             tenant=self.tenant,
@@ -101,12 +106,12 @@ class CallKey:
     def _parts(self) -> tuple[str, ...]:
         return (self.tenant, self.conversation, self.turn, self.response, self.item, self.call)
 
-    @property
+    @cached_property
     def stream(self) -> str:
         """The decision stream of the call: written only by the call's actor."""
         return _stream("call", *self._parts())
 
-    @property
+    @cached_property
     def request_stream(self) -> str:
         """Claims and confirmations addressed to the call's actor (any writer)."""
         return _stream("request", *self._parts())
