@@ -111,7 +111,14 @@ class CallRouter:
             produced = self._fold.apply(recorded_event)
             self._listener(recorded_event)
             if isinstance(recorded_event.event, DeadlineReached):
-                self._requested.discard(recorded_event.event.key)
+                # Answered: a deadline the call still has (one not yet due when the request
+                # was judged) is watched again.
+                key = recorded_event.event.key
+                self._requested.discard(key)
+                state = self._fold.state(key)
+                deadline = None if state is None else state.deadline(self._fold.limits)
+                if deadline is not None:
+                    self._schedule(key, deadline)
             self.position = recorded_event.position
             self._progress.set()
             self._progress = trio.Event()
