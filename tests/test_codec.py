@@ -525,3 +525,16 @@ def test_an_encode_error_names_the_event_tag() -> None:
     )
     with pytest.raises(CodecError, match=r"cannot encode 'decision\.awaiting_confirmation'"):
         DEFAULT_CODEC.encode(event)
+
+
+def test_a_call_key_decoded_again_is_the_same_object_and_still_checked() -> None:
+    """Events naming the same call decode to one key object; a spoilt key is still refused."""
+    first = DEFAULT_CODEC.decode(*DEFAULT_CODEC.encode(SAMPLES["ingress.call_opened"]))
+    second = DEFAULT_CODEC.decode(*DEFAULT_CODEC.encode(SAMPLES["ingress.call_opened"]))
+    assert isinstance(first, CallOpened)
+    assert isinstance(second, CallOpened)
+    assert first.key is second.key
+    fields = fields_of("ingress.call_opened")
+    fields["key"]["tenant"] = ""
+    with pytest.raises(CodecError, match="tenant"):
+        DEFAULT_CODEC.decode("ingress.call_opened", 1, pack(fields))

@@ -23,6 +23,7 @@ import msgpack
 
 from ._base import Event, registered_event_types
 from ._errors import CodecError
+from ._identity import CallKey
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -91,6 +92,36 @@ def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
     return cls(value)
 
 
+_KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
+_KEY_CACHE_SIZE = 65536
+
+
+class _CallKeys:
+    """Call keys decoded before, by their components: one object per call, not per event.
+
+    Most events name a call seen a moment ago; handing back the same object skips its
+    validation, and lets what it caches (its hash, turn, streams) serve every later event.
+    Anything unusual takes cattrs' checked path. Bounded by dropping the cache whole.
+    """
+
+    def __init__(self, structure: Callable[[Any, Any], CallKey]) -> None:
+        self._structure = structure
+        self._known: dict[tuple[object, ...], CallKey] = {}
+
+    def __call__(self, value: object, cls: type[CallKey]) -> CallKey:
+        if type(value) is dict and len(value) == len(_KEY_FIELDS):
+            components = tuple(value.get(name) for name in _KEY_FIELDS)
+            known = self._known.get(components)
+            if known is not None:
+                return known
+            key = self._structure(value, cls)
+            if len(self._known) >= _KEY_CACHE_SIZE:
+                self._known.clear()
+            self._known[components] = key
+            return key
+        return self._structure(value, cls)
+
+
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
     # Single-dispatch hooks win over cattrs' own primitive hooks (which coerce: str(5) == "5").
@@ -102,6 +133,9 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(datetime, _structure_datetime)
     converter.register_structure_hook(enum.StrEnum, _structure_enum)
     converter.register_structure_hook_func(_is_tuple, _structure_tuple)
+    converter.register_structure_hook(
+        CallKey, _CallKeys(converter.gen_structure_attrs_fromdict(CallKey))
+    )
     return converter
 
 
