@@ -198,11 +198,12 @@ class Ledger:
 
     def rows(self) -> list[LedgerRow]:
         """The latest row of every call, in the order the calls first appeared."""
-        return list(self._rows.values())
+        return [self._current(key, row) for key, row in self._rows.items()]
 
     def row(self, key: CallKey) -> LedgerRow | None:
         """The latest row of one call, or ``None`` if it has none."""
-        return self._rows.get(key)
+        row = self._rows.get(key)
+        return None if row is None else self._current(key, row)
 
     def history(self, key: CallKey) -> list[Transition]:
         """The transitions of one call in log order (empty if nothing was recorded for it)."""
@@ -232,7 +233,7 @@ class Ledger:
 
     def snapshot(self) -> Snapshot:
         """Position, rows and histories as JSON, in the order the calls first appeared."""
-        rows: list[JSON] = [row.to_json() for row in self._rows.values()]
+        rows: list[JSON] = [row.to_json() for row in self.rows()]
         histories: list[JSON] = [
             {"key": key_json(key), "transitions": [step.to_json() for step in transitions]}
             for key, transitions in self._histories.items()
@@ -259,13 +260,21 @@ class Ledger:
             return
         received = self._received.setdefault(key, _Received())
         received.add(position, event.fragments, len(event.data))
-        if row is not None:
-            self._rows[key] = attrs.evolve(row, fragments=received.fragments, bytes=received.size)
+
+    def _current(self, key: CallKey, row: LedgerRow) -> LedgerRow:
+        # A collecting row's counts are read from what was received when the row is read, not
+        # copied into it on every fragment.
+        received = self._received.get(key)
+        if received is None or row.state != "collecting":
+            return row
+        return attrs.evolve(row, fragments=received.fragments, bytes=received.size)
 
     def _decision(self, event: Decision, recorded: RecordedEvent) -> None:
         key = event.key
         detail = _describe(event)
         row = self._rows.get(key)
+        if row is not None:
+            row = self._current(key, row)
         if row is not None and row.state in TERMINAL_STATES:
             # Terminal is absorbing: the entry shows the anomaly, the row keeps the truth.
             self._record(key, recorded, row.state, f"{detail}; ignored: the call is {row.state}")
@@ -340,10 +349,6 @@ class Ledger:
         received = self._received.get(key)
         if event.rejected_type == ArgumentsAppended.TAG and received is not None:
             received.drop(event.cause)
-            if row is not None and row.state == "collecting":
-                self._rows[key] = attrs.evolve(
-                    row, fragments=received.fragments, bytes=received.size
-                )
         self._record(key, recorded, None if row is None else row.state, _describe(event))
 
     def _outcome(
