@@ -478,6 +478,9 @@ class Runtime:
 
     async def _recover(self) -> None:
         """Record what the stop of the previous process means for the calls it left."""
+        # First the decisions the previous process made but never wrote: a claim it answered
+        # with a dispatch that never reached the log is dispatched now, then found unknown.
+        await self.settle()
         lost = [
             NewEvent(stream=response.stream, event=StreamLost(response=response, resumable=False))
             for response in self._fold.interrupted_responses()

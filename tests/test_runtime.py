@@ -19,6 +19,7 @@ from inert import (
     CallLimits,
     CallOpened,
     ClaimRefused,
+    ClaimRequested,
     ConfirmationRefused,
     ConflictError,
     Dispatch,
@@ -598,3 +599,23 @@ async def test_an_actor_that_cannot_write_stops_the_runtime_with_its_error() -> 
 
     with pytest.raises(LogError, match="disk full"):
         await feed_one_call()
+
+
+async def test_a_claim_whose_dispatch_was_never_written_is_unknown_after_a_restart() -> None:
+    """A claim in the log without its answer (the process died first) is dispatched at restart
+    and at once recorded as outcome_unknown: no executor ran it, none ever will."""
+    store = MemoryStore()
+    key = key_of("a")
+    async with running(store) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+    claim = ClaimRequested(key=key, claim_id="claim-1", executor="worker")
+    await _append_raw(store, [(key.request_stream, claim)])
+    async with running(store) as runtime:
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.DISPATCHED
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert (row.state, row.outcome) == ("dispatched", "unknown")
+        with pytest.raises(ClaimRefused, match="call_terminal"):
+            await runtime.claim(key, executor="worker")
