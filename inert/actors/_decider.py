@@ -261,7 +261,6 @@ class ValidationRequested:
 
 Internal = Opened | FragmentAccepted | ArgumentsParsed | ValidationRequested
 Decision = Event | Internal
-INTERNAL_TYPES: tuple[type, ...] = (Opened, FragmentAccepted, ArgumentsParsed, ValidationRequested)
 
 
 def recorded(decisions: tuple[Decision, ...]) -> list[Event]:
