@@ -65,6 +65,7 @@ from inert.events import (
     ResponseEnded,
     ResponseEndReason,
     ResponseQuarantined,
+    ServerToolCalled,
     StreamLost,
     StreamResumed,
     TenantStopped,
@@ -105,6 +106,7 @@ DecisionEvent = (
 )
 ADDRESSED: tuple[type[Event], ...] = (
     CallOpened,
+    ServerToolCalled,
     ArgumentsAppended,
     CallEnded,
     ConfirmationGiven,
@@ -382,6 +384,7 @@ def sample(input_type: type) -> Event | ValidationOutcome:
         return ValidationOutcome(result=ValidationResult())
     events: dict[type, Event] = {
         CallOpened: opened(0),
+        ServerToolCalled: ServerToolCalled(key=KEY, tool="web_search"),
         ArgumentsAppended: fragment(b"{}", 9),
         CallEnded: ended(),
         ResponseEnded: response_ended(),
@@ -878,10 +881,16 @@ def test_rule_5_a_completed_response_asks_for_validation_once() -> None:
 def test_rule_5_a_response_that_did_not_complete_fails_its_candidate(
     reason: ResponseEndReason,
 ) -> None:
-    """A response that ends any other way fails a terminal candidate response_failed."""
+    """A response that ends any other way fails a terminal candidate response_failed (or
+    protocol_violation where the adapter saw the provider break its protocol)."""
     call = reach(Phase.TERMINAL_CANDIDATE)
     found = failure(call.send(response_ended(reason)))
-    assert found.reason is FailReason.RESPONSE_FAILED
+    expected = (
+        FailReason.PROTOCOL_VIOLATION
+        if reason is ResponseEndReason.PROTOCOL_VIOLATION
+        else FailReason.RESPONSE_FAILED
+    )
+    assert found.reason is expected
     assert reason.value in found.detail
     assert call.state.validating is None
 
@@ -1314,3 +1323,38 @@ def test_no_recorded_decision_but_validated_carries_argument_bytes() -> None:
             else:
                 assert found == []
                 assert MARKER not in repr(decision)
+
+
+def test_a_server_tool_is_recorded_and_cancelled_as_it_opens() -> None:
+    """A tool the provider ran itself is cancelled at once, even when the turn offers its name."""
+    call = Call()
+    decisions = call.send(ServerToolCalled(key=KEY, tool=TOOL.name))
+    assert call.phase() is Phase.CANCELLED
+    cancelled = [d for d in decisions if isinstance(d, CallCancelled)]
+    assert [d.reason for d in cancelled] == [CancelReason.SERVER_EXECUTED]
+    assert call.state.tool == TOOL.name
+
+
+def test_a_server_tool_report_for_an_open_call_fails_it() -> None:
+    """A key opened as the turn's call and then reported as the provider's own is a conflict."""
+    call = reach(Phase.COLLECTING)
+    decisions = call.send(ServerToolCalled(key=KEY, tool=TOOL.name))
+    assert call.phase() is Phase.FAILED
+    failed = [d for d in decisions if isinstance(d, CallFailed)]
+    assert failed[0].reason is FailReason.IDENTITY_CONFLICT
+
+
+def test_a_protocol_violation_of_the_response_fails_its_calls_with_that_reason() -> None:
+    """An adapter that ends a response as a protocol violation fails its calls as one."""
+    call = reach(Phase.COLLECTING)
+    decisions = call.send(
+        ResponseEnded(
+            response=KEY.response_ref,
+            reason=ResponseEndReason.PROTOCOL_VIOLATION,
+            terminal=TerminalRef(digest="x"),
+            detail="item id changed",
+        )
+    )
+    failed = [d for d in decisions if isinstance(d, CallFailed)]
+    assert failed[0].reason is FailReason.PROTOCOL_VIOLATION
+    assert "item id changed" in failed[0].detail

@@ -47,6 +47,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "ingress.stream_lost": (inert.StreamLost, 1),
     "ingress.stream_resumed": (inert.StreamResumed, 1),
     "ingress.text_received": (inert.TextReceived, 1),
+    "ingress.server_tool_called": (inert.ServerToolCalled, 1),
     "user.turn_cancelled": (inert.TurnCancelled, 1),
     "user.turn_superseded": (inert.TurnSuperseded, 1),
     "user.confirmation_given": (inert.ConfirmationGiven, 1),

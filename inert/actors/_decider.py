@@ -22,7 +22,8 @@ Rules:
    for a call never opened is rejected (``unknown_call``). A tool the
    turn did not offer fails the call at once. A call opened under an operator control is
    cancelled at once. Fragments or an end event before the opening fail the call: its data can
-   no longer be whole.
+   no longer be whole. A call the provider ran itself (a server tool) is on record and cancelled
+   as it opens (``server_executed``): no tool of the turn makes it dispatchable.
 3. Fragments are transport data. They go to a private buffer in sequence order. A fragment
    whose sequences were all seen is a duplicate delivery: rejected, never data. One that
    overlaps what was seen, is numbered at or before the opening, or mixes numbered and
@@ -95,6 +96,7 @@ from ..events import (
     ResponseEnded,
     ResponseEndReason,
     ResponseQuarantined,
+    ServerToolCalled,
     StreamLost,
     StreamResumed,
     TenantStopped,
@@ -699,14 +701,14 @@ def _response_ended_early(judge: _Judge, _: CallContext) -> tuple[Decision, ...]
         return judge.fail(
             FailReason.PROTOCOL_VIOLATION, "the response ended before the call's end event"
         )
-    return judge.fail(FailReason.RESPONSE_FAILED, f"the response ended: {event.reason.value}")
+    return _response_failed(judge, event)
 
 
 def _response_ended(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
     event = _event(judge)
     assert isinstance(event, ResponseEnded)
     if event.reason is not ResponseEndReason.COMPLETED:
-        return judge.fail(FailReason.RESPONSE_FAILED, f"the response ended: {event.reason.value}")
+        return _response_failed(judge, event)
     state = judge.state
     assert context.turn is not None
     assert state.arguments is not None
@@ -719,6 +721,34 @@ def _response_ended(judge: _Judge, context: CallContext) -> tuple[Decision, ...]
             cause=judge.cause,
             at=_at(judge),
         ),
+    )
+
+
+def _response_failed(judge: _Judge, event: ResponseEnded) -> tuple[Decision, ...]:
+    detail = f"the response ended: {event.reason.value}"
+    if event.detail:
+        detail = f"{detail} ({event.detail})"
+    if event.reason is ResponseEndReason.PROTOCOL_VIOLATION:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, detail)
+    return judge.fail(FailReason.RESPONSE_FAILED, detail)
+
+
+def _server_tool(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    event = _event(judge)
+    assert isinstance(event, ServerToolCalled)
+    return (
+        CallCollecting(key=judge.state.key, cause=judge.cause, tool=event.tool),
+        Opened(sequence=None, at=_at(judge)),
+        *judge.cancel(CancelReason.SERVER_EXECUTED),
+    )
+
+
+def _server_tool_on_open_call(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.fail(
+        FailReason.IDENTITY_CONFLICT, "a call opened here was reported as the provider's own tool"
     )
 
 
@@ -865,6 +895,7 @@ _SCOPE_EVENTS: tuple[type[Event], ...] = (
 
 INPUT_TYPES: tuple[type, ...] = (
     CallOpened,
+    ServerToolCalled,
     ArgumentsAppended,
     CallEnded,
     ResponseEnded,
@@ -892,6 +923,10 @@ TABLE: dict[tuple[Phase, type], Handler] = {
     **_rows(
         CallOpened,
         {(A,): _open, OPEN: _wanted(_reopen), ENDED: _terminal},
+    ),
+    **_rows(
+        ServerToolCalled,
+        {(A,): _server_tool, OPEN: _wanted(_server_tool_on_open_call), ENDED: _terminal},
     ),
     **_rows(
         ArgumentsAppended,

@@ -51,6 +51,7 @@ from ..events import (
     ResponseEnded,
     ResponseQuarantined,
     ResponseRef,
+    ServerToolCalled,
     StreamLost,
     StreamResumed,
     TenantResumed,
@@ -81,6 +82,7 @@ from ._decider import (
 
 _ADDRESSED = (
     CallOpened,
+    ServerToolCalled,
     ArgumentsAppended,
     CallEnded,
     ConfirmationGiven,

@@ -33,6 +33,8 @@ class ResponseEndReason(enum.StrEnum):
     INCOMPLETE = "incomplete"
     CANCELLED = "cancelled"
     ERROR = "error"
+    PROTOCOL_VIOLATION = "protocol_violation"
+    """The adapter saw the provider break its own protocol (an identity that changed, a gap)."""
 
 
 class CancelReason(enum.StrEnum):
@@ -47,6 +49,7 @@ class CancelReason(enum.StrEnum):
     RESPONSE_QUARANTINED = "response_quarantined"
     TOOL_DISABLED = "tool_disabled"
     TENANT_STOPPED = "tenant_stopped"
+    SERVER_EXECUTED = "server_executed"
 
 
 class FailReason(enum.StrEnum):
@@ -211,6 +214,19 @@ class TextReceived(Event):
 
     response: ResponseRef
     characters: int = field(validator=_non_negative)
+
+
+@event_type("ingress.server_tool_called")
+@frozen(kw_only=True)
+class ServerToolCalled(Event):
+    """The provider ran a tool of its own (a hosted search, an MCP server) within the response.
+
+    Recorded so that the ledger shows it; its call is cancelled as it opens (``server_executed``),
+    so that nothing of it can reach an executor here, whatever tools the turn offered.
+    """
+
+    key: CallKey
+    tool: str
 
 
 # --- user ----------------------------------------------------------------------------------
@@ -491,6 +507,7 @@ INGRESS_TYPES: tuple[type[Event], ...] = (
     StreamLost,
     StreamResumed,
     TextReceived,
+    ServerToolCalled,
 )
 """What an agent server feeds from its provider streams."""
 

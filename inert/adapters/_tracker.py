@@ -1,0 +1,251 @@
+"""What every adapter shares: the calls of one provider response, and the adapter interface.
+
+``ResponseCalls`` owns the identities of the calls of one response, so that no adapter can merge
+or guess them: a provider item key ("slot": an item id, a block index, a part position) is bound
+to its call id and tool when the call opens, and a protocol that later names a different call
+or tool for the same slot has broken its own rules. The call then fails (a different tool: the
+actor sees the call opened again as another tool) or the whole response is ended as a protocol
+violation (a different call id on a slot), and nothing more of that response is passed on.
+
+It also numbers each call's events consecutively (opening 0, each fragment the next, the end
+event the next), whatever the provider numbers, so that the actor can tell a duplicate delivery
+from new data and a lost fragment from none. The numbering is a function of the stream alone:
+the same stream fed twice produces the same events, which the actors then reject as duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from attrs import define
+
+from ..events import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    Event,
+    ResponseEnded,
+    ResponseEndReason,
+    ResponseRef,
+    ServerToolCalled,
+    StreamLost,
+    StreamResumed,
+    TerminalRef,
+    TextReceived,
+    TurnRef,
+)
+
+JSONObject = Mapping[str, Any]
+
+
+class StreamAdapter(Protocol):
+    """One provider stream of one turn, turned into portable ingress events.
+
+    ``feed`` takes the raw HTTP body as it comes off the wire, split anywhere; ``feed_event``
+    takes one decoded event (the JSON object, or the event object of the provider's SDK);
+    ``close`` says the body ended, and reports the responses it left unfinished as lost.
+    """
+
+    def feed(self, chunk: bytes | str) -> list[Event]: ...
+
+    def feed_event(self, event: object) -> list[Event]: ...
+
+    def close(self) -> list[Event]: ...
+
+
+def as_object(event: object) -> JSONObject:
+    """An event as the JSON object the provider sent: SDK models are dumped as on the wire."""
+    if isinstance(event, Mapping):
+        return event
+    to_dict = getattr(event, "to_dict", None)
+    if callable(to_dict):
+        dumped = to_dict()
+    else:
+        model_dump = getattr(event, "model_dump", None)
+        if not callable(model_dump):
+            kind = type(event).__name__
+            raise TypeError(f"a provider event must be a JSON object or an SDK event, not {kind}")
+        dumped = model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if not isinstance(dumped, Mapping):
+        raise TypeError(f"{type(event).__name__} does not dump to a JSON object")
+    return dumped
+
+
+def event_digest(event: JSONObject) -> str:
+    """A stable identity for a provider event that has no sequence number of its own."""
+    canonical = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@define
+class _Call:
+    key: CallKey
+    tool: str
+    next_sequence: int
+    server: bool = False
+    end: CallEnded | None = None
+    final: bytes | None = None
+
+
+@define
+class ResumedCall:
+    """A call a stream left collecting, as the log knows it: for an adapter that resumes."""
+
+    slot: str
+    key: CallKey
+    tool: str
+    next_sequence: int
+
+
+class ResponseCalls:
+    """The calls of one provider response, with their identities held stable."""
+
+    def __init__(self, turn: TurnRef, response: str) -> None:
+        self.ref = ResponseRef(
+            tenant=turn.tenant, conversation=turn.conversation, turn=turn.turn, response=response
+        )
+        self._calls: dict[str, _Call] = {}
+        self.ended = False
+        self.broken = False
+
+    def restore(self, calls: list[ResumedCall]) -> None:
+        """Take up calls an earlier stream of this response left open (a resumed stream)."""
+        for call in calls:
+            self._calls[call.slot] = _Call(
+                key=call.key, tool=call.tool, next_sequence=call.next_sequence
+            )
+
+    def slots(self) -> list[str]:
+        return list(self._calls)
+
+    def is_open(self, slot: str) -> bool:
+        call = self._calls.get(slot)
+        return call is not None and not call.server and call.end is None
+
+    def knows(self, slot: str) -> bool:
+        return slot in self._calls
+
+    def tool(self, slot: str) -> str | None:
+        call = self._calls.get(slot)
+        return None if call is None else call.tool
+
+    def open(self, slot: str, *, call: str | None, tool: str) -> list[Event]:
+        """The provider opened a call of ``tool`` at ``slot`` (``call``: its id, if it has one)."""
+        if self.broken:
+            return []
+        known = self._calls.get(slot)
+        key = self._key(slot, call)
+        if known is None:
+            self._calls[slot] = _Call(key=key, tool=tool, next_sequence=1)
+            return [CallOpened(key=key, tool=tool, sequence=0)]
+        if known.key != key or known.server:
+            return self.violate(f"item {slot!r} opened again as another call")
+        # The same opening again is a duplicate delivery, another tool an identity conflict:
+        # the call's actor judges both.
+        return [CallOpened(key=key, tool=tool, sequence=0)]
+
+    def server_tool(self, slot: str, *, call: str | None, tool: str) -> list[Event]:
+        """The provider ran a tool of its own at ``slot``: on record, never dispatchable."""
+        if self.broken:
+            return []
+        known = self._calls.get(slot)
+        key = self._key(slot, call)
+        if known is None:
+            self._calls[slot] = _Call(key=key, tool=tool, next_sequence=1, server=True)
+        elif known.key != key or not known.server:
+            return self.violate(f"item {slot!r} opened again as a server tool")
+        return [ServerToolCalled(key=key, tool=tool)]
+
+    def append(self, slot: str, data: bytes) -> list[Event]:
+        """A fragment of the arguments of the call at ``slot``."""
+        if self.broken:
+            return []
+        known = self._calls.get(slot)
+        if known is None:
+            return self.violate(f"arguments for item {slot!r}, which was never opened")
+        if known.server or not data:
+            return []
+        sequence = known.next_sequence
+        known.next_sequence += 1
+        return [
+            ArgumentsAppended(
+                key=known.key, data=data, first_sequence=sequence, last_sequence=sequence
+            )
+        ]
+
+    def end(self, slot: str, final: bytes | None = None) -> list[Event]:
+        """The call at ``slot`` ended (``final``: the whole arguments, where the provider sends
+        them). Ending it again with the same or no final arguments repeats the same end event."""
+        if self.broken:
+            return []
+        known = self._calls.get(slot)
+        if known is None:
+            return self.violate(f"end of item {slot!r}, which was never opened")
+        if known.server:
+            return []
+        if known.end is not None and (final is None or final == known.final):
+            return [known.end]
+        sequence = known.next_sequence
+        known.next_sequence += 1
+        ended = CallEnded(
+            key=known.key, terminal=TerminalRef(sequence=sequence), final_arguments=final
+        )
+        if known.end is None:
+            known.end, known.final = ended, final
+        return [ended]
+
+    def end_response(
+        self, reason: ResponseEndReason, terminal: TerminalRef, detail: str = ""
+    ) -> list[Event]:
+        """The response ended; its calls not ended by then fail in their actors."""
+        if self.broken:
+            return []
+        self.ended = True
+        return [ResponseEnded(response=self.ref, reason=reason, terminal=terminal, detail=detail)]
+
+    def violate(self, detail: str) -> list[Event]:
+        """The provider broke its protocol: every call of the response not yet dispatched fails,
+        and nothing more of the response is passed on."""
+        if self.broken:
+            return []
+        self.broken = self.ended = True
+        digest = hashlib.sha256(detail.encode("utf-8", "surrogatepass")).hexdigest()
+        return [
+            ResponseEnded(
+                response=self.ref,
+                reason=ResponseEndReason.PROTOCOL_VIOLATION,
+                terminal=TerminalRef(digest=digest),
+                detail=detail,
+            )
+        ]
+
+    def lost(self, *, resumable: bool, last_sequence: int | None = None) -> list[Event]:
+        """The connection dropped before the response ended."""
+        if self.ended:
+            return []
+        return [StreamLost(response=self.ref, resumable=resumable, last_sequence=last_sequence)]
+
+    def resumed(self, after_sequence: int | None) -> list[Event]:
+        """A new connection continues the response after ``after_sequence``."""
+        return [StreamResumed(response=self.ref, after_sequence=after_sequence)]
+
+    def text(self, characters: int) -> list[Event]:
+        """Text for the person: counted for the status, never part of a call."""
+        if self.broken or characters <= 0:
+            return []
+        return [TextReceived(response=self.ref, characters=characters)]
+
+    def _key(self, slot: str, call: str | None) -> CallKey:
+        ref = self.ref
+        return CallKey(
+            tenant=ref.tenant,
+            conversation=ref.conversation,
+            turn=ref.turn,
+            response=ref.response,
+            item=slot,
+            call=call or slot,
+        )
