@@ -36,6 +36,7 @@ from .actors import (
 from .actors._arguments import ParsedArguments
 from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
 from .actors._tools import Check
+from .adapters import ResumedCall
 from .events import (
     INGRESS_TYPES,
     NO_STREAM,
@@ -59,6 +60,7 @@ from .events import (
     RecordedEvent,
     RefusedError,
     RequestRefused,
+    ResponseRef,
     StreamLost,
     TraceContext,
     TurnCancelled,
@@ -313,6 +315,20 @@ class Runtime:
                 lock.release()
 
     # --- confirmation ---
+
+    def resumable_calls(self, response: ResponseRef) -> list[ResumedCall]:
+        """The calls of ``response`` a resumed stream takes up: opened, not terminal, each with
+        the sequence its adapter numbers next (``ResponseCalls.restore``)."""
+        return [
+            ResumedCall(
+                slot=state.key.item,
+                key=state.key,
+                tool=state.tool,
+                next_sequence=state.next_sequence,
+                ended=state.phase is not Phase.COLLECTING,
+            )
+            for state in self._fold.live_calls_of(response)
+        ]
 
     async def confirm(
         self,

@@ -419,6 +419,16 @@ class CallState:
         return self._buffer.size
 
     @property
+    def next_sequence(self) -> int:
+        """The sequence number the call's next event would carry: one past all it has seen
+        (its opening, its fragments, its end event)."""
+        seen = [-1 if self.opened_sequence is None else self.opened_sequence]
+        seen += [high for _, high in self._buffer.ranges]
+        if self.terminal is not None and self.terminal.sequence is not None:
+            seen.append(self.terminal.sequence)
+        return max(seen) + 1
+
+    @property
     def live(self) -> bool:
         """Opened and not terminal: counted against the limits of its turn and tenant."""
         return self.phase is not Phase.ABSENT and self.phase not in TERMINAL_PHASES

@@ -539,6 +539,14 @@ class CallFold:
         record = self.records.get(key)
         return None if record is None else record.state
 
+    def live_calls_of(self, response: ResponseRef) -> list[CallState]:
+        """The calls of a response that are opened and not terminal, in the order they opened."""
+        return [
+            self.records[key].state
+            for key in _members(self._index.by_response, response)
+            if self.records[key].state.live
+        ]
+
     def live_keys(self) -> list[CallKey]:
         return [key for key, record in self.records.items() if record.state.live]
 

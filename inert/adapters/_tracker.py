@@ -99,6 +99,8 @@ class ResumedCall:
     key: CallKey
     tool: str
     next_sequence: int
+    ended: bool = False
+    """Its own end event arrived (the end's sequence is the last one it has seen)."""
 
 
 class ResponseCalls:
@@ -115,9 +117,12 @@ class ResponseCalls:
     def restore(self, calls: list[ResumedCall]) -> None:
         """Take up calls an earlier stream of this response left open (a resumed stream)."""
         for call in calls:
-            self._calls[call.slot] = _Call(
-                key=call.key, tool=call.tool, next_sequence=call.next_sequence
-            )
+            restored = _Call(key=call.key, tool=call.tool, next_sequence=call.next_sequence)
+            if call.ended:
+                restored.end = CallEnded(
+                    key=call.key, terminal=TerminalRef(sequence=call.next_sequence - 1)
+                )
+            self._calls[call.slot] = restored
 
     def slots(self) -> list[str]:
         return list(self._calls)
