@@ -26,6 +26,7 @@ from .actors import (
     ToolDeclaration,
     ValidationRequested,
     ValidationResult,
+    declarations_from_json,
 )
 from .events import *  # noqa: F403
 from .projections import DispatchQueue, Ledger, LedgerRow, Projections, Status, StatusCue
@@ -58,6 +59,7 @@ __all__ = [  # noqa: PLE0604
     "ValidationRequested",
     "ValidationResult",
     "__version__",
+    "declarations_from_json",
     "open_runtime",
     "trio_clock",
 ]

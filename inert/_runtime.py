@@ -316,6 +316,16 @@ class Runtime:
 
     # --- confirmation ---
 
+    def turn_principal(self, turn: TurnRef) -> str | None:
+        """The principal a started turn belongs to; None for a turn never started."""
+        view = self._fold.scope.turn(turn)
+        return None if view is None else view.principal
+
+    def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
+        """The responses of ``turn`` whose stream was lost and can still be resumed, each with
+        the last provider sequence number its feeder saw (``StreamLost.last_sequence``)."""
+        return self._fold.resumable_streams(turn)
+
     def resumable_calls(self, response: ResponseRef) -> list[ResumedCall]:
         """The calls of ``response`` a resumed stream takes up: opened, not terminal, each with
         the sequence its adapter numbers next (``ResponseCalls.restore``)."""

@@ -40,7 +40,7 @@ from ._fold import (
     Work,
 )
 from ._router import CallRouter, Validator
-from ._tools import Check, ToolDeclaration, ToolRegistry
+from ._tools import Check, ToolDeclaration, ToolRegistry, declarations_from_json
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -76,6 +76,7 @@ __all__ = [
     "Work",
     "canonical_json",
     "decide",
+    "declarations_from_json",
     "evolve",
     "initial_state",
     "parse_arguments",

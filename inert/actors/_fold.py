@@ -288,7 +288,7 @@ class CallFold:
         self.scope = Scope()
         self.records: dict[CallKey, CallRecord] = {}
         self._index = _Index()
-        self._resumable: set[ResponseRef] = set()
+        self._resumable: dict[ResponseRef, int | None] = {}
         self._by_stream: dict[str, CallKey | list[CallKey]] = {}
 
     # --- reading the log ---
@@ -310,12 +310,12 @@ class CallFold:
 
     def _note_stream(self, event: Event) -> None:
         match event:
-            case StreamLost(response=response, resumable=True):
-                self._resumable.add(response)
+            case StreamLost(response=response, resumable=True, last_sequence=last):
+                self._resumable[response] = last
             case StreamLost(response=response) | StreamResumed(response=response):
-                self._resumable.discard(response)
+                self._resumable.pop(response, None)
             case ResponseEnded(response=response):
-                self._resumable.discard(response)
+                self._resumable.pop(response, None)
 
     def _targets(self, event: Event) -> Iterable[CallKey]:
         index = self._index
@@ -520,6 +520,15 @@ class CallFold:
             if deadline is not None:
                 work.append(ScheduleDeadline(key=key, at=deadline))
         return work
+
+    def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
+        """The responses of ``turn`` whose stream was lost and can be resumed, each with the last
+        provider sequence number its feeder saw."""
+        return {
+            response: last
+            for response, last in self._resumable.items()
+            if response.turn_ref == turn
+        }
 
     def interrupted_responses(self) -> list[ResponseRef]:
         """Responses with calls still assembling whose stream cannot be resumed.

@@ -119,3 +119,88 @@ class ToolRegistry:
         if result.accepted and declaration.needs_confirmation:
             return ValidationResult(needs_confirmation=True, detail=result.detail)
         return result
+
+
+def declarations_from_json(document: object) -> list[ToolDeclaration]:
+    """Tool declarations from a provider's own format, as an agent server sends them.
+
+    ``document`` is a list of declarations, each in any of these shapes (told apart by their
+    keys): OpenAI Responses ``{"type": "function", "name", "parameters"}``, OpenAI Chat
+    Completions ``{"type": "function", "function": {"name", "parameters"}}``, Anthropic
+    ``{"name", "input_schema"}``, Bedrock ``{"toolSpec": {"name", "inputSchema": {"json"}}}``, and
+    Gemini ``{"functionDeclarations": [...]}`` (each with ``name`` and ``parameters``). inert's
+    own settings sit under ``x-inert``: ``{"confirm": true}`` makes a call of the tool wait for
+    the person's confirmation.
+    """
+    if not isinstance(document, list):
+        raise ConfigurationError(
+            f"tool declarations are a JSON list, not {type(document).__name__}"
+        )
+    declarations: list[ToolDeclaration] = []
+    for index, item in enumerate(document):
+        if not isinstance(item, Mapping):
+            raise ConfigurationError(f"tool declaration {index} is not a JSON object")
+        if "functionDeclarations" in item:
+            functions = item["functionDeclarations"]
+            if not isinstance(functions, list):
+                raise ConfigurationError(
+                    f"tool declaration {index}: functionDeclarations is not a list"
+                )
+            declarations += [
+                _declaration(f"{index}.{inner}", function, "parameters", settings=item)
+                for inner, function in enumerate(functions)
+            ]
+        elif "toolSpec" in item:
+            spec = item["toolSpec"]
+            schema = spec.get("inputSchema", {}) if isinstance(spec, Mapping) else None
+            if not isinstance(schema, Mapping):
+                raise ConfigurationError(f"tool declaration {index}: toolSpec is not an object")
+            declarations.append(
+                _declaration(
+                    str(index),
+                    {**spec, "parameters": schema.get("json", {})},
+                    "parameters",
+                    settings=item,
+                )
+            )
+        elif isinstance(item.get("function"), Mapping):
+            declarations.append(
+                _declaration(str(index), item["function"], "parameters", settings=item)
+            )
+        elif "input_schema" in item:
+            declarations.append(_declaration(str(index), item, "input_schema", settings=item))
+        else:
+            declarations.append(_declaration(str(index), item, "parameters", settings=item))
+    names = [declaration.name for declaration in declarations]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigurationError(f"tools declared more than once: {', '.join(repeated)}")
+    return declarations
+
+
+def _declaration(
+    where: str, body: Mapping[str, Any], schema_key: str, *, settings: Mapping[str, Any]
+) -> ToolDeclaration:
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"tool declaration {where} has no name")
+    parameters = body.get(schema_key, {})
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, Mapping):
+        raise ConfigurationError(f"tool {name!r}: {schema_key} is not a JSON object")
+    description = body.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigurationError(f"tool {name!r}: description is not a string")
+    own = settings.get("x-inert", body.get("x-inert", {}))
+    if not isinstance(own, Mapping):
+        raise ConfigurationError(f"tool {name!r}: x-inert is not a JSON object")
+    unknown = sorted(set(own) - {"confirm"})
+    if unknown:
+        raise ConfigurationError(f"tool {name!r}: unknown x-inert settings: {', '.join(unknown)}")
+    confirm = own.get("confirm", False)
+    if not isinstance(confirm, bool):
+        raise ConfigurationError(f"tool {name!r}: x-inert confirm is not true or false")
+    return ToolDeclaration(
+        name=name, parameters=parameters, needs_confirmation=confirm, description=description
+    )

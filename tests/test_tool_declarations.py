@@ -1,0 +1,73 @@
+"""Tool declarations read from the providers' own formats (the TOOLS.json of ``inert feed``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inert import ConfigurationError, ToolDeclaration, declarations_from_json
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+
+
+def test_an_openai_responses_declaration() -> None:
+    """A Responses function tool keeps its name, description and parameters."""
+    [tool] = declarations_from_json(
+        [{"type": "function", "name": "get_weather", "description": "d", "parameters": SCHEMA}]
+    )
+    assert tool == ToolDeclaration(name="get_weather", description="d", parameters=SCHEMA)
+
+
+def test_a_chat_completions_declaration() -> None:
+    """A Chat Completions tool is read from its nested function object."""
+    [tool] = declarations_from_json(
+        [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
+    )
+    assert tool == ToolDeclaration(name="get_weather", parameters=SCHEMA)
+
+
+def test_an_anthropic_declaration() -> None:
+    """An Anthropic tool's input_schema is its parameters."""
+    [tool] = declarations_from_json([{"name": "get_weather", "input_schema": SCHEMA}])
+    assert tool == ToolDeclaration(name="get_weather", parameters=SCHEMA)
+
+
+def test_a_bedrock_declaration() -> None:
+    """A Bedrock toolSpec's inputSchema.json is its parameters."""
+    [tool] = declarations_from_json(
+        [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": SCHEMA}}}]
+    )
+    assert tool == ToolDeclaration(name="get_weather", parameters=SCHEMA)
+
+
+def test_gemini_function_declarations() -> None:
+    """Every function of a Gemini functionDeclarations list is a declaration."""
+    tools = declarations_from_json(
+        [{"functionDeclarations": [{"name": "a", "parameters": SCHEMA}, {"name": "b"}]}]
+    )
+    assert [tool.name for tool in tools] == ["a", "b"]
+    assert dict(tools[1].parameters) == {}
+
+
+def test_x_inert_confirm_makes_a_tool_need_confirmation() -> None:
+    """inert's own setting under x-inert asks for the person's confirmation."""
+    [tool] = declarations_from_json([{"name": "send_email", "x-inert": {"confirm": True}}])
+    assert tool.needs_confirmation
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"name": "a"}, "JSON list"),
+        (["a"], "not a JSON object"),
+        ([{"parameters": SCHEMA}], "has no name"),
+        ([{"name": "a", "parameters": []}], "parameters is not a JSON object"),
+        ([{"name": "a"}, {"name": "a", "input_schema": {}}], "more than once: a"),
+        ([{"name": "a", "x-inert": {"confirm": "yes"}}], "confirm is not true or false"),
+        ([{"name": "a", "x-inert": {"retries": 3}}], "unknown x-inert settings: retries"),
+        ([{"functionDeclarations": {}}], "functionDeclarations is not a list"),
+    ],
+)
+def test_a_bad_document_is_a_configuration_error(document: object, message: str) -> None:
+    """A document that is not a list of declarations is refused with what is wrong."""
+    with pytest.raises(ConfigurationError, match=message):
+        declarations_from_json(document)
