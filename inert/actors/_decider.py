@@ -162,7 +162,7 @@ class CallLimits:
     """Bounds on one call and on the calls alive at once (the design's defaults, configurable)."""
 
     arguments: ArgumentLimits = field(factory=ArgumentLimits)
-    max_fragments: int = field(default=10_000, validator=validators.ge(1))
+    max_fragments: int = field(default=256 * 1024, validator=validators.ge(1))
     idle_timeout: timedelta = timedelta(seconds=60)
     confirmation_lifetime: timedelta = timedelta(minutes=10)
     max_live_per_turn: int = field(default=64, validator=validators.ge(1))
@@ -280,19 +280,44 @@ class _Fit(enum.Enum):
     MIXED = "mixed"
 
 
+_Parts = tuple[object, int, bytes] | tuple[()]
+"""The buffer's fragments as a persistent chain, newest first: ``(earlier parts, order, data)``.
+
+Appending in order, the usual case, is then O(1) without copying what came before, so that a
+call assembled from a quarter of a million one-byte fragments costs linear time."""
+
+
+def _chain(parts: list[tuple[int, bytes]]) -> _Parts:
+    chain: _Parts = ()
+    for order, data in parts:
+        chain = (chain, order, data)
+    return chain
+
+
+def _unchain(chain: _Parts) -> list[tuple[int, bytes]]:
+    parts: list[tuple[int, bytes]] = []
+    while chain:
+        earlier, order, data = chain
+        parts.append((order, data))
+        chain = earlier  # type: ignore[assignment]
+    parts.reverse()
+    return parts
+
+
 @frozen
 class _Buffer:
     """The argument bytes of one call in sequence order, with what was seen of its sequences.
 
-    Immutable: adding a fragment makes a new buffer. Numbered fragments are ordered by their
-    first sequence; unnumbered ones by arrival.
+    Immutable: adding a fragment makes a new buffer that shares the old one's parts. Numbered
+    fragments are ordered by their first sequence; unnumbered ones by arrival.
     """
 
-    parts: tuple[tuple[int, bytes], ...] = ()
+    parts: _Parts = ()
     size: int = 0
     fragments: int = 0
     ranges: tuple[tuple[int, int], ...] = ()
     numbered: bool | None = None
+    count: int = 0
 
     def fit(self, fragment: ArgumentsAppended) -> _Fit:
         numbered = fragment.first_sequence is not None
@@ -310,16 +335,18 @@ class _Buffer:
 
     def add(self, fragment: ArgumentsAppended) -> _Buffer:
         if fragment.first_sequence is None:
-            parts = (*self.parts, (len(self.parts), fragment.data))
+            parts: _Parts = (self.parts, self.count, fragment.data)
             ranges = self.ranges
         else:
             first, last = _sequences(fragment)
-            part = (first, fragment.data)
-            if not self.parts or first > self.parts[-1][0]:
-                parts = (*self.parts, part)
+            if not self.parts or first > self.parts[1]:
+                parts = (self.parts, first, fragment.data)
             else:
-                index = bisect.bisect(self.parts, first, key=lambda item: item[0])
-                parts = (*self.parts[:index], part, *self.parts[index:])
+                # Out of order: rare, so the chain is rebuilt rather than kept sorted.
+                earlier = _unchain(self.parts)
+                index = bisect.bisect(earlier, first, key=lambda item: item[0])
+                earlier.insert(index, (first, fragment.data))
+                parts = _chain(earlier)
             ranges = _merge(self.ranges, first, last)
         return _Buffer(
             parts,
@@ -327,6 +354,7 @@ class _Buffer:
             self.fragments + fragment.fragments,
             ranges,
             fragment.first_sequence is not None,
+            self.count + 1,
         )
 
     def gap(self, opened: int | None, terminal: int | None) -> str | None:
@@ -351,7 +379,7 @@ class _Buffer:
         return None
 
     def assembled(self) -> bytes:
-        return b"".join(data for _, data in self.parts)
+        return b"".join(data for _, data in _unchain(self.parts))
 
     def without_data(self) -> _Buffer:
         """The same record of sequences and counts, with the bytes dropped."""
