@@ -1,0 +1,117 @@
+"""The server-sent-event decoder: the WHATWG rules, and any split of the body gives the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inert.adapters import ServerSentEvent, SSEDecoder
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "provider-streams"
+SSE_FIXTURES = sorted(FIXTURES.glob("*/*.sse"))
+
+
+def decode(*chunks: bytes | str) -> list[ServerSentEvent]:
+    decoder = SSEDecoder()
+    events = [event for chunk in chunks for event in decoder.feed(chunk)]
+    return events + decoder.close()
+
+
+def test_a_blank_line_dispatches_an_event_with_its_type_and_data() -> None:
+    """``event`` names the type, ``data`` the payload, a blank line ends the event."""
+    assert decode(b"event: ping\ndata: {}\n\n") == [ServerSentEvent("ping", "{}")]
+
+
+def test_an_event_without_a_type_is_a_message() -> None:
+    """Without an ``event`` field the type is ``message``."""
+    assert decode(b"data: [DONE]\n\n") == [ServerSentEvent("message", "[DONE]")]
+
+
+@pytest.mark.parametrize("newline", [b"\r\n", b"\r", b"\n"])
+def test_every_line_ending_is_a_line_ending(newline: bytes) -> None:
+    """CR LF, CR and LF all end lines."""
+    body = newline.join([b"event: a", b"data: 1", b"", b"data: 2", b"", b""])
+    assert decode(body) == [ServerSentEvent("a", "1"), ServerSentEvent("message", "2")]
+
+
+def test_a_cr_lf_split_across_chunks_is_one_line_ending() -> None:
+    """A CR at the end of a chunk waits for the next: with its LF it is one line ending."""
+    assert decode(b"data: 1\r", b"\n\r", b"\ndata: 2\r\n\r\n") == [
+        ServerSentEvent("message", "1"),
+        ServerSentEvent("message", "2"),
+    ]
+
+
+def test_data_lines_join_with_newlines_and_comments_are_dropped() -> None:
+    """Several data lines make one payload; lines starting with a colon are comments."""
+    assert decode(b": hello\ndata: a\n: between\ndata: b\n\n") == [
+        ServerSentEvent("message", "a\nb")
+    ]
+
+
+def test_only_one_space_after_the_colon_is_dropped() -> None:
+    """``data:  x`` keeps the second space; ``data:x`` has none to drop."""
+    assert decode(b"data:  x\n\ndata:y\n\n") == [
+        ServerSentEvent("message", " x"),
+        ServerSentEvent("message", "y"),
+    ]
+
+
+def test_a_leading_byte_order_mark_is_dropped_even_when_split() -> None:
+    """A UTF-8 BOM at the start of the body is not part of the first field name."""
+    assert decode(b"\xef", b"\xbb\xbfdata: 1\n\n") == [ServerSentEvent("message", "1")]
+
+
+def test_a_utf8_character_split_across_chunks_is_whole() -> None:
+    """A multi-byte character cut between two chunks decodes once, whole."""
+    body = "data: caf\u00e9\n\n".encode()
+    cut = body.index(b"\xc3") + 1
+    assert decode(body[:cut], body[cut:]) == [ServerSentEvent("message", "caf\u00e9")]
+
+
+def test_an_event_without_data_is_not_dispatched() -> None:
+    """An event of fields but no data lines is dropped, as the standard says."""
+    assert decode(b"event: nothing\n\ndata: 1\n\n") == [ServerSentEvent("message", "1")]
+
+
+def test_the_id_field_is_kept() -> None:
+    """The last ``id`` seen is carried by the events after it."""
+    assert decode(b"id: 7\ndata: 1\n\n")[0].id == "7"
+
+
+def test_an_unfinished_last_event_is_handed_out_as_incomplete() -> None:
+    """Data with no blank line after it at the end of the body is marked incomplete."""
+    assert decode(b'data: 1\n\ndata: {"cut') == [
+        ServerSentEvent("message", "1"),
+        ServerSentEvent("message", '{"cut', complete=False),
+    ]
+
+
+def test_feeding_after_close_is_an_error() -> None:
+    """A closed decoder refuses more input."""
+    decoder = SSEDecoder()
+    decoder.close()
+    with pytest.raises(ValueError, match="closed"):
+        decoder.feed(b"data: 1\n\n")
+
+
+def test_text_and_bytes_decode_alike() -> None:
+    """Already decoded text gives the same events as its bytes."""
+    body = "event: a\r\ndata: \u00fc\r\n\r\n"
+    assert decode(body) == decode(body.encode())
+
+
+@pytest.mark.parametrize("path", SSE_FIXTURES, ids=lambda path: f"{path.parent.name}/{path.name}")
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_any_split_of_a_captured_stream_gives_the_same_events(
+    path: Path, data: st.DataObject
+) -> None:
+    """A real captured body split into chunks anywhere decodes to the events of the whole."""
+    body = path.read_bytes()
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=40)))
+    chunks = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert decode(*chunks) == decode(body)
