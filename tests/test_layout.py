@@ -21,6 +21,7 @@ PURE_MODULES = [
     ),
 ]
 IO_MODULES = {"trio", "sqlite3", "socket", "asyncio", "threading", "subprocess", "psycopg"}
+SDK_MODULES = {"openai", "anthropic", "boto3", "botocore", "google", "httpx", "httpx2", "requests"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -48,6 +49,19 @@ def test_pure_modules_do_no_io(module: str) -> None:
     """The vocabulary, the codec and the argument parser import neither trio nor any storage."""
     names = imported_modules(PACKAGE / module)
     assert not {name.split(".")[0] for name in names} & IO_MODULES
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "adapters").glob("*.py")), ids=lambda path: path.name
+)
+def test_adapters_are_sans_io_and_import_only_the_vocabulary(path: Path) -> None:
+    """An adapter imports ``inert.events`` and other adapter modules, no I/O and no SDK."""
+    for name in imported_modules(path):
+        top = name.split(".")[0]
+        assert top not in IO_MODULES | SDK_MODULES, f"{path.name} imports {name}"
+        assert not name.startswith("inert"), f"{path.name} imports {name}"
+        if name.startswith(".."):
+            assert name == "..events", f"{path.name} imports {name}"
 
 
 def test_projections_import_only_the_vocabulary() -> None:
