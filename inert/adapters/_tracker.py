@@ -134,6 +134,10 @@ class ResponseCalls:
     def knows(self, slot: str) -> bool:
         return slot in self._calls
 
+    def key_of(self, slot: str) -> CallKey:
+        """The key bound to ``slot`` when its call opened (``KeyError`` for a slot never seen)."""
+        return self._calls[slot].key
+
     def tool(self, slot: str) -> str | None:
         call = self._calls.get(slot)
         return None if call is None else call.tool
