@@ -1,0 +1,388 @@
+"""OpenAI Chat Completions streams (and OpenAI-compatible servers) to portable ingress events.
+
+A body is a sequence of ``data:`` chunks ``{"id": "chatcmpl-…", "choices": [{"index", "delta",
+"finish_reason"}], …}`` ended by ``data: [DONE]``. It carries one completion; a file that
+holds several recorded bodies back to back is read as completions one after the other.
+
+Identities. The response is the chunk ``id``. A tool call is addressed by its choice and its
+``index``: the slot is ``"<index>"`` in choice 0 and ``"<choice>.<index>"`` in any other; its call
+id and tool name come only with the first fragment of that index. Empty strings count as absent
+(Mistral repeats ``name: ""``, Alibaba sends ``id: ""`` on every continuation). A fragment for an
+index never opened and without both id and name cannot be attributed, and a call id that
+differs from the one the index was opened with breaks the protocol: either ends the completion as
+a protocol violation. A different tool name on an open index is reported as the call opened again
+as that tool, for its actor to fail as an identity conflict. The deprecated
+``delta.function_call`` (one call per choice, no id, no index) takes the slot ``"function_call"``
+(``"<choice>.function_call"``).
+
+Ends. No call has an end event of its own: a choice's ``finish_reason`` ends every call of that
+choice, and ``data: [DONE]`` ends the completion with what the finish reasons say: ``tool_calls``,
+``stop`` and ``function_call`` are a success, ``length`` a truncation, ``content_filter`` a
+filtered answer, anything else (or no finish reason at all, or a choice that never finished)
+incomplete. Its terminal identity is a digest naming the completion and ``[DONE]`` (that line is
+not JSON). The usage chunk (``choices: []``) may come before ``[DONE]``.
+
+Errors after HTTP 200: a payload with a top-level ``error`` object (and Groq's ``event: error``)
+ends the open completion with ``error``, the detail being the error's ``code`` or ``type`` only:
+never its message or ``failed_generation``, which may quote arguments. A payload that is not a
+well-formed chunk ends the open completion as a protocol violation; so does a chunk of another
+completion before ``[DONE]``, which then starts its own. What comes under a completion's id after
+it ended is ignored; a chunk with a new id starts the next completion, and one whose id cannot
+name a response (none, empty, too long) cannot be attributed and is passed on as nothing.
+
+The protocol has no resume: a body that ends before ``[DONE]`` reports its completion lost and not
+resumable (its open calls are then cancelled ``connection_lost``). Delta text (``content``,
+``refusal``) is counted for the status; reasoning is not.
+
+Decoded chunks come as dicts or ``openai`` SDK objects (``ChatCompletionChunk``); the SDK hides the
+``[DONE]`` line, so ``feed_event("[DONE]")`` stands for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TypeGuard
+
+from attrs import define, field
+
+from ..events import CallKey, Event, ResponseEndReason, TerminalRef, TurnRef
+from ._sse import ServerSentEvent, SSEDecoder
+from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
+
+_DONE = "[DONE]"
+
+_FINISHED = {
+    "tool_calls": ResponseEndReason.COMPLETED,
+    "stop": ResponseEndReason.COMPLETED,
+    "function_call": ResponseEndReason.COMPLETED,
+    "length": ResponseEndReason.LENGTH,
+    "content_filter": ResponseEndReason.CONTENT_FILTER,
+}
+
+_LEGACY_SLOT = "function_call"
+
+
+class _Malformed(Exception):
+    """A chunk that breaks the protocol; the message names identities only, never data."""
+
+
+@define
+class _Completion:
+    """One completion of the body, and what its chunks have bound so far."""
+
+    id: str
+    calls: ResponseCalls
+    bound: dict[str, tuple[str | None, str]] = field(factory=dict)
+    """slot -> (call id, tool) from the fragment that opened it."""
+    slots: dict[int, list[str]] = field(factory=dict)
+    """choice -> its slots, in opening order."""
+    finished: dict[int, str] = field(factory=dict)
+    """choice -> its finish reason, for every choice seen (``""`` until it finishes)."""
+
+    def outcome(self) -> tuple[ResponseEndReason, str]:
+        """How ``[DONE]`` ends the completion: a success only if every choice seen finished
+        successfully; otherwise as the first choice (by index) that did not."""
+        reasons = [self.finished[choice] for choice in sorted(self.finished)]
+        if not any(reasons):
+            return ResponseEndReason.INCOMPLETE, "no finish_reason"
+        detail = ",".join(reason or "none" for reason in reasons)
+        for reason in reasons:
+            ended = _FINISHED.get(reason, ResponseEndReason.INCOMPLETE)
+            if ended is not ResponseEndReason.COMPLETED:
+                return ended, detail
+        return ResponseEndReason.COMPLETED, detail
+
+
+class OpenAIChatAdapter:
+    """One Chat Completions HTTP body of a turn, turned into portable ingress events."""
+
+    def __init__(self, turn: TurnRef) -> None:
+        self._turn = turn
+        self._decoder = SSEDecoder()
+        self._completion: _Completion | None = None
+        self._closed = False
+
+    def feed(self, chunk: bytes | str) -> list[Event]:
+        """Raw body bytes (or text) as they come off the wire, split anywhere."""
+        self._check_open()
+        if not isinstance(chunk, bytes | str):
+            raise TypeError(f"a body chunk is bytes or str, not {type(chunk).__name__}")
+        events: list[Event] = []
+        for sse in self._decoder.feed(chunk):
+            events += self._sse(sse)
+        return events
+
+    def feed_event(self, event: object) -> list[Event]:
+        """One decoded chunk: a dict or an SDK ``ChatCompletionChunk``; ``"[DONE]"`` for the end."""
+        self._check_open()
+        if isinstance(event, str):
+            if event.strip() != _DONE:
+                raise TypeError("the only text event of a Chat Completions stream is '[DONE]'")
+            return self._done()
+        return self._object(as_object(event))
+
+    def close(self) -> list[Event]:
+        """The body ended: a completion that did not reach ``[DONE]`` is lost (no resume)."""
+        if self._closed:
+            return []
+        self._closed = True
+        events: list[Event] = []
+        for sse in self._decoder.close():
+            events += self._sse(sse)
+        if self._completion is not None:
+            events += self._completion.calls.lost(resumable=False)
+        return events
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the Chat Completions stream was closed")
+
+    # --- payloads ------------------------------------------------------------------------------
+
+    def _sse(self, sse: ServerSentEvent) -> list[Event]:
+        if sse.event != "error" and sse.data.strip() == _DONE:
+            return self._done()
+        try:
+            payload: object = json.loads(sse.data)
+        except ValueError:
+            payload = None
+        if sse.event == "error":
+            if not isinstance(payload, Mapping):
+                payload = {"event": sse.event, "data": sse.data}
+            return self._error(payload)
+        if isinstance(payload, Mapping):
+            return self._object(payload)
+        if not sse.complete:
+            # Cut off with the connection: close() reports the completion lost.
+            return []
+        completion = self._open_completion()
+        if completion is None:
+            return []
+        return completion.calls.violate("a data payload that is not a JSON object")
+
+    def _object(self, payload: JSONObject) -> list[Event]:
+        # openai-python raises for any payload with a truthy top-level "error".
+        if payload.get("error"):
+            return self._error(payload)
+        return self._chunk(payload)
+
+    def _error(self, payload: JSONObject) -> list[Event]:
+        completion = self._open_completion()
+        if completion is None:
+            return []
+        detail = "error"
+        error = payload.get("error")
+        if isinstance(error, Mapping):
+            for name in ("code", "type"):
+                value = error.get(name)
+                if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+                    detail = str(value)
+                    break
+        terminal = TerminalRef(digest=event_digest(payload))
+        return completion.calls.end_response(ResponseEndReason.ERROR, terminal, detail)
+
+    def _done(self) -> list[Event]:
+        completion = self._open_completion()
+        if completion is None:
+            return []
+        reason, detail = completion.outcome()
+        terminal = TerminalRef(digest=event_digest({"id": completion.id, "data": _DONE}))
+        return completion.calls.end_response(reason, terminal, detail)
+
+    def _open_completion(self) -> _Completion | None:
+        completion = self._completion
+        if completion is None or completion.calls.ended:
+            return None
+        return completion
+
+    # --- chunks --------------------------------------------------------------------------------
+
+    def _chunk(self, chunk: JSONObject) -> list[Event]:
+        events: list[Event] = []
+        identity = chunk.get("id")
+        completion = self._completion
+        if completion is None or identity != completion.id:
+            if completion is not None and not completion.calls.ended:
+                events += completion.calls.violate("a chunk of another completion before [DONE]")
+            completion = self._start(identity)
+            if completion is None:
+                return events
+        elif completion.calls.ended:
+            return events
+        try:
+            choices = chunk.get("choices")
+            if not isinstance(choices, list):
+                raise _Malformed("a chunk without a list of choices")
+            for choice in choices:
+                self._choice(completion, choice, events)
+        except _Malformed as problem:
+            events += completion.calls.violate(str(problem))
+        return events
+
+    def _start(self, identity: object) -> _Completion | None:
+        """The next completion of the body; None when its id cannot name a response (nothing of
+        it can then be attributed, so none of it is passed on)."""
+        if not isinstance(identity, str) or not identity:
+            return None
+        try:
+            calls = ResponseCalls(self._turn, identity)
+        except ValueError:
+            return None
+        self._completion = _Completion(id=identity, calls=calls)
+        return self._completion
+
+    def _choice(self, completion: _Completion, choice: object, events: list[Event]) -> None:
+        if not isinstance(choice, Mapping):
+            raise _Malformed("a choice that is not an object")
+        index = choice.get("index")
+        if not _is_index(index):
+            raise _Malformed("a choice without an index")
+        completion.finished.setdefault(index, "")
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        elif not isinstance(delta, Mapping):
+            raise _Malformed(f"choice {index}: a delta that is not an object")
+        for kind in ("content", "refusal"):
+            text = delta.get(kind)
+            if isinstance(text, str):
+                events += completion.calls.text(len(text))
+        tool_calls = delta.get("tool_calls")
+        if tool_calls is not None:
+            if not isinstance(tool_calls, list):
+                raise _Malformed(f"choice {index}: tool_calls that are not a list")
+            for fragment in tool_calls:
+                self._tool_call(completion, index, fragment, events)
+        legacy = delta.get("function_call")
+        if legacy is not None:
+            slot = _slot(index, _LEGACY_SLOT)
+            name, arguments = _function(legacy, slot)
+            self._fragment(
+                completion,
+                events,
+                choice=index,
+                slot=slot,
+                call=None,
+                name=name,
+                arguments=arguments,
+            )
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise _Malformed(f"choice {index}: a finish_reason that is not a string")
+            self._finish(completion, index, reason, events)
+
+    def _tool_call(
+        self, completion: _Completion, choice: int, fragment: object, events: list[Event]
+    ) -> None:
+        if not isinstance(fragment, Mapping):
+            raise _Malformed(f"choice {choice}: a tool call that is not an object")
+        index = fragment.get("index")
+        if not _is_index(index):
+            raise _Malformed(f"choice {choice}: a tool call without an index")
+        slot = _slot(choice, str(index))
+        call = _present(fragment.get("id"), f"tool call {slot}: an id")
+        if call is not None and not _names_a_call(completion.calls, slot, call):
+            raise _Malformed(f"tool call {slot}: an id that cannot name a call")
+        name, arguments = _function(fragment.get("function"), slot)
+        if slot not in completion.bound and (call is None or name is None):
+            raise _Malformed(f"tool call {slot}: a fragment before its id and name")
+        self._fragment(
+            completion, events, choice=choice, slot=slot, call=call, name=name, arguments=arguments
+        )
+
+    def _fragment(
+        self,
+        completion: _Completion,
+        events: list[Event],
+        *,
+        choice: int,
+        slot: str,
+        call: str | None,
+        name: str | None,
+        arguments: str,
+    ) -> None:
+        calls = completion.calls
+        if completion.finished[choice]:
+            raise _Malformed(f"tool call {slot} after its choice finished")
+        bound = completion.bound.get(slot)
+        if bound is None:
+            if name is None:
+                raise _Malformed(f"{slot}: a fragment before its name")
+            completion.bound[slot] = (call, name)
+            completion.slots.setdefault(choice, []).append(slot)
+            events += calls.open(slot, call=call, tool=name)
+        else:
+            opened_as, tool = bound
+            if call is not None and call != opened_as:
+                raise _Malformed(f"tool call {slot} changed its id")
+            if name is not None and name != tool:
+                events += calls.open(slot, call=opened_as, tool=name)
+        if arguments:
+            # Lone surrogates from JSON escapes stay invalid UTF-8: the strict parser rejects them.
+            events += calls.append(slot, arguments.encode("utf-8", "surrogatepass"))
+
+    def _finish(
+        self, completion: _Completion, choice: int, reason: str, events: list[Event]
+    ) -> None:
+        previous = completion.finished[choice]
+        if previous:
+            if previous != reason:
+                raise _Malformed(f"choice {choice} finished twice, differently")
+            return
+        if not reason:
+            raise _Malformed(f"choice {choice}: an empty finish_reason")
+        completion.finished[choice] = reason
+        for slot in completion.slots.get(choice, []):
+            if completion.calls.is_open(slot):
+                events += completion.calls.end(slot)
+
+
+def _is_index(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _slot(choice: int, item: str) -> str:
+    return item if choice == 0 else f"{choice}.{item}"
+
+
+def _present(value: object, what: str) -> str | None:
+    """A string field, with an empty string read as absent."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _Malformed(f"{what} that is not a string")
+    return value
+
+
+def _function(function: object, slot: str) -> tuple[str | None, str]:
+    """The tool name (None when absent) and the arguments fragment of a function object."""
+    if function is None:
+        return None, ""
+    if not isinstance(function, Mapping):
+        raise _Malformed(f"tool call {slot}: a function that is not an object")
+    name = _present(function.get("name"), f"tool call {slot}: a name")
+    arguments = function.get("arguments")
+    if arguments is None:
+        return name, ""
+    if not isinstance(arguments, str):
+        raise _Malformed(f"tool call {slot}: arguments that are not a string")
+    return name, arguments
+
+
+def _names_a_call(calls: ResponseCalls, slot: str, call: str) -> bool:
+    """Whether ``call`` is a valid call identity (not too long, valid Unicode)."""
+    ref = calls.ref
+    try:
+        CallKey(
+            tenant=ref.tenant,
+            conversation=ref.conversation,
+            turn=ref.turn,
+            response=ref.response,
+            item=slot,
+            call=call,
+        )
+    except ValueError:
+        return False
+    return True
