@@ -123,6 +123,21 @@ class PendingConfirmation:
     expires_at: datetime
 
 
+FEED_VERSIONS_KEPT = 65_536
+"""Response streams whose version a runtime remembers between feeds (the most recently fed);
+a stream fed after it was dropped costs one read of its version from the log."""
+
+
+class _FeedLock:
+    """The lock of one response stream, and how many feeds use it now."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.users = 0
+
+
 class _Request:
     """A request addressed to a call's actor, and the decisions that answered it."""
 
@@ -172,7 +187,7 @@ class Runtime:
         self._requests: dict[str, _Request] = {}
         self._answers: dict[int, _Request] = {}
         self._feed_versions: dict[str, int] = {}
-        self._feed_locks: dict[str, trio.Lock] = {}
+        self._feed_locks: dict[str, _FeedLock] = {}
         self._reported: set[str] = set()
         self._changed = trio.Event()
 
@@ -286,15 +301,44 @@ class Runtime:
             if not isinstance(event, INGRESS_TYPES):
                 raise RefusedError(f"feed takes ingress events, not {type(event).__name__}")
         streams = sorted({_response_stream(event) for event in events})
-        locks = [self._feed_locks.setdefault(stream, trio.Lock()) for stream in streams]
-        for lock in locks:
-            await lock.acquire()
+        users = [self._feed_lock(stream) for stream in streams]
+        held: list[trio.Lock] = []
         try:
-            expected = {}
-            for stream in streams:
-                if stream not in self._feed_versions:
-                    self._feed_versions[stream] = await self.log.stream_version(stream)
-                expected[stream] = self._feed_versions[stream]
+            for user in users:
+                await user.lock.acquire()
+                held.append(user.lock)
+            return await self._append_fed(streams, events, trace)
+        finally:
+            for lock in held:
+                lock.release()
+            for stream, user in zip(streams, users, strict=True):
+                user.users -= 1
+                if not user.users:
+                    del self._feed_locks[stream]
+
+    def _feed_lock(self, stream: str) -> _FeedLock:
+        # A stream's lock lives while a feed of it runs or waits, so that the locks of the
+        # many streams a long-running runtime sees are not kept forever.
+        user = self._feed_locks.get(stream)
+        if user is None:
+            user = self._feed_locks[stream] = _FeedLock()
+        user.users += 1
+        return user
+
+    async def _append_fed(
+        self, streams: list[str], events: Sequence[Event], trace: TraceContext | None
+    ) -> list[int]:
+        versions = self._feed_versions
+        expected = {}
+        for stream in streams:
+            version = versions.pop(stream, None)
+            if version is None:
+                version = await self.log.stream_version(stream)
+            # Most recently fed last: the oldest entry is the one dropped past the bound.
+            versions[stream] = expected[stream] = version
+        while len(versions) > FEED_VERSIONS_KEPT:
+            del versions[next(iter(versions))]
+        try:
             positions = await self.log.append(
                 [
                     NewEvent(stream=_response_stream(event), event=event, trace=trace)
@@ -304,15 +348,12 @@ class Runtime:
             )
         except ConflictError:
             for stream in streams:
-                self._feed_versions.pop(stream, None)
+                versions.pop(stream, None)
             raise
-        else:
-            for event in events:
-                self._feed_versions[_response_stream(event)] += 1
-            return positions
-        finally:
-            for lock in locks:
-                lock.release()
+        for event in events:
+            stream = _response_stream(event)
+            versions[stream] = versions.get(stream, expected[stream]) + 1
+        return positions
 
     # --- confirmation ---
 
