@@ -6,7 +6,7 @@ import hashlib
 import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import attrs
@@ -17,6 +17,7 @@ from inert import (
     NO_STREAM,
     ArgumentsAppended,
     CallKey,
+    ConfirmationGiven,
     ConflictError,
     DuplicateEventError,
     Log,
@@ -348,6 +349,35 @@ async def test_subscribe_yields_stored_events_then_new_ones(log: Log) -> None:
         with trio.fail_after(10):
             assert (await subscription.__anext__()).event_id == "e3"
     assert subscription.next_position == 4
+
+
+async def test_subscribe_hands_back_what_this_process_appended_without_decoding(
+    log: Log,
+) -> None:
+    """A subscription yields the appended object itself where the round trip is exact, and a
+    decoded one (times in UTC, as any reader sees them) where it holds a datetime."""
+    appended = fragment()
+    local_time = datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+    confirmation = ConfirmationGiven(
+        key=key(),
+        principal="user:alice",
+        tool_digest="sha256:0",
+        arguments_digest="sha256:1",
+        nonce="n",
+        expires_at=local_time,
+    )
+    await log.append(
+        [NewEvent(stream="s", event=appended), NewEvent(stream="s", event=confirmation)]
+    )
+    subscription = log.subscribe()
+    first, second = [await subscription.__anext__() for _ in range(2)]
+    assert first.event is appended
+    assert second.event == confirmation
+    assert isinstance(second.event, ConfirmationGiven)
+    assert second.event.expires_at.utcoffset() == timedelta(0)
+    [stored, _] = await log.read(1)
+    assert stored.event == appended
+    assert stored.event is not appended
 
 
 async def test_subscribe_while_appending_sees_every_event_once_in_order(log: Log) -> None:

@@ -283,10 +283,13 @@ def _plan_one(
     return positions, rows
 
 
-def decode_record(codec: Codec, row: StoredRecord) -> RecordedEvent:
-    """The envelope and event of a stored row (a ``Redacted`` where the payload is gone)."""
+def decode_record(codec: Codec, row: StoredRecord, known: Event | None = None) -> RecordedEvent:
+    """The envelope and event of a stored row (a ``Redacted`` where the payload is gone);
+    ``known``: the event itself, when the caller holds what the payload encodes already."""
     event: Event | Redacted
-    if row.payload is None:
+    if known is not None:
+        event = known
+    elif row.payload is None:
         digest = row.digest.hex() if row.digest is not None else ""
         event = Redacted(length=row.payload_length, digest=digest)
     else:
