@@ -16,7 +16,7 @@ from adapter_support import FIXTURES, run_stream, turn_ref
 from replay_server import replay_server
 
 from inert import Event
-from inert.adapters import OpenAIChatAdapter
+from inert.adapters import OpenAIChatAdapter, OpenAIResponsesAdapter
 
 TOOLS = ["get_country", "get_product_name", "final_result"]
 
@@ -72,5 +72,38 @@ async def test_the_openai_chat_client_s_chunks_feed_inert_as_the_raw_body_does(
     raw = OpenAIChatAdapter(turn_ref())
     assert sdk_events == raw.feed(body) + raw.close()
     run = await run_stream(OpenAIChatAdapter, tmp_path, tools=TOOLS, events=[*chunks, "[DONE]"])
+    assert sorted(run.executed) == sorted(run.rows)
+    assert len(run.executed) == 2
+
+
+async def responses_events(body: bytes) -> tuple[list[object], str]:
+    """The SDK event objects of a Responses body, and the path the client asked for."""
+    async with replay_server(lambda _: body) as server:
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="test", max_retries=0)
+        async with client:
+            stream = await client.responses.create(model="gpt-4o", input="hi", stream=True)
+            async with stream:
+                events: list[object] = [event async for event in stream]
+    return events, server.requests[0].path
+
+
+async def test_the_openai_responses_client_s_events_feed_inert_as_the_raw_body_does(
+    tmp_path: Path,
+) -> None:
+    """``AsyncOpenAI().responses.create(stream=True)`` events make the raw body's events, and
+    both calls of the captured response are executed once."""
+    body = recorded_body(FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse")
+    events, path = await responses_events(body)
+    assert path == "/v1/responses"
+    adapter = OpenAIResponsesAdapter(turn_ref())
+    sdk_events: list[Event] = []
+    for event in events:
+        sdk_events += adapter.feed_event(event)
+    sdk_events += adapter.close()
+    raw = OpenAIResponsesAdapter(turn_ref())
+    assert sdk_events == raw.feed(body) + raw.close()
+    run = await run_stream(
+        OpenAIResponsesAdapter, tmp_path, tools=["search", "weather"], events=events
+    )
     assert sorted(run.executed) == sorted(run.rows)
     assert len(run.executed) == 2
