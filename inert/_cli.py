@@ -1,4 +1,5 @@
-"""The ``inert`` command: read a log's ledger, replay it, cancel a turn, run ready calls, demo.
+"""The ``inert`` command: read a log's ledger, replay it, feed a provider stream into a turn,
+cancel a turn, run ready calls, demo.
 
 Nothing it prints carries an argument value: calls are shown by key, tool, counts, sizes,
 reasons and digests.
@@ -15,13 +16,17 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from pathlib import Path
 from urllib.parse import quote
 
 import trio
+from attrs import frozen
 
 from . import __version__
+from ._feed import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
 from ._runtime import Dispatch, Runtime, open_runtime
 from .actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
+from .adapters import OpenAIResponsesAdapter
 from .events import (
     ArgumentsAppended,
     CallEnded,
@@ -30,6 +35,7 @@ from .events import (
     ClaimRefused,
     ConfigurationError,
     ConfirmationRefused,
+    Event,
     EventRejected,
     InertError,
     RecordedEvent,
@@ -311,11 +317,16 @@ Executed = tuple[CallKey, dict[str, JSON]]
 """A call the command tried to run, and what it reports of it (as JSON, never a value)."""
 
 
-async def _execute_ready(runtime: Runtime, recorder: _Recorder) -> list[Executed]:
-    """Claim and run every ready call once with the recorder; what became of each."""
+async def _execute_ready(
+    runtime: Runtime, recorder: _Recorder, *, turn: TurnRef | None = None
+) -> list[Executed]:
+    """Claim and run every ready call (of ``turn``, if given) once with the recorder; what
+    became of each."""
     await runtime.settle()
     results: list[Executed] = []
     for key in runtime.projections.queue.ready():
+        if turn is not None and key.turn_ref != turn:
+            continue
         row = runtime.projections.ledger.row(key)
         entry = _key_json(key)
         entry["tool"] = "" if row is None else row.tool
@@ -365,6 +376,106 @@ async def _execute(url: str, *, as_json: bool) -> None:
         f" ran {_times(len(recorder.ran))}"
     )
     for line in _execution_lines(results, keys):
+        print(line)
+
+
+# --- feed ------------------------------------------------------------------------------------
+
+FEED_BATCH = 512
+"""Events appended to the log at a time while feeding a stream file."""
+
+
+@frozen(kw_only=True)
+class _FeedRequest:
+    log: str
+    stream: Path
+    provider: str
+    tools: Path
+    turn: TurnRef
+    principal: str
+    execute: bool
+    as_json: bool
+
+
+async def _open_turn(runtime: Runtime, request: _FeedRequest, tools: Sequence[str]) -> None:
+    """Start the turn, or join it when an earlier feed started it (a reconnect)."""
+    principal = runtime.turn_principal(request.turn)
+    if principal is None:
+        await runtime.start_turn(
+            tenant=request.turn.tenant,
+            conversation=request.turn.conversation,
+            turn=request.turn.turn,
+            principal=request.principal,
+            tools=tools,
+        )
+    elif principal != request.principal:
+        raise RefusedError(f"turn {request.turn.stream!r} belongs to another principal")
+
+
+def _adapt(runtime: Runtime, request: _FeedRequest, stream: StreamFile) -> list[Event]:
+    """The stream file through its provider's adapter; a resumable stream of the turn that an
+    earlier feed lost is resumed first, so that the file continues it."""
+    adapter = PROVIDERS[request.provider](request.turn, stream_name(request.provider, stream))
+    events: list[Event] = []
+    lost = {
+        response: last
+        for response, last in runtime.resumable_streams(request.turn).items()
+        if last is not None
+    }
+    if lost and isinstance(adapter, OpenAIResponsesAdapter):
+        if len(lost) > 1:
+            names = ", ".join(sorted(response.response for response in lost))
+            raise UnreadableInput(
+                f"the turn has {len(lost)} lost streams ({names}): a continuation file cannot"
+                " say which one it continues"
+            )
+        [(response, last)] = lost.items()
+        events += adapter.resume(
+            response.response, after_sequence=last, calls=runtime.resumable_calls(response)
+        )
+    try:
+        if stream.raw is not None:
+            events += adapter.feed(stream.raw)
+        for event in stream.events:
+            events += adapter.feed_event(event)
+        events += adapter.close()
+    except (TypeError, ValueError) as error:
+        raise UnreadableInput(
+            f"{request.stream} is not a {request.provider} stream: {error}"
+        ) from None
+    return events
+
+
+async def _feed(request: _FeedRequest) -> None:
+    stream = read_stream(request.stream)
+    declarations = read_tools(request.tools)
+    async with open_runtime(log=request.log, tools=declarations) as runtime:
+        await runtime.settle()
+        await _open_turn(runtime, request, [declaration.name for declaration in declarations])
+        events = _adapt(runtime, request, stream)
+        for start in range(0, len(events), FEED_BATCH):
+            await runtime.feed(events[start : start + FEED_BATCH])
+        await runtime.settle()
+        results = (
+            await _execute_ready(runtime, _Recorder(), turn=request.turn) if request.execute else []
+        )
+        rows = list(_turn_rows(runtime, request.turn).values())
+    if request.as_json:
+        for row in rows:
+            print(json.dumps(row.to_json(), ensure_ascii=False))
+        return
+    turn = request.turn
+    print(
+        f"fed {len(events)} events from {request.stream.name} ({request.provider}) into turn"
+        f" {_part(turn.tenant)}/{_part(turn.conversation)}/{_part(turn.turn)}:"
+        f" {len(rows)} {'call' if len(rows) == 1 else 'calls'}"
+    )
+    if rows:
+        shown = _Keys(row.key for row in rows)
+        table = _table(_LEDGER_HEADER, [_ledger_cells(shown, row) for row in rows], {3, 4})
+        for line in [shown.legend(), *table]:
+            print(line)
+    for line in _execution_lines(results, _Keys(row.key for row in rows)):
         print(line)
 
 
@@ -737,6 +848,32 @@ def _parser() -> argparse.ArgumentParser:
     log_option(execute)
     execute.add_argument("--json", action="store_true", help="one JSON object per line")
 
+    feed = command(
+        "feed",
+        "feed a recorded provider stream (SSE text, JSON lines or raw wire bytes) into a turn",
+    )
+    feed.add_argument("file", metavar="FILE", type=Path, help="the stream")
+    feed.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
+    feed.add_argument(
+        "--tools",
+        metavar="TOOLS.json",
+        type=Path,
+        required=True,
+        help="the tool declarations offered, in any provider's format",
+    )
+    log_option(feed)
+    feed.add_argument("--tenant", default="default")
+    feed.add_argument("--conversation", default="default")
+    feed.add_argument("--turn", default="1")
+    feed.add_argument("--principal", default="cli", help="the principal the turn belongs to")
+    feed.add_argument(
+        "--execute",
+        action="store_true",
+        help="run every ready call of the turn that needs no confirmation with an executor"
+        " that only records that it ran",
+    )
+    feed.add_argument("--json", action="store_true", help="the turn's ledger rows, one per line")
+
     demo = command("demo", "stream tool calls of several turns through a runtime, with a restart")
     demo.add_argument(
         "--log",
@@ -744,6 +881,15 @@ def _parser() -> argparse.ArgumentParser:
         help="an empty log (default: a new SQLite file in a temporary folder)",
     )
     return parser
+
+
+def _turn_option(arguments: argparse.Namespace) -> TurnRef:
+    try:
+        return TurnRef(
+            tenant=arguments.tenant, conversation=arguments.conversation, turn=arguments.turn
+        )
+    except ValueError as error:
+        raise ConfigurationError(f"the turn's identity: {error}") from None
 
 
 def _run(arguments: argparse.Namespace) -> None:
@@ -755,9 +901,7 @@ def _run(arguments: argparse.Namespace) -> None:
         case "replay":
             trio.run(partial(_replay, arguments.log, as_json=arguments.json))
         case "cancel-turn":
-            turn = TurnRef(
-                tenant=arguments.tenant, conversation=arguments.conversation, turn=arguments.turn
-            )
+            turn = _turn_option(arguments)
             trio.run(
                 partial(
                     _cancel_turn,
@@ -769,6 +913,18 @@ def _run(arguments: argparse.Namespace) -> None:
             )
         case "execute":
             trio.run(partial(_execute, arguments.log, as_json=arguments.json))
+        case "feed":
+            request = _FeedRequest(
+                log=arguments.log,
+                stream=arguments.file,
+                provider=arguments.provider,
+                tools=arguments.tools,
+                turn=_turn_option(arguments),
+                principal=arguments.principal,
+                execute=arguments.execute,
+                as_json=arguments.json,
+            )
+            trio.run(_feed, request)
         case "demo":
             if arguments.log:
                 # A fresh memory log would be lost at the restart: give it a name.

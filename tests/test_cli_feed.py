@@ -1,0 +1,199 @@
+"""``inert feed``: a recorded provider stream into a turn, from a file, once whatever happens."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from adapter_support import FIXTURES
+
+from inert._cli import main
+
+CHAT = FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse"
+RESPONSES = FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse"
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("get_country", "get_product_name", "final_result")
+]
+RESPONSES_TOOLS = [
+    {"type": "function", "name": name, "parameters": {"type": "object"}}
+    for name in ("search", "weather")
+]
+
+
+def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def tools_file(tmp_path: Path, declarations: Sequence[Mapping[str, object]]) -> Path:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(declarations))
+    return path
+
+
+def feed(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    stream: Path,
+    provider: str,
+    declarations: Sequence[Mapping[str, object]],
+    *extra: str,
+) -> list[dict[str, object]]:
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    argv = ["feed", str(stream), "--provider", provider, "--log", url, "--json", *extra]
+    status, out, err = run(capsys, [*argv, "--tools", str(tools_file(tmp_path, declarations))])
+    assert status == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def states(rows: list[dict[str, object]]) -> dict[str, tuple[object, object, object]]:
+    return {
+        f"{row['response']}/{row['item']}": (row["state"], row["dispatch"], row["outcome"])
+        for row in rows
+    }
+
+
+def test_feed_with_execute_runs_every_ready_call_once_and_prints_the_turn_s_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The calls of the offered tools run once; a call of a tool not offered fails, exit 0."""
+    rows = feed(capsys, tmp_path, CHAT, "openai-chat", CHAT_TOOLS, "--execute")
+    outcomes = sorted(states(rows).values(), key=str)
+    assert outcomes == sorted(
+        [("dispatched", "dispatched", "completed")] * 3 + [("failed", "reject", None)], key=str
+    )
+    assert {row["turn"] for row in rows} == {"1"}
+    assert all(set(row) >= {"tenant", "conversation", "terminal_reason"} for row in rows)
+
+
+def test_feeding_the_same_stream_again_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reconnect that replays the whole stream into the same turn: no new call, no second run."""
+    first = feed(capsys, tmp_path, CHAT, "openai-chat", CHAT_TOOLS, "--execute")
+    again = feed(capsys, tmp_path, CHAT, "openai-chat", CHAT_TOOLS, "--execute")
+    assert again == first
+
+
+def test_a_cut_responses_stream_waits_and_its_continuation_resumes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Responses file that ends early leaves its call collecting; the continuation (the events
+    after the last sequence seen) completes both calls, each run once."""
+    events = [event for event in RESPONSES.read_bytes().split(b"\n\n") if event.strip()]
+    cut, rest = tmp_path / "cut.sse", tmp_path / "rest.sse"
+    cut.write_bytes(b"\n\n".join(events[:10]) + b"\n\n")
+    rest.write_bytes(b"\n\n".join(events[10:]) + b"\n\n")
+    before = feed(capsys, tmp_path, cut, "openai-responses", RESPONSES_TOOLS, "--execute")
+    assert [row["state"] for row in before] == ["collecting"]
+    after = feed(capsys, tmp_path, rest, "openai-responses", RESPONSES_TOOLS, "--execute")
+    assert sorted(states(after).values()) == [("dispatched", "dispatched", "completed")] * 2
+    again = feed(capsys, tmp_path, RESPONSES, "openai-responses", RESPONSES_TOOLS, "--execute")
+    assert again == after
+
+
+def test_a_cut_stream_of_a_protocol_without_resume_cancels_its_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Chat Completions file that ends before [DONE] is a dropped connection."""
+    body = CHAT.read_bytes()
+    cut = tmp_path / "cut.sse"
+    cut.write_bytes(body[: body.index(b'finish_reason":"tool_calls')])
+    rows = feed(capsys, tmp_path, cut, "openai-chat", CHAT_TOOLS, "--execute")
+    assert {(row["state"], row["terminal_reason"]) for row in rows} == {
+        ("cancelled", "connection_lost")
+    }
+
+
+def test_json_lines_are_detected_and_read_as_decoded_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file of one JSON event per line is fed as decoded events, not as SSE."""
+    lines = FIXTURES / "openai-responses" / "custom-tool-call-input-delta.jsonl"
+    rows = feed(capsys, tmp_path, lines, "openai-responses", [{"name": "write_sql"}], "--execute")
+    assert [(row["tool"], row["state"]) for row in rows] == [("write_sql", "dispatched")]
+
+
+@pytest.mark.parametrize(
+    ("problem", "message"),
+    [
+        ("missing stream", "cannot read"),
+        ("tools not JSON", "is not a JSON document"),
+        ("tools not a list", "tool declarations are a JSON list"),
+        ("stream lines not JSON", "line 2 is not JSON"),
+    ],
+)
+def test_unreadable_input_exits_non_zero_with_what_is_wrong(
+    problem: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file that cannot be read as what it should be is an error that says why, not a crash."""
+    stream, tools = CHAT, tools_file(tmp_path, CHAT_TOOLS)
+    if problem == "missing stream":
+        stream = tmp_path / "missing.sse"
+    elif problem == "tools not JSON":
+        tools.write_text("[{")
+    elif problem == "tools not a list":
+        tools.write_text("{}")
+    else:
+        stream = tmp_path / "broken.jsonl"
+        stream.write_text('{"type": "response.created"}\n{"type": \n')
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    status, _, err = run(
+        capsys,
+        ["feed", str(stream), "--provider", "openai-chat", "--tools", str(tools), "--log", url],
+    )
+    assert status != 0
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_an_unknown_provider_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--provider`` takes only the providers inert has an adapter for."""
+    with pytest.raises(SystemExit) as exited:
+        main(["feed", str(CHAT), "--provider", "nope", "--tools", "t.json", "--log", "memory://"])
+    assert exited.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_feeding_another_principal_s_turn_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A turn started for one principal cannot be fed in the name of another."""
+    feed(capsys, tmp_path, CHAT, "openai-chat", CHAT_TOOLS)
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    tools = tools_file(tmp_path, CHAT_TOOLS)
+    status, _, err = run(
+        capsys,
+        [
+            *("feed", str(CHAT), "--provider", "openai-chat", "--tools", str(tools)),
+            *("--log", url, "--principal", "mallory"),
+        ],
+    )
+    assert status == 1
+    assert "belongs to another principal" in err
+
+
+def test_the_table_output_names_the_stream_and_the_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --json the command prints a summary line, the ledger table and what it ran."""
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    tools = tools_file(tmp_path, CHAT_TOOLS)
+    status, out, _ = run(
+        capsys,
+        [
+            *("feed", str(CHAT), "--provider", "openai-chat", "--tools", str(tools)),
+            *("--log", url, "--execute"),
+        ],
+    )
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(f"fed 72 events from {CHAT.name} (openai-chat) into turn")
+    assert lines[0].endswith(": 4 calls")
+    assert sum(line.startswith("executed") for line in lines) == 3
