@@ -1,11 +1,13 @@
 """Provider streams to portable ingress events: sans-IO, importing only ``inert.events``."""
 
+from ._anthropic import AnthropicAdapter
 from ._openai_chat import OpenAIChatAdapter
 from ._openai_responses import OpenAIResponsesAdapter
 from ._sse import ServerSentEvent, SSEDecoder
 from ._tracker import ResponseCalls, ResumedCall, StreamAdapter, as_object, event_digest
 
 __all__ = [
+    "AnthropicAdapter",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
     "ResponseCalls",
