@@ -15,7 +15,7 @@ from pathlib import Path
 from attrs import frozen
 
 from .actors import ToolDeclaration, declarations_from_json
-from .adapters import OpenAIChatAdapter, OpenAIResponsesAdapter, StreamAdapter
+from .adapters import AnthropicAdapter, OpenAIChatAdapter, OpenAIResponsesAdapter, StreamAdapter
 from .events import ConfigurationError, InertError, TurnRef
 
 
@@ -80,6 +80,7 @@ carries no response id of its own."""
 PROVIDERS: dict[str, AdapterFactory] = {
     "openai-responses": lambda turn, _: OpenAIResponsesAdapter(turn, resumable=True),
     "openai-chat": lambda turn, _: OpenAIChatAdapter(turn),
+    "anthropic": lambda turn, _: AnthropicAdapter(turn),
 }
 """Every provider ``inert feed`` reads. OpenAI Responses streams are taken as resumable
 (background mode): a file that ends early leaves its calls collecting for a continuation."""

@@ -197,3 +197,15 @@ def test_the_table_output_names_the_stream_and_the_calls(
     assert lines[0].startswith(f"fed 72 events from {CHAT.name} (openai-chat) into turn")
     assert lines[0].endswith(": 4 calls")
     assert sum(line.startswith("executed") for line in lines) == 3
+
+
+def test_an_anthropic_stream_is_fed_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An Anthropic body and declarations with input_schema: its tool call runs once."""
+    stream = FIXTURES / "anthropic" / "text-then-tool-use.sse"
+    declarations = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    rows = feed(capsys, tmp_path, stream, "anthropic", declarations, "--execute")
+    assert [(row["tool"], row["state"], row["outcome"]) for row in rows] == [
+        ("get_weather", "dispatched", "completed")
+    ]

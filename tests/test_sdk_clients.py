@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 from adapter_support import FIXTURES, run_stream, turn_ref
 from replay_server import replay_server
 
 from inert import Event
-from inert.adapters import OpenAIChatAdapter, OpenAIResponsesAdapter
+from inert.adapters import AnthropicAdapter, OpenAIChatAdapter, OpenAIResponsesAdapter
 
 TOOLS = ["get_country", "get_product_name", "final_result"]
 
@@ -107,3 +108,39 @@ async def test_the_openai_responses_client_s_events_feed_inert_as_the_raw_body_d
     )
     assert sorted(run.executed) == sorted(run.rows)
     assert len(run.executed) == 2
+
+
+async def anthropic_events(body: bytes) -> tuple[list[object], str]:
+    """The SDK event objects of a Messages body, and the path the client asked for."""
+    async with replay_server(lambda _: body) as server:
+        client = anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0)
+        async with client:
+            stream = await client.messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=256,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+            )
+            async with stream:
+                events: list[object] = [event async for event in stream]
+    return events, server.requests[0].path
+
+
+async def test_the_anthropic_client_s_events_feed_inert_as_the_raw_body_does(
+    tmp_path: Path,
+) -> None:
+    """``AsyncAnthropic().messages.create(stream=True)`` events make the raw body's events, and
+    the captured tool call is executed once."""
+    body = recorded_body(FIXTURES / "anthropic" / "text-then-tool-use.sse")
+    events, path = await anthropic_events(body)
+    assert path == "/v1/messages"
+    adapter = AnthropicAdapter(turn_ref())
+    sdk_events: list[Event] = []
+    for event in events:
+        sdk_events += adapter.feed_event(event)
+    sdk_events += adapter.close()
+    raw = AnthropicAdapter(turn_ref())
+    assert sdk_events == raw.feed(body) + raw.close()
+    run = await run_stream(AnthropicAdapter, tmp_path, tools=["get_weather"], events=events)
+    assert sorted(run.executed) == sorted(run.rows)
+    assert len(run.executed) == 1
