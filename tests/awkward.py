@@ -22,8 +22,9 @@ lost and resumable before the restart and resumed after it, and the outcome must
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Protocol
 
 import trio
@@ -51,6 +52,7 @@ from inert import (
     TurnRef,
     ValidationRequested,
     ValidationResult,
+    open_runtime,
 )
 
 TENANT = "acme"
@@ -433,6 +435,23 @@ TOOLS = [
 ]
 
 OpenRuntime = Callable[[GatedCheck], AbstractAsyncContextManager[Runtime]]
+
+
+def sqlite_runtimes(tmp_path: Path) -> OpenRuntime:
+    """Opens runtimes on one SQLite file of ``tmp_path`` with the suite's tools and check."""
+    url = f"sqlite:///{tmp_path / 'awkward.db'}"
+
+    def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
+        @asynccontextmanager
+        async def opened() -> AsyncIterator[Runtime]:
+            async with open_runtime(
+                log=url, tools=TOOLS, check=check, validation_timeout=30.0
+            ) as runtime:
+                yield runtime
+
+        return opened()
+
+    return opener
 
 
 @define

@@ -4,8 +4,6 @@ and the awkward-order suite through its wire format."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -14,17 +12,15 @@ from adapter_support import FIXTURES, outcome, run_stream, turn_ref
 from anthropic.types import RawMessageStreamEvent
 from awkward import (
     SCENARIOS,
-    TOOLS,
     End,
     EndResponse,
     Fragment,
-    GatedCheck,
     Open,
-    OpenRuntime,
     Scenario,
     Stream,
     assert_outcome,
     run_scenario,
+    sqlite_runtimes,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,12 +32,10 @@ from inert import (
     Event,
     ResponseEnded,
     ResponseEndReason,
-    Runtime,
     ServerToolCalled,
     StreamLost,
     TextReceived,
     TurnRef,
-    open_runtime,
 )
 from inert.adapters import AnthropicAdapter
 
@@ -398,22 +392,6 @@ class AnthropicRenderer:
         return self.messages[message].feed(sse(stop(index)))
 
 
-def sqlite_runtime(tmp_path: Path) -> OpenRuntime:
-    url = f"sqlite:///{tmp_path / 'awkward.db'}"
-
-    def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
-        @asynccontextmanager
-        async def opened() -> AsyncIterator[Runtime]:
-            async with open_runtime(
-                log=url, tools=TOOLS, check=check, validation_timeout=30.0
-            ) as runtime:
-                yield runtime
-
-        return opened()
-
-    return opener
-
-
 @pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
 async def test_the_awkward_orders_through_the_anthropic_wire(
@@ -421,6 +399,6 @@ async def test_the_awkward_orders_through_the_anthropic_wire(
 ) -> None:
     """Every awkward order, worded as Anthropic events, ends as the portable suite expects."""
     result = await run_scenario(
-        scenario, sqlite_runtime(tmp_path), renderer=AnthropicRenderer(), restart=restart
+        scenario, sqlite_runtimes(tmp_path), renderer=AnthropicRenderer(), restart=restart
     )
     assert_outcome(scenario, result)

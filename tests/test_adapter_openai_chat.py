@@ -4,8 +4,7 @@ runtime on SQLite, any split of the wire, the SDK's chunk objects, and the awkwa
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pydantic
@@ -13,19 +12,17 @@ import pytest
 from adapter_support import FIXTURES, PRINCIPAL, declarations, outcome, run_stream, turn_ref
 from awkward import (
     SCENARIOS,
-    TOOLS,
     WEATHER,
     End,
     EndResponse,
     Expected,
     Fragment,
-    GatedCheck,
     Open,
-    OpenRuntime,
     Scenario,
     Stream,
     assert_outcome,
     run_scenario,
+    sqlite_runtimes,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,7 +37,6 @@ from inert import (
     ResponseEnded,
     ResponseEndReason,
     ResponseRef,
-    Runtime,
     StatusCue,
     StreamLost,
     TerminalRef,
@@ -825,22 +821,6 @@ class ChatRenderer:
         return self.responses[step.response].feed(body)
 
 
-def _sqlite(tmp_path: Path) -> OpenRuntime:
-    url = f"sqlite:///{tmp_path / 'awkward.db'}"
-
-    def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
-        @asynccontextmanager
-        async def opened() -> AsyncIterator[Runtime]:
-            async with open_runtime(
-                log=url, tools=TOOLS, check=check, validation_timeout=30.0
-            ) as runtime:
-                yield runtime
-
-        return opened()
-
-    return opener
-
-
 OVERRIDES: dict[str, dict[str, Expected]] = {
     # Chat Completions has no end event per call: the call ends at its choice's finish_reason,
     # which comes with EndResponse, after the late fragment was delivered. The adapter still
@@ -860,6 +840,6 @@ OVERRIDES: dict[str, dict[str, Expected]] = {
 async def test_awkward_order(scenario: Scenario, restart: bool, tmp_path: Path) -> None:
     """Each awkward order, as Chat Completions bytes, ends as the portable suite expects."""
     outcome_ = await run_scenario(
-        scenario, _sqlite(tmp_path), renderer=ChatRenderer(), restart=restart
+        scenario, sqlite_runtimes(tmp_path), renderer=ChatRenderer(), restart=restart
     )
     assert_outcome(scenario, outcome_, overrides=OVERRIDES.get(scenario.name))

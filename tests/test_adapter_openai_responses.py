@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,18 +25,16 @@ from adapter_support import (
 )
 from awkward import (
     SCENARIOS,
-    TOOLS,
     End,
     EndResponse,
     Expected,
     Fragment,
-    GatedCheck,
     Open,
-    OpenRuntime,
     Scenario,
     Stream,
     assert_outcome,
     run_scenario,
+    sqlite_runtimes,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -1308,29 +1306,13 @@ OVERRIDES: dict[str, dict[str, Expected]] = {
 }
 
 
-def _sqlite(tmp_path: Path) -> OpenRuntime:
-    url = f"sqlite:///{tmp_path / 'awkward.db'}"
-
-    def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
-        @asynccontextmanager
-        async def opened() -> AsyncIterator[Runtime]:
-            async with open_runtime(
-                log=url, tools=TOOLS, check=check, validation_timeout=30.0
-            ) as runtime:
-                yield runtime
-
-        return opened()
-
-    return opener
-
-
 @pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
 async def test_awkward_order(scenario: Scenario, restart: bool, tmp_path: Path) -> None:
     """Each awkward order, written on the Responses wire, ends as the suite expects (with and
     without a restart in the middle)."""
     result = await run_scenario(
-        scenario, _sqlite(tmp_path), renderer=ResponsesRenderer(), restart=restart
+        scenario, sqlite_runtimes(tmp_path), renderer=ResponsesRenderer(), restart=restart
     )
     assert_outcome(scenario, result, overrides=OVERRIDES.get(scenario.name))
 
