@@ -15,7 +15,13 @@ from pathlib import Path
 from attrs import frozen
 
 from .actors import ToolDeclaration, declarations_from_json
-from .adapters import AnthropicAdapter, OpenAIChatAdapter, OpenAIResponsesAdapter, StreamAdapter
+from .adapters import (
+    AnthropicAdapter,
+    BedrockAdapter,
+    OpenAIChatAdapter,
+    OpenAIResponsesAdapter,
+    StreamAdapter,
+)
 from .events import ConfigurationError, InertError, TurnRef
 
 
@@ -81,6 +87,7 @@ PROVIDERS: dict[str, AdapterFactory] = {
     "openai-responses": lambda turn, _: OpenAIResponsesAdapter(turn, resumable=True),
     "openai-chat": lambda turn, _: OpenAIChatAdapter(turn),
     "anthropic": lambda turn, _: AnthropicAdapter(turn),
+    "bedrock": lambda turn, name: BedrockAdapter(turn, response=name),
 }
 """Every provider ``inert feed`` reads. OpenAI Responses streams are taken as resumable
 (background mode): a file that ends early leaves its calls collecting for a continuation."""

@@ -209,3 +209,19 @@ def test_an_anthropic_stream_is_fed_and_run(
     assert [(row["tool"], row["state"], row["outcome"]) for row in rows] == [
         ("get_weather", "dispatched", "completed")
     ]
+
+
+def test_a_bedrock_stream_of_json_lines_is_fed_under_a_response_named_by_its_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ConverseStream names no message: the command names it after the file's digest, so that
+    feeding the file again names the same response and changes nothing."""
+    stream = FIXTURES / "bedrock" / "converse-stream-text-then-two-tool-uses.jsonl"
+    declarations = [{"toolSpec": {"name": "weather", "inputSchema": {"json": {}}}}]
+    rows = feed(capsys, tmp_path, stream, "bedrock", declarations, "--execute")
+    assert [(row["item"], row["state"]) for row in rows] == [
+        ("1", "dispatched"),
+        ("2", "dispatched"),
+    ]
+    assert {str(row["response"]).startswith("bedrock-") for row in rows} == {True}
+    assert feed(capsys, tmp_path, stream, "bedrock", declarations, "--execute") == rows

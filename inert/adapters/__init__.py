@@ -1,6 +1,7 @@
 """Provider streams to portable ingress events: sans-IO, importing only ``inert.events``."""
 
 from ._anthropic import AnthropicAdapter
+from ._bedrock import BedrockAdapter, EventStreamDecoder, event_stream_message
 from ._openai_chat import OpenAIChatAdapter
 from ._openai_responses import OpenAIResponsesAdapter
 from ._sse import ServerSentEvent, SSEDecoder
@@ -8,6 +9,8 @@ from ._tracker import ResponseCalls, ResumedCall, StreamAdapter, as_object, even
 
 __all__ = [
     "AnthropicAdapter",
+    "BedrockAdapter",
+    "EventStreamDecoder",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
     "ResponseCalls",
@@ -17,4 +20,5 @@ __all__ = [
     "StreamAdapter",
     "as_object",
     "event_digest",
+    "event_stream_message",
 ]
