@@ -18,6 +18,7 @@ from .actors import ToolDeclaration, declarations_from_json
 from .adapters import (
     AnthropicAdapter,
     BedrockAdapter,
+    GeminiAdapter,
     OpenAIChatAdapter,
     OpenAIResponsesAdapter,
     StreamAdapter,
@@ -88,6 +89,7 @@ PROVIDERS: dict[str, AdapterFactory] = {
     "openai-chat": lambda turn, _: OpenAIChatAdapter(turn),
     "anthropic": lambda turn, _: AnthropicAdapter(turn),
     "bedrock": lambda turn, name: BedrockAdapter(turn, response=name),
+    "gemini": lambda turn, name: GeminiAdapter(turn, response=name),
 }
 """Every provider ``inert feed`` reads. OpenAI Responses streams are taken as resumable
 (background mode): a file that ends early leaves its calls collecting for a continuation."""

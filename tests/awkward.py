@@ -147,6 +147,7 @@ class Stream:
 
     turn: TurnRef
     keys: dict[str, CallKey] = field(factory=dict)
+    """Call label to key, for renderers that open a call at another step than its ``Open``."""
     sequences: dict[str, int] = field(factory=dict)
     delivered: dict[int, list[Event]] = field(factory=dict)
     withheld: dict[int, list[Event]] = field(factory=dict)
@@ -205,11 +206,15 @@ class PortableRenderer:
 
 @frozen(kw_only=True)
 class Expected:
-    """What a call must end as: state, reason, status cue, and whether an executor ran it."""
+    """What a call must end as: state, reason, status cue, and whether an executor ran it.
+
+    ``state="absent"``: the call never reached inert (its protocol could not open it), so it
+    has no ledger row and no status at all.
+    """
 
     state: str
     reason: str | None = None
-    cue: StatusCue
+    cue: StatusCue | None
     executed: bool = False
     arguments: dict[str, object] | None = None
 
@@ -527,6 +532,10 @@ class _Run:
                     self.label_of[key] = step.call
             if isinstance(event, ResponseEnded):
                 self.stream.open_responses.pop(event.response, None)
+        # A renderer whose protocol opens a call later than the step that opened it (a call
+        # that arrives whole) names the call's key in ``stream.keys`` when it does.
+        for label, key in self.stream.keys.items():
+            self.label_of.setdefault(key, label)
         if events:
             await runtime.feed(events)
 
@@ -602,9 +611,9 @@ async def _finish(run: _Run, runtime: Runtime, outcome: Outcome) -> None:
     await runtime.settle()
     for key, label in run.label_of.items():
         row = runtime.projections.ledger.row(key)
-        assert row is not None, f"call {label} has no ledger row"
-        outcome.rows[label] = row.to_json()
-        outcome.cues[label] = runtime.projections.status.of(key)
+        if row is not None:
+            outcome.rows[label] = row.to_json()
+            outcome.cues[label] = runtime.projections.status.of(key)
     outcome.live_digest = runtime.digest()
     replayed = Projections()
     for recorded in await runtime.log.read(1):
@@ -623,7 +632,12 @@ def assert_outcome(
     executed = [label for label, _ in outcome.dispatches]
     assert len(executed) == len(set(executed)), f"a call was executed twice: {executed}"
     for label, expected in {**scenario.expected, **(overrides or {})}.items():
-        row = outcome.rows[label]
+        row = outcome.rows.get(label)
+        if expected.state == "absent":
+            assert row is None, f"{label}: {row}"
+            assert label not in executed, f"{label} executed: {executed}"
+            continue
+        assert row is not None, f"call {label} has no ledger row"
         assert row["state"] == expected.state, f"{label}: {row}"
         assert row["terminal_reason"] == expected.reason, f"{label}: {row}"
         assert outcome.cues[label] == expected.cue, f"{label}: {outcome.cues[label]}"

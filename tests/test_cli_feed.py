@@ -225,3 +225,16 @@ def test_a_bedrock_stream_of_json_lines_is_fed_under_a_response_named_by_its_con
     ]
     assert {str(row["response"]).startswith("bedrock-") for row in rows} == {True}
     assert feed(capsys, tmp_path, stream, "bedrock", declarations, "--execute") == rows
+
+
+def test_a_vertex_stream_is_fed_and_its_assembled_calls_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Vertex partial arguments in JSON lines, with Gemini functionDeclarations: both calls run."""
+    stream = FIXTURES / "gemini" / "vertex-partial-args-single-call.jsonl"
+    declarations = [{"functionDeclarations": [{"name": "getWeather", "parameters": {}}]}]
+    rows = feed(capsys, tmp_path, stream, "gemini", declarations, "--execute")
+    assert [(row["item"], row["outcome"]) for row in rows] == [
+        ("0.0", "completed"),
+        ("0.1", "completed"),
+    ]

@@ -2,6 +2,7 @@
 
 from ._anthropic import AnthropicAdapter
 from ._bedrock import BedrockAdapter, EventStreamDecoder, event_stream_message
+from ._gemini import GeminiAdapter
 from ._openai_chat import OpenAIChatAdapter
 from ._openai_responses import OpenAIResponsesAdapter
 from ._sse import ServerSentEvent, SSEDecoder
@@ -11,6 +12,7 @@ __all__ = [
     "AnthropicAdapter",
     "BedrockAdapter",
     "EventStreamDecoder",
+    "GeminiAdapter",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
     "ResponseCalls",
