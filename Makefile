@@ -33,6 +33,7 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.append_throughput
 	$(BIN)/python -m benchmarks.call_actors
+	$(BIN)/python -m benchmarks.adapters
 
 # Long runs kept out of `make test`: 200 SIGKILLs of a process in the middle of appending.
 soak: $(STAMP)
