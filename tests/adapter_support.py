@@ -16,7 +16,7 @@ from attrs import define, field
 from inert import Dispatch, Event, Runtime, ToolDeclaration, TurnRef, open_runtime
 from inert.adapters import StreamAdapter
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "provider-streams"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "provider-streams"
 TENANT = "acme"
 CONVERSATION = "conv-1"
 TURN = "t1"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from inert.adapters import ServerSentEvent, SSEDecoder
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "provider-streams"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "provider-streams"
 SSE_FIXTURES = sorted(FIXTURES.glob("*/*.sse"))
 
 
@@ -18,6 +18,11 @@ def decode(*chunks: bytes | str) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
     events = [event for chunk in chunks for event in decoder.feed(chunk)]
     return events + decoder.close()
+
+
+def test_the_captured_streams_are_there() -> None:
+    """The SSE captures the split property runs on are present (an empty set would test none)."""
+    assert len(SSE_FIXTURES) == 8
 
 
 def test_a_blank_line_dispatches_an_event_with_its_type_and_data() -> None:
