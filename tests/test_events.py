@@ -330,7 +330,8 @@ def test_the_strategies_cover_the_boundaries_of_the_validators() -> None:
     # prove little.
     seen: dict[str, set[object]] = {"sequence": set(), "lengths": set(), "digest": set()}
 
-    @settings(max_examples=300, deadline=None)
+    # Derandomized: a guard of the strategies must not pass or fail by the luck of a run.
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None)
     @given(key=instances(CallKey), terminal=instances(TerminalRef))
     def draw(key: CallKey, terminal: TerminalRef) -> None:
         seen["lengths"].update(len(part) for part in key._parts())
