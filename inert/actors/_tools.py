@@ -13,14 +13,16 @@ Schema kept as data, and whether a call of it needs the person's confirmation.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import jsonschema_rs
 from attrs import field, frozen, validators
 
 from ..events import ConfigurationError, FailReason, OfferedTool
-from ._arguments import canonical_json
+from ._arguments import ParsedArguments, canonical_json
 from ._decider import ValidationRequested, ValidationResult
 
 
@@ -74,6 +76,7 @@ class ToolRegistry:
         self, declarations: Iterable[ToolDeclaration] = (), *, check: Check | None = None
     ) -> None:
         self._by_digest: dict[str, ToolDeclaration] = {}
+        self._schemas: dict[str, jsonschema_rs.Validator | None] = {}
         self._latest: dict[str, ToolDeclaration] = {}
         self._check = check
         for declaration in declarations:
@@ -85,6 +88,8 @@ class ToolRegistry:
                 f"tools are ToolDeclaration values, not {type(declaration).__name__}"
             )
         offered = declaration.offered()
+        if offered.digest not in self._by_digest:
+            self._schemas[offered.digest] = compile_schema(declaration)
         self._by_digest[offered.digest] = declaration
         self._latest[declaration.name] = declaration
         return offered
@@ -113,12 +118,66 @@ class ToolRegistry:
                 detail=f"the declaration of {request.tool.name!r} the turn offered"
                 f" ({request.tool.digest[:19]}...) is not registered",
             )
+        problems = schema_problems(self._schemas[request.tool.digest], request.arguments)
+        if problems:
+            return ValidationResult(failure=FailReason.SCHEMA_INVALID, detail=problems)
         if self._check is None:
             return ValidationResult(needs_confirmation=declaration.needs_confirmation)
         result = await self._check(request)
         if result.accepted and declaration.needs_confirmation:
             return ValidationResult(needs_confirmation=True, detail=result.detail)
         return result
+
+
+MAX_REPORTED_PROBLEMS = 8
+"""Schema problems named in a failed call's detail; the count of the rest follows them."""
+
+
+def compile_schema(declaration: ToolDeclaration) -> jsonschema_rs.Validator | None:
+    """The declaration's JSON Schema compiled once, with formats asserted, remote references
+    refused and regular expressions matched in linear time; None for a tool without one."""
+    if not declaration.parameters:
+        return None
+    try:
+        return jsonschema_rs.validator_for(
+            _thawed(declaration.parameters),
+            validate_formats=True,
+            pattern_options=jsonschema_rs.RegexOptions(),
+            offline=True,
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigurationError(
+            f"the parameters of tool {declaration.name!r} are not a JSON Schema inert can"
+            f" use: {first}"
+        ) from None
+
+
+def schema_problems(schema: jsonschema_rs.Validator | None, arguments: ParsedArguments) -> str:
+    """Where and how the arguments break the schema, as ``path kind`` pairs: never a value."""
+    if schema is None:
+        return ""
+    found = []
+    for error in schema.iter_errors(json.loads(arguments.canonical)):
+        path = "/" + "/".join(str(step) for step in error.instance_path)
+        found.append(f"{path} {_snake(type(error.kind).__name__)}")
+    if not found:
+        return ""
+    shown = "; ".join(found[:MAX_REPORTED_PROBLEMS])
+    more = len(found) - MAX_REPORTED_PROBLEMS
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _thawed(inner) for key, inner in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thawed(inner) for inner in value]
+    return value
 
 
 def declarations_from_json(document: object) -> list[ToolDeclaration]:

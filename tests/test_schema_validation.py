@@ -1,0 +1,151 @@
+"""Schema validation: each declaration's JSON Schema compiled once, each call checked once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from inert import (
+    ArgumentLimits,
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    ConfigurationError,
+    FailReason,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    ValidationRequested,
+    open_runtime,
+)
+from inert.actors import ParsedArguments, ToolRegistry, parse_arguments
+
+KEY = CallKey(tenant="acme", conversation="c1", turn="t1", response="r1", item="i1", call="call_1")
+CONTACT = ToolDeclaration(
+    name="add_contact",
+    parameters={
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "email": {"type": "string", "format": "email"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["name", "email"],
+        "additionalProperties": False,
+    },
+)
+
+
+def parsed(data: bytes) -> ParsedArguments:
+    arguments = parse_arguments(data, ArgumentLimits())
+    assert isinstance(arguments, ParsedArguments)
+    return arguments
+
+
+async def validate(declaration: ToolDeclaration, data: bytes) -> tuple[FailReason | None, str]:
+    registry = ToolRegistry([declaration])
+    request = ValidationRequested(
+        key=KEY,
+        tool=declaration.offered(),
+        principal="user:alice",
+        arguments=parsed(data),
+        cause=1,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    result = await registry.validate(request)
+    return result.failure, result.detail
+
+
+async def test_arguments_that_match_the_schema_are_accepted() -> None:
+    """A call whose arguments the schema allows passes."""
+    assert await validate(CONTACT, b'{"name": "Bob", "email": "bob@example.com"}') == (None, "")
+
+
+async def test_each_problem_is_named_by_its_path_and_kind_never_its_value() -> None:
+    """Every violation is reported as ``/path kind``; the offending values appear nowhere."""
+    data = b'{"name": "", "email": "secret-not-an-email", "tags": [7], "extra": "secret2"}'
+    failure, detail = await validate(CONTACT, data)
+    assert failure is FailReason.SCHEMA_INVALID
+    assert set(detail.split("; ")) == {
+        "/name min_length",
+        "/email format",
+        "/tags/0 type",
+        "/ additional_properties",
+    }
+    assert "secret" not in detail
+
+
+async def test_a_missing_required_field_is_reported() -> None:
+    """A required property that is absent fails the call."""
+    failure, detail = await validate(CONTACT, b'{"name": "Bob"}')
+    assert (failure, detail) == (FailReason.SCHEMA_INVALID, "/ required")
+
+
+async def test_many_problems_are_counted_past_the_first_ones() -> None:
+    """The detail stays short: past eight problems, the rest are counted."""
+    declaration = ToolDeclaration(
+        name="strings", parameters={"type": "object", "additionalProperties": {"type": "string"}}
+    )
+    data = ("{" + ", ".join(f'"k{n}": 1' for n in range(20)) + "}").encode()
+    failure, detail = await validate(declaration, data)
+    assert failure is FailReason.SCHEMA_INVALID
+    assert detail.endswith("; and 12 more"), detail
+
+
+async def test_a_tool_without_a_schema_takes_any_object() -> None:
+    """A declaration that is only a name validates every parsed object."""
+    assert await validate(ToolDeclaration(name="free"), b'{"anything": [1, 2]}') == (None, "")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"type": "objec"}, "not a JSON Schema inert can use"),
+        ({"type": "string", "pattern": "(?=a)b"}, "not a JSON Schema inert can use"),
+        ({"$ref": "https://example.com/schema.json"}, "not a JSON Schema inert can use"),
+    ],
+    ids=["invalid keyword value", "pattern needing backtracking", "remote reference"],
+)
+def test_a_schema_inert_cannot_use_is_refused_at_registration(
+    parameters: dict[str, object], message: str
+) -> None:
+    """Invalid schemas, patterns beyond the linear-time regex engine and remote references are
+    configuration errors that name the tool, when the tool is registered."""
+    with pytest.raises(ConfigurationError, match=message) as raised:
+        ToolRegistry([ToolDeclaration(name="broken", parameters=parameters)])
+    assert "'broken'" in str(raised.value)
+
+
+async def test_a_call_that_breaks_its_schema_fails_in_the_ledger_and_never_runs() -> None:
+    """Through a runtime: the call ends failed schema_invalid, its history names the problem's
+    path and kind, and the dispatch queue never offers it."""
+    async with open_runtime(log="memory://", tools=[CONTACT]) as runtime:
+        await runtime.start_turn(
+            tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+        )
+        await runtime.feed(
+            [
+                CallOpened(key=KEY, tool=CONTACT.name, sequence=0),
+                ArgumentsAppended(
+                    key=KEY, data=b'{"name": "Bob"}', first_sequence=1, last_sequence=1
+                ),
+                CallEnded(key=KEY, terminal=TerminalRef(sequence=2)),
+                ResponseEnded(
+                    response=KEY.response_ref,
+                    reason=ResponseEndReason.COMPLETED,
+                    terminal=TerminalRef(sequence=3),
+                ),
+            ]
+        )
+        await runtime.settle()
+        row = runtime.projections.ledger.row(KEY)
+        assert row is not None
+        assert (row.state, row.terminal_reason, row.dispatch) == (
+            "failed",
+            "schema_invalid",
+            "reject",
+        )
+        assert runtime.projections.queue.ready() == []
