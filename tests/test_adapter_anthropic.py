@@ -402,3 +402,13 @@ async def test_the_awkward_orders_through_the_anthropic_wire(
         scenario, sqlite_runtimes(tmp_path), renderer=AnthropicRenderer(), restart=restart
     )
     assert_outcome(scenario, result)
+
+
+def test_ids_that_cannot_name_a_call_or_response_end_nothing_but_the_stream_s_trust() -> None:
+    """A toolu_ id too long to be an identity violates its message; a message id that cannot
+    name a response opens nothing at all; neither raises out of the adapter."""
+    long_call = adapt(start(), tool_use(0, "t" * 600), close=False)
+    assert [e.reason for e in long_call if isinstance(e, ResponseEnded)] == [
+        ResponseEndReason.PROTOCOL_VIOLATION
+    ]
+    assert adapt(start("m" * 600), tool_use(0, "toolu_a")) == []

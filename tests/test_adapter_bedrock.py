@@ -356,3 +356,9 @@ async def test_the_awkward_orders_through_the_bedrock_wire(
         scenario, sqlite_runtimes(tmp_path), renderer=BedrockRenderer(), restart=restart
     )
     assert_outcome(scenario, result)
+
+
+def test_a_response_name_that_cannot_name_a_response_is_refused_at_once() -> None:
+    """The name the agent server gives is checked when the adapter is made, not mid-stream."""
+    with pytest.raises(ValueError, match="limit is 512"):
+        BedrockAdapter(turn_ref(), response="r" * 600)

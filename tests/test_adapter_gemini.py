@@ -531,3 +531,9 @@ def test_the_renderer_speaks_for_one_turn_per_adapter() -> None:
     events = renderer.render(Open("a", "get_weather"), stream)
     assert [type(e).__name__ for e in events] == ["CallOpened"]
     assert stream.keys["a"].turn == "t1"
+
+
+def test_a_response_id_that_cannot_name_a_response_opens_nothing() -> None:
+    """A responseId too long to be an identity is refused without raising out of the adapter."""
+    adapter = GeminiAdapter(turn_ref())
+    assert adapter.feed_event({**chunk(call("t")), "responseId": "r" * 600}) == []

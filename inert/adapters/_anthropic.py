@@ -145,7 +145,11 @@ class AnthropicAdapter:
             events += self._message.violate(
                 "a new message started before this one reached message_stop"
             )
-        self._message = ResponseCalls(self.turn, identity)
+        try:
+            self._message = ResponseCalls(self.turn, identity)
+        except ValueError:
+            self._message = None
+            raise _ProtocolBreak("a message id that cannot name a response") from None
         self._stop_reason = None
         self._started = set()
         return events

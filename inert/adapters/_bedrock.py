@@ -163,6 +163,7 @@ class BedrockAdapter:
     def __init__(self, turn: TurnRef, *, response: str) -> None:
         if not response:
             raise ValueError("a Bedrock stream needs the response id the agent server gives it")
+        ResponseCalls(turn, response)  # a name that cannot name a response fails here, at once
         self.turn = turn
         self.response = response
         self._frames = EventStreamDecoder()
@@ -273,7 +274,11 @@ class BedrockAdapter:
             events += self._message.violate("a new message started before messageStop")
         self._messages += 1
         name = self.response if self._messages == 1 else f"{self.response}#{self._messages}"
-        self._message = ResponseCalls(self.turn, name)
+        try:
+            self._message = ResponseCalls(self.turn, name)
+        except ValueError:
+            self._message = None
+            raise _ProtocolBreak("a message name that cannot name a response") from None
         self._started = set()
         return events
 

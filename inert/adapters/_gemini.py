@@ -275,7 +275,11 @@ class GeminiAdapter:
         events: list[Event] = []
         if current is not None and not current.ended:
             events += current.violate("the responseId changed before the response finished")
-        self._calls = ResponseCalls(self.turn, name)
+        try:
+            self._calls = ResponseCalls(self.turn, name)
+        except ValueError:
+            self._calls = None
+            raise _ProtocolBreak("a responseId that cannot name a response") from None
         self._candidates = {}
         self._partial = None
         return events

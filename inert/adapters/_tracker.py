@@ -148,6 +148,8 @@ class ResponseCalls:
             return []
         known = self._calls.get(slot)
         key = self._key(slot, call)
+        if key is None:
+            return self.violate("an item or call id that cannot name a call")
         if known is None:
             self._calls[slot] = _Call(key=key, tool=tool, next_sequence=1)
             return [CallOpened(key=key, tool=tool, sequence=0)]
@@ -163,6 +165,8 @@ class ResponseCalls:
             return []
         known = self._calls.get(slot)
         key = self._key(slot, call)
+        if key is None:
+            return self.violate("an item or call id that cannot name a call")
         if known is None:
             self._calls[slot] = _Call(key=key, tool=tool, next_sequence=1, server=True)
         elif known.key != key or not known.server:
@@ -248,13 +252,18 @@ class ResponseCalls:
             return []
         return [TextReceived(response=self.ref, characters=characters)]
 
-    def _key(self, slot: str, call: str | None) -> CallKey:
+    def _key(self, slot: str, call: str | None) -> CallKey | None:
+        """The key of a call, or None where the provider's ids cannot make one (empty, too
+        long, not Unicode): a call nobody could address again."""
         ref = self.ref
-        return CallKey(
-            tenant=ref.tenant,
-            conversation=ref.conversation,
-            turn=ref.turn,
-            response=ref.response,
-            item=slot,
-            call=call or slot,
-        )
+        try:
+            return CallKey(
+                tenant=ref.tenant,
+                conversation=ref.conversation,
+                turn=ref.turn,
+                response=ref.response,
+                item=slot,
+                call=call or slot,
+            )
+        except (TypeError, ValueError):
+            return None
