@@ -288,9 +288,11 @@ class BedrockAdapter:
             raise _ProtocolBreak(f"block {slot} started again while open")
         self._started.add(slot)
         start = body.get("start")
-        tool: Any = start.get("toolUse") if isinstance(start, dict) else None
+        tool = start.get("toolUse") if isinstance(start, dict) else None
         if tool is None:
             return []
+        if not isinstance(tool, dict):
+            raise _ProtocolBreak(f"block {slot} whose toolUse is not an object")
         call, name = tool.get("toolUseId"), tool.get("name")
         if not isinstance(call, str) or not call or not isinstance(name, str) or not name:
             raise _ProtocolBreak(f"tool block {slot} without a toolUseId and a name")

@@ -1,0 +1,119 @@
+"""No adapter raises on what a provider (or a broken proxy) may send: every malformed byte and
+every strangely shaped event becomes a protocol violation, a lost stream, or nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from adapter_support import FIXTURES, turn_ref
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inert import Event
+from inert.adapters import (
+    AnthropicAdapter,
+    BedrockAdapter,
+    GeminiAdapter,
+    OpenAIChatAdapter,
+    OpenAIResponsesAdapter,
+    StreamAdapter,
+    event_stream_message,
+)
+
+ADAPTERS: dict[str, Callable[[], StreamAdapter]] = {
+    "openai-responses": lambda: OpenAIResponsesAdapter(turn_ref(), resumable=True),
+    "openai-chat": lambda: OpenAIChatAdapter(turn_ref()),
+    "anthropic": lambda: AnthropicAdapter(turn_ref()),
+    "bedrock": lambda: BedrockAdapter(turn_ref(), response="req-1"),
+    "gemini": lambda: GeminiAdapter(turn_ref(), response="named"),
+}
+
+scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=8)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def real_events(provider: str) -> list[dict[str, Any]]:
+    """The decoded events of the provider's captures, as seeds for mutation."""
+    found: list[dict[str, Any]] = []
+    for path in sorted((FIXTURES / provider).iterdir()):
+        if path.suffix == ".jsonl":
+            for line in path.read_text().splitlines():
+                try:
+                    found.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        else:
+            found.extend(
+                json.loads(line[5:])
+                for line in path.read_text().splitlines()
+                if line.startswith("data:") and line[5:].strip().startswith("{")
+            )
+    return found
+
+
+SEEDS = {provider: real_events(provider) for provider in ADAPTERS}
+
+
+def mutated(seed: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """The event with one field replaced, removed, or one nested field replaced."""
+    event: dict[str, Any] = json.loads(json.dumps(seed))
+    target: Any = event
+    for _ in range(data.draw(st.integers(0, 3), label="depth")):
+        keys = list(target) if isinstance(target, dict) else []
+        inner = [key for key in keys if isinstance(target[key], dict | list)]
+        if not inner:
+            break
+        target = target[data.draw(st.sampled_from(inner), label="into")]
+        if isinstance(target, list):
+            if not target or not isinstance(target[0], dict):
+                return event
+            target = target[0]
+    if isinstance(target, dict) and target:
+        key = data.draw(st.sampled_from(sorted(target)), label="key")
+        if data.draw(st.booleans(), label="remove"):
+            del target[key]
+        else:
+            target[key] = data.draw(json_values, label="value")
+    return event
+
+
+@pytest.mark.parametrize("provider", sorted(ADAPTERS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_real_events_never_raise(provider: str, data: st.DataObject) -> None:
+    """Real events with a field removed or replaced by any JSON value are judged, not crashed on."""
+    adapter = ADAPTERS[provider]()
+    seeds = SEEDS[provider]
+    produced: list[Event] = []
+    for _ in range(data.draw(st.integers(1, 12), label="events")):
+        event = mutated(data.draw(st.sampled_from(seeds), label="seed"), data)
+        if provider == "bedrock":
+            produced += adapter.feed_event(event) if len(event) == 1 else []
+        else:
+            produced += adapter.feed_event(event)
+    produced += adapter.close()
+    assert all(isinstance(event, Event) for event in produced)
+
+
+@pytest.mark.parametrize("provider", sorted(ADAPTERS))
+@settings(max_examples=60, deadline=None)
+@given(body=st.binary(max_size=300))
+def test_arbitrary_bytes_never_raise(provider: str, body: bytes) -> None:
+    """Any bytes on the wire, SSE or event-stream, are read without an exception."""
+    adapter = ADAPTERS[provider]()
+    prefix = (
+        event_stream_message("messageStart", {"role": "assistant"})
+        if provider == "bedrock"
+        else b'data: {"type": "message_start"}\n\n'
+    )
+    produced = adapter.feed(prefix + body) + adapter.close()
+    assert all(isinstance(event, Event) for event in produced)
