@@ -110,7 +110,11 @@ TENANT = "bench"
 PRINCIPAL = "user:bench"
 TOOL = ToolDeclaration(
     name="web_search",
-    parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+    parameters={
+        "type": "object",
+        "properties": {"query": {"type": "string"}},
+        "additionalProperties": False,
+    },
 )
 CALLS_PER_TURN = 10
 FRAGMENT = b'{"query": "weather in Lisbon", "'

@@ -492,6 +492,7 @@ DEMO_TOOLS = (
             "type": "object",
             "properties": {"city": {"type": "string"}, "units": {"type": "string"}},
             "required": ["city"],
+            "additionalProperties": False,
         },
     ),
     ToolDeclaration(
@@ -505,6 +506,7 @@ DEMO_TOOLS = (
                 "body": {"type": "string"},
             },
             "required": ["to", "subject", "body"],
+            "additionalProperties": False,
         },
         needs_confirmation=True,
     ),
@@ -515,6 +517,7 @@ DEMO_TOOLS = (
             "type": "object",
             "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}},
             "required": ["path"],
+            "additionalProperties": False,
         },
     ),
 )

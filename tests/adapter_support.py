@@ -24,6 +24,10 @@ PRINCIPAL = "user:alice"
 
 AdapterFactory = Callable[[TurnRef], StreamAdapter]
 
+ANY_OBJECT = {"type": "object"}
+"""A schema that takes any object: these tests are about streams, not schemas. Registered with
+``strict=False``, since it lets any property through on purpose."""
+
 
 @define
 class StreamRun:
@@ -35,7 +39,7 @@ class StreamRun:
 
 
 def declarations(names: Iterable[str]) -> list[ToolDeclaration]:
-    return [ToolDeclaration(name=name, parameters={"type": "object"}) for name in names]
+    return [ToolDeclaration(name=name, parameters=ANY_OBJECT, strict=False) for name in names]
 
 
 def turn_ref(turn: str = TURN) -> TurnRef:

@@ -13,12 +13,15 @@ from inert._cli import main
 
 CHAT = FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse"
 RESPONSES = FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse"
+# Any object passes: these tests are about feeding; x-inert strict false says it is meant.
+ANY_OBJECT = {"type": "object"}
+STRICT_OFF = {"x-inert": {"strict": False}}
 CHAT_TOOLS = [
-    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    {"type": "function", "function": {"name": name, "parameters": ANY_OBJECT}, **STRICT_OFF}
     for name in ("get_country", "get_product_name", "final_result")
 ]
 RESPONSES_TOOLS = [
-    {"type": "function", "name": name, "parameters": {"type": "object"}}
+    {"type": "function", "name": name, "parameters": ANY_OBJECT, **STRICT_OFF}
     for name in ("search", "weather")
 ]
 
@@ -204,7 +207,7 @@ def test_an_anthropic_stream_is_fed_and_run(
 ) -> None:
     """An Anthropic body and declarations with input_schema: its tool call runs once."""
     stream = FIXTURES / "anthropic" / "text-then-tool-use.sse"
-    declarations = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    declarations = [{"name": "get_weather", "input_schema": ANY_OBJECT, **STRICT_OFF}]
     rows = feed(capsys, tmp_path, stream, "anthropic", declarations, "--execute")
     assert [(row["tool"], row["state"], row["outcome"]) for row in rows] == [
         ("get_weather", "dispatched", "completed")

@@ -149,3 +149,62 @@ async def test_a_call_that_breaks_its_schema_fails_in_the_ledger_and_never_runs(
             "reject",
         )
         assert runtime.projections.queue.ready() == []
+
+
+@pytest.mark.parametrize(
+    ("parameters", "where"),
+    [
+        ({"type": "object"}, "at /"),
+        ({"properties": {"a": {"type": "string"}}}, "at /"),
+        (
+            {
+                "type": "object",
+                "properties": {"inner": {"type": "object", "properties": {}}},
+                "additionalProperties": False,
+            },
+            "at /properties/inner",
+        ),
+        (
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"list": {"type": "array", "items": {"type": "object"}}},
+            },
+            "at /properties/list/items",
+        ),
+        ({"type": "object", "additionalProperties": True}, "at /"),
+    ],
+    ids=["bare object", "properties only", "nested object", "objects in an array", "true"],
+)
+def test_a_schema_that_lets_unknown_properties_through_is_refused_by_default(
+    parameters: dict[str, object], where: str
+) -> None:
+    """Strict by default: every object of the schema must say what other properties may be."""
+    with pytest.raises(ConfigurationError, match="let the model add properties") as raised:
+        ToolRegistry([ToolDeclaration(name="loose", parameters=parameters)])
+    assert where in str(raised.value)
+    assert "strict=False" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "additionalProperties": False},
+        {"type": "object", "unevaluatedProperties": False},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+    ],
+    ids=["additionalProperties false", "unevaluatedProperties false", "a map of strings"],
+)
+def test_schemas_that_say_what_other_properties_may_be_are_strict(
+    parameters: dict[str, object],
+) -> None:
+    """Forbidding other properties, or giving them a schema, satisfies strictness."""
+    ToolRegistry([ToolDeclaration(name="tight", parameters=parameters)])
+
+
+def test_strictness_can_be_turned_off_per_tool() -> None:
+    """``strict=False`` (``x-inert: {"strict": false}`` in a TOOLS.json) accepts a loose schema,
+    and the setting does not change the declaration's digest."""
+    loose = ToolDeclaration(name="loose", parameters={"type": "object"}, strict=False)
+    ToolRegistry([loose])
+    assert loose.digest == ToolDeclaration(name="loose", parameters={"type": "object"}).digest

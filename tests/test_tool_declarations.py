@@ -62,7 +62,7 @@ def test_x_inert_confirm_makes_a_tool_need_confirmation() -> None:
         ([{"parameters": SCHEMA}], "has no name"),
         ([{"name": "a", "parameters": []}], "parameters is not a JSON object"),
         ([{"name": "a"}, {"name": "a", "input_schema": {}}], "more than once: a"),
-        ([{"name": "a", "x-inert": {"confirm": "yes"}}], "confirm is not true or false"),
+        ([{"name": "a", "x-inert": {"confirm": "yes"}}], "confirm and strict are true or false"),
         ([{"name": "a", "x-inert": {"retries": 3}}], "unknown x-inert settings: retries"),
         ([{"functionDeclarations": {}}], "functionDeclarations is not a list"),
     ],

@@ -38,6 +38,10 @@ class ToolDeclaration:
     parameters: Mapping[str, Any] = field(factory=dict, converter=_frozen_mapping)
     needs_confirmation: bool = False
     description: str = ""
+    strict: bool = field(default=True, eq=False)
+    """Refuse at registration a schema with an object that lets any other property through
+    (no ``additionalProperties`` or ``unevaluatedProperties``, or ``true``); a choice about
+    registering, not part of the declaration's digest."""
 
     @property
     def digest(self) -> str:
@@ -138,6 +142,14 @@ def compile_schema(declaration: ToolDeclaration) -> jsonschema_rs.Validator | No
     refused and regular expressions matched in linear time; None for a tool without one."""
     if not declaration.parameters:
         return None
+    if declaration.strict:
+        loose = _loose_objects(declaration.parameters, "")
+        if loose:
+            raise ConfigurationError(
+                f"the parameters of tool {declaration.name!r} let the model add properties"
+                f" nobody declared (at {', '.join(loose[:3])}): set additionalProperties: false"
+                ' there, or register the tool with strict=False (x-inert: {"strict": false})'
+            )
     try:
         return jsonschema_rs.validator_for(
             _thawed(declaration.parameters),
@@ -151,6 +163,53 @@ def compile_schema(declaration: ToolDeclaration) -> jsonschema_rs.Validator | No
             f"the parameters of tool {declaration.name!r} are not a JSON Schema inert can"
             f" use: {first}"
         ) from None
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONES = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "propertyNames",
+)
+_OBJECT_KEYWORDS = ("properties", "patternProperties", "required")
+
+
+def _loose_objects(schema: object, pointer: str) -> list[str]:
+    """JSON pointers of the object schemas that let unknown properties through."""
+    if not isinstance(schema, Mapping):
+        return []
+    found: list[str] = []
+    kind = schema.get("type")
+    is_object = kind == "object" or (isinstance(kind, list | tuple) and "object" in kind)
+    # An object schema is loose when nothing says what other properties may be: neither
+    # additionalProperties nor unevaluatedProperties, or only ``true``. A schema for them (a map
+    # of strings, say) is a declaration too.
+    if (is_object or any(keyword in schema for keyword in _OBJECT_KEYWORDS)) and all(
+        schema.get(keyword, True) is True
+        for keyword in ("additionalProperties", "unevaluatedProperties")
+    ):
+        found.append(pointer or "/")
+    for keyword in _SCHEMA_MAPS:
+        inner = schema.get(keyword)
+        if isinstance(inner, Mapping):
+            for name, sub in inner.items():
+                found += _loose_objects(sub, f"{pointer}/{keyword}/{name}")
+    for keyword in (*_SCHEMA_LISTS, "items"):
+        inner = schema.get(keyword)
+        if isinstance(inner, list | tuple):
+            for index, sub in enumerate(inner):
+                found += _loose_objects(sub, f"{pointer}/{keyword}/{index}")
+    for keyword in _SCHEMA_ONES:
+        found += _loose_objects(schema.get(keyword), f"{pointer}/{keyword}")
+    return found
 
 
 def schema_problems(schema: jsonschema_rs.Validator | None, arguments: ParsedArguments) -> str:
@@ -189,7 +248,8 @@ def declarations_from_json(document: object) -> list[ToolDeclaration]:
     ``{"name", "input_schema"}``, Bedrock ``{"toolSpec": {"name", "inputSchema": {"json"}}}``, and
     Gemini ``{"functionDeclarations": [...]}`` (each with ``name`` and ``parameters``). inert's
     own settings sit under ``x-inert``: ``{"confirm": true}`` makes a call of the tool wait for
-    the person's confirmation.
+    the person's confirmation; ``{"strict": false}`` accepts a schema that lets the model add
+    properties nobody declared.
     """
     if not isinstance(document, list):
         raise ConfigurationError(
@@ -254,12 +314,16 @@ def _declaration(
     own = settings.get("x-inert", body.get("x-inert", {}))
     if not isinstance(own, Mapping):
         raise ConfigurationError(f"tool {name!r}: x-inert is not a JSON object")
-    unknown = sorted(set(own) - {"confirm"})
+    unknown = sorted(set(own) - {"confirm", "strict"})
     if unknown:
         raise ConfigurationError(f"tool {name!r}: unknown x-inert settings: {', '.join(unknown)}")
-    confirm = own.get("confirm", False)
-    if not isinstance(confirm, bool):
-        raise ConfigurationError(f"tool {name!r}: x-inert confirm is not true or false")
+    confirm, strict = own.get("confirm", False), own.get("strict", True)
+    if not isinstance(confirm, bool) or not isinstance(strict, bool):
+        raise ConfigurationError(f"tool {name!r}: x-inert confirm and strict are true or false")
     return ToolDeclaration(
-        name=name, parameters=parameters, needs_confirmation=confirm, description=description
+        name=name,
+        parameters=parameters,
+        needs_confirmation=confirm,
+        description=description,
+        strict=strict,
     )
