@@ -1,5 +1,5 @@
 """The ``inert`` command: read a log's ledger, replay it, feed a provider stream into a turn,
-cancel a turn, run ready calls, demo.
+cancel a turn, confirm or deny a call, run ready calls, demo.
 
 Nothing it prints carries an argument value: calls are shown by key, tool, counts, sizes,
 reasons and digests.
@@ -298,6 +298,68 @@ async def _cancel_turn(url: str, turn: TurnRef, *, principal: str, reason: str) 
     )
     for key in cancelled:
         print(f"  cancelled  {shown.show(key)}  {after[key].tool}")
+
+
+# --- confirm and deny ------------------------------------------------------------------------
+
+
+def _call_of_turn(runtime: Runtime, turn: TurnRef, call_id: str, response: str | None) -> CallKey:
+    """The one call of the turn with this provider call id (and response, where given)."""
+    keys = [
+        key
+        for key in _turn_rows(runtime, turn)
+        if key.call == call_id and (response is None or key.response == response)
+    ]
+    if not keys:
+        raise RefusedError(f"turn {turn.stream!r} has no call {call_id!r}")
+    if len(keys) > 1:
+        responses = ", ".join(sorted(key.response for key in keys))
+        raise RefusedError(
+            f"{len(keys)} calls of turn {turn.stream!r} have call id {call_id!r} (responses"
+            f" {responses}): name one with --response"
+        )
+    return keys[0]
+
+
+async def _confirm(
+    url: str,
+    turn: TurnRef,
+    *,
+    call_id: str,
+    response: str | None,
+    principal: str,
+    arguments_digest: str | None,
+) -> None:
+    async with open_runtime(log=url) as runtime:
+        await runtime.settle()
+        key = _call_of_turn(runtime, turn, call_id, response)
+        pending = await runtime.pending_confirmation(key)
+        if pending is None:
+            row = runtime.projections.ledger.row(key)
+            state = "unknown" if row is None else row.state
+            raise RefusedError(f"call {key.stream!r} is not waiting for a confirmation ({state})")
+        # A digest given is the one the person was shown: the confirmation binds that one, and
+        # the call's actor refuses it if the arguments are not those.
+        digest = arguments_digest or pending.arguments_digest
+        await runtime.confirm(key, principal=principal, arguments_digest=digest)
+        await runtime.settle()
+    print(
+        f"confirmed {_Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
+        f" {digest}; the call is ready to run"
+    )
+
+
+async def _deny(
+    url: str, turn: TurnRef, *, call_id: str, response: str | None, principal: str, reason: str
+) -> None:
+    async with open_runtime(log=url) as runtime:
+        await runtime.settle()
+        key = _call_of_turn(runtime, turn, call_id, response)
+        await runtime.deny(key, principal=principal, reason=reason)
+        await runtime.settle()
+        row = runtime.projections.ledger.row(key)
+    state = "-" if row is None else row.state
+    print(f"denied {_Keys([key]).show(key)} for {principal}: the call is {state}, it never runs")
 
 
 # --- execute ---------------------------------------------------------------------------------
@@ -802,6 +864,29 @@ async def _demo(url: str) -> None:
 # --- the command -----------------------------------------------------------------------------
 
 
+def _feed_arguments(feed: argparse.ArgumentParser) -> None:
+    feed.add_argument("file", metavar="FILE", type=Path, help="the stream")
+    feed.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
+    feed.add_argument(
+        "--tools",
+        metavar="TOOLS.json",
+        type=Path,
+        required=True,
+        help="the tool declarations offered, in any provider's format",
+    )
+    feed.add_argument("--tenant", default="default")
+    feed.add_argument("--conversation", default="default")
+    feed.add_argument("--turn", default="1")
+    feed.add_argument("--principal", default="cli", help="the principal the turn belongs to")
+    feed.add_argument(
+        "--execute",
+        action="store_true",
+        help="run every ready call of the turn that needs no confirmation with an executor"
+        " that only records that it ran",
+    )
+    feed.add_argument("--json", action="store_true", help="the turn's ledger rows, one per line")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inert",
@@ -843,6 +928,30 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("--principal", required=True, help="the principal the turn belongs to")
     cancel.add_argument("--reason", default="", help="why (no argument values)")
 
+    def call_options(sub: argparse.ArgumentParser) -> None:
+        log_option(sub)
+        sub.add_argument("--tenant", required=True)
+        sub.add_argument("--conversation", required=True)
+        sub.add_argument("--turn", required=True)
+        sub.add_argument("--call-id", required=True, help="the provider's call id")
+        sub.add_argument(
+            "--response", help="the provider response, where the turn reuses the call id"
+        )
+        sub.add_argument("--principal", required=True, help="the principal the turn belongs to")
+
+    confirm = command(
+        "confirm",
+        "confirm a call waiting for its principal's confirmation (opens a runtime on the log)",
+    )
+    call_options(confirm)
+    confirm.add_argument(
+        "--arguments-digest",
+        help="the digest of the arguments the person saw (default: the call's own)",
+    )
+    deny = command("deny", "refuse a call for its principal: it is cancelled and never runs")
+    call_options(deny)
+    deny.add_argument("--reason", default="", help="why (no argument values)")
+
     execute = command(
         "execute",
         "claim every ready call once with an executor that only records that it ran"
@@ -855,27 +964,8 @@ def _parser() -> argparse.ArgumentParser:
         "feed",
         "feed a recorded provider stream (SSE text, JSON lines or raw wire bytes) into a turn",
     )
-    feed.add_argument("file", metavar="FILE", type=Path, help="the stream")
-    feed.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
-    feed.add_argument(
-        "--tools",
-        metavar="TOOLS.json",
-        type=Path,
-        required=True,
-        help="the tool declarations offered, in any provider's format",
-    )
+    _feed_arguments(feed)
     log_option(feed)
-    feed.add_argument("--tenant", default="default")
-    feed.add_argument("--conversation", default="default")
-    feed.add_argument("--turn", default="1")
-    feed.add_argument("--principal", default="cli", help="the principal the turn belongs to")
-    feed.add_argument(
-        "--execute",
-        action="store_true",
-        help="run every ready call of the turn that needs no confirmation with an executor"
-        " that only records that it ran",
-    )
-    feed.add_argument("--json", action="store_true", help="the turn's ledger rows, one per line")
 
     demo = command("demo", "stream tool calls of several turns through a runtime, with a restart")
     demo.add_argument(
@@ -916,6 +1006,30 @@ def _run(arguments: argparse.Namespace) -> None:
             )
         case "execute":
             trio.run(partial(_execute, arguments.log, as_json=arguments.json))
+        case "confirm":
+            trio.run(
+                partial(
+                    _confirm,
+                    arguments.log,
+                    _turn_option(arguments),
+                    call_id=arguments.call_id,
+                    response=arguments.response,
+                    principal=arguments.principal,
+                    arguments_digest=arguments.arguments_digest,
+                )
+            )
+        case "deny":
+            trio.run(
+                partial(
+                    _deny,
+                    arguments.log,
+                    _turn_option(arguments),
+                    call_id=arguments.call_id,
+                    response=arguments.response,
+                    principal=arguments.principal,
+                    reason=arguments.reason,
+                )
+            )
         case "feed":
             request = _FeedRequest(
                 log=arguments.log,

@@ -1,0 +1,163 @@
+"""``inert confirm`` and ``inert deny``: the person's answer to a call waiting for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from adapter_support import FIXTURES
+
+from inert._cli import main
+
+CHAT = FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse"
+COUNTRY_CALL = "call_q2UyBRP7eXNTzAoR8lEhjc9Z"
+LOOSE = {"type": "object"}
+
+
+def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def fed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """A log whose turn default/default/1 holds get_country waiting for confirmation."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(
+        json.dumps(
+            [
+                {
+                    "type": "function",
+                    "function": {"name": name, "parameters": LOOSE},
+                    "x-inert": {"strict": False, "confirm": name == "get_country"},
+                }
+                for name in ("get_country", "get_product_name", "final_result")
+            ]
+        )
+    )
+    url = f"sqlite:///{tmp_path / 'confirm.db'}"
+    status, _, err = run(
+        capsys,
+        ["feed", str(CHAT), "--provider", "openai-chat", "--tools", str(tools), "--log", url],
+    )
+    assert status == 0, err
+    return url
+
+
+def call_options(url: str, principal: str = "cli", call: str = COUNTRY_CALL) -> list[str]:
+    return [
+        *("--log", url, "--tenant", "default", "--conversation", "default", "--turn", "1"),
+        *("--call-id", call, "--principal", principal),
+    ]
+
+
+def ledger(capsys: pytest.CaptureFixture[str], url: str) -> dict[str, dict[str, object]]:
+    _, out, _ = run(capsys, ["ledger", "--log", url, "--json"])
+    return {row["call"]: row for row in map(json.loads, out.splitlines())}
+
+
+def test_a_confirmed_call_runs_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Waiting, then confirmed by the turn's principal, then executed, once."""
+    url = fed(tmp_path, capsys)
+    assert ledger(capsys, url)[COUNTRY_CALL]["dispatch"] == "await_confirmation"
+    status, out, err = run(capsys, ["confirm", *call_options(url)])
+    assert status == 0, err
+    assert out.startswith("confirmed 1/chatcmpl-")
+    assert "get_country" in out
+    status, out, _ = run(capsys, ["execute", "--log", url, "--json"])
+    executed = [json.loads(line)["call"] for line in out.splitlines()]
+    assert executed.count(COUNTRY_CALL) == 1
+    assert ledger(capsys, url)[COUNTRY_CALL]["outcome"] == "completed"
+
+
+def test_a_confirmation_from_another_principal_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the principal the turn belongs to can confirm; the call keeps waiting."""
+    url = fed(tmp_path, capsys)
+    status, _, err = run(capsys, ["confirm", *call_options(url, principal="mallory")])
+    assert status == 1
+    assert "refused" in err or "principal" in err
+    assert ledger(capsys, url)[COUNTRY_CALL]["dispatch"] == "await_confirmation"
+
+
+def test_a_confirmation_for_other_arguments_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A digest that is not the call's arguments' (the person saw something else) is refused."""
+    url = fed(tmp_path, capsys)
+    other = ["--arguments-digest", "sha256:" + "0" * 64]
+    status, _, err = run(capsys, ["confirm", *call_options(url), *other])
+    assert status == 1, err
+    assert ledger(capsys, url)[COUNTRY_CALL]["dispatch"] == "await_confirmation"
+
+
+def test_a_denied_call_is_cancelled_and_never_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A denial cancels the call; executing afterwards does not run it."""
+    url = fed(tmp_path, capsys)
+    status, out, err = run(capsys, ["deny", *call_options(url), "--reason", "not now"])
+    assert status == 0, err
+    assert "is cancelled, it never runs" in out
+    row = ledger(capsys, url)[COUNTRY_CALL]
+    assert (row["state"], row["terminal_reason"]) == ("cancelled", "confirmation_denied")
+    _, out, _ = run(capsys, ["execute", "--log", url, "--json"])
+    assert COUNTRY_CALL not in out
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [("call_unknown", "has no call"), ("call_b51ijcpFkDiTQG1bQzsrmtW5", "not waiting")],
+    ids=["unknown call", "call needing no confirmation"],
+)
+def test_confirming_what_is_not_waiting_says_why(
+    call: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown call id, or a call that asks for no confirmation, is an error that says so."""
+    url = fed(tmp_path, capsys)
+    status, _, err = run(capsys, ["confirm", *call_options(url, call=call)])
+    assert status == 1
+    assert message in err
+
+
+def chat_completion(identity: str, call: str) -> str:
+    """A Chat Completions body of one completion with one call of get_country."""
+    opening = {"index": 0, "id": call, "function": {"name": "get_country", "arguments": "{}"}}
+    chunks = [
+        {"id": identity, "choices": [{"index": 0, "delta": {"tool_calls": [opening]}}]},
+        {"id": identity, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+
+
+def test_a_call_id_the_turn_reuses_needs_its_response(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Providers reuse call ids (``call_0`` in every response): the command refuses to guess,
+    names the responses to choose from, and acts on the one ``--response`` names."""
+    stream = tmp_path / "two.sse"
+    stream.write_text(
+        chat_completion("chatcmpl-a", "call_0") + chat_completion("chatcmpl-b", "call_0")
+    )
+    tools = tmp_path / "tools.json"
+    settings = {"strict": False, "confirm": True}
+    tools.write_text(
+        json.dumps([{"name": "get_country", "input_schema": LOOSE, "x-inert": settings}])
+    )
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    argv = ["feed", str(stream), "--provider", "openai-chat", "--tools", str(tools)]
+    assert run(capsys, [*argv, "--log", url])[0] == 0
+    status, _, err = run(capsys, ["deny", *call_options(url, call="call_0")])
+    assert status == 1
+    assert "2 calls of turn" in err
+    assert "chatcmpl-a, chatcmpl-b" in err
+    status, _, err = run(
+        capsys, ["deny", *call_options(url, call="call_0"), "--response", "chatcmpl-b"]
+    )
+    assert status == 0, err
+    _, out, _ = run(capsys, ["ledger", "--log", url, "--json"])
+    states = {row["response"]: row["state"] for row in map(json.loads, out.splitlines())}
+    assert states == {"chatcmpl-a": "validated", "chatcmpl-b": "cancelled"}
