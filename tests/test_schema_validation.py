@@ -208,3 +208,22 @@ def test_strictness_can_be_turned_off_per_tool() -> None:
     loose = ToolDeclaration(name="loose", parameters={"type": "object"}, strict=False)
     ToolRegistry([loose])
     assert loose.digest == ToolDeclaration(name="loose", parameters={"type": "object"}).digest
+
+
+async def test_a_tool_s_size_allowance_bounds_its_canonical_arguments() -> None:
+    """Arguments past the declaration's max_bytes fail too_large, named in bytes, not values."""
+    small = ToolDeclaration(name="note", parameters={"type": "object"}, strict=False, max_bytes=16)
+    assert await validate(small, b'{"a": "1"}') == (None, "")
+    failure, detail = await validate(small, b'{"text": "a secret far too long"}')
+    assert failure is FailReason.TOO_LARGE
+    assert detail == "32 canonical bytes, tool 'note' allows 16"
+
+
+def test_a_size_allowance_is_part_of_the_declaration_s_digest_only_when_set() -> None:
+    """Declarations without one keep their digest; a changed allowance is another declaration."""
+    plain = ToolDeclaration(name="note")
+    assert ToolDeclaration(name="note", max_bytes=None).digest == plain.digest
+    assert ToolDeclaration(name="note", max_bytes=16).digest != plain.digest
+    assert ToolDeclaration(name="note", max_bytes=16).digest != (
+        ToolDeclaration(name="note", max_bytes=17).digest
+    )

@@ -48,6 +48,14 @@ def test_gemini_function_declarations() -> None:
     assert dict(tools[1].parameters) == {}
 
 
+def test_x_inert_max_bytes_and_strict_are_read() -> None:
+    """A size allowance and strictness are inert's own settings of a declaration."""
+    [tool] = declarations_from_json(
+        [{"name": "note", "x-inert": {"max_bytes": 4096, "strict": False}}]
+    )
+    assert (tool.max_bytes, tool.strict) == (4096, False)
+
+
 def test_x_inert_confirm_makes_a_tool_need_confirmation() -> None:
     """inert's own setting under x-inert asks for the person's confirmation."""
     [tool] = declarations_from_json([{"name": "send_email", "x-inert": {"confirm": True}}])
@@ -65,6 +73,7 @@ def test_x_inert_confirm_makes_a_tool_need_confirmation() -> None:
         ([{"name": "a", "x-inert": {"confirm": "yes"}}], "confirm and strict are true or false"),
         ([{"name": "a", "x-inert": {"retries": 3}}], "unknown x-inert settings: retries"),
         ([{"functionDeclarations": {}}], "functionDeclarations is not a list"),
+        ([{"name": "a", "x-inert": {"max_bytes": "4k"}}], "max_bytes is a count"),
     ],
 )
 def test_a_bad_document_is_a_configuration_error(document: object, message: str) -> None:

@@ -38,6 +38,10 @@ class ToolDeclaration:
     parameters: Mapping[str, Any] = field(factory=dict, converter=_frozen_mapping)
     needs_confirmation: bool = False
     description: str = ""
+    max_bytes: int | None = field(
+        default=None, validator=validators.optional(validators.ge(2)), kw_only=True
+    )
+    """The size the tool allows its canonical arguments, below the runtime's own limit."""
     strict: bool = field(default=True, eq=False)
     """Refuse at registration a schema with an object that lets any other property through
     (no ``additionalProperties`` or ``unevaluatedProperties``, or ``true``); a choice about
@@ -46,12 +50,15 @@ class ToolDeclaration:
     @property
     def digest(self) -> str:
         """``sha256:`` and the hex digest of the canonical JSON of the declaration."""
-        document = {
+        document: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": dict(self.parameters),
             "needs_confirmation": self.needs_confirmation,
         }
+        if self.max_bytes is not None:
+            # Only when set, so that the digests of declarations without one stay what they were.
+            document["max_bytes"] = self.max_bytes
         try:
             canonical = canonical_json(document)
         except TypeError as error:
@@ -121,6 +128,13 @@ class ToolRegistry:
                 failure=FailReason.UNKNOWN_TOOL,
                 detail=f"the declaration of {request.tool.name!r} the turn offered"
                 f" ({request.tool.digest[:19]}...) is not registered",
+            )
+        size = len(request.arguments.canonical)
+        if declaration.max_bytes is not None and size > declaration.max_bytes:
+            return ValidationResult(
+                failure=FailReason.TOO_LARGE,
+                detail=f"{size} canonical bytes, tool {declaration.name!r} allows"
+                f" {declaration.max_bytes}",
             )
         problems = schema_problems(self._schemas[request.tool.digest], request.arguments)
         if problems:
@@ -249,7 +263,7 @@ def declarations_from_json(document: object) -> list[ToolDeclaration]:
     Gemini ``{"functionDeclarations": [...]}`` (each with ``name`` and ``parameters``). inert's
     own settings sit under ``x-inert``: ``{"confirm": true}`` makes a call of the tool wait for
     the person's confirmation; ``{"strict": false}`` accepts a schema that lets the model add
-    properties nobody declared.
+    properties nobody declared; ``{"max_bytes": 4096}`` bounds the tool's canonical arguments.
     """
     if not isinstance(document, list):
         raise ConfigurationError(
@@ -314,16 +328,20 @@ def _declaration(
     own = settings.get("x-inert", body.get("x-inert", {}))
     if not isinstance(own, Mapping):
         raise ConfigurationError(f"tool {name!r}: x-inert is not a JSON object")
-    unknown = sorted(set(own) - {"confirm", "strict"})
+    unknown = sorted(set(own) - {"confirm", "strict", "max_bytes"})
     if unknown:
         raise ConfigurationError(f"tool {name!r}: unknown x-inert settings: {', '.join(unknown)}")
     confirm, strict = own.get("confirm", False), own.get("strict", True)
     if not isinstance(confirm, bool) or not isinstance(strict, bool):
         raise ConfigurationError(f"tool {name!r}: x-inert confirm and strict are true or false")
+    max_bytes = own.get("max_bytes")
+    if max_bytes is not None and (type(max_bytes) is not int or max_bytes < 2):
+        raise ConfigurationError(f"tool {name!r}: x-inert max_bytes is a count of at least 2")
     return ToolDeclaration(
         name=name,
         parameters=parameters,
         needs_confirmation=confirm,
         description=description,
         strict=strict,
+        max_bytes=max_bytes,
     )
