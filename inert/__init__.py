@@ -19,8 +19,12 @@ from ._runtime import (
 from .actors import (
     DEFAULT_LIMITS,
     ArgumentLimits,
+    BusinessValidator,
     CallLimits,
+    CallUnderValidation,
+    FieldProblem,
     IllegalTransition,
+    PermissionPolicy,
     Phase,
     ReplayDivergence,
     ToolDeclaration,
@@ -38,6 +42,10 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [  # noqa: PLE0604
     *_events.__all__,
+    "PermissionPolicy",
+    "FieldProblem",
+    "CallUnderValidation",
+    "BusinessValidator",
     "DEFAULT_LIMITS",
     "ArgumentLimits",
     "CallLimits",

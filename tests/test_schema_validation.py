@@ -12,8 +12,10 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
+    CallUnderValidation,
     ConfigurationError,
     FailReason,
+    FieldProblem,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -226,4 +228,89 @@ def test_a_size_allowance_is_part_of_the_declaration_s_digest_only_when_set() ->
     assert ToolDeclaration(name="note", max_bytes=16).digest != plain.digest
     assert ToolDeclaration(name="note", max_bytes=16).digest != (
         ToolDeclaration(name="note", max_bytes=17).digest
+    )
+
+
+# --- business validators and permission policies ----------------------------------------------
+
+
+class Recorder:
+    """A validator and a policy that note what they were shown."""
+
+    def __init__(self, *, allow: bool = True, problems: list[FieldProblem] | None = None) -> None:
+        self.allow = allow
+        self.problems = problems or []
+        self.seen: list[CallUnderValidation] = []
+
+    async def validator(self, call: CallUnderValidation) -> None:
+        self.seen.append(call)
+        if len(self.problems) == 1:
+            raise self.problems[0]
+        if self.problems:
+            raise ExceptionGroup("business rules", self.problems)
+
+    async def policy(self, call: CallUnderValidation) -> bool:
+        self.seen.append(call)
+        return self.allow
+
+
+def hooked(recorder: Recorder) -> ToolDeclaration:
+    return ToolDeclaration(
+        name="transfer",
+        parameters={"type": "object"},
+        strict=False,
+        validator=recorder.validator,
+        policy=recorder.policy,
+    )
+
+
+async def test_the_validator_and_the_policy_see_the_turn_s_tenant_and_principal_once() -> None:
+    """Each is called once, with the key's tenant and the turn's principal, and the arguments
+    read-only; a call they let through is accepted."""
+    recorder = Recorder()
+    assert await validate(hooked(recorder), b'{"amount": 5, "principal": "root"}') == (None, "")
+    assert [(call.tenant, call.principal, call.tool) for call in recorder.seen] == [
+        ("acme", "user:alice", "transfer")
+    ] * 2
+    assert recorder.seen[0].arguments["amount"] == 5
+    with pytest.raises(TypeError):
+        recorder.seen[0].arguments["amount"] = 6  # type: ignore[index]
+
+
+async def test_business_problems_are_recorded_by_path_and_kind() -> None:
+    """A group of FieldProblems fails business_invalid, one ``path kind`` per problem."""
+    recorder = Recorder(
+        problems=[FieldProblem("/amount", "over_limit"), FieldProblem("/to", "blocked_account")]
+    )
+    failure, detail = await validate(hooked(recorder), b'{"amount": 5000, "to": "x"}')
+    assert (failure, detail) == (
+        FailReason.BUSINESS_INVALID,
+        "/amount over_limit; /to blocked_account",
+    )
+    single = Recorder(problems=[FieldProblem("/amount", "over_limit")])
+    assert await validate(hooked(single), b'{"amount": 5000}') == (
+        FailReason.BUSINESS_INVALID,
+        "/amount over_limit",
+    )
+
+
+async def test_a_policy_that_refuses_denies_permission() -> None:
+    """A policy answering anything but True fails the call permission_denied."""
+    failure, detail = await validate(hooked(Recorder(allow=False)), b"{}")
+    assert (failure, detail) == (
+        FailReason.PERMISSION_DENIED,
+        "user:alice may not run 'transfer'",
+    )
+
+
+async def test_a_validator_that_breaks_is_an_error_named_by_its_type_only() -> None:
+    """An unexpected exception is validator_error, naming its type, never its message."""
+
+    async def broken(call: CallUnderValidation) -> None:
+        raise KeyError(f"secret {call.arguments}")
+
+    declaration = ToolDeclaration(name="t", validator=broken)
+    assert await validate(declaration, b'{"a": "secret"}') == (
+        FailReason.VALIDATOR_ERROR,
+        "KeyError",
     )

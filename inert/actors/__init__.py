@@ -40,7 +40,16 @@ from ._fold import (
     Work,
 )
 from ._router import CallRouter, Validator
-from ._tools import Check, ToolDeclaration, ToolRegistry, declarations_from_json
+from ._tools import (
+    BusinessValidator,
+    CallUnderValidation,
+    Check,
+    FieldProblem,
+    PermissionPolicy,
+    ToolDeclaration,
+    ToolRegistry,
+    declarations_from_json,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -49,16 +58,20 @@ __all__ = [
     "AppendDecisions",
     "ArgumentLimits",
     "ArgumentProblem",
+    "BusinessValidator",
     "CallContext",
     "CallFold",
     "CallLimits",
     "CallRecord",
     "CallRouter",
     "CallState",
+    "CallUnderValidation",
     "Check",
+    "FieldProblem",
     "IllegalTransition",
     "Input",
     "ParsedArguments",
+    "PermissionPolicy",
     "Phase",
     "RejectedArguments",
     "ReplayDivergence",

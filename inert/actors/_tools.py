@@ -21,13 +21,46 @@ from typing import Any
 import jsonschema_rs
 from attrs import field, frozen, validators
 
-from ..events import ConfigurationError, FailReason, OfferedTool
+from ..events import CallKey, ConfigurationError, FailReason, OfferedTool
 from ._arguments import ParsedArguments, canonical_json
 from ._decider import ValidationRequested, ValidationResult
 
 
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(value or {}))
+
+
+class FieldProblem(ValueError):
+    """One problem a business validator found: where (a JSON pointer) and what kind, no value.
+
+    A validator raises one, or an ``ExceptionGroup`` of them, one per problem; only the paths
+    and kinds are recorded.
+    """
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(f"{path} {kind}")
+        self.path = path
+        self.kind = kind
+
+
+@frozen(kw_only=True)
+class CallUnderValidation:
+    """What a business validator or permission policy is shown of a call: the turn's own
+    tenant and principal (never identities from model output), the tool, the parsed arguments
+    (read-only)."""
+
+    key: CallKey
+    tenant: str
+    principal: str
+    tool: str
+    arguments: Mapping[str, Any]
+
+
+BusinessValidator = Callable[[CallUnderValidation], Awaitable[None]]
+"""Raises ``FieldProblem`` (or a group of them) for arguments the business does not take."""
+
+PermissionPolicy = Callable[[CallUnderValidation], Awaitable[bool]]
+"""Says whether the turn's principal may run this call."""
 
 
 @frozen(kw_only=True)
@@ -42,6 +75,10 @@ class ToolDeclaration:
         default=None, validator=validators.optional(validators.ge(2)), kw_only=True
     )
     """The size the tool allows its canonical arguments, below the runtime's own limit."""
+    validator: BusinessValidator | None = field(default=None, eq=False)
+    """Checks the arguments once per call after the schema; code, so not part of the digest."""
+    policy: PermissionPolicy | None = field(default=None, eq=False)
+    """Decides once per call whether the principal may run it; code, not part of the digest."""
     strict: bool = field(default=True, eq=False)
     """Refuse at registration a schema with an object that lets any other property through
     (no ``additionalProperties`` or ``unevaluatedProperties``, or ``true``); a choice about
@@ -139,12 +176,86 @@ class ToolRegistry:
         problems = schema_problems(self._schemas[request.tool.digest], request.arguments)
         if problems:
             return ValidationResult(failure=FailReason.SCHEMA_INVALID, detail=problems)
+        refused = await _business_and_permission(declaration, request)
+        if refused is not None:
+            return refused
         if self._check is None:
             return ValidationResult(needs_confirmation=declaration.needs_confirmation)
         result = await self._check(request)
         if result.accepted and declaration.needs_confirmation:
             return ValidationResult(needs_confirmation=True, detail=result.detail)
         return result
+
+
+async def _business_and_permission(
+    declaration: ToolDeclaration, request: ValidationRequested
+) -> ValidationResult | None:
+    """The declaration's business validator, then its permission policy, each once; None when
+    both let the call through."""
+    if declaration.validator is None and declaration.policy is None:
+        return None
+    call = CallUnderValidation(
+        key=request.key,
+        tenant=request.key.tenant,
+        principal=request.principal,
+        tool=declaration.name,
+        arguments=request.arguments.value,
+    )
+    if declaration.validator is not None:
+        try:
+            await declaration.validator(call)
+        except FieldProblem as problem:
+            return _business_invalid([problem])
+        except ExceptionGroup as group:
+            leaves = _problems(group)
+            if leaves is None:
+                return _validator_error(group)
+            return _business_invalid(leaves)
+        except Exception as error:
+            return _validator_error(error)
+    if declaration.policy is not None:
+        try:
+            allowed = await declaration.policy(call)
+        except Exception as error:
+            return _validator_error(error)
+        if allowed is not True:
+            return ValidationResult(
+                failure=FailReason.PERMISSION_DENIED,
+                detail=f"{request.principal} may not run {declaration.name!r}",
+            )
+    return None
+
+
+def _problems(group: BaseExceptionGroup[Exception]) -> list[FieldProblem] | None:
+    found: list[FieldProblem] = []
+    for error in group.exceptions:
+        if isinstance(error, FieldProblem):
+            found.append(error)
+        elif isinstance(error, BaseExceptionGroup):
+            inner = _problems(error)
+            if inner is None:
+                return None
+            found += inner
+        else:
+            return None
+    return found
+
+
+def _business_invalid(problems: list[FieldProblem]) -> ValidationResult:
+    detail = _listed([f"{problem.path} {problem.kind}" for problem in problems])
+    return ValidationResult(failure=FailReason.BUSINESS_INVALID, detail=detail)
+
+
+def _listed(problems: list[str]) -> str:
+    """The first problems, and how many more there were."""
+    shown = "; ".join(problems[:MAX_REPORTED_PROBLEMS])
+    more = len(problems) - MAX_REPORTED_PROBLEMS
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def _validator_error(error: BaseException) -> ValidationResult:
+    # Only the exception's type: its message may quote the arguments.
+    return ValidationResult(failure=FailReason.VALIDATOR_ERROR, detail=type(error).__name__)
 
 
 MAX_REPORTED_PROBLEMS = 8
@@ -234,11 +345,7 @@ def schema_problems(schema: jsonschema_rs.Validator | None, arguments: ParsedArg
     for error in schema.iter_errors(json.loads(arguments.canonical)):
         path = "/" + "/".join(str(step) for step in error.instance_path)
         found.append(f"{path} {_snake(type(error.kind).__name__)}")
-    if not found:
-        return ""
-    shown = "; ".join(found[:MAX_REPORTED_PROBLEMS])
-    more = len(found) - MAX_REPORTED_PROBLEMS
-    return f"{shown}; and {more} more" if more > 0 else shown
+    return _listed(found)
 
 
 def _snake(name: str) -> str:
