@@ -30,6 +30,7 @@ from .actors import (
     ToolDeclaration,
     ValidationRequested,
     ValidationResult,
+    declaration_from_function,
     declarations_from_json,
 )
 from .events import *  # noqa: F403
@@ -67,6 +68,7 @@ __all__ = [  # noqa: PLE0604
     "ValidationRequested",
     "ValidationResult",
     "__version__",
+    "declaration_from_function",
     "declarations_from_json",
     "open_runtime",
     "trio_clock",

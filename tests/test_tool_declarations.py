@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
+from typing import Any, Literal
+
 import pytest
 
-from inert import ConfigurationError, ToolDeclaration, declarations_from_json
+from inert import (
+    ConfigurationError,
+    ToolDeclaration,
+    declaration_from_function,
+    declarations_from_json,
+)
+from inert.actors import ToolRegistry
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 
@@ -80,3 +90,78 @@ def test_a_bad_document_is_a_configuration_error(document: object, message: str)
     """A document that is not a list of declarations is refused with what is wrong."""
     with pytest.raises(ConfigurationError, match=message):
         declarations_from_json(document)
+
+
+class Unit(enum.Enum):
+    CELSIUS = "celsius"
+    FAHRENHEIT = "fahrenheit"
+
+
+async def get_weather(
+    city: str,
+    *,
+    unit: Unit = Unit.CELSIUS,
+    days: int | None = None,
+    hours: list[int] | None = None,
+    labels: dict[str, str] | None = None,
+    mode: Literal["fast", "exact"] = "fast",
+    alerts: bool = False,
+    ratio: float = 1.0,
+) -> None:
+    """The weather in a city.
+
+    Only the first paragraph describes the tool.
+    """
+
+
+def test_a_declaration_from_a_function_s_signature() -> None:
+    """Each parameter is a property of its type, required without a default, nothing else
+    allowed, described by the docstring's first paragraph; strict schemas register."""
+    tool = declaration_from_function(get_weather, needs_confirmation=True)
+    assert (tool.name, tool.description, tool.needs_confirmation) == (
+        "get_weather",
+        "The weather in a city.",
+        True,
+    )
+    assert dict(tool.parameters) == {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+            "days": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "hours": {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]},
+            "labels": {
+                "anyOf": [
+                    {"type": "object", "additionalProperties": {"type": "string"}},
+                    {"type": "null"},
+                ]
+            },
+            "mode": {"enum": ["fast", "exact"]},
+            "alerts": {"type": "boolean"},
+            "ratio": {"type": "number"},
+        },
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    ToolRegistry([tool])
+
+
+def _untyped(city, *rest: str) -> None:  # type: ignore[no-untyped-def]
+    """Not a tool."""
+
+
+def _unsupported(when: set[str]) -> None:
+    """Not a tool either."""
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [(_untyped, "has no annotation"), (_unsupported, "has no JSON Schema inert derives")],
+    ids=["missing annotation", "unsupported type"],
+)
+def test_a_signature_without_a_schema_is_a_configuration_error(
+    function: Callable[..., Any], message: str
+) -> None:
+    """A parameter without an annotation, or of a type with no JSON Schema, is refused."""
+    with pytest.raises(ConfigurationError, match=message):
+        declaration_from_function(function)

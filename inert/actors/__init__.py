@@ -48,6 +48,7 @@ from ._tools import (
     PermissionPolicy,
     ToolDeclaration,
     ToolRegistry,
+    declaration_from_function,
     declarations_from_json,
 )
 
@@ -89,6 +90,7 @@ __all__ = [
     "Work",
     "canonical_json",
     "decide",
+    "declaration_from_function",
     "declarations_from_json",
     "evolve",
     "initial_state",

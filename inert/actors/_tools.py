@@ -12,8 +12,12 @@ Schema kept as data, and whether a call of it needs the person's confirmation.
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import inspect
 import json
+import types
+import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -358,6 +362,76 @@ def _thawed(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_thawed(inner) for inner in value]
     return value
+
+
+def declaration_from_function(
+    function: Callable[..., Any],
+    *,
+    name: str | None = None,
+    needs_confirmation: bool = False,
+    max_bytes: int | None = None,
+) -> ToolDeclaration:
+    """A declaration whose schema is the function's signature: each parameter a property of its
+    annotated type (``str``, ``int``, ``float``, ``bool``, ``None``, ``Literal``, an ``Enum``,
+    ``list[T]``, ``dict[str, T]``, unions of these), required unless it has a default, no other
+    property allowed; the description is the docstring's first paragraph."""
+    tool = name or function.__name__
+    try:
+        hints = typing.get_type_hints(function)
+    except (NameError, TypeError) as error:
+        raise ConfigurationError(
+            f"tool {tool!r}: its annotations cannot be read: {error}"
+        ) from None
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"tool {tool!r}: *{parameter.name} cannot be a property of the arguments"
+            )
+        if parameter.name not in hints:
+            raise ConfigurationError(
+                f"tool {tool!r}: parameter {parameter.name!r} has no annotation"
+            )
+        properties[parameter.name] = _schema_of(hints[parameter.name], f"{tool}.{parameter.name}")
+        if parameter.default is parameter.empty:
+            required.append(parameter.name)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    description = inspect.getdoc(function) or ""
+    return ToolDeclaration(
+        name=tool,
+        parameters=schema,
+        needs_confirmation=needs_confirmation,
+        description=description.split("\n\n")[0].replace("\n", " "),
+        max_bytes=max_bytes,
+    )
+
+
+_PLAIN_TYPES: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _schema_of(annotation: Any, where: str) -> dict[str, Any]:
+    if annotation is type(None) or annotation is None:
+        return {"type": "null"}
+    if annotation in _PLAIN_TYPES:
+        return {"type": _PLAIN_TYPES[annotation]}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return {"enum": [member.value for member in annotation]}
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return {"enum": list(arguments)}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_schema_of(argument, where) for argument in arguments]}
+    if origin is list and len(arguments) == 1:
+        return {"type": "array", "items": _schema_of(arguments[0], where)}
+    if origin is dict and len(arguments) == 2 and arguments[0] is str:
+        return {"type": "object", "additionalProperties": _schema_of(arguments[1], where)}
+    raise ConfigurationError(f"{where}: {annotation!r} has no JSON Schema inert derives")
 
 
 def declarations_from_json(document: object) -> list[ToolDeclaration]:
