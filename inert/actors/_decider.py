@@ -162,7 +162,7 @@ class CallLimits:
     """Bounds on one call and on the calls alive at once (the design's defaults, configurable)."""
 
     arguments: ArgumentLimits = field(factory=ArgumentLimits)
-    max_fragments: int = field(default=256 * 1024, validator=validators.ge(1))
+    max_fragments: int = field(default=10_000, validator=validators.ge(1))
     idle_timeout: timedelta = timedelta(seconds=60)
     confirmation_lifetime: timedelta = timedelta(minutes=10)
     max_live_per_turn: int = field(default=64, validator=validators.ge(1))
