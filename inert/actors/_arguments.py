@@ -15,7 +15,8 @@ stable problem code and checked in this order:
 - ``NaN``, ``Infinity`` and numbers that overflow a double (``1e400``) are
   ``non_finite_number``; numbers beyond +-(2**53 - 1), written as integers or not, are
   ``number_too_large`` (the range where every integer is exact in a double);
-- a lone surrogate is ``invalid_unicode``; a NUL character is ``nul_character``;
+- a lone surrogate or a Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF: I-JSON forbids
+  them) is ``invalid_unicode``; a NUL character is ``nul_character``;
 - a string longer than ``max_string_length`` characters is ``string_too_long``, an object with
   more than ``max_object_keys`` names is ``too_many_keys``;
 - a top-level value that is not an object is ``not_an_object``.
@@ -33,6 +34,7 @@ import enum
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -155,6 +157,15 @@ def _int(text: str) -> int:
     return value
 
 
+_NONCHARACTER = re.compile(
+    "[\ufdd0-\ufdef"
+    + "".join(
+        f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17)
+    )
+    + "]"
+)
+
+
 def _check_string(text: str, path: str, limits: ArgumentLimits) -> None:
     if len(text) > limits.max_string_length:
         raise _Refused(
@@ -168,6 +179,8 @@ def _check_string(text: str, path: str, limits: ArgumentLimits) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise _Refused(ArgumentProblem.INVALID_UNICODE, path, "lone surrogate") from None
+    if _NONCHARACTER.search(text):
+        raise _Refused(ArgumentProblem.INVALID_UNICODE, path, "noncharacter")
 
 
 def _freeze(value: Any, path: str, limits: ArgumentLimits) -> Any:
