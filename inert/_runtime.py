@@ -387,9 +387,10 @@ class Runtime:
         *,
         principal: str,
         arguments_digest: str,
-        expires_in: timedelta = timedelta(minutes=5),
+        expires_in: timedelta = timedelta(minutes=10),
     ) -> None:
-        """Confirm one call for its principal, for exactly the arguments with this digest."""
+        """Confirm one call for its principal, for exactly the arguments with this digest; the
+        confirmation is single use and expires after ``expires_in`` (10 minutes)."""
         await self._caught_up()
         state = self._fold.state(key)
         tool_digest = state.tool_digest if state is not None else ""
