@@ -24,12 +24,11 @@ Rules this adapter keeps:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
-from ._sse import ServerSentEvent, SSEDecoder
-from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
+from ._json_stream import JSONEventStream, ProtocolBreak
+from ._tracker import JSONObject, ResponseCalls, event_digest
 
 _STOP_REASONS = {
     "end_turn": ResponseEndReason.COMPLETED,
@@ -43,61 +42,26 @@ _STOP_REASONS = {
 _SERVER_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 
 
-class _ProtocolBreak(Exception):
-    """An event that does not have the shape the protocol gives it."""
-
-
-class AnthropicAdapter:
+class AnthropicAdapter(JSONEventStream):
     """One Anthropic Messages stream of one turn."""
 
     def __init__(self, turn: TurnRef) -> None:
+        super().__init__()
         self.turn = turn
-        self._decoder = SSEDecoder()
         self._message: ResponseCalls | None = None
         self._stop_reason: str | None = None
         self._started: set[str] = set()
-        self._closed = False
 
-    def feed(self, chunk: bytes | str) -> list[Event]:
-        """Raw SSE body, split anywhere."""
-        return self._events(self._decoder.feed(chunk))
-
-    def feed_event(self, event: object) -> list[Event]:
-        """One decoded event: its JSON object, or an ``anthropic`` SDK event."""
-        if self._closed:
-            raise ValueError("the stream was closed")
-        return self._handle(as_object(event))
-
-    def close(self) -> list[Event]:
-        """The body ended: a message without ``message_stop`` is lost (no resume)."""
-        if self._closed:
-            return []
-        events = self._events(self._decoder.close())
-        self._closed = True
+    def _unfinished(self) -> list[Event]:
+        """A message without ``message_stop`` is lost (no resume)."""
         if self._message is not None and not self._message.ended:
-            events += self._message.lost(resumable=False)
-        return events
-
-    def _events(self, sent: list[ServerSentEvent]) -> list[Event]:
-        events: list[Event] = []
-        for message in sent:
-            try:
-                payload = json.loads(message.data)
-            except json.JSONDecodeError:
-                if not message.complete:
-                    continue  # cut off with the connection: close() reports the message lost
-                events += self._violate("an event whose data is not JSON")
-                continue
-            if not isinstance(payload, dict):
-                events += self._violate("an event whose data is not a JSON object")
-                continue
-            events += self._handle(payload)
-        return events
+            return self._message.lost(resumable=False)
+        return []
 
     def _handle(self, event: JSONObject) -> list[Event]:
         try:
             return self._dispatch(event)
-        except _ProtocolBreak as problem:
+        except ProtocolBreak as problem:
             return self._violate(str(problem))
 
     def _dispatch(self, event: JSONObject) -> list[Event]:
@@ -105,14 +69,14 @@ class AnthropicAdapter:
         if kind == "message_start":
             return self._message_start(event)
         if kind is None:
-            raise _ProtocolBreak("an event without a type")
+            raise ProtocolBreak("an event without a type")
         if kind == "ping":
             return []
         if kind == "error":
             return self._error(event)
         message = self._message
         if message is None or message.ended:
-            raise _ProtocolBreak(f"{kind} outside a message")
+            raise ProtocolBreak(f"{kind} outside a message")
         if kind == "content_block_start":
             return self._block_start(message, event)
         if kind == "content_block_delta":
@@ -120,13 +84,13 @@ class AnthropicAdapter:
         if kind == "content_block_stop":
             slot = _index(event)
             if slot not in self._started:
-                raise _ProtocolBreak(f"content_block_stop for block {slot}, never started")
+                raise ProtocolBreak(f"content_block_stop for block {slot}, never started")
             self._started.discard(slot)
             return message.end(slot) if message.is_open(slot) else []
         if kind == "message_delta":
             delta = event.get("delta")
             if not isinstance(delta, dict):
-                raise _ProtocolBreak("message_delta without a delta object")
+                raise ProtocolBreak("message_delta without a delta object")
             reason = delta.get("stop_reason")
             if reason is not None:
                 self._stop_reason = str(reason)
@@ -139,7 +103,7 @@ class AnthropicAdapter:
         body = event.get("message")
         identity = body.get("id") if isinstance(body, dict) else None
         if not isinstance(identity, str) or not identity:
-            raise _ProtocolBreak("message_start without a message id")
+            raise ProtocolBreak("message_start without a message id")
         events: list[Event] = []
         if self._message is not None and not self._message.ended:
             events += self._message.violate(
@@ -149,7 +113,7 @@ class AnthropicAdapter:
             self._message = ResponseCalls(self.turn, identity)
         except ValueError:
             self._message = None
-            raise _ProtocolBreak("a message id that cannot name a response") from None
+            raise ProtocolBreak("a message id that cannot name a response") from None
         self._stop_reason = None
         self._started = set()
         return events
@@ -158,15 +122,15 @@ class AnthropicAdapter:
         slot = _index(event)
         block = event.get("content_block")
         if not isinstance(block, dict):
-            raise _ProtocolBreak(f"content_block_start of block {slot} without a block")
+            raise ProtocolBreak(f"content_block_start of block {slot} without a block")
         if slot in self._started:
-            raise _ProtocolBreak(f"block {slot} started again while open")
+            raise ProtocolBreak(f"block {slot} started again while open")
         self._started.add(slot)
         kind = block.get("type")
         if kind == "tool_use" or kind in _SERVER_BLOCKS:
             call, name = block.get("id"), block.get("name")
             if not isinstance(call, str) or not call or not isinstance(name, str) or not name:
-                raise _ProtocolBreak(f"{kind} block {slot} without an id and a name")
+                raise ProtocolBreak(f"{kind} block {slot} without an id and a name")
             if kind == "tool_use":
                 return message.open(slot, call=call, tool=name)
             return message.server_tool(slot, call=call, tool=name)
@@ -178,22 +142,22 @@ class AnthropicAdapter:
     def _block_delta(self, message: ResponseCalls, event: JSONObject) -> list[Event]:
         slot = _index(event)
         if slot not in self._started:
-            raise _ProtocolBreak(f"content_block_delta for block {slot}, never started")
+            raise ProtocolBreak(f"content_block_delta for block {slot}, never started")
         delta = event.get("delta")
         if not isinstance(delta, dict):
-            raise _ProtocolBreak(f"content_block_delta of block {slot} without a delta")
+            raise ProtocolBreak(f"content_block_delta of block {slot} without a delta")
         kind = delta.get("type")
         if kind == "input_json_delta":
             piece = delta.get("partial_json")
             if not isinstance(piece, str):
-                raise _ProtocolBreak(f"input_json_delta of block {slot} without partial_json")
+                raise ProtocolBreak(f"input_json_delta of block {slot} without partial_json")
             if message.knows(slot):
                 return message.append(slot, piece.encode("utf-8", "surrogatepass"))
-            raise _ProtocolBreak(f"input_json_delta for block {slot}, which is not a tool")
+            raise ProtocolBreak(f"input_json_delta for block {slot}, which is not a tool")
         if kind == "text_delta":
             text = delta.get("text")
             if not isinstance(text, str):
-                raise _ProtocolBreak(f"text_delta of block {slot} without text")
+                raise ProtocolBreak(f"text_delta of block {slot} without text")
             return message.text(len(text))
         return []
 
@@ -226,5 +190,5 @@ class AnthropicAdapter:
 def _index(event: JSONObject) -> str:
     index: Any = event.get("index")
     if type(index) is not int or index < 0:
-        raise _ProtocolBreak(f"{event.get('type')} without a block index")
+        raise ProtocolBreak(f"{event.get('type')} without a block index")
     return str(index)

@@ -40,8 +40,8 @@ import re
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
-from ._sse import ServerSentEvent, SSEDecoder
-from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
+from ._json_stream import JSONEventStream, ProtocolBreak
+from ._tracker import JSONObject, ResponseCalls, event_digest
 
 _FILTERED = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
@@ -52,39 +52,35 @@ _PATH_STEP = re.compile(
 DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20
 
 
-class _ProtocolBreak(Exception):
-    """A chunk or a part that does not have the shape the protocol gives it."""
-
-
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for key, value in pairs:
         if key in found:
-            raise _ProtocolBreak("a chunk whose JSON repeats a key")
+            raise ProtocolBreak("a chunk whose JSON repeats a key")
         found[key] = value
     return found
 
 
 def _no_constants(name: str) -> Any:
-    raise _ProtocolBreak(f"a chunk whose JSON holds {name}")
+    raise ProtocolBreak(f"a chunk whose JSON holds {name}")
 
 
 def _path(path: object) -> list[str | int]:
     if not isinstance(path, str) or not path.startswith("$"):
-        raise _ProtocolBreak("a partial argument without a JSON path")
+        raise ProtocolBreak("a partial argument without a JSON path")
     steps: list[str | int] = []
     position = 1
     while position < len(path):
         match = _PATH_STEP.match(path, position)
         if match is None:
-            raise _ProtocolBreak("a partial argument whose JSON path is not a plain path")
+            raise ProtocolBreak("a partial argument whose JSON path is not a plain path")
         if match["index"] is not None:
             steps.append(int(match["index"]))
         else:
             steps.append(match["name"] if match["name"] is not None else match["key"])
         position = match.end()
     if not steps:
-        raise _ProtocolBreak("a partial argument that replaces the whole arguments")
+        raise ProtocolBreak("a partial argument that replaces the whole arguments")
     return steps
 
 
@@ -100,24 +96,24 @@ class _PartialCall:
 
     def add(self, partial: object) -> None:
         if not isinstance(partial, dict):
-            raise _ProtocolBreak("a partial argument that is not an object")
+            raise ProtocolBreak("a partial argument that is not an object")
         steps = _path(partial.get("jsonPath"))
         values = [key for key in ("stringValue", "numberValue", "boolValue") if key in partial]
         if "nullValue" in partial:
             values.append("nullValue")
         if len(values) != 1:
-            raise _ProtocolBreak("a partial argument without exactly one value")
+            raise ProtocolBreak("a partial argument without exactly one value")
         kind = values[0]
         value: Any = None if kind == "nullValue" else partial[kind]
         if kind == "stringValue" and not isinstance(value, str):
-            raise _ProtocolBreak("a string partial argument that is not a string")
+            raise ProtocolBreak("a string partial argument that is not a string")
         if kind == "numberValue" and (type(value) not in (int, float) or not math.isfinite(value)):
-            raise _ProtocolBreak("a number partial argument that is not a finite number")
+            raise ProtocolBreak("a number partial argument that is not a finite number")
         if kind == "boolValue" and not isinstance(value, bool):
-            raise _ProtocolBreak("a boolean partial argument that is not true or false")
+            raise ProtocolBreak("a boolean partial argument that is not true or false")
         self.size += len(json.dumps(steps)) + len(json.dumps(value))
         if self.size > self.limit:
-            raise _ProtocolBreak(f"arguments larger than {self.limit} bytes while assembled")
+            raise ProtocolBreak(f"arguments larger than {self.limit} bytes while assembled")
         container: Any = self.arguments
         for step, following in zip(steps, [*steps[1:], None], strict=True):
             if following is None:
@@ -129,16 +125,16 @@ class _PartialCall:
     def _child(self, container: Any, step: str | int, empty: Any) -> Any:
         if isinstance(step, int):
             if not isinstance(container, list) or step > len(container):
-                raise _ProtocolBreak("a partial argument whose path skips or contradicts")
+                raise ProtocolBreak("a partial argument whose path skips or contradicts")
             if step == len(container):
                 container.append(empty)
             child = container[step]
         else:
             if not isinstance(container, dict):
-                raise _ProtocolBreak("a partial argument whose path contradicts the arguments")
+                raise ProtocolBreak("a partial argument whose path contradicts the arguments")
             child = container.setdefault(step, empty)
         if type(child) is not type(empty):
-            raise _ProtocolBreak("a partial argument whose path contradicts the arguments")
+            raise ProtocolBreak("a partial argument whose path contradicts the arguments")
         return child
 
     def _set(
@@ -147,18 +143,18 @@ class _PartialCall:
         continued = text and self.continuing == path
         if isinstance(step, int):
             if not isinstance(container, list) or step > len(container):
-                raise _ProtocolBreak("a partial argument whose path skips or contradicts")
+                raise ProtocolBreak("a partial argument whose path skips or contradicts")
             if step == len(container):
                 container.append(value)
                 return
             if not continued:
-                raise _ProtocolBreak("a partial argument that sets a value set before")
+                raise ProtocolBreak("a partial argument that sets a value set before")
             container[step] += value
             return
         if not isinstance(container, dict):
-            raise _ProtocolBreak("a partial argument whose path contradicts the arguments")
+            raise ProtocolBreak("a partial argument whose path contradicts the arguments")
         if step in container and not continued:
-            raise _ProtocolBreak("a partial argument that sets a value set before")
+            raise ProtocolBreak("a partial argument that sets a value set before")
         container[step] = container[step] + value if continued else value
 
     def encoded(self) -> bytes:
@@ -173,7 +169,7 @@ class _Candidate:
         self.finish: str | None = None
 
 
-class GeminiAdapter:
+class GeminiAdapter(JSONEventStream):
     """One ``streamGenerateContent`` stream of one turn (``response``: its name where the
     chunks carry no ``responseId``)."""
 
@@ -184,61 +180,28 @@ class GeminiAdapter:
         response: str | None = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> None:
+        super().__init__()
         self.turn = turn
         self.response = response
         self.max_argument_bytes = max_argument_bytes
-        self._decoder = SSEDecoder()
         self._calls: ResponseCalls | None = None
         self._candidates: dict[int, _Candidate] = {}
         self._partial: _PartialCall | None = None
-        self._closed = False
 
-    def feed(self, chunk: bytes | str) -> list[Event]:
-        """Raw SSE body (``alt=sse``), split anywhere."""
-        if self._closed:
-            raise ValueError("the stream was closed")
-        return self._events(self._decoder.feed(chunk))
-
-    def feed_event(self, event: object) -> list[Event]:
-        """One decoded ``GenerateContentResponse`` chunk."""
-        if self._closed:
-            raise ValueError("the stream was closed")
-        return self._handle(as_object(event))
-
-    def close(self) -> list[Event]:
-        """The body ended: a response without its finishReason is lost (no resume)."""
-        if self._closed:
-            return []
-        events = self._events(self._decoder.close())
-        self._closed = True
+    def _unfinished(self) -> list[Event]:
+        """A response without its finishReason is lost (no resume)."""
         if self._calls is not None and not self._calls.ended:
-            events += self._calls.lost(resumable=False)
-        return events
+            return self._calls.lost(resumable=False)
+        return []
 
-    def _events(self, sent: list[ServerSentEvent]) -> list[Event]:
-        events: list[Event] = []
-        for message in sent:
-            try:
-                payload = json.loads(
-                    message.data, object_pairs_hook=_no_duplicates, parse_constant=_no_constants
-                )
-            except json.JSONDecodeError:
-                if message.complete:
-                    events += self._violate("a chunk whose data is not JSON")
-                continue
-            except _ProtocolBreak as problem:
-                events += self._violate(str(problem))
-                continue
-            if not isinstance(payload, dict):
-                events += self._violate("a chunk that is not a JSON object")
-                continue
-            events += self._handle(payload)
-        return events
+    def _decode(self, data: str) -> object:
+        # Strictly: a repeated name or NaN in the provider's JSON is refused, not resolved.
+        return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
 
     def _handle(self, chunk: JSONObject) -> list[Event]:
         try:
             return self._chunk(chunk)
-        except _ProtocolBreak as problem:
+        except ProtocolBreak as problem:
             return self._violate(str(problem))
 
     def _chunk(self, chunk: JSONObject) -> list[Event]:
@@ -257,7 +220,7 @@ class GeminiAdapter:
             )
         candidates = chunk.get("candidates", [])
         if not isinstance(candidates, list):
-            raise _ProtocolBreak("a chunk whose candidates are not a list")
+            raise ProtocolBreak("a chunk whose candidates are not a list")
         for candidate in candidates:
             events += self._candidate(calls, candidate, chunk)
         return events
@@ -279,26 +242,26 @@ class GeminiAdapter:
             self._calls = ResponseCalls(self.turn, name)
         except ValueError:
             self._calls = None
-            raise _ProtocolBreak("a responseId that cannot name a response") from None
+            raise ProtocolBreak("a responseId that cannot name a response") from None
         self._candidates = {}
         self._partial = None
         return events
 
     def _candidate(self, calls: ResponseCalls, candidate: object, chunk: JSONObject) -> list[Event]:
         if not isinstance(candidate, dict):
-            raise _ProtocolBreak("a candidate that is not an object")
+            raise ProtocolBreak("a candidate that is not an object")
         index = candidate.get("index", 0)
         if type(index) is not int or index < 0:
-            raise _ProtocolBreak("a candidate whose index is not a count")
+            raise ProtocolBreak("a candidate whose index is not a count")
         state = self._candidates.setdefault(index, _Candidate())
         events: list[Event] = []
         content = candidate.get("content") or {}
         parts = content.get("parts") or [] if isinstance(content, dict) else None
         if not isinstance(parts, list):
-            raise _ProtocolBreak("a candidate whose parts are not a list")
+            raise ProtocolBreak("a candidate whose parts are not a list")
         for part in parts:
             if not isinstance(part, dict):
-                raise _ProtocolBreak("a part that is not an object")
+                raise ProtocolBreak("a part that is not an object")
             if "functionCall" in part:
                 events += self._function_call(calls, index, state, part["functionCall"])
             elif isinstance(part.get("text"), str) and not part.get("thought"):
@@ -315,12 +278,12 @@ class GeminiAdapter:
         self, calls: ResponseCalls, index: int, state: _Candidate, call: object
     ) -> list[Event]:
         if not isinstance(call, dict):
-            raise _ProtocolBreak("a functionCall that is not an object")
+            raise ProtocolBreak("a functionCall that is not an object")
         name, partials = call.get("name"), call.get("partialArgs")
         events: list[Event] = []
         if name is not None:
             if not isinstance(name, str) or not name:
-                raise _ProtocolBreak("a functionCall whose name is empty")
+                raise ProtocolBreak("a functionCall whose name is empty")
             events += self._finish_partial(calls)
             slot = f"{index}.{state.calls}"
             state.calls += 1
@@ -333,19 +296,19 @@ class GeminiAdapter:
                 return events
             arguments = call.get("args", {})
             if not isinstance(arguments, dict):
-                raise _ProtocolBreak(f"function call {slot} whose args are not an object")
+                raise ProtocolBreak(f"function call {slot} whose args are not an object")
             encoded = json.dumps(
                 arguments, separators=(",", ":"), ensure_ascii=False, allow_nan=False
             ).encode("utf-8", "surrogatepass")
             if len(encoded) > self.max_argument_bytes:
-                raise _ProtocolBreak(f"arguments larger than {self.max_argument_bytes} bytes")
+                raise ProtocolBreak(f"arguments larger than {self.max_argument_bytes} bytes")
             return events + calls.append(slot, encoded) + calls.end(slot)
         if partials is not None:
             partial = self._partial
             if partial is None:
-                raise _ProtocolBreak("partial arguments without an open call")
+                raise ProtocolBreak("partial arguments without an open call")
             if not isinstance(partials, list):
-                raise _ProtocolBreak("partialArgs that are not a list")
+                raise ProtocolBreak("partialArgs that are not a list")
             for value in partials:
                 partial.add(value)
             if call.get("willContinue") is not True:
