@@ -17,7 +17,7 @@ from typing import TypeVar, cast
 import attrs
 import pytest
 
-from inert.actors._arguments import ArgumentLimits
+from inert.actors._arguments import ArgumentLimits, ParsedArguments, parse_arguments
 from inert.actors._decider import (
     INPUT_TYPES,
     TABLE,
@@ -1194,6 +1194,25 @@ def test_rule_8_a_claim_of_a_call_awaiting_confirmation_is_rejected() -> None:
     assert call.state.awaiting_confirmation
     call.send(confirmation())
     assert one(call.send(claim("late")), CallDispatched).claim_id == "late"
+
+
+def parsed(data: bytes) -> ParsedArguments:
+    arguments = parse_arguments(data, ArgumentLimits())
+    assert isinstance(arguments, ParsedArguments)
+    return arguments
+
+
+def test_rule_8_a_claim_recomputes_the_digest_the_confirmation_named() -> None:
+    """At the claim, the digest of the arguments that would run is computed again: arguments
+    that are not the confirmed ones are never dispatched."""
+    call = Call()
+    awaiting(call)
+    call.send(confirmation())
+    assert call.state.arguments is not None
+    call.state = attrs.evolve(call.state, arguments=parsed(b'{"city": "Elsewhere"}'))
+    rejected = rejection(call.send(claim()))
+    assert rejected.reason is RejectReason.MISMATCHED_CONFIRMATION
+    assert call.state.phase is Phase.VALIDATED
 
 
 def test_rule_8_a_claim_after_the_confirmation_lifetime_cancels_the_call() -> None:

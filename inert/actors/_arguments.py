@@ -73,6 +73,11 @@ class ArgumentLimits:
     max_object_keys: int = field(default=1000, validator=validators.ge(0))
 
 
+def arguments_digest(canonical: bytes) -> str:
+    """The digest that names canonical arguments: ``sha256:`` and its hex."""
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
 @frozen(kw_only=True)
 class ParsedArguments:
     """Arguments that passed every rule: a deeply immutable value and its canonical form."""
@@ -253,7 +258,7 @@ def parse_arguments(
     return ParsedArguments(
         value=frozen_value,
         canonical=canonical,
-        digest="sha256:" + hashlib.sha256(canonical).hexdigest(),
+        digest=arguments_digest(canonical),
     )
 
 

@@ -45,8 +45,9 @@ Rules:
    turn's principal, for the tool digest and arguments digest of the call, before both its own
    expiry and the call's. Anything else is rejected and recorded. A denial from that principal
    cancels the call in any state before ``dispatched``.
-8. Claim. A claim dispatches only a validated, wanted call (confirmed where needed) and is
-   answered with ``dispatched`` or a rejection. The first claim wins; every later one is
+8. Claim. A claim dispatches only a validated, wanted call (confirmed where needed, the
+   digest of the arguments that would run computed again and equal to the one confirmed) and
+   is answered with ``dispatched`` or a rejection. The first claim wins; every later one is
    rejected.
 9. Deadlines. A call still collecting or waiting for its response is cancelled once the idle
    time has passed since its last ingress event (its opening, a fragment or its end event); a
@@ -111,6 +112,7 @@ from ._arguments import (
     ArgumentProblem,
     ParsedArguments,
     RejectedArguments,
+    arguments_digest,
     parse_arguments,
 )
 
@@ -886,6 +888,16 @@ def _claim(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
                 RejectReason.NOT_READY, "the call stopped waiting for confirmation"
             )
         return judge.reject(RejectReason.NOT_READY, "the call awaits confirmation")
+    if state.needs_confirmation and (
+        state.arguments is None
+        or arguments_digest(state.arguments.canonical) != state.arguments_digest
+    ):
+        # The confirmation bound a digest; what would run is recomputed from the validated
+        # arguments now, so that nothing but the arguments confirmed can be dispatched.
+        return judge.reject(
+            RejectReason.MISMATCHED_CONFIRMATION,
+            "the arguments to run are not the ones the confirmation named",
+        )
     return (
         CallDispatched(
             key=state.key, cause=judge.cause, claim_id=event.claim_id, executor=event.executor
