@@ -884,7 +884,7 @@ def test_digest_is_the_same_for_the_same_events() -> None:
     assert first.digest() == second.digest()
     assert first.digest().startswith("sha256:")
     assert len(first.digest()) == len("sha256:") + 64
-    assert first.digest() == state_digest(first.ledger, first.queue, first.status)
+    assert first.digest() == state_digest(first.ledger, first.queue, first.status, first.audit)
 
 
 def test_digest_differs_for_a_different_event() -> None:

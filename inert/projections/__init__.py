@@ -7,6 +7,7 @@ state with one digest.
 """
 
 from ..events import RecordedEvent
+from ._audit import CONTROL_TYPES, Audit, AuditEntry
 from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 from ._dispatch import DispatchQueue
 from ._ledger import Ledger, LedgerRow, Transition
@@ -14,34 +15,41 @@ from ._status import Status, StatusCue
 
 
 class Projections:
-    """One ledger, one dispatch queue and one status, fed the same records."""
+    """One ledger, one dispatch queue, one status and one audit, fed the same records."""
 
-    __slots__ = ("ledger", "queue", "status")
+    __slots__ = ("audit", "ledger", "queue", "status")
 
     def __init__(self) -> None:
         self.ledger = Ledger()
         self.queue = DispatchQueue()
         self.status = Status()
+        self.audit = Audit()
 
     @property
     def position(self) -> int:
         """The position of the last record applied (0 before any)."""
         # They are fed together; should one ever lag, resuming from the lowest loses nothing.
-        return min(self.ledger.position, self.queue.position, self.status.position)
+        return min(
+            self.ledger.position, self.queue.position, self.status.position, self.audit.position
+        )
 
     def apply(self, recorded: RecordedEvent) -> None:
-        """Fold one recorded event into all three projections."""
+        """Fold one recorded event into every projection."""
         self.ledger.apply(recorded)
         self.queue.apply(recorded)
         self.status.apply(recorded)
+        self.audit.apply(recorded)
 
     def digest(self) -> str:
-        """The state digest of the three projections together."""
-        return state_digest(self.ledger, self.queue, self.status)
+        """The state digest of the projections together."""
+        return state_digest(self.ledger, self.queue, self.status, self.audit)
 
 
 __all__ = [
+    "CONTROL_TYPES",
     "JSON",
+    "Audit",
+    "AuditEntry",
     "DispatchQueue",
     "Ledger",
     "LedgerRow",

@@ -23,6 +23,7 @@ from ..events import (
     CallKey,
     CallTerminalCandidate,
     CallValidated,
+    CancelReason,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
@@ -43,10 +44,16 @@ class StatusCue(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     CANCELLED = "cancelled: nothing was done"
+    STOPPED = "stopped by an operator: nothing was done; retry later or hand off"
     FAILED = "failed: nothing was done; retry or hand off"
     ACTION_FAILED = "the action reported an error"
     UNKNOWN = "interrupted: it may or may not have run; check before retrying"
 
+
+_BY_OPERATORS = frozenset(
+    {CancelReason.RESPONSE_QUARANTINED, CancelReason.TOOL_DISABLED, CancelReason.TENANT_STOPPED}
+)
+"""Cancellations an operator's control caused: the person is told so, and what to do."""
 
 # Cues after the call's end: no later decision may change them (a dispatched call must never
 # read "nothing was done").
@@ -57,6 +64,7 @@ _ENDED = frozenset(
         StatusCue.ACTION_FAILED,
         StatusCue.UNKNOWN,
         StatusCue.CANCELLED,
+        StatusCue.STOPPED,
         StatusCue.FAILED,
     }
 )
@@ -153,6 +161,8 @@ def _decided(
             return StatusCue.READY if current is StatusCue.NEEDS_CONFIRMATION else None
         case CallDispatched():
             return StatusCue.RUNNING
+        case CallCancelled(reason=reason) if reason in _BY_OPERATORS:
+            return StatusCue.STOPPED
         case CallCancelled():
             return StatusCue.CANCELLED
         case CallFailed():
