@@ -10,6 +10,7 @@ from . import events as _events
 from ._runtime import (
     Dispatch,
     Executor,
+    OperatorAuthorizer,
     PendingConfirmation,
     ReadyCall,
     Runtime,
@@ -53,6 +54,7 @@ __all__ = [  # noqa: PLE0604
     "Dispatch",
     "DispatchQueue",
     "Executor",
+    "OperatorAuthorizer",
     "IllegalTransition",
     "Ledger",
     "LedgerRow",

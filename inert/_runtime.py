@@ -60,12 +60,18 @@ from .events import (
     RecordedEvent,
     RefusedError,
     RequestRefused,
+    ResponseQuarantined,
     ResponseRef,
     StreamLost,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
     TraceContext,
     TurnCancelled,
     TurnRef,
     TurnStarted,
+    control_stream,
     new_event_id,
     open_log,
 )
@@ -126,6 +132,11 @@ class PendingConfirmation:
 FEED_VERSIONS_KEPT = 65_536
 """Response streams whose version a runtime remembers between feeds (the most recently fed);
 a stream fed after it was dropped costs one read of its version from the log."""
+
+
+OperatorAuthorizer = Callable[[str], bool]
+"""Whether an operator principal holds the operator role (the operators' own authentication is
+the embedding server's; this decides what an authenticated principal may do)."""
 
 
 class _FeedLock:
@@ -189,6 +200,7 @@ class Runtime:
         self._feed_versions: dict[str, int] = {}
         self._feed_locks: dict[str, _FeedLock] = {}
         self._reported: set[str] = set()
+        self.operators: OperatorAuthorizer = frozenset[str]().__contains__
         self._changed = trio.Event()
 
     # --- views ---
@@ -356,6 +368,52 @@ class Runtime:
         return positions
 
     # --- confirmation ---
+
+    # --- operator controls ---
+
+    async def quarantine_response(
+        self, response: str, *, operator: str, reason: str, tenant: str | None = None
+    ) -> int:
+        """Stop every call of a provider response not yet dispatched, now and whatever of it
+        arrives later (a reconnecting adapter included); its position in the log."""
+        event = ResponseQuarantined(
+            response=response, tenant=tenant, operator=operator, reason=reason
+        )
+        return await self._control(event, tenant)
+
+    async def disable_tool(
+        self, tool: str, *, operator: str, reason: str, tenant: str | None = None
+    ) -> int:
+        """Stop every call of a tool (everywhere, or for one tenant) until it is enabled."""
+        event = ToolDisabled(tool=tool, tenant=tenant, operator=operator, reason=reason)
+        return await self._control(event, tenant)
+
+    async def enable_tool(
+        self, tool: str, *, operator: str, reason: str, tenant: str | None = None
+    ) -> int:
+        """Let new calls of a tool run again; the calls the disabling ended stay ended."""
+        event = ToolEnabled(tool=tool, tenant=tenant, operator=operator, reason=reason)
+        return await self._control(event, tenant)
+
+    async def stop_tenant(self, tenant: str, *, operator: str, reason: str) -> int:
+        """Emergency stop: every call of the tenant not yet dispatched ends, inertly."""
+        event = TenantStopped(tenant=tenant, operator=operator, reason=reason)
+        return await self._control(event, tenant)
+
+    async def resume_tenant(self, tenant: str, *, operator: str, reason: str) -> int:
+        """Let the tenant's new turns run calls again; stopped calls stay ended."""
+        event = TenantResumed(tenant=tenant, operator=operator, reason=reason)
+        return await self._control(event, tenant)
+
+    async def _control(self, event: Event, tenant: str | None) -> int:
+        operator = getattr(event, "operator", "")
+        if not operator or not self.operators(operator):
+            raise RefusedError(f"{operator!r} is not an operator: controls need the operator role")
+        if not getattr(event, "reason", ""):
+            raise RefusedError("a control needs a reason, for the audit")
+        [position] = await self.log.append([NewEvent(stream=control_stream(tenant), event=event)])
+        await self._caught_up()
+        return position
 
     def turn_principal(self, turn: TurnRef) -> str | None:
         """The principal a started turn belongs to; None for a turn never started."""
@@ -602,23 +660,40 @@ async def open_runtime(
     limits: CallLimits = DEFAULT_LIMITS,
     validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
     inbox_size: int = DEFAULT_INBOX_SIZE,
+    operators: OperatorAuthorizer | Iterable[str] = (),
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
     ``check`` validates each call further once its declaration is known (business rules,
     permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay
-    never asks again. Everything is rebuilt from the log first; the runtime stops when the
-    block ends.
+    never asks again. ``operators`` says who holds the operator role: a function of the
+    operator principal, or the principals themselves (none by default: every control is
+    refused). Everything is rebuilt from the log first; the runtime stops when the block ends.
     """
     registry = ToolRegistry(tools, check=check)
+    authorizer = operators if callable(operators) else frozenset(operators).__contains__
     if isinstance(log, str):
         async with (
             open_log(log, clock=trio_clock()) as opened,
-            _run(opened, registry, limits, validation_timeout, inbox_size) as runtime,
+            _run(
+                opened,
+                registry,
+                limits,
+                validation_timeout=validation_timeout,
+                inbox_size=inbox_size,
+                operators=authorizer,
+            ) as runtime,
         ):
             yield runtime
     else:
-        async with _run(log, registry, limits, validation_timeout, inbox_size) as runtime:
+        async with _run(
+            log,
+            registry,
+            limits,
+            validation_timeout=validation_timeout,
+            inbox_size=inbox_size,
+            operators=authorizer,
+        ) as runtime:
             yield runtime
 
 
@@ -627,12 +702,15 @@ async def _run(
     log: Log,
     registry: ToolRegistry,
     limits: CallLimits,
+    *,
     validation_timeout: float,
     inbox_size: int,
+    operators: OperatorAuthorizer,
 ) -> AsyncIterator[Runtime]:
     runtime = Runtime(
         log, registry, limits, validation_timeout=validation_timeout, inbox_size=inbox_size
     )
+    runtime.operators = operators
     await runtime._router.catch_up()
     body_error: BaseException | None = None
     try:
