@@ -1,5 +1,5 @@
-"""The ``inert`` command: read a log's ledger, replay it, feed a provider stream into a turn,
-cancel a turn, confirm or deny a call, run ready calls, demo.
+"""The ``inert`` command: read a log's ledger and audit, replay it, feed a provider stream into a
+turn, cancel a turn, confirm or deny a call, give operator controls, run ready calls, demo.
 
 Nothing it prints carries an argument value: calls are shown by key, tool, counts, sizes,
 reasons and digests.
@@ -298,6 +298,90 @@ async def _cancel_turn(url: str, turn: TurnRef, *, principal: str, reason: str) 
     )
     for key in cancelled:
         print(f"  cancelled  {shown.show(key)}  {after[key].tool}")
+
+
+# --- operators ---------------------------------------------------------------------------------
+
+OPERATORS_VARIABLE = "INERT_OPERATORS"
+"""The environment variable naming the principals with the operator role, comma separated."""
+
+
+def _operators() -> frozenset[str]:
+    return frozenset(
+        name.strip() for name in os.environ.get(OPERATORS_VARIABLE, "").split(",") if name.strip()
+    )
+
+
+async def _control(
+    url: str, action: str, target: str, *, tenant: str | None, operator: str, reason: str
+) -> None:
+    operators = _operators()
+    if not operators:
+        raise RefusedError(
+            f"no operator is configured: {OPERATORS_VARIABLE} names the operator principals"
+        )
+    async with open_runtime(log=url, operators=operators) as runtime:
+        await runtime.settle()
+        match action:
+            case "quarantine-response":
+                position = await runtime.quarantine_response(
+                    target, tenant=tenant, operator=operator, reason=reason
+                )
+            case "disable-tool":
+                position = await runtime.disable_tool(
+                    target, tenant=tenant, operator=operator, reason=reason
+                )
+            case "enable-tool":
+                position = await runtime.enable_tool(
+                    target, tenant=tenant, operator=operator, reason=reason
+                )
+            case "stop-tenant":
+                position = await runtime.stop_tenant(target, operator=operator, reason=reason)
+            case _:
+                position = await runtime.resume_tenant(target, operator=operator, reason=reason)
+        await runtime.settle()
+        [entry] = [e for e in runtime.projections.audit.entries() if e.position == position]
+    ended = len(entry.ended)
+    print(
+        f"{action} {target} by {operator} at position {position}:"
+        f" {ended} {'call' if ended == 1 else 'calls'} ended"
+    )
+    for key in entry.ended:
+        print(f"  ended  {_Keys(entry.ended).show(key)}")
+
+
+async def _audit(url: str, *, as_json: bool) -> None:
+    projections = Projections()
+    await _fold_log(url, projections.apply)
+    entries = projections.audit.entries()
+    if as_json:
+        for entry in entries:
+            print(json.dumps(entry.to_json(), ensure_ascii=False))
+        return
+    if not entries:
+        print("(no controls)")
+        return
+    cells = [
+        [
+            f"@{entry.position}",
+            entry.recorded_at,
+            entry.control.removeprefix("operator."),
+            ", ".join(f"{name} {value}" for name, value in entry.scope.items() if value),
+            entry.operator,
+            entry.reason,
+            str(len(entry.ended)),
+        ]
+        for entry in entries
+    ]
+    header = ("", "recorded at", "control", "scope", "operator", "reason", "calls ended")
+    for line in _table(header, cells, {6}):
+        print(line)
+    for entry in entries:
+        ledger = projections.ledger
+        for key in entry.ended:
+            row = ledger.row(key)
+            state = "-" if row is None else f"{row.state} {row.terminal_reason}"
+            print(f"@{entry.position} ended {_Keys([key]).show(key)}: {state}")
 
 
 # --- confirm and deny ------------------------------------------------------------------------
@@ -864,6 +948,23 @@ async def _demo(url: str) -> None:
 # --- the command -----------------------------------------------------------------------------
 
 
+def _control_arguments(control: argparse.ArgumentParser) -> None:
+    control.add_argument(
+        "action",
+        choices=[
+            "quarantine-response",
+            "disable-tool",
+            "enable-tool",
+            "stop-tenant",
+            "resume-tenant",
+        ],
+    )
+    control.add_argument("target", metavar="RESPONSE|TOOL|TENANT")
+    control.add_argument("--tenant", help="the tenant a quarantine or a tool control is for")
+    control.add_argument("--operator", required=True, help="the operator principal")
+    control.add_argument("--reason", required=True, help="why, for the audit")
+
+
 def _feed_arguments(feed: argparse.ArgumentParser) -> None:
     feed.add_argument("file", metavar="FILE", type=Path, help="the stream")
     feed.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
@@ -952,6 +1053,18 @@ def _parser() -> argparse.ArgumentParser:
     call_options(deny)
     deny.add_argument("--reason", default="", help="why (no argument values)")
 
+    audit = command("audit", "every operator control, and the calls each ended")
+    log_option(audit)
+    audit.add_argument("--json", action="store_true", help="one JSON object per control")
+
+    control = command(
+        "control",
+        f"give an operator control (opens a runtime on the log; {OPERATORS_VARIABLE} names the"
+        " operators)",
+    )
+    _control_arguments(control)
+    log_option(control)
+
     execute = command(
         "execute",
         "claim every ready call once with an executor that only records that it ran"
@@ -1006,6 +1119,20 @@ def _run(arguments: argparse.Namespace) -> None:
             )
         case "execute":
             trio.run(partial(_execute, arguments.log, as_json=arguments.json))
+        case "audit":
+            trio.run(partial(_audit, arguments.log, as_json=arguments.json))
+        case "control":
+            trio.run(
+                partial(
+                    _control,
+                    arguments.log,
+                    arguments.action,
+                    arguments.target,
+                    tenant=arguments.tenant,
+                    operator=arguments.operator,
+                    reason=arguments.reason,
+                )
+            )
         case "confirm":
             trio.run(
                 partial(
