@@ -15,6 +15,7 @@ PURE_MODULES = [
     *(f"events/{name}.py" for name in ("_base", "_catalog", "_codec", "_errors", "_identity")),
     "events/_records.py",
     *(f"actors/{name}.py" for name in ("_arguments", "_decider", "_fold", "_tools")),
+    "tracing/_context.py",
     *(
         f"projections/{name}.py"
         for name in ("__init__", "_digest", "_dispatch", "_ledger", "_status")
