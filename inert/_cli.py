@@ -43,10 +43,12 @@ from .events import (
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
+    TraceContext,
     TurnRef,
     open_log,
 )
 from .projections import JSON, Ledger, LedgerRow, Projections, Transition
+from .tracing import read_trace_headers
 
 READ_PAGE = 1024
 """Events read from the log at a time."""
@@ -541,9 +543,13 @@ class _FeedRequest:
     principal: str
     execute: bool
     as_json: bool
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
-async def _open_turn(runtime: Runtime, request: _FeedRequest, tools: Sequence[str]) -> None:
+async def _open_turn(
+    runtime: Runtime, request: _FeedRequest, tools: Sequence[str], trace: TraceContext | None
+) -> None:
     """Start the turn, or join it when an earlier feed started it (a reconnect)."""
     principal = runtime.turn_principal(request.turn)
     if principal is None:
@@ -553,6 +559,7 @@ async def _open_turn(runtime: Runtime, request: _FeedRequest, tools: Sequence[st
             turn=request.turn.turn,
             principal=request.principal,
             tools=tools,
+            trace=trace,
         )
     elif principal != request.principal:
         raise RefusedError(f"turn {request.turn.stream!r} belongs to another principal")
@@ -597,10 +604,15 @@ async def _feed(request: _FeedRequest) -> None:
     declarations = read_tools(request.tools)
     async with open_runtime(log=request.log, tools=declarations) as runtime:
         await runtime.settle()
-        await _open_turn(runtime, request, [declaration.name for declaration in declarations])
+        incoming = read_trace_headers(request.traceparent, request.tracestate)
+        if incoming.problem is not None:
+            print(f"inert: {incoming.problem}; the stream starts a new trace", file=sys.stderr)
+        trace = incoming.context
+        names = [declaration.name for declaration in declarations]
+        await _open_turn(runtime, request, names, trace)
         events = _adapt(runtime, request, stream)
         for start in range(0, len(events), FEED_BATCH):
-            await runtime.feed(events[start : start + FEED_BATCH])
+            await runtime.feed(events[start : start + FEED_BATCH], trace=trace)
         await runtime.settle()
         results = (
             await _execute_ready(runtime, _Recorder(), turn=request.turn) if request.execute else []
@@ -986,6 +998,8 @@ def _feed_arguments(feed: argparse.ArgumentParser) -> None:
         " that only records that it ran",
     )
     feed.add_argument("--json", action="store_true", help="the turn's ledger rows, one per line")
+    feed.add_argument("--traceparent", help="the caller's W3C traceparent, continued by the turn")
+    feed.add_argument("--tracestate", help="the caller's W3C tracestate")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -1167,6 +1181,8 @@ def _run(arguments: argparse.Namespace) -> None:
                 principal=arguments.principal,
                 execute=arguments.execute,
                 as_json=arguments.json,
+                traceparent=arguments.traceparent,
+                tracestate=arguments.tracestate,
             )
             trio.run(_feed, request)
         case "demo":

@@ -7,9 +7,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import trio
 from adapter_support import FIXTURES
 
+from inert import RecordedEvent, open_log
 from inert._cli import main
+
+
+async def read_all(url: str) -> list[RecordedEvent]:
+    async with open_log(url) as log:
+        return await log.read(1)
+
 
 CHAT = FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse"
 RESPONSES = FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse"
@@ -241,3 +249,35 @@ def test_a_vertex_stream_is_fed_and_its_assembled_calls_run(
         ("0.0", "completed"),
         ("0.1", "completed"),
     ]
+
+
+def test_the_caller_s_trace_context_is_stored_beside_the_turn_and_its_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--traceparent and --tracestate continue the caller's trace: the turn and every event fed
+    carry them, opaque; a refused header is reported and starts a new trace."""
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    feed(
+        capsys,
+        tmp_path,
+        CHAT,
+        "openai-chat",
+        CHAT_TOOLS,
+        "--traceparent",
+        traceparent,
+        "--tracestate",
+        "rojo=00f067aa0ba902b7",
+    )
+    recorded = trio.run(read_all, f"sqlite:///{tmp_path / 'feed.db'}")
+    fed = [event for event in recorded if event.event_type.startswith("ingress.")]
+    assert fed
+    assert {(event.trace.traceparent, event.trace.tracestate) for event in fed if event.trace} == {
+        (traceparent, "rojo=00f067aa0ba902b7")
+    }
+    assert all(event.trace is not None for event in fed)
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    tools = tools_file(tmp_path, CHAT_TOOLS)
+    argv = ["feed", str(CHAT), "--provider", "openai-chat", "--tools", str(tools), "--log", url]
+    status, _, err = run(capsys, [*argv, "--traceparent", "not-a-traceparent"])
+    assert status == 0
+    assert "traceparent refused" in err
