@@ -75,7 +75,7 @@ from .events import (
     new_event_id,
     open_log,
 )
-from .projections import Ledger, Projections
+from .projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
 
 
 @frozen(kw_only=True)
@@ -185,12 +185,18 @@ class Runtime:
     """The embedding API. Open one with :func:`open_runtime`."""
 
     def __init__(
-        self, log: Log, registry: ToolRegistry, limits: CallLimits, **router_options: Any
+        self,
+        log: Log,
+        registry: ToolRegistry,
+        limits: CallLimits,
+        *,
+        ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+        **router_options: Any,
     ) -> None:
         self.log = log
         self.tools = registry
         self.limits = limits
-        self.projections = Projections()
+        self.projections = Projections(ledger_horizon=ledger_horizon)
         self._fold = CallFold(limits)
         self._router = CallRouter(
             log, self._fold, registry.validate, listener=self._heard, **router_options
@@ -661,6 +667,7 @@ async def open_runtime(
     validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
     inbox_size: int = DEFAULT_INBOX_SIZE,
     operators: OperatorAuthorizer | Iterable[str] = (),
+    ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
@@ -668,7 +675,9 @@ async def open_runtime(
     permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay
     never asks again. ``operators`` says who holds the operator role: a function of the
     operator principal, or the principals themselves (none by default: every control is
-    refused). Everything is rebuilt from the log first; the runtime stops when the block ends.
+    refused). The ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it
+    finished, by the log's times. Everything is rebuilt from the log first; the runtime stops
+    when the block ends.
     """
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
@@ -682,6 +691,7 @@ async def open_runtime(
                 validation_timeout=validation_timeout,
                 inbox_size=inbox_size,
                 operators=authorizer,
+                ledger_horizon=ledger_horizon,
             ) as runtime,
         ):
             yield runtime
@@ -693,6 +703,7 @@ async def open_runtime(
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
             operators=authorizer,
+            ledger_horizon=ledger_horizon,
         ) as runtime:
             yield runtime
 
@@ -706,9 +717,15 @@ async def _run(
     validation_timeout: float,
     inbox_size: int,
     operators: OperatorAuthorizer,
+    ledger_horizon: timedelta | None,
 ) -> AsyncIterator[Runtime]:
     runtime = Runtime(
-        log, registry, limits, validation_timeout=validation_timeout, inbox_size=inbox_size
+        log,
+        registry,
+        limits,
+        ledger_horizon=ledger_horizon,
+        validation_timeout=validation_timeout,
+        inbox_size=inbox_size,
     )
     runtime.operators = operators
     await runtime._router.catch_up()

@@ -939,3 +939,38 @@ def test_fragments_that_land_before_the_opening_decision_are_counted() -> None:
     row = fold(script.records).ledger.row(KEY)
     assert row is not None
     assert (row.state, row.fragments, row.bytes) == ("collecting", 2, 11)
+
+
+def test_a_finished_call_ages_out_of_the_ledger_after_the_horizon() -> None:
+    """A cancelled call's row and history stay for the horizon, by the log's times, then go;
+    a call still alive stays whatever its age; a replay drops exactly the same."""
+    ledger = Ledger(horizon=timedelta(days=30))
+    alive = attrs.evolve(KEY, call="call_alive")
+    events = [
+        record(1, CallCollecting(key=KEY, cause=1, tool="get_weather")),
+        record(2, CallCollecting(key=alive, cause=2, tool="get_weather")),
+        record(3, CallCancelled(key=KEY, cause=3, reason=CancelReason.TURN_CANCELLED)),
+    ]
+    later = attrs.evolve(
+        record(4, CallCollecting(key=attrs.evolve(KEY, call="call_new"), cause=4, tool="t")),
+        recorded_at=T0 + timedelta(days=29),
+    )
+    much_later = attrs.evolve(
+        record(5, CallCollecting(key=attrs.evolve(KEY, call="call_newer"), cause=5, tool="t")),
+        recorded_at=T0 + timedelta(days=31),
+    )
+    for recorded in [*events, later]:
+        ledger.apply(recorded)
+    assert ledger.row(KEY) is not None
+    ledger.apply(much_later)
+    assert ledger.row(KEY) is None
+    assert ledger.history(KEY) == []
+    assert ledger.row(alive) is not None
+    replayed = Ledger(horizon=timedelta(days=30))
+    for recorded in [*events, later, much_later]:
+        replayed.apply(recorded)
+    assert replayed.snapshot() == ledger.snapshot()
+    keeping = Ledger(horizon=None)
+    for recorded in [*events, later, much_later]:
+        keeping.apply(recorded)
+    assert keeping.row(KEY) is not None

@@ -6,11 +6,13 @@ of each from the same records, so that a runtime keeps them at one position and 
 state with one digest.
 """
 
+from datetime import timedelta
+
 from ..events import RecordedEvent
 from ._audit import CONTROL_TYPES, Audit, AuditEntry
 from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 from ._dispatch import DispatchQueue
-from ._ledger import Ledger, LedgerRow, Transition
+from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow, Transition
 from ._status import Status, StatusCue
 
 
@@ -19,8 +21,8 @@ class Projections:
 
     __slots__ = ("audit", "ledger", "queue", "status")
 
-    def __init__(self) -> None:
-        self.ledger = Ledger()
+    def __init__(self, *, ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
+        self.ledger = Ledger(horizon=ledger_horizon)
         self.queue = DispatchQueue()
         self.status = Status()
         self.audit = Audit()
@@ -47,6 +49,7 @@ class Projections:
 
 __all__ = [
     "CONTROL_TYPES",
+    "DEFAULT_LEDGER_HORIZON",
     "JSON",
     "Audit",
     "AuditEntry",

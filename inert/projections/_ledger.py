@@ -10,6 +10,7 @@ row and no transition holds an argument value, only counts, sizes, digests and r
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Literal
 
 import attrs
@@ -178,12 +179,33 @@ class _Received:
         )
 
 
+DEFAULT_LEDGER_HORIZON = timedelta(days=30)
+"""How long the row and history of a finished call are kept, by the times the log recorded."""
+
+
 class Ledger:
-    """Per call key the latest row and the list of its transitions, folded in log order."""
+    """Per call key the latest row and the list of its transitions, folded in log order.
 
-    __slots__ = ("_claims", "_histories", "_position", "_received", "_rows")
+    A call's row and history age out ``horizon`` after the call finished (cancelled, failed, or
+    its outcome reported), measured by the times the log recorded: so a replay drops exactly
+    what the live ledger dropped, and a long-running ledger stays bounded. ``None`` keeps
+    every row.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "_claims",
+        "_finished",
+        "_histories",
+        "_horizon",
+        "_position",
+        "_received",
+        "_rows",
+    )
+
+    def __init__(self, *, horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
+        self._horizon = horizon
+        # Finished calls in the order they finished, with the log's time of it.
+        self._finished: dict[CallKey, datetime] = {}
         self._position = 0
         self._rows: dict[CallKey, LedgerRow] = {}
         self._histories: dict[CallKey, list[Transition]] = {}
@@ -219,6 +241,7 @@ class Ledger:
         if recorded.position <= self._position:
             return
         self._position = recorded.position
+        self._age_out(recorded.recorded_at)
         event = recorded.event
         if isinstance(event, Redacted):
             return
@@ -289,8 +312,27 @@ class Ledger:
         row = self._evolve(row, event)
         if row.state != "collecting":
             self._received.pop(key, None)
+        if row.state in ("cancelled", "failed"):
+            self._finish(key, recorded.recorded_at)
         self._rows[key] = row
         self._record(key, recorded, row.state, detail)
+
+    def _finish(self, key: CallKey, at: datetime) -> None:
+        self._finished.pop(key, None)
+        self._finished[key] = at
+
+    def _age_out(self, now: datetime) -> None:
+        if self._horizon is None:
+            return
+        cutoff = now - self._horizon
+        finished = self._finished
+        while finished:
+            key, at = next(iter(finished.items()))
+            if at >= cutoff:
+                return
+            del finished[key]
+            for table in (self._rows, self._histories, self._received, self._claims):
+                table.pop(key, None)
 
     def _counted(self, key: CallKey, cause: int) -> tuple[int, int]:
         received = self._received.get(key)
@@ -379,6 +421,7 @@ class Ledger:
             self._record(key, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
             return
         self._rows[key] = attrs.evolve(row, outcome=outcome)
+        self._finish(key, recorded.recorded_at)
         self._record(key, recorded, row.state, detail)
 
 
