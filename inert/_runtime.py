@@ -22,6 +22,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 from attrs import frozen
+from opentelemetry.trace import TracerProvider
 
 from .actors import (
     DEFAULT_LIMITS,
@@ -76,6 +77,7 @@ from .events import (
     open_log,
 )
 from .projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
+from .tracing import CallSpans
 
 
 @frozen(kw_only=True)
@@ -206,6 +208,8 @@ class Runtime:
         self._feed_versions: dict[str, int] = {}
         self._feed_locks: dict[str, _FeedLock] = {}
         self._reported: set[str] = set()
+        self.spans: CallSpans | None = None
+        self._live = False
         self.operators: OperatorAuthorizer = frozenset[str]().__contains__
         self._changed = trio.Event()
 
@@ -228,6 +232,8 @@ class Runtime:
 
     def _heard(self, recorded: RecordedEvent) -> None:
         self.projections.apply(recorded)
+        if self.spans is not None and self._live:
+            self.spans.apply(recorded)
         request = self._requests.pop(recorded.event_id, None)
         if request is not None:
             request.position = recorded.position
@@ -555,6 +561,7 @@ class Runtime:
             arguments_digest=decision.arguments_digest,
             claim_id=claim_id,
             executor=executor,
+            trace=None if self.spans is None else self.spans.context_of(key),
         )
 
     async def complete(self, dispatch: Dispatch) -> None:
@@ -668,6 +675,7 @@ async def open_runtime(
     inbox_size: int = DEFAULT_INBOX_SIZE,
     operators: OperatorAuthorizer | Iterable[str] = (),
     ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+    tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
@@ -676,8 +684,10 @@ async def open_runtime(
     never asks again. ``operators`` says who holds the operator role: a function of the
     operator principal, or the principals themselves (none by default: every control is
     refused). The ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it
-    finished, by the log's times. Everything is rebuilt from the log first; the runtime stops
-    when the block ends.
+    finished, by the log's times. With a ``tracer_provider`` (OpenTelemetry), turns, calls,
+    validations, confirmations, dispatches and controls become spans, made from the log once the
+    runtime is live, never on replay. Everything is rebuilt from the log first; the runtime
+    stops when the block ends.
     """
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
@@ -692,6 +702,7 @@ async def open_runtime(
                 inbox_size=inbox_size,
                 operators=authorizer,
                 ledger_horizon=ledger_horizon,
+                tracer_provider=tracer_provider,
             ) as runtime,
         ):
             yield runtime
@@ -704,6 +715,7 @@ async def open_runtime(
             inbox_size=inbox_size,
             operators=authorizer,
             ledger_horizon=ledger_horizon,
+            tracer_provider=tracer_provider,
         ) as runtime:
             yield runtime
 
@@ -718,6 +730,7 @@ async def _run(
     inbox_size: int,
     operators: OperatorAuthorizer,
     ledger_horizon: timedelta | None,
+    tracer_provider: TracerProvider | None,
 ) -> AsyncIterator[Runtime]:
     runtime = Runtime(
         log,
@@ -728,17 +741,23 @@ async def _run(
         inbox_size=inbox_size,
     )
     runtime.operators = operators
+    if tracer_provider is not None:
+        runtime.spans = CallSpans(tracer_provider.get_tracer("inert"))
     await runtime._router.catch_up()
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
             try:
+                # What replaying the log heard made no spans: from here on, events are new.
+                runtime._live = True
                 await runtime._recover()
                 yield runtime
             except BaseException as error:
                 body_error = error
             finally:
+                if runtime.spans is not None:
+                    runtime.spans.close(runtime.log.now())
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise _sole_inert_error(group) from None

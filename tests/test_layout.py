@@ -16,6 +16,7 @@ PURE_MODULES = [
     "events/_records.py",
     *(f"actors/{name}.py" for name in ("_arguments", "_decider", "_fold", "_tools")),
     "tracing/_context.py",
+    "tracing/_spans.py",
     *(
         f"projections/{name}.py"
         for name in ("__init__", "_digest", "_dispatch", "_ledger", "_status")

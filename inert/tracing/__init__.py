@@ -6,10 +6,13 @@ from ._context import (
     IncomingTrace,
     read_trace_headers,
 )
+from ._spans import DEFAULT_MAX_LINKS, CallSpans
 
 __all__ = [
+    "DEFAULT_MAX_LINKS",
     "MAX_TRACESTATE_BYTES",
     "MAX_TRACESTATE_MEMBERS",
+    "CallSpans",
     "IncomingTrace",
     "read_trace_headers",
 ]

@@ -1,0 +1,251 @@
+"""OpenTelemetry spans of turns and calls, made from the log as the runtime folds it live.
+
+A turn span (continuing the caller's W3C context when the turn carried one); under it a span per
+call, from its opening to its end (cancelled, failed, or its outcome reported), linked to the
+trace contexts of the ingress events that drove it (at most ``max_links``); under the call,
+spans for its validation, its wait for confirmation and its dispatch; a span for each operator
+control. Times are the times the log recorded. Attributes are identities, tool names, states,
+reasons, counts and sizes: never an argument value, never a raw ``tracestate``.
+
+Spans correlate and nothing else: they are made after the decisions, from the log, and never
+while the log is replayed (the runtime feeds this only once it is live).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanContext, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ..events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallOpened,
+    CallTerminalCandidate,
+    CallValidated,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    RecordedEvent,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TraceContext,
+    TurnCancelled,
+    TurnRef,
+    TurnStarted,
+    TurnSuperseded,
+)
+
+DEFAULT_MAX_LINKS = 16
+_PROPAGATOR = TraceContextTextMapPropagator()
+_CONTROLS = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
+
+
+def _ns(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000_000)
+
+
+def _remote(context: TraceContext | None) -> SpanContext | None:
+    """The caller's span context of a W3C header pair (the parent id only; the tracestate is
+    carried by OpenTelemetry's own context, never written as an attribute)."""
+    if context is None:
+        return None
+    carrier = {"traceparent": context.traceparent}
+    if context.tracestate:
+        carrier["tracestate"] = context.tracestate
+    span_context = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def _key_attributes(key: CallKey) -> dict[str, str]:
+    return {
+        "inert.tenant": key.tenant,
+        "inert.conversation": key.conversation,
+        "inert.turn": key.turn,
+        "inert.response": key.response,
+        "inert.item": key.item,
+        "gen_ai.tool.call.id": key.call,
+    }
+
+
+class CallSpans:
+    """Turns and calls as spans, from the recorded events of a live runtime."""
+
+    def __init__(self, tracer: Tracer, *, max_links: int = DEFAULT_MAX_LINKS) -> None:
+        self._tracer = tracer
+        self._max_links = max_links
+        self._turns: dict[TurnRef, Span] = {}
+        self._calls: dict[CallKey, Span] = {}
+        self._phases: dict[CallKey, tuple[str, Span]] = {}
+        self._links: dict[CallKey, list[SpanContext]] = {}
+
+    def context_of(self, key: CallKey) -> TraceContext | None:
+        """The W3C context of a call's span, for the executor to continue its trace."""
+        span = self._calls.get(key)
+        if span is None:
+            return None
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return TraceContext(
+            traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate")
+        )
+
+    def apply(self, recorded: RecordedEvent) -> None:
+        """Make, extend or end the spans this recorded event concerns."""
+        event, at = recorded.event, _ns(recorded.recorded_at)
+        match event:
+            case TurnStarted(turn=turn, principal=principal):
+                self._start_turn(turn, principal, recorded.trace, at)
+            case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
+                span = self._turns.pop(turn, None)
+                if span is not None:
+                    span.set_attribute("inert.turn.ended", event.TAG)
+                    span.end(end_time=at)
+            case CallOpened(key=key) | ArgumentsAppended(key=key) | CallEnded(key=key):
+                self._link(key, recorded.trace)
+            case CallCollecting(key=key, tool=tool):
+                self._start_call(key, tool, at)
+            case CallTerminalCandidate(key=key, fragments=fragments, size=size):
+                call = self._calls.get(key)
+                if call is not None:
+                    call.set_attributes({"inert.fragments": fragments, "inert.bytes": size})
+                self._phase(key, "inert.validation", at)
+            case CallValidated(key=key, needs_confirmation=needs):
+                self._end_phase(key, at, "validated")
+                if needs:
+                    self._phase(key, "inert.confirmation", at)
+            case CallAwaitingConfirmation(key=key):
+                if key not in self._phases:
+                    self._phase(key, "inert.confirmation", at)
+            case CallConfirmed(key=key):
+                self._end_phase(key, at, "confirmed")
+            case CallDispatched(key=key, executor=executor):
+                self._end_phase(key, at, "dispatched")
+                self._phase(key, "inert.dispatch", at, {"inert.executor": executor})
+            case CallCancelled(key=key, reason=reason) | CallFailed(key=key, reason=reason):
+                self._end_phase(key, at, event.TAG)
+                self._end_call(key, at, event.TAG.removeprefix("decision."), reason.value)
+            case ExecutionCompleted(key=key) | ExecutionFailed(key=key):
+                self._end_phase(key, at, event.TAG)
+                self._end_call(key, at, "dispatched", None, event.TAG.removeprefix("outcome."))
+            case ExecutionOutcomeUnknown(key=key):
+                self._end_phase(key, at, event.TAG)
+                self._end_call(key, at, "dispatched", None, "unknown")
+            case _ if isinstance(event, _CONTROLS):
+                self._control(event, at)
+
+    def close(self, at: datetime) -> None:
+        """End the spans still open when the runtime stops, saying so."""
+        moment = _ns(at)
+        for key in list(self._phases):
+            self._end_phase(key, moment, "open when the runtime stopped")
+        for span in [*self._calls.values(), *self._turns.values()]:
+            span.set_attribute("inert.open_at_stop", True)
+            span.end(end_time=moment)
+        self._calls.clear()
+        self._turns.clear()
+
+    def _start_turn(
+        self, turn: TurnRef, principal: str, context: TraceContext | None, at: int
+    ) -> None:
+        remote = _remote(context)
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(remote)) if remote else None
+        self._turns[turn] = self._tracer.start_span(
+            "inert.turn",
+            context=parent,
+            start_time=at,
+            attributes={
+                "inert.tenant": turn.tenant,
+                "inert.conversation": turn.conversation,
+                "inert.turn": turn.turn,
+                "enduser.id": principal,
+            },
+        )
+
+    def _link(self, key: CallKey, context: TraceContext | None) -> None:
+        remote = _remote(context)
+        if remote is None:
+            return
+        call = self._calls.get(key)
+        links = self._links.setdefault(key, [])
+        if len(links) >= self._max_links or remote in links:
+            return
+        links.append(remote)
+        if call is not None:
+            call.add_link(remote)
+
+    def _start_call(self, key: CallKey, tool: str, at: int) -> None:
+        turn = self._turns.get(key.turn_ref)
+        parent = trace.set_span_in_context(turn) if turn is not None else None
+        self._calls[key] = self._tracer.start_span(
+            f"inert.call {tool}",
+            context=parent,
+            start_time=at,
+            links=[Link(context) for context in self._links.get(key, [])],
+            attributes={**_key_attributes(key), "gen_ai.tool.name": tool},
+        )
+
+    def _phase(
+        self, key: CallKey, name: str, at: int, attributes: dict[str, str] | None = None
+    ) -> None:
+        call = self._calls.get(key)
+        if call is None:
+            return
+        self._end_phase(key, at, "superseded by " + name)
+        span = self._tracer.start_span(
+            name,
+            context=trace.set_span_in_context(call),
+            start_time=at,
+            attributes=attributes or {},
+        )
+        self._phases[key] = (name, span)
+
+    def _end_phase(self, key: CallKey, at: int, result: str) -> None:
+        phase = self._phases.pop(key, None)
+        if phase is not None:
+            _, span = phase
+            span.set_attribute("inert.result", result)
+            span.end(end_time=at)
+
+    def _end_call(
+        self, key: CallKey, at: int, state: str, reason: str | None, outcome: str | None = None
+    ) -> None:
+        call = self._calls.pop(key, None)
+        self._links.pop(key, None)
+        if call is None:
+            return
+        call.set_attribute("inert.call.state", state)
+        if reason is not None:
+            call.set_attribute("inert.terminal_reason", reason)
+        if outcome is not None:
+            call.set_attribute("inert.outcome", outcome)
+        call.end(end_time=at)
+
+    def _control(
+        self,
+        event: ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed,
+        at: int,
+    ) -> None:
+        attributes = {
+            "inert.control": event.TAG,
+            "inert.operator": event.operator,
+            "inert.reason": event.reason,
+        }
+        for name in ("tenant", "tool", "response"):
+            value = getattr(event, name, None)
+            if isinstance(value, str):
+                attributes[f"inert.{name}"] = value
+        span = self._tracer.start_span("inert.control", start_time=at, attributes=attributes)
+        span.end(end_time=at)

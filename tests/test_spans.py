@@ -1,0 +1,124 @@
+"""Spans of a live runtime: a turn, its calls under it with links to the ingress contexts, their
+validation, confirmation and dispatch, controls; no argument value anywhere; none on replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from inert import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    Event,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    TraceContext,
+    open_runtime,
+)
+
+CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+STREAM = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+SECRET = b'{"to": "secret-address@example.com"}'
+
+
+def key(call: str) -> CallKey:
+    return CallKey(
+        tenant="acme", conversation="c1", turn="t1", response=f"resp_{call}", item="fc", call=call
+    )
+
+
+def stream(call: CallKey, tool: str) -> list[Event]:
+    return [
+        CallOpened(key=call, tool=tool, sequence=0),
+        ArgumentsAppended(key=call, data=SECRET, first_sequence=1, last_sequence=1),
+        CallEnded(key=call, terminal=TerminalRef(sequence=2)),
+        ResponseEnded(
+            response=call.response_ref,
+            reason=ResponseEndReason.COMPLETED,
+            terminal=TerminalRef(sequence=3),
+        ),
+    ]
+
+
+def provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tracer_provider, exporter
+
+
+def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [span for span in spans if span.name == name]
+
+
+async def test_a_turn_with_a_dispatch_and_a_cancellation_as_spans(tmp_path: Path) -> None:
+    """One trace continuing the caller's: the turn under the caller's span, each call under the
+    turn and linked to its stream's context, validation and dispatch under the dispatched call,
+    the cancelled call ended with its reason; the executor gets the call's context; no value."""
+    tracer_provider, exporter = provider()
+    tools = [ToolDeclaration(name="send"), ToolDeclaration(name="other")]
+    url = f"sqlite:///{tmp_path / 'spans.db'}"
+    sent, dropped = key("call_1"), key("call_2")
+    async with open_runtime(log=url, tools=tools, tracer_provider=tracer_provider) as runtime:
+        turn = await runtime.start_turn(
+            tenant="acme",
+            conversation="c1",
+            turn="t1",
+            principal="user:alice",
+            trace=TraceContext(traceparent=CALLER),
+        )
+        await runtime.feed(stream(sent, "send"), trace=TraceContext(traceparent=STREAM))
+        await runtime.feed(stream(dropped, "other")[:2])
+        await runtime.settle()
+        dispatch = await runtime.claim(sent, executor="worker-1")
+        await runtime.complete(dispatch)
+        await runtime.cancel_turn(turn, principal="user:alice")
+        await runtime.settle()
+    assert dispatch.trace is not None
+    spans = exporter.get_finished_spans()
+    [turn_span] = named(spans, "inert.turn")
+    [call_span] = named(spans, "inert.call send")
+    [other_span] = named(spans, "inert.call other")
+    assert {span.context.trace_id for span in spans} == {0x4BF92F3577B34DA6A3CE929D0E0E4736}
+    assert turn_span.parent is not None
+    assert turn_span.parent.span_id == 0x00F067AA0BA902B7
+    assert call_span.parent is not None
+    assert call_span.parent.span_id == turn_span.context.span_id
+    assert [link.context.span_id for link in call_span.links] == [0xB7AD6B7169203331]
+    assert call_span.attributes is not None
+    assert call_span.attributes["inert.call.state"] == "dispatched"
+    assert call_span.attributes["inert.outcome"] == "completed"
+    assert call_span.attributes["gen_ai.tool.name"] == "send"
+    assert call_span.attributes["inert.bytes"] == len(SECRET)
+    assert other_span.attributes is not None
+    assert other_span.attributes["inert.terminal_reason"] == "turn_cancelled"
+    children = {
+        span.name
+        for span in spans
+        if span.parent and span.parent.span_id == call_span.context.span_id
+    }
+    assert children == {"inert.validation", "inert.dispatch"}
+    assert f"{call_span.context.span_id:016x}" in dispatch.trace.traceparent
+    flat = repr([(span.name, dict(span.attributes or {})) for span in spans])
+    assert "secret-address" not in flat
+
+
+async def test_no_span_is_made_while_the_log_is_replayed(tmp_path: Path) -> None:
+    """Reopening a runtime on a log replays it without a span; only new events make spans."""
+    url = f"sqlite:///{tmp_path / 'replay.db'}"
+    tools = [ToolDeclaration(name="send")]
+    async with open_runtime(log=url, tools=tools) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
+        await runtime.feed(stream(key("call_1"), "send"))
+        await runtime.settle()
+    tracer_provider, exporter = provider()
+    async with open_runtime(log=url, tools=tools, tracer_provider=tracer_provider) as runtime:
+        await runtime.settle()
+    assert exporter.get_finished_spans() == ()
