@@ -21,8 +21,10 @@ from urllib.parse import quote
 
 import trio
 from attrs import frozen
+from opentelemetry.sdk.trace import TracerProvider
 
 from . import __version__
+from ._export import provider_for_file, provider_from_environment
 from ._feed import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
 from ._runtime import Dispatch, Runtime, open_runtime
 from .actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
@@ -908,7 +910,7 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     )
 
 
-async def _demo(url: str) -> None:
+async def _demo(url: str, tracer_provider: TracerProvider | None = None) -> None:
     async with open_log(url) as log:
         stored = await log.head()
     if stored:
@@ -920,10 +922,10 @@ async def _demo(url: str) -> None:
     )
     print(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
     calls: dict[str, _Streamed] = {}
-    async with open_runtime(log=url, tools=DEMO_TOOLS) as runtime:
+    async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
         stored = await _demo_before_restart(runtime, calls)
 
-    async with open_runtime(log=url, tools=DEMO_TOOLS) as runtime:
+    async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
         await runtime.settle()
         print(
             f"restart: runtime closed, log closed; a new runtime rebuilt"
@@ -1100,6 +1102,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="an empty log (default: a new SQLite file in a temporary folder)",
     )
+    demo.add_argument(
+        "--traces",
+        metavar="FILE",
+        type=Path,
+        help="write the demo's spans there as OTLP JSON (without it: OTLP/HTTP to the"
+        " OTEL_EXPORTER_OTLP_ENDPOINT, when set)",
+    )
     return parser
 
 
@@ -1186,15 +1195,24 @@ def _run(arguments: argparse.Namespace) -> None:
             )
             trio.run(_feed, request)
         case "demo":
-            if arguments.log:
-                # A fresh memory log would be lost at the restart: give it a name.
-                url = arguments.log
-                if url == "memory://":
-                    url = "memory://inert-demo-" + secrets.token_hex(4)
-                trio.run(_demo, url)
-            else:
-                with tempfile.TemporaryDirectory(prefix="inert-demo-") as folder:
-                    trio.run(_demo, "sqlite:///" + os.path.join(folder, "demo.db"))
+            provider = (
+                provider_for_file(arguments.traces)
+                if arguments.traces
+                else provider_from_environment()
+            )
+            try:
+                if arguments.log:
+                    # A fresh memory log would be lost at the restart: give it a name.
+                    url = arguments.log
+                    if url == "memory://":
+                        url = "memory://inert-demo-" + secrets.token_hex(4)
+                    trio.run(_demo, url, provider)
+                else:
+                    with tempfile.TemporaryDirectory(prefix="inert-demo-") as folder:
+                        trio.run(_demo, "sqlite:///" + os.path.join(folder, "demo.db"), provider)
+            finally:
+                if provider is not None:
+                    provider.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

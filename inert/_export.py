@@ -1,0 +1,64 @@
+"""Where spans go: OTLP/HTTP as the standard ``OTEL_*`` variables say, or an OTLP JSON file.
+
+I/O at the edge: the pure span-making lives in ``inert.tracing``; this module only builds the
+OpenTelemetry SDK's provider and exporters that carry the spans out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToJson
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def _resource() -> Resource:
+    return Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", "inert")})
+
+
+def provider_from_environment() -> TracerProvider | None:
+    """A provider exporting over OTLP/HTTP in batches when an ``OTEL_*`` endpoint is set (and
+    ``OTEL_TRACES_EXPORTER`` is not ``none``); None otherwise, so tracing costs nothing."""
+    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+        return None
+    if not any(os.environ.get(name) for name in _ENDPOINTS):
+        return None
+    provider = TracerProvider(resource=_resource())
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
+
+
+class OTLPJSONFile(SpanExporter):
+    """Spans kept until shutdown, then written as one OTLP JSON document (what Jaeger's UI
+    loads)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.path.write_text(MessageToJson(encode_spans(self._spans)), encoding="utf-8")
+
+
+def provider_for_file(path: Path) -> TracerProvider:
+    """A provider whose spans are written to ``path`` as OTLP JSON when it shuts down."""
+    provider = TracerProvider(resource=_resource())
+    provider.add_span_processor(SimpleSpanProcessor(OTLPJSONFile(path)))
+    return provider

@@ -1,0 +1,154 @@
+"""Spans leave the process as OTLP: over HTTP to a receiver the ``OTEL_*`` variables name, or as
+an OTLP JSON file from ``inert demo --traces``; without either, nothing is set up at all."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import trio
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from inert import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    open_runtime,
+)
+from inert._cli import main
+from inert._export import provider_from_environment
+
+SECRET = b'{"path": "/home/secret-value"}'
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver: each POST to /v1/traces is one protobuf export request."""
+
+    received: list[ExportTraceServiceRequest]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        self.received.append(request)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        """Quiet: the test reads what arrived, not the access log."""
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServiceRequest]]:
+    received: list[ExportTraceServiceRequest] = []
+    handler = type("Handler", (Receiver,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    yield received
+    server.shutdown()
+    server.server_close()
+
+
+def test_without_an_endpoint_no_provider_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No OTEL endpoint, or OTEL_TRACES_EXPORTER=none: tracing is not set up, and costs nothing."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert provider_from_environment() is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert provider_from_environment() is None
+
+
+def key(call: str) -> CallKey:
+    return CallKey(
+        tenant="acme", conversation="c1", turn="t1", response=f"r_{call}", item="fc", call=call
+    )
+
+
+async def two_calls_one_dispatched_one_cancelled() -> None:
+    provider = provider_from_environment()
+    assert provider is not None
+    tools = [ToolDeclaration(name="read_file"), ToolDeclaration(name="delete_file")]
+    async with open_runtime(log="memory://", tools=tools, tracer_provider=provider) as runtime:
+        turn = await runtime.start_turn(
+            tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+        )
+        for call, tool, done in (("call_1", "read_file", True), ("call_2", "delete_file", False)):
+            events = [
+                CallOpened(key=key(call), tool=tool, sequence=0),
+                ArgumentsAppended(key=key(call), data=SECRET, first_sequence=1, last_sequence=1),
+            ]
+            if done:
+                events += [
+                    CallEnded(key=key(call), terminal=TerminalRef(sequence=2)),
+                    ResponseEnded(
+                        response=key(call).response_ref,
+                        reason=ResponseEndReason.COMPLETED,
+                        terminal=TerminalRef(sequence=3),
+                    ),
+                ]
+            await runtime.feed(events)
+        await runtime.settle()
+        dispatch = await runtime.claim(key("call_1"), executor="worker")
+        await runtime.complete(dispatch)
+        await runtime.cancel_turn(turn, principal="user:alice")
+        await runtime.settle()
+    await trio.to_thread.run_sync(provider.shutdown)
+
+
+async def test_spans_reach_an_otlp_http_receiver(
+    receiver: list[ExportTraceServiceRequest],
+) -> None:
+    """A turn with a dispatched and a cancelled call arrives as one trace: the turn, two calls
+    under it, validation and dispatch under the dispatched one, their states and reasons, and
+    no argument value anywhere in the payload."""
+    await two_calls_one_dispatched_one_cancelled()
+    spans = [
+        span
+        for request in receiver
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+    by_name = {span.name: span for span in spans}
+    assert {span.trace_id for span in spans} == {by_name["inert.turn"].trace_id}
+    turn = by_name["inert.turn"]
+    for name in ("inert.call read_file", "inert.call delete_file"):
+        assert by_name[name].parent_span_id == turn.span_id
+    dispatched = by_name["inert.call read_file"]
+    children = {span.name for span in spans if span.parent_span_id == dispatched.span_id}
+    assert children == {"inert.validation", "inert.dispatch"}
+    attributes = {
+        attribute.key: attribute.value.string_value
+        for attribute in by_name["inert.call delete_file"].attributes
+    }
+    assert attributes["inert.terminal_reason"] == "turn_cancelled"
+    assert all(b"secret-value" not in request.SerializeToString() for request in receiver)
+
+
+def test_the_demo_writes_its_spans_as_otlp_json(tmp_path: Path) -> None:
+    """``inert demo --traces FILE`` leaves an OTLP JSON document of turns and calls, no value."""
+    traces = tmp_path / "traces.json"
+    assert main(["demo", "--traces", str(traces)]) == 0
+    document = json.loads(traces.read_text())
+    names = {
+        span["name"]
+        for resource in document["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    }
+    assert {"inert.turn", "inert.call get_weather", "inert.validation"} <= names
+    assert "Reykjavik" not in traces.read_text()
