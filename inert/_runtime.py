@@ -425,6 +425,11 @@ class Runtime:
             raise RefusedError("a control needs a reason, for the audit")
         [position] = await self.log.append([NewEvent(stream=control_stream(tenant), event=event)])
         await self._caught_up()
+        if self.spans is not None:
+            # The control's span names the calls it ended: they are known once the actors
+            # have answered it.
+            await self.settle()
+            self.spans.end_control(position, self.log.now())
         return position
 
     def turn_principal(self, turn: TurnRef) -> str | None:

@@ -22,12 +22,14 @@ from inert import (
     ResponseEndReason,
     TerminalRef,
     ToolDeclaration,
+    TraceContext,
     open_runtime,
 )
 from inert._cli import main
 from inert._export import provider_from_environment
 
 SECRET = b'{"path": "/home/secret-value"}'
+UPSTREAM = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -100,7 +102,7 @@ async def two_calls_one_dispatched_one_cancelled() -> None:
                         terminal=TerminalRef(sequence=3),
                     ),
                 ]
-            await runtime.feed(events)
+            await runtime.feed(events, trace=TraceContext(traceparent=UPSTREAM))
         await runtime.settle()
         dispatch = await runtime.claim(key("call_1"), executor="worker")
         await runtime.complete(dispatch)
@@ -113,8 +115,8 @@ async def test_spans_reach_an_otlp_http_receiver(
     receiver: list[ExportTraceServiceRequest],
 ) -> None:
     """A turn with a dispatched and a cancelled call arrives as one trace: the turn, two calls
-    under it, validation and dispatch under the dispatched one, their states and reasons, and
-    no argument value anywhere in the payload."""
+    under it (linked to the context their stream was fed under), validation and dispatch under
+    the dispatched one, their states and reasons, and no argument value in the payload."""
     await two_calls_one_dispatched_one_cancelled()
     spans = [
         span
@@ -129,6 +131,7 @@ async def test_spans_reach_an_otlp_http_receiver(
     for name in ("inert.call read_file", "inert.call delete_file"):
         assert by_name[name].parent_span_id == turn.span_id
     dispatched = by_name["inert.call read_file"]
+    assert [link.span_id.hex() for link in dispatched.links] == ["b7ad6b7169203331"]
     children = {span.name for span in spans if span.parent_span_id == dispatched.span_id}
     assert children == {"inert.validation", "inert.dispatch"}
     attributes = {

@@ -122,3 +122,25 @@ async def test_no_span_is_made_while_the_log_is_replayed(tmp_path: Path) -> None
     async with open_runtime(log=url, tools=tools, tracer_provider=tracer_provider) as runtime:
         await runtime.settle()
     assert exporter.get_finished_spans() == ()
+
+
+async def test_a_control_span_names_its_operator_and_the_calls_it_ended() -> None:
+    """An emergency stop is a span of its own, with the operator, the reason and the streams of
+    the calls it ended; those calls' spans end with the stop's reason."""
+    tracer_provider, exporter = provider()
+    tools = [ToolDeclaration(name="send")]
+    async with open_runtime(
+        log="memory://", tools=tools, tracer_provider=tracer_provider, operators=["op:olga"]
+    ) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
+        await runtime.feed(stream(key("call_1"), "send")[:2])
+        await runtime.stop_tenant("acme", operator="op:olga", reason="incident 7")
+    spans = exporter.get_finished_spans()
+    [control] = named(spans, "inert.control")
+    assert control.attributes is not None
+    assert control.attributes["inert.operator"] == "op:olga"
+    assert control.attributes["inert.reason"] == "incident 7"
+    assert list(control.attributes["inert.affected_calls"]) == [key("call_1").stream]  # type: ignore[arg-type]
+    [call] = named(spans, "inert.call send")
+    assert call.attributes is not None
+    assert call.attributes["inert.terminal_reason"] == "tenant_stopped"

@@ -90,6 +90,8 @@ class CallSpans:
         self._calls: dict[CallKey, Span] = {}
         self._phases: dict[CallKey, tuple[str, Span]] = {}
         self._links: dict[CallKey, list[SpanContext]] = {}
+        self._controls: dict[int, Span] = {}
+        self._affected: dict[int, list[CallKey]] = {}
 
     def context_of(self, key: CallKey) -> TraceContext | None:
         """The W3C context of a call's span, for the executor to continue its trace."""
@@ -135,6 +137,8 @@ class CallSpans:
                 self._end_phase(key, at, "dispatched")
                 self._phase(key, "inert.dispatch", at, {"inert.executor": executor})
             case CallCancelled(key=key, reason=reason) | CallFailed(key=key, reason=reason):
+                if event.cause in self._controls:
+                    self._affected.setdefault(event.cause, []).append(key)
                 self._end_phase(key, at, event.TAG)
                 self._end_call(key, at, event.TAG.removeprefix("decision."), reason.value)
             case ExecutionCompleted(key=key) | ExecutionFailed(key=key):
@@ -144,11 +148,23 @@ class CallSpans:
                 self._end_phase(key, at, event.TAG)
                 self._end_call(key, at, "dispatched", None, "unknown")
             case _ if isinstance(event, _CONTROLS):
-                self._control(event, at)
+                self._control(event, recorded.position, at)
+
+    def end_control(self, position: int, at: datetime) -> None:
+        """End the span of the control at ``position``, naming the calls it ended (the runtime
+        calls this once the actors have answered the control)."""
+        span = self._controls.pop(position, None)
+        affected = self._affected.pop(position, [])
+        if span is None:
+            return
+        span.set_attribute("inert.affected_calls", [key.stream for key in affected])
+        span.end(end_time=_ns(at))
 
     def close(self, at: datetime) -> None:
         """End the spans still open when the runtime stops, saying so."""
         moment = _ns(at)
+        for position in list(self._controls):
+            self.end_control(position, at)
         for key in list(self._phases):
             self._end_phase(key, moment, "open when the runtime stopped")
         for span in [*self._calls.values(), *self._turns.values()]:
@@ -236,6 +252,7 @@ class CallSpans:
     def _control(
         self,
         event: ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed,
+        position: int,
         at: int,
     ) -> None:
         attributes = {
@@ -247,5 +264,6 @@ class CallSpans:
             value = getattr(event, name, None)
             if isinstance(value, str):
                 attributes[f"inert.{name}"] = value
-        span = self._tracer.start_span("inert.control", start_time=at, attributes=attributes)
-        span.end(end_time=at)
+        self._controls[position] = self._tracer.start_span(
+            "inert.control", start_time=at, attributes=attributes
+        )
