@@ -45,12 +45,11 @@ from .events import (
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
-    TraceContext,
     TurnRef,
     open_log,
 )
 from .projections import JSON, Ledger, LedgerRow, Projections, Transition
-from .tracing import read_trace_headers
+from .tracing import IncomingTrace, read_trace_headers
 
 READ_PAGE = 1024
 """Events read from the log at a time."""
@@ -550,7 +549,7 @@ class _FeedRequest:
 
 
 async def _open_turn(
-    runtime: Runtime, request: _FeedRequest, tools: Sequence[str], trace: TraceContext | None
+    runtime: Runtime, request: _FeedRequest, tools: Sequence[str], trace: IncomingTrace
 ) -> None:
     """Start the turn, or join it when an earlier feed started it (a reconnect)."""
     principal = runtime.turn_principal(request.turn)
@@ -611,7 +610,7 @@ async def _feed(request: _FeedRequest) -> None:
             print(f"inert: {incoming.problem}; the stream starts a new trace", file=sys.stderr)
         trace = incoming.context
         names = [declaration.name for declaration in declarations]
-        await _open_turn(runtime, request, names, trace)
+        await _open_turn(runtime, request, names, incoming)
         events = _adapt(runtime, request, stream)
         for start in range(0, len(events), FEED_BATCH):
             await runtime.feed(events[start : start + FEED_BATCH], trace=trace)

@@ -77,7 +77,7 @@ from .events import (
     open_log,
 )
 from .projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
-from .tracing import CallSpans
+from .tracing import CallSpans, IncomingTrace
 
 
 @frozen(kw_only=True)
@@ -277,13 +277,19 @@ class Runtime:
         turn: str,
         principal: str,
         tools: Iterable[str | ToolDeclaration] | None = None,
-        trace: TraceContext | None = None,
+        trace: TraceContext | IncomingTrace | None = None,
     ) -> TurnRef:
         """Start a turn for an authenticated principal, offering these tools (default: all).
 
         A new turn supersedes the previous turn of the conversation: its calls are cancelled.
+        ``trace`` continues the caller's trace; given as what ``read_trace_headers`` made of the
+        caller's headers, a refused header starts a new trace and the turn's span says why.
         """
         ref = TurnRef(tenant=tenant, conversation=conversation, turn=turn)
+        if isinstance(trace, IncomingTrace):
+            if trace.problem is not None and self.spans is not None:
+                self.spans.note_trace_problem(ref, trace.problem)
+            trace = trace.context
         if not principal:
             raise RefusedError("a turn needs the principal that started it")
         offered = []

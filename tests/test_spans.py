@@ -22,6 +22,7 @@ from inert import (
     TraceContext,
     open_runtime,
 )
+from inert.tracing import read_trace_headers
 
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 STREAM = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
@@ -144,3 +145,23 @@ async def test_a_control_span_names_its_operator_and_the_calls_it_ended() -> Non
     [call] = named(spans, "inert.call send")
     assert call.attributes is not None
     assert call.attributes["inert.terminal_reason"] == "tenant_stopped"
+
+
+async def test_a_refused_header_starts_a_new_trace_that_says_why() -> None:
+    """A turn started with headers the reader refused is the root of a new trace, and its span
+    records what was wrong (never the header itself)."""
+    tracer_provider, exporter = provider()
+    async with open_runtime(
+        log="memory://", tools=[ToolDeclaration(name="send")], tracer_provider=tracer_provider
+    ) as runtime:
+        await runtime.start_turn(
+            tenant="acme",
+            conversation="c1",
+            turn="t1",
+            principal="alice",
+            trace=read_trace_headers("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        )
+    [turn] = named(exporter.get_finished_spans(), "inert.turn")
+    assert turn.parent is None
+    assert turn.attributes is not None
+    assert turn.attributes["inert.trace.refused"] == "traceparent refused: version ff is invalid"

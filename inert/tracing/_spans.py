@@ -91,6 +91,7 @@ class CallSpans:
         self._phases: dict[CallKey, tuple[str, Span]] = {}
         self._links: dict[CallKey, list[SpanContext]] = {}
         self._controls: dict[int, Span] = {}
+        self._trace_problems: dict[TurnRef, str] = {}
         self._affected: dict[int, list[CallKey]] = {}
 
     def context_of(self, key: CallKey) -> TraceContext | None:
@@ -150,6 +151,10 @@ class CallSpans:
             case _ if isinstance(event, _CONTROLS):
                 self._control(event, recorded.position, at)
 
+    def note_trace_problem(self, turn: TurnRef, problem: str) -> None:
+        """What was wrong with the headers a turn came with: its span will say so."""
+        self._trace_problems[turn] = problem
+
     def end_control(self, position: int, at: datetime) -> None:
         """End the span of the control at ``position``, naming the calls it ended (the runtime
         calls this once the actors have answered the control)."""
@@ -178,16 +183,17 @@ class CallSpans:
     ) -> None:
         remote = _remote(context)
         parent = trace.set_span_in_context(trace.NonRecordingSpan(remote)) if remote else None
+        attributes = {
+            "inert.tenant": turn.tenant,
+            "inert.conversation": turn.conversation,
+            "inert.turn": turn.turn,
+            "enduser.id": principal,
+        }
+        problem = self._trace_problems.pop(turn, None)
+        if problem is not None:
+            attributes["inert.trace.refused"] = problem
         self._turns[turn] = self._tracer.start_span(
-            "inert.turn",
-            context=parent,
-            start_time=at,
-            attributes={
-                "inert.tenant": turn.tenant,
-                "inert.conversation": turn.conversation,
-                "inert.turn": turn.turn,
-                "enduser.id": principal,
-            },
+            "inert.turn", context=parent, start_time=at, attributes=attributes
         )
 
     def _link(self, key: CallKey, context: TraceContext | None) -> None:
