@@ -7,6 +7,7 @@ Everything public is re-exported here; the modules behind it are private.
 from importlib.metadata import PackageNotFoundError, version
 
 from . import events as _events
+from ._asyncio import AsyncioRuntime, open_asyncio_runtime
 from ._runtime import (
     Dispatch,
     Executor,
@@ -50,6 +51,7 @@ __all__ = [  # noqa: PLE0604
     "BusinessValidator",
     "DEFAULT_LIMITS",
     "ArgumentLimits",
+    "AsyncioRuntime",
     "CallLimits",
     "Dispatch",
     "DispatchQueue",
@@ -72,6 +74,7 @@ __all__ = [  # noqa: PLE0604
     "__version__",
     "declaration_from_function",
     "declarations_from_json",
+    "open_asyncio_runtime",
     "open_runtime",
     "trio_clock",
 ]

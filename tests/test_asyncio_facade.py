@@ -1,0 +1,99 @@
+"""inert inside asyncio: the Trio runtime as a guest of asyncio's loop, driven from coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inert import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    ClaimRefused,
+    Event,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    open_asyncio_runtime,
+)
+
+TOOLS = [
+    ToolDeclaration(name="get_weather"),
+    ToolDeclaration(name="send_email", needs_confirmation=True),
+]
+
+
+def key(call: str) -> CallKey:
+    return CallKey(
+        tenant="acme", conversation="c1", turn="t1", response="resp_1", item=call, call=call
+    )
+
+
+def opening(call: str, tool: str, data: bytes) -> list[Event]:
+    return [
+        CallOpened(key=key(call), tool=tool, sequence=0),
+        ArgumentsAppended(key=key(call), data=data, first_sequence=1, last_sequence=1),
+    ]
+
+
+async def two_calls() -> tuple[list[str], str, str]:
+    """A turn with two calls: one confirmed and run, one refused by its person mid-stream."""
+    ran: list[str] = []
+    async with open_asyncio_runtime(log="memory://", tools=TOOLS) as runtime:
+        await runtime.start_turn(
+            tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+        )
+        await runtime.feed(opening("a", "send_email", b'{"to": "bob"}'))
+        await runtime.feed(opening("b", "send_email", b'{"to": "eve"'))
+        await runtime.deny(key("b"), principal="user:alice", reason="not eve")
+        await runtime.feed(
+            [
+                CallEnded(key=key("a"), terminal=TerminalRef(sequence=2)),
+                CallEnded(key=key("b"), terminal=TerminalRef(sequence=2)),
+                ResponseEnded(
+                    response=key("a").response_ref,
+                    reason=ResponseEndReason.COMPLETED,
+                    terminal=TerminalRef(sequence=9),
+                ),
+            ]
+        )
+        await runtime.settle()
+        pending = await runtime.pending_confirmation(key("a"))
+        assert pending is not None
+        await runtime.confirm(
+            key("a"), principal="user:alice", arguments_digest=pending.arguments_digest
+        )
+        for ready in await runtime.ready():
+            dispatch = await runtime.claim(ready, executor="asyncio-worker")
+            ran.append(dispatch.key.call)
+            await runtime.complete(dispatch)
+        for call in ("a", "b"):
+            with pytest.raises(ClaimRefused):
+                await runtime.claim(key(call), executor="asyncio-worker")
+        ledger = runtime.projections.ledger
+        row_a, row_b = ledger.row(key("a")), ledger.row(key("b"))
+        assert row_a is not None
+        assert row_b is not None
+        return ran, row_a.outcome, row_b.terminal_reason
+
+
+def test_a_turn_runs_under_asyncio_exactly_once_and_a_stopped_call_never() -> None:
+    """From asyncio: the confirmed call runs once, the one its person stopped never runs."""
+    ran, outcome, reason = asyncio.run(two_calls())
+    assert ran == ["a"]
+    assert outcome == "completed"
+    assert reason == "confirmation_denied"
+
+
+def test_an_error_of_the_runtime_reaches_the_asyncio_caller() -> None:
+    """A refusal inside Trio is raised to the coroutine that asked, as the same error."""
+
+    async def refused() -> None:
+        async with open_asyncio_runtime(log="memory://", tools=TOOLS) as runtime:
+            await runtime.claim(key("nothing"), executor="asyncio-worker")
+
+    with pytest.raises(ClaimRefused):
+        asyncio.run(refused())
