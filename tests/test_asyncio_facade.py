@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import anthropic
 import pytest
+from adapter_support import FIXTURES
+from replay_server import threaded_replay_server
 
 from inert import (
     ArgumentsAppended,
@@ -19,6 +22,7 @@ from inert import (
     ToolDeclaration,
     open_asyncio_runtime,
 )
+from inert.adapters import AnthropicAdapter
 
 TOOLS = [
     ToolDeclaration(name="get_weather"),
@@ -97,3 +101,40 @@ def test_an_error_of_the_runtime_reaches_the_asyncio_caller() -> None:
 
     with pytest.raises(ClaimRefused):
         asyncio.run(refused())
+
+
+def test_the_anthropic_async_client_s_events_feed_inert_under_asyncio() -> None:
+    """Under asyncio, the official anthropic async client's events, through the Anthropic
+    adapter and the facade, run the captured tool call once."""
+    body = (FIXTURES / "anthropic" / "text-then-tool-use.sse").read_bytes()
+    body = body.rstrip(b"\n") + b"\n\n"
+
+    async def run(url: str) -> list[str]:
+        ran: list[str] = []
+        tools = [ToolDeclaration(name="get_weather")]
+        async with open_asyncio_runtime(log="memory://", tools=tools) as runtime:
+            turn = await runtime.start_turn(
+                tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+            )
+            adapter = AnthropicAdapter(turn)
+            async with anthropic.AsyncAnthropic(
+                base_url=url, api_key="test", max_retries=0
+            ) as client:
+                stream = await client.messages.create(
+                    model="claude-sonnet-4-5",
+                    max_tokens=64,
+                    messages=[{"role": "user", "content": "weather?"}],
+                    stream=True,
+                )
+                async with stream:
+                    async for event in stream:
+                        await runtime.feed(adapter.feed_event(event))
+            await runtime.feed(adapter.close())
+            for ready in await runtime.ready():
+                dispatch = await runtime.claim(ready, executor="asyncio-worker")
+                ran.append(dispatch.tool)
+                await runtime.complete(dispatch)
+        return ran
+
+    with threaded_replay_server(body) as url:
+        assert asyncio.run(run(url)) == ["get_weather"]
