@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.adapters
 	$(BIN)/python -m benchmarks.validation
 	$(BIN)/python -m benchmarks.tracing_overhead
+	$(BIN)/python -m benchmarks.guest_mode
 
 # Long runs kept out of `make test`: 200 SIGKILLs of a process in the middle of appending.
 soak: $(STAMP)

@@ -9,6 +9,7 @@ is shared across threads, and the runtime's guarantees are the Trio runtime's ow
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -94,7 +95,9 @@ async def open_asyncio_runtime(**options: Any) -> AsyncIterator[AsyncioRuntime]:
 
     async def host() -> None:
         trio_token.append(trio.lowlevel.current_trio_token())
-        send, receive = trio.open_memory_channel[Any](64)
+        # Unbounded: a full channel would drop a request whose coroutine then waits forever;
+        # asyncio's side bounds the requests in flight by the coroutines awaiting them.
+        send, receive = trio.open_memory_channel[Any](math.inf)
         async with open_runtime(**options) as runtime, trio.open_nursery() as nursery:
             loop.call_soon(_resolve, opened, (runtime, send))
 

@@ -138,3 +138,21 @@ def test_the_anthropic_async_client_s_events_feed_inert_under_asyncio() -> None:
 
     with threaded_replay_server(body) as url:
         assert asyncio.run(run(url)) == ["get_weather"]
+
+
+def test_many_operations_in_flight_at_once_all_answer() -> None:
+    """Hundreds of concurrent coroutines each crossing into Trio: every one gets its answer."""
+
+    async def many() -> int:
+        async with open_asyncio_runtime(log="memory://", tools=TOOLS) as runtime:
+            turns = await asyncio.gather(
+                *(
+                    runtime.start_turn(
+                        tenant="acme", conversation=f"c{n}", turn="t1", principal="user:alice"
+                    )
+                    for n in range(300)
+                )
+            )
+            return len(turns)
+
+    assert asyncio.run(many()) == 300
