@@ -23,8 +23,8 @@ from typing import Any
 
 import trio
 
-from benchmarks.tracing_overhead import TOOL, call_key, lifecycle
-from inert import CallKey, CallLimits, open_asyncio_runtime, open_runtime
+from benchmarks.tracing_overhead import TOOL, call_key, lifecycle, workload
+from inert import CallKey, CallLimits, open_asyncio_runtime
 
 
 def limits(calls: int) -> CallLimits:
@@ -33,27 +33,6 @@ def limits(calls: int) -> CallLimits:
 
 def conversations(keys: list[CallKey]) -> list[str]:
     return sorted({key.conversation for key in keys})
-
-
-async def native(path: Path, calls: int, fragments: int) -> float:
-    keys = [call_key(index) for index in range(calls)]
-    async with open_runtime(log=f"sqlite:///{path}", tools=[TOOL], limits=limits(calls)) as rt:
-        for conversation in conversations(keys):
-            await rt.start_turn(tenant="bench", conversation=conversation, turn="t1", principal="b")
-        start = time.perf_counter()
-
-        async def run_call(key: CallKey) -> None:
-            for events in lifecycle(key, fragments):
-                await rt.feed(events)
-
-        async with trio.open_nursery() as nursery:
-            for key in keys:
-                nursery.start_soon(run_call, key)
-        await rt.settle()
-        for key in keys:
-            await rt.complete(await rt.claim(key, executor="bench"))
-        await rt.settle()
-        return time.perf_counter() - start
 
 
 async def guest(path: Path, calls: int, fragments: int) -> float:
@@ -88,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="inert-guest-") as folder:
         for run in range(arguments.runs):
             native_path = Path(folder) / f"native-{run}.db"
-            times["native"].append(
-                trio.run(native, native_path, arguments.calls, arguments.fragments)
+            elapsed, _ = trio.run(
+                workload, native_path, arguments.calls, arguments.fragments, False
             )
+            times["native"].append(elapsed)
             guest_path = Path(folder) / f"guest-{run}.db"
             times["guest"].append(
                 asyncio.run(guest(guest_path, arguments.calls, arguments.fragments))
