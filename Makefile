@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
-		--disable-pip-version-check -e '.[test,bench]'
+		--disable-pip-version-check -e '.[test,bench,postgresql,examples]'
 	touch $(STAMP)
 
 demo: $(STAMP)
