@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import anthropic
+import openai
 import pytest
 from adapter_support import FIXTURES
 from replay_server import threaded_replay_server
@@ -22,7 +23,7 @@ from inert import (
     ToolDeclaration,
     open_asyncio_runtime,
 )
-from inert.adapters import AnthropicAdapter
+from inert.adapters import AnthropicAdapter, OpenAIResponsesAdapter
 
 TOOLS = [
     ToolDeclaration(name="get_weather"),
@@ -138,6 +139,47 @@ def test_the_anthropic_async_client_s_events_feed_inert_under_asyncio() -> None:
 
     with threaded_replay_server(body) as url:
         assert asyncio.run(run(url)) == ["get_weather"]
+
+
+def test_the_openai_async_client_s_responses_events_feed_inert_under_asyncio() -> None:
+    """Under asyncio, the official openai async client's Responses stream events, through the
+    OpenAI Responses adapter and the facade, run each of the two captured tool calls once."""
+    body = (FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse").read_bytes()
+    body = body.rstrip(b"\n") + b"\n\n"
+
+    async def run(url: str) -> tuple[list[str], list[str]]:
+        ran: list[str] = []
+        tools = [ToolDeclaration(name="search"), ToolDeclaration(name="weather")]
+        async with open_asyncio_runtime(log="memory://", tools=tools) as runtime:
+            turn = await runtime.start_turn(
+                tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+            )
+            adapter = OpenAIResponsesAdapter(turn)
+            async with openai.AsyncOpenAI(
+                base_url=f"{url}/v1", api_key="test", max_retries=0
+            ) as client:
+                stream = await client.responses.create(
+                    model="gpt-4o", input="weather and the game?", stream=True
+                )
+                async with stream:
+                    async for event in stream:
+                        await runtime.feed(adapter.feed_event(event))
+            await runtime.feed(adapter.close())
+            for ready in await runtime.ready():
+                dispatch = await runtime.claim(ready, executor="asyncio-worker")
+                ran.append(dispatch.tool)
+                await runtime.complete(dispatch)
+            await runtime.settle()
+            rows = list(runtime.projections.ledger.rows())
+            for row in rows:
+                with pytest.raises(ClaimRefused):
+                    await runtime.claim(row.key, executor="asyncio-worker")
+        return ran, [row.outcome for row in rows]
+
+    with threaded_replay_server(body) as url:
+        ran, outcomes = asyncio.run(run(url))
+    assert sorted(ran) == ["search", "weather"]
+    assert outcomes == ["completed", "completed"]
 
 
 def test_many_operations_in_flight_at_once_all_answer() -> None:
