@@ -1,0 +1,1 @@
+"""Programs that embed inert, kept type-checked and tested with the library."""

@@ -1,0 +1,434 @@
+"""The example agent server over real HTTP: Hypercorn bound to 127.0.0.1 in the test's nursery,
+the provider a local replay served the same way, ``httpx`` as the person's client.
+
+The clock is Trio's real one: the server and the client wait on real sockets, which a
+``MockClock`` would jump past.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from adapter_support import FIXTURES
+from attrs import define
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from examples.agent_server import (
+    TWO_CALLS,
+    Agent,
+    Replay,
+    anthropic_messages,
+    create_app,
+    open_agent,
+    openai_responses,
+    provider_from_environment,
+    replay_app,
+    replayed,
+    run,
+    serve,
+)
+from examples.agent_server._tools import TOOLS
+
+EMAIL = "call_example_email"
+WEATHER = "call_example_weather"
+Message = tuple[str, dict[str, Any]]
+
+
+@define
+class Example:
+    """A running example server, its replayed provider, and a client of it."""
+
+    client: httpx.AsyncClient
+    agent: Agent
+    replay: Replay
+    replay_url: str
+
+
+@asynccontextmanager
+async def example(replay: Replay, provider: str = "openai") -> AsyncIterator[Example]:
+    async with trio.open_nursery() as nursery:
+        replay_url = await nursery.start(partial(serve, replay_app(replay)))
+        if provider == "openai":
+            chosen = replayed(replay_url)
+        else:
+            chosen = anthropic_messages(api_key="test", base_url=replay_url)
+        async with open_agent(chosen) as agent:
+            url = await nursery.start(partial(serve, create_app(agent)))
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                yield Example(client=client, agent=agent, replay=replay, replay_url=replay_url)
+            nursery.cancel_scope.cancel()
+
+
+def two_calls(*, hold: bool) -> Replay:
+    return Replay(TWO_CALLS.read_bytes(), fresh_ids=(b"resp_example",), hold=hold)
+
+
+class Events:
+    """A turn's server-sent events, read as they come."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        self._lines = response.aiter_lines()
+        self.seen: list[Message] = []
+
+    async def next(self) -> Message:
+        kind, data = "", ""
+        async for line in self._lines:
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                data = line.removeprefix("data: ")
+            elif not line and kind:
+                message = (kind, json.loads(data))
+                self.seen.append(message)
+                if kind == "end":
+                    # The server closes the stream after its end: read it to its close, so
+                    # that no iterator of the client is left half-read.
+                    rest = [line async for line in self._lines]
+                    assert not any(rest), rest
+                return message
+        raise AssertionError(f"the event stream ended after {self.seen}")
+
+    async def until(self, wanted: Callable[[Message], bool]) -> Message:
+        with trio.fail_after(10):
+            while True:
+                message = await self.next()
+                if wanted(message):
+                    return message
+
+    def cues(self, call: str) -> list[str]:
+        return [
+            data["cue"] for kind, data in self.seen if kind == "status" and data["call"] == call
+        ]
+
+
+def cue(call: str, text: str) -> Callable[[Message], bool]:
+    return lambda message: (
+        message[0] == "status" and message[1]["call"] == call and message[1]["cue"] == text
+    )
+
+
+def is_end(message: Message) -> bool:
+    return message[0] == "end"
+
+
+async def start(client: httpx.AsyncClient, message: str = "mail bob, weather in Paris") -> str:
+    response = await client.post("/chat", json={"message": message})
+    assert response.status_code == 202, response.text
+    turn: str = response.json()["turn"]
+    assert response.json()["events"] == f"/turns/{turn}/events"
+    return turn
+
+
+async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> None:
+    """Two calls: the person stops get_weather while its arguments still stream and confirms
+    send_email; the email is sent exactly once, the weather is never looked up, and the events
+    show each cue."""
+    async with example(two_calls(hold=True)) as run:
+        client = run.client
+        turn = await start(client)
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            await events.until(cue(WEATHER, "preparing request"))
+            # The replay waits before get_weather's terminal event: the call is still collecting.
+            assert run.replay.waiting == 1
+            stopped = await client.post(f"/turns/{turn}/calls/{WEATHER}/stop")
+            assert stopped.json() == {"call": WEATHER, "stopped": True}
+            _, cancelled = await events.until(cue(WEATHER, "cancelled: nothing was done"))
+            assert cancelled["reason"] == "confirmation_denied"
+            assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
+            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            assert pending["arguments_digest"].startswith("sha256:")
+            confirmed = await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
+            assert confirmed.json() == {"call": EMAIL, "confirmed": pending["arguments_digest"]}
+            _, end = await events.until(is_end)
+            assert end["calls"] == {EMAIL: "done", WEATHER: "cancelled: nothing was done"}
+        # "about to run" lasts from the confirmation to the claim, and may pass unseen.
+        assert [shown for shown in events.cues(EMAIL) if shown != "about to run"] == [
+            "preparing request",
+            "needs your confirmation",
+            "running",
+            "done",
+        ]
+        assert events.cues(WEATHER) == ["preparing request", "cancelled: nothing was done"]
+        results = [data for kind, data in events.seen if kind == "result"]
+        assert results == [
+            {"call": EMAIL, "tool": "send_email", "result": {"sent_to": "bob@example.com"}}
+        ]
+        # Neither a second confirmation nor a late stop changes anything.
+        again = await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
+        assert again.status_code == 409
+        late = await client.post(f"/turns/{turn}/calls/{EMAIL}/stop")
+        assert late.status_code == 409
+        assert late.json()["reason"] == "call_terminal"
+        assert (await client.get("/executions")).json() == {"executions": {"send_email": 1}}
+        assert run.agent.toolbox.outbox == [
+            {"to": "bob@example.com", "subject": "Lunch", "body": "Noon at the usual place?"}
+        ]
+        rows = {row.call: row for row in run.agent.runtime.projections.ledger.rows()}
+        assert (rows[EMAIL].state, rows[EMAIL].outcome) == ("dispatched", "completed")
+        assert (rows[WEATHER].state, rows[WEATHER].terminal_reason) == (
+            "cancelled",
+            "confirmation_denied",
+        )
+
+
+async def test_a_call_without_confirmation_runs_and_a_confirmation_must_match_its_digest() -> None:
+    """get_weather runs as soon as its response ends; send_email waits, refuses a confirmation
+    for other arguments than those shown, and runs once for the right one."""
+    async with example(two_calls(hold=False)) as run:
+        client = run.client
+        turn = await start(client)
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            wrong = await client.post(
+                f"/turns/{turn}/calls/{EMAIL}/confirm",
+                json={"arguments_digest": "sha256:" + "0" * 64},
+            )
+            assert wrong.status_code == 409
+            assert "error" in wrong.json()
+            right = await client.post(
+                f"/turns/{turn}/calls/{EMAIL}/confirm",
+                json={"arguments_digest": pending["arguments_digest"]},
+            )
+            assert right.status_code == 200
+            _, end = await events.until(is_end)
+        assert end["calls"] == {EMAIL: "done", WEATHER: "done"}
+        results = {data["tool"]: data["result"] for kind, data in events.seen if kind == "result"}
+        assert results["get_weather"] == {"location": "Paris", "forecast": "light rain, 14 °C"}
+        assert (await client.get("/executions")).json() == {
+            "executions": {"get_weather": 1, "send_email": 1}
+        }
+        # A second chat replays the stream as a new response, and runs its own calls.
+        second = await start(client)
+        async with client.stream("GET", f"/turns/{second}/events") as response:
+            events = Events(response)
+            await events.until(cue(EMAIL, "needs your confirmation"))
+            stopped = await client.post(f"/turns/{second}/calls/{EMAIL}/stop")
+            assert stopped.status_code == 200
+            _, end = await events.until(is_end)
+        assert end["calls"] == {EMAIL: "cancelled: nothing was done", WEATHER: "done"}
+        assert run.agent.toolbox.executions == {"get_weather": 2, "send_email": 1}
+
+
+async def test_stopping_the_turn_mid_stream_runs_nothing() -> None:
+    """A turn stopped while its stream is paused: both calls are cancelled, none ever runs,
+    even once the provider's stream would have gone on."""
+    async with example(two_calls(hold=True)) as run:
+        client = run.client
+        turn = await start(client)
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            await events.until(cue(WEATHER, "preparing request"))
+            stopped = await client.post(f"/turns/{turn}/stop")
+            assert stopped.json() == {"turn": turn, "stopped": True}
+            _, end = await events.until(is_end)
+        assert end["calls"] == {
+            EMAIL: "cancelled: nothing was done",
+            WEATHER: "cancelled: nothing was done",
+        }
+        run.replay.release()
+        await run.agent.runtime.settle()
+        assert run.agent.toolbox.executions == {}
+        reasons = {row.terminal_reason for row in run.agent.runtime.projections.ledger.rows()}
+        assert reasons == {"turn_cancelled"}
+
+
+async def test_bad_requests_get_clear_json_errors() -> None:
+    """Malformed chats, unknown turns and calls, another person's turn, a call not waiting for
+    confirmation, unknown routes and methods: each a 4xx with a JSON error naming the problem."""
+    async with example(two_calls(hold=True)) as run:
+        client = run.client
+        asked: list[tuple[int, str]] = []
+        for body in (b"", b"{not json", b"[1, 2]", b'{"message": ""}', b'{"message": 5}'):
+            answer = await client.post("/chat", content=body)
+            asked.append((answer.status_code, answer.json()["error"]))
+        assert asked == [
+            (400, "the body is not JSON"),
+            (400, "the body is not JSON"),
+            (400, "the body must be a JSON object, not list"),
+            (400, "'message' must be a non-empty string"),
+            (400, "'message' must be a non-empty string"),
+        ]
+        huge = await client.post("/chat", json={"message": "x" * 70_000})
+        assert huge.status_code == 413
+        assert "limit is 65536" in huge.json()["error"]
+        long = await client.post("/chat", json={"message": "x" * 9_000})
+        assert long.json() == {"error": "'message' is 9000 characters, the limit is 8000"}
+
+        unknown = await client.get("/turns/turn-none/events")
+        assert (unknown.status_code, unknown.json()) == (404, {"error": "no turn 'turn-none'"})
+        turn = await start(client)
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            await events.until(cue(WEATHER, "preparing request"))
+            no_call = await client.post(f"/turns/{turn}/calls/call_none/confirm")
+            assert no_call.status_code == 404
+            assert no_call.json()["error"] == f"turn {turn!r} has no call 'call_none' (yet)"
+            other = await client.post(
+                f"/turns/{turn}/calls/{WEATHER}/stop", headers={"x-user": "user:mallory"}
+            )
+            assert (other.status_code, other.json()) == (
+                403,
+                {"error": f"turn {turn!r} belongs to another user"},
+            )
+            early = await client.post(f"/turns/{turn}/calls/{WEATHER}/confirm")
+            assert early.status_code == 409
+            assert early.json()["error"] == (
+                f"call {WEATHER!r} is not waiting for confirmation (it is 'preparing request')"
+            )
+            bad_digest = await client.post(
+                f"/turns/{turn}/calls/{WEATHER}/confirm", json={"arguments_digest": 7}
+            )
+            assert bad_digest.json() == {"error": "'arguments_digest' must be a non-empty string"}
+            run.replay.release()
+            await events.until(cue(EMAIL, "needs your confirmation"))
+            await client.post(f"/turns/{turn}/calls/{EMAIL}/stop")
+            await events.until(is_end)
+        assert run.agent.toolbox.executions == {"get_weather": 1}
+
+        missing = await client.get("/nowhere")
+        assert (missing.status_code, missing.json()) == (404, {"error": "Not Found"})
+        wrong_method = await client.get("/chat")
+        assert (wrong_method.status_code, wrong_method.json()) == (
+            405,
+            {"error": "Method Not Allowed"},
+        )
+
+
+async def test_the_anthropic_protocol_through_the_same_server() -> None:
+    """With Anthropic's Messages API as the provider (a replayed capture), the server asks
+    /v1/messages with the demo tools in Anthropic's format and runs the captured call once."""
+    body = (FIXTURES / "anthropic" / "text-then-tool-use.sse").read_bytes()
+    async with example(Replay(body), provider="anthropic") as run:
+        client = run.client
+        turn = await start(client, "weather in Paris?")
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            _, end = await events.until(is_end)
+        assert list(end["calls"].values()) == ["done"]
+        assert run.agent.toolbox.executions == {"get_weather": 1}
+        [(path, asked)] = run.replay.requests
+        assert path == "/v1/messages"
+        assert asked["stream"] is True
+        assert [tool["name"] for tool in asked["tools"]] == ["get_weather", "send_email"]
+        assert asked["tools"][0]["input_schema"]["required"] == ["location"]
+
+
+async def errors_of_a_turn(provider_url: str) -> list[str]:
+    """The errors a turn's events report, with a provider at ``provider_url``; the turn ends
+    without a call."""
+    async with (
+        open_agent(replayed(provider_url)) as agent,
+        trio.open_nursery() as nursery,
+    ):
+        url = await nursery.start(partial(serve, create_app(agent)))
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            turn = await start(client)
+            async with client.stream("GET", f"/turns/{turn}/events") as response:
+                events = Events(response)
+                _, end = await events.until(is_end)
+        nursery.cancel_scope.cancel()
+    assert end == {"turn": turn, "calls": {}}
+    return [data["error"] for kind, data in events.seen if kind == "error"]
+
+
+async def test_a_provider_that_cannot_be_reached_ends_the_turn_with_an_error() -> None:
+    """A provider endpoint nobody listens on: the turn's events say the stream broke, and end."""
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    errors = await errors_of_a_turn(f"http://127.0.0.1:{port}")
+    assert errors == ["the stream from replay broke: ConnectError"]
+
+
+async def test_a_provider_that_refuses_the_request_ends_the_turn_with_its_answer() -> None:
+    """A provider answering 401: the turn's events show its status and what it said, and end."""
+
+    async def refuse(_: Request) -> Response:
+        return JSONResponse({"error": "invalid key"}, status_code=401)
+
+    provider = Starlette(routes=[Route("/v1/responses", refuse, methods=["POST"])])
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve, provider))
+        errors = await errors_of_a_turn(url)
+        nursery.cancel_scope.cancel()
+    assert errors == ['replay answered HTTP 401, not a stream: {"error":"invalid key"}']
+
+
+async def test_the_server_runs_as_python_m_runs_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``run`` with no key in the environment: the default replay, chat after chat."""
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(run, port=0, environ={}, delay=0.0))
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            for _ in range(2):
+                turn = await start(client)
+                async with client.stream("GET", f"/turns/{turn}/events") as response:
+                    events = Events(response)
+                    await events.until(cue(EMAIL, "needs your confirmation"))
+                    await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
+                    _, end = await events.until(is_end)
+                assert end["calls"] == {EMAIL: "done", WEATHER: "done"}
+            executions = (await client.get("/executions")).json()
+        nursery.cancel_scope.cancel()
+    assert executions == {"executions": {"get_weather": 2, "send_email": 2}}
+    printed = capsys.readouterr().out
+    assert f"agent server: {url}\n" in printed
+    assert "provider: a replay of two-calls.sse at http://127.0.0.1:" in printed
+
+
+@pytest.mark.parametrize(
+    ("environ", "url", "header"),
+    [
+        ({}, None, None),
+        ({"OPENAI_API_KEY": "k1"}, "https://api.openai.com/v1/responses", "authorization"),
+        (
+            {"ANTHROPIC_API_KEY": "k2", "ANTHROPIC_BASE_URL": "http://proxy:1"},
+            "http://proxy:1/v1/messages",
+            "x-api-key",
+        ),
+        (
+            {"OPENAI_API_KEY": "k1", "ANTHROPIC_API_KEY": "k2"},
+            "https://api.openai.com/v1/responses",
+            "authorization",
+        ),
+    ],
+)
+def test_the_provider_comes_from_the_environment(
+    environ: dict[str, str], url: str | None, header: str | None
+) -> None:
+    """No key: the replay; an OpenAI key: OpenAI (first); an Anthropic key: Anthropic."""
+    provider = provider_from_environment(environ)
+    if url is None:
+        assert provider is None
+        return
+    assert provider is not None
+    assert provider.url == url
+    assert header in provider.headers
+    request = provider.request("hi", TOOLS)
+    assert request["stream"] is True
+    assert len(request["tools"]) == 2
+
+
+def test_the_openai_request_offers_the_tools_in_the_responses_format() -> None:
+    """The Responses request carries the message as input and each tool as a function."""
+    request = openai_responses(api_key="k").request("mail bob", TOOLS)
+    assert request["input"] == "mail bob"
+    assert [(tool["type"], tool["name"]) for tool in request["tools"]] == [
+        ("function", "get_weather"),
+        ("function", "send_email"),
+    ]
+    assert request["tools"][1]["parameters"]["required"] == ["to", "subject", "body"]
