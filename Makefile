@@ -38,6 +38,11 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.tracing_overhead
 	$(BIN)/python -m benchmarks.guest_mode
 
+# The example agent server (examples/agent_server) on http://127.0.0.1:8000; Ctrl-C stops it.
+.PHONY: example
+example: $(STAMP)
+	$(BIN)/python -m examples.agent_server
+
 # Long runs kept out of `make test`: 200 SIGKILLs of a process in the middle of appending.
 soak: $(STAMP)
 	INERT_CRASH_KILLS=200 $(BIN)/pytest tests/test_log_crash.py
