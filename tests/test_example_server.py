@@ -142,7 +142,8 @@ async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() 
             events = Events(response)
             await events.until(cue(WEATHER, "preparing request"))
             # The replay waits before get_weather's terminal event: the call is still collecting.
-            assert run.replay.waiting == 1
+            with trio.fail_after(10):
+                await run.replay.paused(1)
             stopped = await client.post(f"/turns/{turn}/calls/{WEATHER}/stop")
             assert stopped.json() == {"call": WEATHER, "stopped": True}
             _, cancelled = await events.until(cue(WEATHER, "cancelled: nothing was done"))
@@ -224,14 +225,16 @@ async def test_a_call_without_confirmation_runs_and_a_confirmation_must_match_it
 
 
 async def test_stopping_the_turn_mid_stream_runs_nothing() -> None:
-    """A turn stopped while its stream is paused: both calls are cancelled, none ever runs,
-    even once the provider's stream would have gone on."""
+    """A turn stopped while its stream is paused: both calls are cancelled, none runs, and
+    the server stops reading the provider's stream."""
     async with example(two_calls(hold=True)) as run:
         client = run.client
         turn = await start(client)
         async with client.stream("GET", f"/turns/{turn}/events") as response:
             events = Events(response)
             await events.until(cue(WEATHER, "preparing request"))
+            with trio.fail_after(10):
+                await run.replay.paused(1)
             stopped = await client.post(f"/turns/{turn}/stop")
             assert stopped.json() == {"turn": turn, "stopped": True}
             _, end = await events.until(is_end)
@@ -239,11 +242,51 @@ async def test_stopping_the_turn_mid_stream_runs_nothing() -> None:
             EMAIL: "cancelled: nothing was done",
             WEATHER: "cancelled: nothing was done",
         }
-        run.replay.release()
+        # The server hung up on the provider: no stream waits to go on.
+        assert run.replay.waiting == 0
         await run.agent.runtime.settle()
         assert run.agent.toolbox.executions == {}
         reasons = {row.terminal_reason for row in run.agent.runtime.projections.ledger.rows()}
         assert reasons == {"turn_cancelled"}
+
+
+async def test_a_new_turn_supersedes_the_last_of_its_conversation_for_its_person_only() -> None:
+    """A person's new turn in a conversation cancels the calls of their last one there; another
+    person's turn under the same conversation name is their own and cancels nothing."""
+    async with example(two_calls(hold=True)) as run:
+        client = run.client
+        chat = {"message": "mail bob, weather in Paris", "conversation": "c1"}
+        first = (await client.post("/chat", json=chat)).json()["turn"]
+        async with client.stream("GET", f"/turns/{first}/events") as response:
+            events = Events(response)
+            await events.until(cue(WEATHER, "preparing request"))
+            other = await client.post("/chat", json=chat, headers={"x-user": "user:olga"})
+            olga = other.json()["turn"]
+            second = (await client.post("/chat", json=chat)).json()["turn"]
+            _, end = await events.until(is_end)
+        assert end["calls"] == {
+            EMAIL: "cancelled: nothing was done",
+            WEATHER: "cancelled: nothing was done",
+        }
+        # The first turn's stream stopped at the pause; the two others wait there now.
+        with trio.fail_after(10):
+            await run.replay.paused(2)
+        assert run.replay.release() == 2
+        for turn, user in ((olga, "user:olga"), (second, "user:demo")):
+            async with client.stream(
+                "GET", f"/turns/{turn}/events", headers={"x-user": user}
+            ) as response:
+                events = Events(response)
+                await events.until(cue(EMAIL, "needs your confirmation"))
+                await client.post(f"/turns/{turn}/stop", headers={"x-user": user})
+                await events.until(is_end)
+        reasons = {
+            row.turn: row.terminal_reason
+            for row in run.agent.runtime.projections.ledger.rows()
+            if row.call == WEATHER
+        }
+        assert reasons == {first: "superseded", olga: None, second: None}
+        assert run.agent.toolbox.executions == {"get_weather": 2}
 
 
 async def test_bad_requests_get_clear_json_errors() -> None:
@@ -293,6 +336,8 @@ async def test_bad_requests_get_clear_json_errors() -> None:
                 f"/turns/{turn}/calls/{WEATHER}/confirm", json={"arguments_digest": 7}
             )
             assert bad_digest.json() == {"error": "'arguments_digest' must be a non-empty string"}
+            with trio.fail_after(10):
+                await run.replay.paused(1)
             run.replay.release()
             await events.until(cue(EMAIL, "needs your confirmation"))
             await client.post(f"/turns/{turn}/calls/{EMAIL}/stop")

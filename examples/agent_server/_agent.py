@@ -162,6 +162,10 @@ class Agent:
             turn=turn,
             principal=principal,
         )
+        for earlier in self.sessions.values():
+            if earlier.ref.conversation == ref.conversation:
+                # Superseded: inert refuses whatever more its stream brings, so stop reading it.
+                earlier.scope.cancel()
         session = self.sessions[turn] = TurnSession(ref=ref, principal=principal)
         self._forget_old_sessions()
         session.say("turn", {"turn": turn, "provider": self.provider.name})

@@ -43,13 +43,18 @@ class Replay:
     waiting: int = 0
     """Streams waiting at a pause point now."""
     _released: trio.Event = field(factory=trio.Event, init=False)
+    _arrived: trio.Event = field(factory=trio.Event, init=False)
 
     def release(self) -> int:
         """Let every stream waiting at a pause point go on; how many there were."""
-        released, self.waiting = self.waiting, 0
         self._released.set()
         self._released = trio.Event()
-        return released
+        return self.waiting
+
+    async def paused(self, streams: int) -> None:
+        """Until ``streams`` streams wait at a pause point."""
+        while self.waiting < streams:
+            await self._arrived.wait()
 
     async def stream(self, number: int) -> AsyncIterator[bytes]:
         """The body for the ``number``-th request, one event (or comment) at a time."""
@@ -61,7 +66,12 @@ class Replay:
                 continue
             if self.hold and PAUSE in block.split(b"\n"):
                 self.waiting += 1
-                await self._released.wait()
+                self._arrived.set()
+                self._arrived = trio.Event()
+                try:
+                    await self._released.wait()
+                finally:
+                    self.waiting -= 1
             elif self.delay:
                 await trio.sleep(self.delay)
             yield block.strip(b"\n") + b"\n\n"
