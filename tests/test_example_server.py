@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from examples.agent_server import (
+    TOOLS,
     TWO_CALLS,
     Agent,
     Replay,
@@ -37,7 +38,6 @@ from examples.agent_server import (
     run,
     serve,
 )
-from examples.agent_server._tools import TOOLS
 
 EMAIL = "call_example_email"
 WEATHER = "call_example_weather"
@@ -412,6 +412,41 @@ async def test_a_provider_that_refuses_the_request_ends_the_turn_with_its_answer
         errors = await errors_of_a_turn(url)
         nursery.cancel_scope.cancel()
     assert errors == ['replay answered HTTP 401, not a stream: {"error":"invalid key"}']
+
+
+async def test_a_stream_that_breaks_mid_call_runs_nothing() -> None:
+    """The provider goes away while get_weather's arguments stream: the events say the stream
+    broke, and both calls are cancelled, send_email's although its arguments were whole."""
+    replay = two_calls(hold=True)
+    provider_scope = trio.CancelScope()
+
+    async def provider(task_status: trio.TaskStatus[str]) -> None:
+        with provider_scope:
+            await serve(replay_app(replay), task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        replay_url = await nursery.start(provider)
+        async with open_agent(replayed(replay_url)) as agent:
+            url = await nursery.start(partial(serve, create_app(agent)))
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                turn = await start(client)
+                async with client.stream("GET", f"/turns/{turn}/events") as response:
+                    events = Events(response)
+                    await events.until(cue(WEATHER, "preparing request"))
+                    with trio.fail_after(10):
+                        await replay.paused(1)
+                    provider_scope.cancel()
+                    _, end = await events.until(is_end)
+            nursery.cancel_scope.cancel()
+    assert end["calls"] == {
+        EMAIL: "cancelled: nothing was done",
+        WEATHER: "cancelled: nothing was done",
+    }
+    reasons = {data["call"]: data.get("reason") for kind, data in events.seen if kind == "status"}
+    assert reasons == {EMAIL: "connection_lost", WEATHER: "connection_lost"}
+    [error] = [data["error"] for kind, data in events.seen if kind == "error"]
+    assert error == "the stream from replay broke: RemoteProtocolError"
+    assert agent.toolbox.executions == {}
 
 
 async def test_the_server_runs_as_python_m_runs_it(capsys: pytest.CaptureFixture[str]) -> None:
