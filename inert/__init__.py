@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import events as _events
 from ._asyncio import AsyncioRuntime, open_asyncio_runtime
+from ._retention import Retention
 from ._runtime import (
     Dispatch,
     Executor,
@@ -65,6 +66,7 @@ __all__ = [  # noqa: PLE0604
     "Projections",
     "ReadyCall",
     "ReplayDivergence",
+    "Retention",
     "Runtime",
     "Status",
     "StatusCue",

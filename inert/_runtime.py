@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ import trio.lowlevel
 from attrs import frozen
 from opentelemetry.trace import TracerProvider
 
+from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from .actors import (
     DEFAULT_LIMITS,
     CallFold,
@@ -193,6 +194,7 @@ class Runtime:
         limits: CallLimits,
         *,
         ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+        retention: Retention = DEFAULT_RETENTION,
         **router_options: Any,
     ) -> None:
         self.log = log
@@ -212,6 +214,9 @@ class Runtime:
         self._live = False
         self.operators: OperatorAuthorizer = frozenset[str]().__contains__
         self._changed = trio.Event()
+        self._retention = RetentionPlan(retention)
+        self._retention_due = trio.Event()
+        self._redacting = False
 
     # --- views ---
 
@@ -232,6 +237,9 @@ class Runtime:
 
     def _heard(self, recorded: RecordedEvent) -> None:
         self.projections.apply(recorded)
+        self._retention.heard(recorded, self._fold)
+        if self._retention.pending:
+            self._retention_due.set()
         if self.spans is not None and self._live:
             self.spans.apply(recorded)
         request = self._requests.pop(recorded.event_id, None)
@@ -621,8 +629,27 @@ class Runtime:
             head = await self.log.head()
             await self._router.wait_for(head)
             await self._router.wait_until_idle()
+            await self._retained()
             if await self.log.head() == head and not self._router.busy:
                 return
+
+    async def _retain(self) -> None:
+        """Redact what retention says is due, as the log's fold makes it due."""
+        while True:
+            await self._retention_due.wait()
+            self._retention_due = trio.Event()
+            self._redacting = True
+            for stream, version, types in self._retention.take():
+                await self.log.redact(stream, version, event_types=types)
+            self._redacting = False
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def _retained(self) -> None:
+        """Until no redaction is due or running."""
+        while self._redacting or self._retention.pending:
+            changed = self._changed
+            await changed.wait()
 
     # --- lifecycle ---
 
@@ -686,6 +713,7 @@ async def open_runtime(
     inbox_size: int = DEFAULT_INBOX_SIZE,
     operators: OperatorAuthorizer | Iterable[str] = (),
     ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+    retention: Retention = DEFAULT_RETENTION,
     tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
@@ -695,70 +723,45 @@ async def open_runtime(
     never asks again. ``operators`` says who holds the operator role: a function of the
     operator principal, or the principals themselves (none by default: every control is
     refused). The ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it
-    finished, by the log's times. With a ``tracer_provider`` (OpenTelemetry), turns, calls,
-    validations, confirmations, dispatches and controls become spans, made from the log once the
-    runtime is live, never on replay. Everything is rebuilt from the log first; the runtime
-    stops when the block ends.
+    finished, by the log's times. ``retention`` says which argument payloads are redacted from
+    the log once nothing can need them (by default fragments and validated arguments, see
+    :class:`Retention`). With a ``tracer_provider`` (OpenTelemetry), turns, calls, validations,
+    confirmations, dispatches and controls become spans, made from the log once the runtime is
+    live, never on replay. Everything is rebuilt from the log first; the runtime stops when the
+    block ends.
     """
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
-    if isinstance(log, str):
-        async with (
-            open_log(log, clock=trio_clock()) as opened,
-            _run(
-                opened,
-                registry,
-                limits,
-                validation_timeout=validation_timeout,
-                inbox_size=inbox_size,
-                operators=authorizer,
-                ledger_horizon=ledger_horizon,
-                tracer_provider=tracer_provider,
-            ) as runtime,
-        ):
-            yield runtime
-    else:
-        async with _run(
-            log,
+    async with AsyncExitStack() as stack:
+        opened = (
+            log
+            if isinstance(log, Log)
+            else await stack.enter_async_context(open_log(log, clock=trio_clock()))
+        )
+        runtime = Runtime(
+            opened,
             registry,
             limits,
+            ledger_horizon=ledger_horizon,
+            retention=retention,
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
-            operators=authorizer,
-            ledger_horizon=ledger_horizon,
-            tracer_provider=tracer_provider,
-        ) as runtime:
-            yield runtime
+        )
+        runtime.operators = authorizer
+        if tracer_provider is not None:
+            runtime.spans = CallSpans(tracer_provider.get_tracer("inert"))
+        async with _run(runtime) as running:
+            yield running
 
 
 @asynccontextmanager
-async def _run(
-    log: Log,
-    registry: ToolRegistry,
-    limits: CallLimits,
-    *,
-    validation_timeout: float,
-    inbox_size: int,
-    operators: OperatorAuthorizer,
-    ledger_horizon: timedelta | None,
-    tracer_provider: TracerProvider | None,
-) -> AsyncIterator[Runtime]:
-    runtime = Runtime(
-        log,
-        registry,
-        limits,
-        ledger_horizon=ledger_horizon,
-        validation_timeout=validation_timeout,
-        inbox_size=inbox_size,
-    )
-    runtime.operators = operators
-    if tracer_provider is not None:
-        runtime.spans = CallSpans(tracer_provider.get_tracer("inert"))
+async def _run(runtime: Runtime) -> AsyncIterator[Runtime]:
     await runtime._router.catch_up()
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
+            nursery.start_soon(runtime._retain)
             try:
                 # What replaying the log heard made no spans: from here on, events are new.
                 runtime._live = True

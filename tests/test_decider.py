@@ -694,6 +694,24 @@ def test_rule_3_past_the_byte_limit_the_call_fails_too_large() -> None:
     assert failure(provided.send(ended(None, final=big))).reason is FailReason.TOO_LARGE
 
 
+def test_a_call_ending_while_collecting_records_what_it_received() -> None:
+    """The ending decision counts the fragments taken and the one that ended the call."""
+    limits = CallLimits(arguments=ArgumentLimits(max_bytes=16))
+    call = Call(context(limits=limits))
+    call.send(opened(0))
+    call.send(fragment(b"x" * 10, 1))
+    ended_by_fragment = failure(call.send(fragment(b"x" * 7, 2)))
+    assert (ended_by_fragment.fragments, ended_by_fragment.size) == (2, 17)
+    cancelled = reach(Phase.COLLECTING)
+    counts = (cancelled.state.fragments, cancelled.state.size)
+    decision = recorded(cancelled.send(denial()))[0]
+    assert isinstance(decision, CallCancelled)
+    assert (decision.fragments, decision.size) == counts
+    past_collecting = recorded(reach(Phase.VALIDATED).send(denial()))[0]
+    assert isinstance(past_collecting, CallCancelled)
+    assert (past_collecting.fragments, past_collecting.size) == (None, None)
+
+
 def test_rule_3_past_the_fragment_limit_the_call_fails_too_many_fragments() -> None:
     """Fragments are counted as the adapter joined them; past the limit the call fails."""
     limits = CallLimits(max_fragments=3)
@@ -1000,6 +1018,13 @@ OPEN_STATES: dict[str, Callable[[Call], None]] = {
 }
 
 
+def received_counts(call: Call) -> dict[str, int]:
+    """The counts an ending decision records: those of a call still collecting, else none."""
+    if call.state.phase is not Phase.COLLECTING:
+        return {}
+    return {"fragments": call.state.fragments, "size": call.state.size}
+
+
 @pytest.mark.parametrize("where", list(OPEN_STATES))
 @pytest.mark.parametrize("why", list(UNWANTED))
 def test_rule_6_an_unwanted_call_is_cancelled_in_every_open_state(where: str, why: str) -> None:
@@ -1007,8 +1032,11 @@ def test_rule_6_an_unwanted_call_is_cancelled_in_every_open_state(where: str, wh
     event, unwanted, reason = UNWANTED[why]
     call = Call()
     OPEN_STATES[where](call)
+    counts = received_counts(call)
     decisions = call.send(event, ctx=unwanted)
-    assert recorded(decisions) == [CallCancelled(key=KEY, cause=call.position, reason=reason)]
+    assert recorded(decisions) == [
+        CallCancelled(key=KEY, cause=call.position, reason=reason, **counts)
+    ]
     assert call.state.phase is Phase.CANCELLED
     assert call.state.arguments is None
     assert call.send(event, ctx=unwanted) == ()
@@ -1068,9 +1096,10 @@ def test_rule_6_a_stream_lost_for_good_cancels_connection_lost(where: str) -> No
     before = call.state
     assert call.send(StreamLost(response=KEY.response_ref, resumable=True)) == ()
     assert call.state == before
+    counts = received_counts(call)
     decisions = call.send(StreamLost(response=KEY.response_ref, resumable=False))
     assert recorded(decisions) == [
-        CallCancelled(key=KEY, cause=call.position, reason=CancelReason.CONNECTION_LOST)
+        CallCancelled(key=KEY, cause=call.position, reason=CancelReason.CONNECTION_LOST, **counts)
     ]
 
 
@@ -1159,9 +1188,12 @@ def test_rule_7_a_denial_cancels_the_call_in_any_open_state(where: str) -> None:
     before = call.state
     assert rejection(call.send(denial("user:mallory"))).reason is RejectReason.WRONG_PRINCIPAL
     assert call.state == before
+    counts = received_counts(call)
     decisions = call.send(denial())
     assert recorded(decisions) == [
-        CallCancelled(key=KEY, cause=call.position, reason=CancelReason.CONFIRMATION_DENIED)
+        CallCancelled(
+            key=KEY, cause=call.position, reason=CancelReason.CONFIRMATION_DENIED, **counts
+        )
     ]
 
 

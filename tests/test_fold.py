@@ -82,6 +82,8 @@ ARGUMENTS = b'{"units": "metric", "city": "Paris"}'
 CANONICAL = b'{"city":"Paris","units":"metric"}'
 DIGEST = "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
 PIECES = (ARGUMENTS[:12], ARGUMENTS[12:])
+COLLECTED = {"fragments": len(PIECES), "size": sum(len(piece) for piece in PIECES)}
+"""The counts a call ending after ``collect`` records."""
 
 
 def key_of(
@@ -608,7 +610,7 @@ def test_a_new_turn_supersedes_the_calls_of_the_previous_one() -> None:
     work = actors.turn(new)
     position = actors.log.records[-2].position
     assert appended(work) == [
-        CallCancelled(key=old, cause=position, reason=CancelReason.SUPERSEDED)
+        CallCancelled(key=old, cause=position, reason=CancelReason.SUPERSEDED, **COLLECTED)
     ]
     late = key_of("call_1")
     rejected = appended(actors.feed(CallOpened(key=late, tool=LOOKUP.name, sequence=0)))
@@ -635,7 +637,10 @@ def test_a_turn_superseded_event_cancels_the_calls_of_that_turn() -> None:
     work = actors.feed(TurnSuperseded(turn=first.turn_ref, by=key_of(turn="turn-9").turn_ref))
     assert appended(work) == [
         CallCancelled(
-            key=first, cause=actors.log.records[-2].position, reason=CancelReason.SUPERSEDED
+            key=first,
+            cause=actors.log.records[-2].position,
+            reason=CancelReason.SUPERSEDED,
+            **COLLECTED,
         )
     ]
     assert actors.fold.live_keys() == [second]
@@ -698,7 +703,9 @@ def test_operator_controls_reach_exactly_the_calls_they_concern(
     cancels = appended(work)
     assert {decision.key for decision in cancels if isinstance(decision, CallCancelled)} == reached
     assert cancels == [
-        CallCancelled(key=key, cause=position, reason=reason) for key in TOOLS if key in reached
+        CallCancelled(key=key, cause=position, reason=reason, **COLLECTED)
+        for key in TOOLS
+        if key in reached
     ]
     assert set(actors.fold.live_keys()) == set(TOOLS) - reached
     for key in reached:
@@ -721,7 +728,10 @@ def test_a_turn_cancelled_by_another_principal_changes_nothing() -> None:
     work = actors.feed(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL))
     assert appended(work) == [
         CallCancelled(
-            key=KEY, cause=actors.log.records[-2].position, reason=CancelReason.TURN_CANCELLED
+            key=KEY,
+            cause=actors.log.records[-2].position,
+            reason=CancelReason.TURN_CANCELLED,
+            **COLLECTED,
         )
     ]
 

@@ -17,6 +17,7 @@ from inert import (
     NO_STREAM,
     ArgumentsAppended,
     CallKey,
+    CallOpened,
     ConfirmationGiven,
     ConflictError,
     DuplicateEventError,
@@ -442,12 +443,53 @@ async def test_redact_replaces_payloads_by_length_and_digest(log: Log) -> None:
     assert [e.event_type for e in after] == [e.event_type for e in before]
     for old, redacted in zip(before[:2], after[:2], strict=True):
         assert isinstance(redacted.event, Redacted)
-        payload = log.codec.encode(old.event)[2]  # type: ignore[arg-type]
+        assert isinstance(old.event, ArgumentsAppended)
+        payload = log.codec.encode(old.event)[2]
         assert redacted.event == Redacted(
-            length=len(payload), digest=hashlib.sha256(payload).hexdigest()
+            length=len(payload),
+            digest=hashlib.sha256(payload).hexdigest(),
+            remains=attrs.evolve(old.event, data=b""),
         )
+        assert redacted.kept == attrs.evolve(old.event, data=b"")
     assert after[2].event == before[2].event
     assert not isinstance((await log.read_stream("t"))[0].event, Redacted)
+
+
+async def test_redact_keeps_nothing_of_an_event_type_that_names_no_sensitive_field(
+    log: Log,
+) -> None:
+    """An event type without sensitive fields leaves only its length and digest."""
+    opened = CallOpened(key=key(), tool="lookup")
+    await log.append([NewEvent(stream="s", event_id="o1", event=opened)])
+    assert await log.redact("s", 1) == 1
+    [recorded] = await log.read_stream("s")
+    payload = log.codec.encode(opened)[2]
+    assert recorded.event == Redacted(
+        length=len(payload), digest=hashlib.sha256(payload).hexdigest()
+    )
+    assert recorded.kept is None
+
+
+async def test_redact_limited_to_event_types_leaves_the_others(log: Log) -> None:
+    """Redaction limited to some event types leaves the stream's other events whole."""
+    opened = CallOpened(key=key(), tool="lookup")
+    await log.append([NewEvent(stream="s", event_id="o1", event=opened), new("s", "f1")])
+    assert await log.redact("s", 2, event_types={ArgumentsAppended.TAG}) == 1
+    first, second = await log.read_stream("s")
+    assert first.event == opened
+    assert isinstance(second.event, Redacted)
+    assert await log.redact("s", 2, event_types={ArgumentsAppended.TAG}) == 0
+
+
+async def test_a_subscription_yields_what_redaction_left(log: Log) -> None:
+    """A subscription started after a redaction never hands out the payload it dropped."""
+    await log.append([new("s", "e1", data=b"secret")])
+    await log.redact("s", 1)
+    subscription = log.subscribe()
+    recorded = await subscription.__anext__()
+    assert isinstance(recorded.event, Redacted)
+    assert isinstance(recorded.kept, ArgumentsAppended)
+    assert recorded.kept.data == b""
 
 
 async def test_redacted_events_stay_idempotent(log: Log) -> None:

@@ -223,14 +223,37 @@ class Script:
             CallDispatched(key=key, cause=claim, claim_id=claim_id, executor="worker-1")
         )
 
-    def cancel(self, key: CallKey = KEY) -> int:
-        """The person cancels the turn and the call's actor cancels the call."""
+    def cancel(self, key: CallKey = KEY, *, received: tuple[int, int] | None = None) -> int:
+        """The person cancels the turn and the call's actor cancels the call (which had
+        ``received`` fragments and bytes, if it was still collecting)."""
         cancelled = self.add(TurnCancelled(turn=key.turn_ref, principal=PRINCIPAL))
-        return self.add(CallCancelled(key=key, cause=cancelled, reason=CancelReason.TURN_CANCELLED))
+        fragments, size = received or (None, None)
+        return self.add(
+            CallCancelled(
+                key=key,
+                cause=cancelled,
+                reason=CancelReason.TURN_CANCELLED,
+                fragments=fragments,
+                size=size,
+            )
+        )
 
-    def fail(self, reason: FailReason, detail: str = "", *, key: CallKey = KEY, cause: int) -> int:
-        """The call's actor fails the call in answer to the input at ``cause``."""
-        return self.add(CallFailed(key=key, cause=cause, reason=reason, detail=detail))
+    def fail(
+        self,
+        reason: FailReason,
+        detail: str = "",
+        *,
+        key: CallKey = KEY,
+        cause: int,
+        received: tuple[int, int] | None = None,
+    ) -> int:
+        """The call's actor fails the call in answer to the input at ``cause`` (as ``cancel``)."""
+        fragments, size = received or (None, None)
+        return self.add(
+            CallFailed(
+                key=key, cause=cause, reason=reason, detail=detail, fragments=fragments, size=size
+            )
+        )
 
     def reject(self, cause: int, reason: RejectReason, *, key: CallKey = KEY) -> int:
         """The call's actor refuses the input at ``cause``."""
@@ -453,7 +476,7 @@ def test_cancelled_call_row() -> None:
     script.turn()
     script.open()
     script.fragment(data=b"abcde")
-    script.cancel()
+    script.cancel(received=(1, 5))
     script.fragment(data=b"late")
     projections = fold(script.records)
     row = row_of(projections)
@@ -466,15 +489,16 @@ def test_cancelled_call_row() -> None:
     assert projections.ledger.history(KEY)[-1].detail == "turn_cancelled"
 
 
-def test_failed_call_counts_fragments_up_to_the_failing_input() -> None:
-    """A fragment past the failing one, logged before the decision, is not the call's data."""
+def test_a_call_ended_while_collecting_counts_what_its_decision_recorded() -> None:
+    """The row of a call failed while collecting counts what the decision says it received,
+    not a fragment logged after the failing one before the decision."""
     script = Script()
     script.turn()
     script.open()
     script.fragment(data=b"0123456789")
     big = script.fragment(data=b"x" * 100)
     script.fragment(data=b"after")
-    script.fail(FailReason.TOO_LARGE, "110 bytes, the limit is 100", cause=big)
+    script.fail(FailReason.TOO_LARGE, "110 bytes, the limit is 100", cause=big, received=(2, 110))
     row = row_of(fold(script.records))
     assert (row.state, row.terminal_reason, row.fragments, row.bytes) == (
         "failed",
@@ -566,7 +590,12 @@ def test_failed_before_open_row_has_an_empty_tool() -> None:
     script = Script()
     script.turn()
     early = script.fragment(data=b"abc")
-    script.fail(FailReason.PROTOCOL_VIOLATION, "arrived before the call was opened", cause=early)
+    script.fail(
+        FailReason.PROTOCOL_VIOLATION,
+        "arrived before the call was opened",
+        cause=early,
+        received=(1, 3),
+    )
     opened = script.add(CallOpened(key=KEY, tool=TOOL.name))
     script.reject(opened, RejectReason.CALL_TERMINAL)
     projections = fold(script.records)

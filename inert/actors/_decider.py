@@ -506,10 +506,42 @@ class _Judge:
         self.cause = cause
 
     def cancel(self, reason: CancelReason) -> tuple[Decision, ...]:
-        return (CallCancelled(key=self.state.key, cause=self.cause, reason=reason),)
+        fragments, size = self._received()
+        return (
+            CallCancelled(
+                key=self.state.key, cause=self.cause, reason=reason, fragments=fragments, size=size
+            ),
+        )
 
     def fail(self, reason: FailReason, detail: str = "") -> tuple[Decision, ...]:
-        return (CallFailed(key=self.state.key, cause=self.cause, reason=reason, detail=detail),)
+        fragments, size = self._received()
+        return (
+            CallFailed(
+                key=self.state.key,
+                cause=self.cause,
+                reason=reason,
+                detail=detail,
+                fragments=fragments,
+                size=size,
+            ),
+        )
+
+    def _received(self) -> tuple[int | None, int | None]:
+        """The argument data a call ending while it collects had received, with the fragment
+        that ends it; ``None`` past collecting, where its terminal candidate has the counts.
+
+        Recorded in the ending decision, so that the ledger's counts do not depend on the
+        fragments' payloads, which retention redacts.
+        """
+        state = self.state
+        if state.phase not in (Phase.ABSENT, Phase.COLLECTING):
+            return None, None
+        fragments, size = state.fragments, state.size
+        received = self.received
+        if isinstance(received, Input) and isinstance(received.event, ArgumentsAppended):
+            fragments += received.event.fragments
+            size += len(received.event.data)
+        return fragments, size
 
     def reject(self, reason: RejectReason, detail: str = "") -> tuple[Decision, ...]:
         assert isinstance(self.received, Input)

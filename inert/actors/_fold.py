@@ -62,6 +62,7 @@ from ..events import (
     TurnRef,
     TurnStarted,
     TurnSuperseded,
+    without_sensitive,
 )
 from ._decider import (
     DEFAULT_LIMITS,
@@ -298,6 +299,8 @@ class CallFold:
         self.position = recorded_event.position
         event = recorded_event.event
         if isinstance(event, Redacted):
+            if isinstance(event.remains, DECISION_TYPES):
+                return self._decision(recorded_event, event.remains)
             return self._redacted(recorded_event)
         if isinstance(event, DECISION_TYPES):
             return self._decision(recorded_event, event)
@@ -431,10 +434,12 @@ class CallFold:
             record.state = evolve(before, event)
             record.expected.clear()
             self._reindex(before, record.state)
+            # Once terminal, what was lost can no longer matter: later inputs are decided.
+            record.degraded = not record.state.terminal_phase
             return []
         if record.expected:
             wanted = record.expected.pop(0)
-            if wanted != event:
+            if not _recorded_as(wanted, recorded_event, event):
                 raise ReplayDivergence(
                     key, recorded_event.position, _describe(wanted), _describe(event)
                 )
@@ -448,11 +453,11 @@ class CallFold:
                     f"the answer to the validation of position {validating.cause}",
                     _describe(event),
                 )
-            return self._answer(record, recorded_event.position, event)
+            return self._answer(record, recorded_event, event)
         raise ReplayDivergence(key, recorded_event.position, "no decision", _describe(event))
 
     def _answer(
-        self, record: CallRecord, position: int, event: CallValidated | CallFailed
+        self, record: CallRecord, recorded_event: RecordedEvent, event: CallValidated | CallFailed
     ) -> list[Work]:
         if isinstance(event, CallValidated):
             result = ValidationResult(needs_confirmation=event.needs_confirmation)
@@ -462,10 +467,10 @@ class CallFold:
         assert context is not None
         work = self._step(record, ValidationOutcome(result=result), context)
         first = record.expected.pop(0) if record.expected else None
-        if first != event:
+        if first is None or not _recorded_as(first, recorded_event, event):
             raise ReplayDivergence(
                 record.state.key,
-                position,
+                recorded_event.position,
                 "no decision" if first is None else _describe(first),
                 _describe(event),
             )
@@ -485,8 +490,20 @@ class CallFold:
         return record
 
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
-        # Only the stream name is left. A call whose input is gone can no longer be decided
-        # again: it takes its recorded decisions as they are from now on.
+        # A call whose input is gone can no longer be decided again: it takes its recorded
+        # decisions as they are from now on. What retention kept names the call; where it kept
+        # nothing, only the stream name is left.
+        assert isinstance(recorded_event.event, Redacted)
+        remains = recorded_event.event.remains
+        if remains is not None:
+            key = _key_of(remains)
+            record = self.records.get(key) or self._record(key)
+            if record.state.terminal_phase:
+                # A terminal call judges an input by identities and sequences alone, which
+                # retention keeps: what remains is decided as the whole input was.
+                return self._deliver(key, recorded_event, remains)
+            record.degraded = True
+            return []
         found = self._by_stream.get(recorded_event.stream)
         if isinstance(found, CallKey):
             record = self.records[found]
@@ -556,6 +573,12 @@ class CallFold:
             if self.records[key].state.live
         ]
 
+    def response_settled(self, response: ResponseRef) -> bool:
+        """Whether no call seen in the response is still live (opened and not terminal)."""
+        found = self._by_stream.get(response.stream)
+        assert not isinstance(found, CallKey)
+        return all(not self.records[key].state.live for key in found or ())
+
     def live_keys(self) -> list[CallKey]:
         return [key for key, record in self.records.items() if record.state.live]
 
@@ -572,3 +595,10 @@ def _describe(event: Event) -> str:
 
 def _no_bytes(attribute: attrs.Attribute[object], value: object) -> bool:
     return not isinstance(value, bytes)
+
+
+def _recorded_as(wanted: Event, recorded_event: RecordedEvent, event: Event) -> bool:
+    """Whether the decision found in the log is the one wanted (as retention left it)."""
+    if isinstance(recorded_event.event, Redacted):
+        return without_sensitive(wanted) == event
+    return wanted == event

@@ -60,7 +60,14 @@ from ._errors import (
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
-from ._records import NO_STREAM, NewEvent, RecordedEvent, Redacted, new_event_id
+from ._records import (
+    NO_STREAM,
+    NewEvent,
+    RecordedEvent,
+    Redacted,
+    new_event_id,
+    without_sensitive,
+)
 from ._sqlite import SQLiteLog
 from ._url import open_log
 
@@ -140,4 +147,5 @@ __all__ = [
     "new_event_id",
     "open_log",
     "registered_event_types",
+    "without_sensitive",
 ]

@@ -22,6 +22,8 @@ class Event:
 
     TAG: ClassVar[str]
     SCHEMA_VERSION: ClassVar[int]
+    SENSITIVE: ClassVar[tuple[str, ...]] = ()
+    """Fields that may hold argument values: emptied by retention, the rest of the event kept."""
 
 
 E = TypeVar("E", bound=type[Event])

@@ -148,6 +148,8 @@ class ArgumentsAppended(Event):
     keeps the first and last sequence and the number of fragments it joined.
     """
 
+    SENSITIVE = ("data",)
+
     key: CallKey
     data: bytes
     first_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
@@ -171,6 +173,8 @@ class ArgumentsAppended(Event):
 @frozen(kw_only=True)
 class CallEnded(Event):
     """The provider's end event for one call arrived; it permits parsing, nothing more."""
+
+    SENSITIVE = ("final_arguments",)
 
     key: CallKey
     terminal: TerminalRef
@@ -390,6 +394,8 @@ class CallTerminalCandidate(Event):
 class CallValidated(Event):
     """The call parsed and validated once; these canonical arguments are the ones that may run."""
 
+    SENSITIVE = ("arguments",)
+
     key: CallKey
     cause: int = field(validator=_positive)
     tool: str
@@ -435,22 +441,34 @@ class CallDispatched(Event):
 @event_type("decision.cancelled")
 @frozen(kw_only=True)
 class CallCancelled(Event):
-    """The call ended without running because it was no longer wanted."""
+    """The call ended without running because it was no longer wanted.
+
+    For a call that ends while its arguments are still arriving, ``fragments`` and ``size``
+    count what it had received (with the fragment that ended it, if one did), so that the record
+    outlives the fragments, which retention redacts; past that, its terminal candidate holds them.
+    """
 
     key: CallKey
     cause: int = field(validator=_positive)
     reason: CancelReason
+    fragments: int | None = field(default=None, validator=validators.optional(_non_negative))
+    size: int | None = field(default=None, validator=validators.optional(_non_negative))
 
 
 @event_type("decision.failed")
 @frozen(kw_only=True)
 class CallFailed(Event):
-    """The call ended without running because it was wrong; ``detail`` never holds values."""
+    """The call ended without running because it was wrong; ``detail`` never holds values.
+
+    ``fragments`` and ``size`` count as in :class:`CallCancelled`.
+    """
 
     key: CallKey
     cause: int = field(validator=_positive)
     reason: FailReason
     detail: str = ""
+    fragments: int | None = field(default=None, validator=validators.optional(_non_negative))
+    size: int | None = field(default=None, validator=validators.optional(_non_negative))
 
 
 @event_type("decision.rejected")

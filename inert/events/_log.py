@@ -16,8 +16,9 @@ optimistic concurrency.
   again tells.
 - ``read``, ``read_stream`` and ``subscribe`` return events in position order; ``subscribe``
   yields what is stored and then waits for new appends, never skipping or reordering one.
-- ``redact(stream, up_to_version)`` replaces payloads by their length and digest and keeps the
-  envelopes.
+- ``redact(stream, up_to_version, event_types=None)`` replaces payloads by their length and
+  digest and keeps the envelopes; an event type that names its sensitive fields keeps the rest of
+  its event (``Redacted.remains``). ``event_types`` limits it to events of those tags.
 
 A log remembers the events this process appended last (``RECENT_APPENDS`` of them) and hands
 the same objects to its subscriptions instead of decoding their payloads again: they are what
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import abc
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -126,13 +127,18 @@ class Log(abc.ABC):
         self._check_open()
         return Subscription(self, max(from_position, 1))
 
-    async def redact(self, stream: str, up_to_version: int) -> int:
-        """Drop the payloads of a stream up to a version, keeping length and digest.
+    async def redact(
+        self, stream: str, up_to_version: int, *, event_types: Collection[str] | None = None
+    ) -> int:
+        """Redact the payloads of a stream up to a version (of those event types only, if given),
+        keeping length, digest and the non-sensitive fields of the event types that name theirs.
 
-        Returns how many payloads were dropped by this call (already redacted ones don't count).
+        Returns how many payloads this call redacted (already redacted ones don't count).
         """
         self._check_open()
-        return await self._redact(stream, up_to_version)
+        return await self._redact(
+            stream, up_to_version, None if event_types is None else frozenset(event_types)
+        )
 
     async def head(self) -> int:
         """The position of the last event, 0 for an empty log."""
@@ -185,7 +191,9 @@ class Log(abc.ABC):
     async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]: ...
 
     @abc.abstractmethod
-    async def _redact(self, stream: str, up_to_version: int) -> int: ...
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int: ...
 
     @abc.abstractmethod
     async def _head(self) -> int: ...
@@ -229,7 +237,7 @@ class Subscription:
             for row in rows:
                 if row.position != self._next:
                     raise LogError(f"log gap: expected position {self._next}, read {row.position}")
-                known = recent.get(row.position) if row.payload is not None else None
+                known = recent.get(row.position) if row.digest is None else None
                 self._buffer.append(decode_record(self._log.codec, row, known))
                 self._next += 1
         return self._buffer.popleft()
@@ -296,13 +304,16 @@ class MemoryLog(Log):
         positions = self.store.streams.get(stream, [])[from_version - 1 :]
         return [self.store.rows[position - 1] for position in positions]
 
-    async def _redact(self, stream: str, up_to_version: int) -> int:
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
         await trio.lowlevel.checkpoint()
         count = 0
         for position in self.store.streams.get(stream, [])[: max(up_to_version, 0)]:
             row = self.store.rows[position - 1]
-            if row.payload is not None:
-                self.store.rows[position - 1] = self.store.by_id[row.event_id] = redacted(row)
+            if row.digest is None and (event_types is None or row.event_type in event_types):
+                done = redacted(row, self.codec)
+                self.store.rows[position - 1] = self.store.by_id[row.event_id] = done
                 count += 1
         return count
 

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
+import attrs
 from attrs import field, frozen, validators
 
-from ._base import Event, TraceContext
+from ._base import Event, TraceContext, registered_event_types
 from ._codec import Codec, micros_to_datetime
 from ._errors import ConflictError, DuplicateEventError, InertError, LogError
 
@@ -61,10 +62,12 @@ class NewEvent:
 
 @frozen(kw_only=True)
 class Redacted:
-    """What remains of a payload after retention: its length and digest."""
+    """What remains of a payload after retention: its length and digest and, for an event type
+    that names its sensitive fields, the event with those fields emptied (``remains``)."""
 
     length: int
     digest: str
+    remains: Event | None = None
 
 
 @frozen(kw_only=True)
@@ -80,6 +83,12 @@ class RecordedEvent:
     schema_version: int
     trace: TraceContext | None
     event: Event | Redacted
+
+    @property
+    def kept(self) -> Event | None:
+        """The event, or what retention kept of it (``None`` where it kept nothing)."""
+        event = self.event
+        return event.remains if isinstance(event, Redacted) else event
 
 
 # Rows are named tuples rather than attrs classes: they are made once per appended event on the
@@ -101,8 +110,9 @@ class PendingRecord(NamedTuple):
 class StoredRecord(NamedTuple):
     """One row of the log, in column order.
 
-    ``payload`` is ``None`` once redacted; ``digest`` is set when the payload is redacted and
-    ``None`` before (the payload itself is the proof of content until then).
+    ``digest`` is set when the payload is redacted and ``None`` before (the payload itself is the
+    proof of content until then). Once redacted, ``payload`` holds what remains of the event (see
+    :func:`redaction`) or ``None``, and ``schema_version`` is that of the remains.
     """
 
     position: int
@@ -124,11 +134,48 @@ def payload_digest(payload: bytes) -> bytes:
     return hashlib.sha256(payload).digest()
 
 
-def redacted(row: StoredRecord) -> StoredRecord:
-    """The row with its payload replaced by its digest (unchanged if already redacted)."""
-    if row.payload is None:
+class Redaction(NamedTuple):
+    """What redacting one payload leaves: the remains, at their schema version, and the digest."""
+
+    schema_version: int
+    payload: bytes | None
+    digest: bytes
+
+
+def redaction(codec: Codec, event_type: str, schema_version: int, payload: bytes) -> Redaction:
+    """Redact one payload: an event type that names its ``SENSITIVE`` fields keeps the rest of
+    the event (identities, counts, digests, reasons), those fields emptied; any other payload
+    leaves only its digest. Pure, so that every backend redacts alike."""
+    digest = payload_digest(payload)
+    cls = registered_event_types().get(event_type)
+    if cls is None or not cls.SENSITIVE:
+        return Redaction(schema_version, None, digest)
+    _, version, remains = codec.encode(
+        without_sensitive(codec.decode(event_type, schema_version, payload))
+    )
+    return Redaction(version, remains, digest)
+
+
+def without_sensitive(event: Event) -> Event:
+    """The event with the fields its type names ``SENSITIVE`` emptied: what retention keeps."""
+    names = type(event).SENSITIVE
+    if not names:
+        return event
+    emptied = {
+        name: None if getattr(event, name) is None else type(getattr(event, name))()
+        for name in names
+    }
+    return attrs.evolve(event, **emptied)
+
+
+def redacted(row: StoredRecord, codec: Codec) -> StoredRecord:
+    """The row with its payload redacted (unchanged if it is redacted already)."""
+    if row.digest is not None or row.payload is None:
         return row
-    return row._replace(payload=None, digest=payload_digest(row.payload))
+    done = redaction(codec, row.event_type, row.schema_version, row.payload)
+    return row._replace(
+        schema_version=done.schema_version, payload=done.payload, digest=done.digest
+    )
 
 
 def encode_batch(codec: Codec, events: Iterable[NewEvent]) -> list[PendingRecord]:
@@ -168,7 +215,7 @@ def _same_content(stored: StoredRecord, pending: PendingRecord) -> str | None:
         return "stream"
     if stored.event_type != pending.event_type:
         return "event type"
-    if stored.payload is not None:
+    if stored.digest is None:
         same_payload = stored.payload == pending.payload
     else:
         same_payload = stored.digest == payload_digest(pending.payload)
@@ -289,9 +336,15 @@ def decode_record(codec: Codec, row: StoredRecord, known: Event | None = None) -
     event: Event | Redacted
     if known is not None:
         event = known
+    elif row.digest is not None:
+        remains = (
+            None
+            if row.payload is None
+            else codec.decode(row.event_type, row.schema_version, row.payload)
+        )
+        event = Redacted(length=row.payload_length, digest=row.digest.hex(), remains=remains)
     elif row.payload is None:
-        digest = row.digest.hex() if row.digest is not None else ""
-        event = Redacted(length=row.payload_length, digest=digest)
+        raise LogError(f"event at position {row.position} has neither payload nor digest")
     else:
         event = codec.decode(row.event_type, row.schema_version, row.payload)
     trace = (

@@ -29,7 +29,7 @@ import trio
 from ._codec import Codec
 from ._errors import ConfigurationError, InertError, LogError
 from ._log import Clock, Log
-from ._records import PendingRecord, StoredRecord, payload_digest, plan_appends
+from ._records import PendingRecord, StoredRecord, plan_appends, redaction
 
 APPLICATION_ID = 0x696E7274  # "inrt"
 SCHEMA_VERSION = 1
@@ -501,27 +501,41 @@ class SQLiteLog(Log):
         )
         return rows[0][0]  # type: ignore[return-value]
 
-    async def _redact(self, stream: str, up_to_version: int) -> int:
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
         if not self._accepting:
             raise LogError("SQLite log is closed or closing")
-        return await trio.to_thread.run_sync(self._redact_in_thread, stream, up_to_version)
+        return await trio.to_thread.run_sync(
+            self._redact_in_thread, stream, up_to_version, event_types
+        )
 
-    def _redact_in_thread(self, stream: str, up_to_version: int) -> int:
+    def _redact_in_thread(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
         # The writer connection belongs to the write loop, which may be committing right now;
         # redaction is rare, so it pays for a connection of its own.
         connection = self._open_connection()
         try:
             connection.execute("BEGIN IMMEDIATE")
             try:
-                payloads = connection.execute(
-                    "SELECT e.position, e.payload FROM events AS e"
-                    " JOIN streams AS s ON s.stream_id = e.stream_id"
-                    " WHERE s.name = ? AND e.version <= ? AND e.payload IS NOT NULL",
-                    (stream, up_to_version),
-                ).fetchall()
+                payloads = [
+                    (position, event_type, version, payload)
+                    for position, event_type, version, payload in connection.execute(
+                        "SELECT e.position, e.event_type, e.schema_version, e.payload"
+                        " FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
+                        " WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL",
+                        (stream, up_to_version),
+                    )
+                    if event_types is None or event_type in event_types
+                ]
                 connection.executemany(
-                    "UPDATE events SET payload = NULL, payload_digest = ? WHERE position = ?",
-                    [(payload_digest(payload), position) for position, payload in payloads],
+                    "UPDATE events SET schema_version = ?, payload = ?, payload_digest = ?"
+                    " WHERE position = ?",
+                    [
+                        (*redaction(self.codec, event_type, version, payload), position)
+                        for position, event_type, version, payload in payloads
+                    ],
                 )
                 connection.execute("COMMIT")
             except BaseException:

@@ -18,7 +18,6 @@ from ..events import (
     CallKey,
     CallValidated,
     RecordedEvent,
-    Redacted,
 )
 from ._digest import JSON, Snapshot, key_json
 
@@ -63,8 +62,8 @@ class DispatchQueue:
         if recorded.position <= self._position:
             return
         self._position = recorded.position
-        event = recorded.event
-        if isinstance(event, Redacted):
+        event = recorded.kept
+        if event is None:
             return
         if isinstance(event, CallDispatched | CallCancelled | CallFailed):
             self._ready.pop(event.key, None)

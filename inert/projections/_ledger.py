@@ -150,8 +150,7 @@ class _Received:
     """Fragment counts and sizes of one call not yet at its terminal candidate, by position.
 
     Kept per position because the actor's answer to a fragment comes later in the log: a
-    fragment it rejects (a duplicate delivery, a stale turn) is taken back out, and a call that
-    fails counts only the fragments up to the input that failed it.
+    fragment it rejects (a duplicate delivery, a stale turn) is taken back out.
     """
 
     __slots__ = ("by_position", "fragments", "size")
@@ -170,13 +169,6 @@ class _Received:
         fragments, size = self.by_position.pop(position, (0, 0))
         self.fragments -= fragments
         self.size -= size
-
-    def through(self, position: int) -> tuple[int, int]:
-        later = [counts for at, counts in self.by_position.items() if at > position]
-        return (
-            self.fragments - sum(fragments for fragments, _ in later),
-            self.size - sum(size for _, size in later),
-        )
 
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
@@ -242,11 +234,13 @@ class Ledger:
             return
         self._position = recorded.position
         self._age_out(recorded.recorded_at)
-        event = recorded.event
-        if isinstance(event, Redacted):
+        event = recorded.kept
+        if event is None:
             return
         if isinstance(event, ArgumentsAppended):
-            self._fragment(event, recorded.position)
+            # A redacted fragment's size is gone; the decision that ended its call has it.
+            if not isinstance(recorded.event, Redacted):
+                self._fragment(event, recorded.position)
         elif isinstance(event, TRANSITION_TYPES):
             self._decision(event, recorded)
         elif isinstance(event, EventRejected):
@@ -305,9 +299,8 @@ class Ledger:
         if row is None:
             tool = event.tool if isinstance(event, CallCollecting) else ""
             # The opening's answer can land after fragments that follow the opening: they all
-            # count. A call that failed before it opened counts what came up to its failure.
-            through = recorded.position if isinstance(event, CallCollecting) else event.cause
-            fragments, size = self._counted(key, through)
+            # count.
+            fragments, size = self._counted(key)
             row = LedgerRow.opened(key, tool=tool, fragments=fragments, size=size)
         row = self._evolve(row, event)
         if row.state != "collecting":
@@ -334,9 +327,9 @@ class Ledger:
             for table in (self._rows, self._histories, self._received, self._claims):
                 table.pop(key, None)
 
-    def _counted(self, key: CallKey, cause: int) -> tuple[int, int]:
+    def _counted(self, key: CallKey) -> tuple[int, int]:
         received = self._received.get(key)
-        return (0, 0) if received is None else received.through(cause)
+        return (0, 0) if received is None else (received.fragments, received.size)
 
     def _evolve(self, row: LedgerRow, event: Decision) -> LedgerRow:
         match event:
@@ -368,10 +361,10 @@ class Ledger:
             case CallDispatched(claim_id=claim_id):
                 self._claims[row.key] = claim_id
                 return attrs.evolve(row, state="dispatched", dispatch="dispatched")
-            case CallCancelled(reason=reason, cause=cause):
-                return self._ended(row, "cancelled", reason.value, cause)
-            case CallFailed(reason=reason, detail=detail, cause=cause):
-                row = self._ended(row, "failed", reason.value, cause)
+            case CallCancelled(reason=reason):
+                return self._ended(row, "cancelled", reason.value, event)
+            case CallFailed(reason=reason, detail=detail):
+                row = self._ended(row, "failed", reason.value, event)
                 parse = _parse_problem(reason, detail)
                 if parse is not None:
                     row = attrs.evolve(row, parse=parse)
@@ -379,10 +372,13 @@ class Ledger:
                     row = attrs.evolve(row, validation=reason.value)
                 return row
 
-    def _ended(self, row: LedgerRow, state: State, reason: str, cause: int) -> LedgerRow:
+    def _ended(
+        self, row: LedgerRow, state: State, reason: str, event: CallCancelled | CallFailed
+    ) -> LedgerRow:
         if row.state == "collecting":
-            fragments, size = self._counted(row.key, cause)
-            row = attrs.evolve(row, fragments=fragments, bytes=size)
+            # The decision's own counts, not the fragments seen here: retention may have
+            # redacted those.
+            row = attrs.evolve(row, fragments=event.fragments or 0, bytes=event.size or 0)
         return attrs.evolve(row, state=state, terminal_reason=reason, dispatch="reject")
 
     def _rejected(self, event: EventRejected, recorded: RecordedEvent) -> None:

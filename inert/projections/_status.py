@@ -28,7 +28,6 @@ from ..events import (
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     RecordedEvent,
-    Redacted,
     ResponseRef,
     TextReceived,
 )
@@ -104,8 +103,8 @@ class Status:
         if recorded.position <= self._position:
             return
         self._position = recorded.position
-        event = recorded.event
-        if isinstance(event, Redacted):
+        event = recorded.kept
+        if event is None:
             return
         if isinstance(event, TextReceived):
             self._text[event.response] = self._text.get(event.response, 0) + event.characters

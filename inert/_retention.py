@@ -1,0 +1,106 @@
+"""Retention: argument payloads leave the log once nothing can need them again.
+
+The policy (:class:`Retention`, on by default):
+
+- **Fragments.** The payloads of a response's ``ArgumentsAppended`` and ``CallEnded`` events
+  are redacted once no call seen in that response is live: each one is dispatched, cancelled or
+  failed, so its fragments can never be assembled or parsed again.
+- **Arguments.** The arguments of a call's ``CallValidated`` are redacted once the call's
+  outcome is recorded (completed, failed, or unknown after a restart), or once the call ended
+  without being dispatched.
+
+Redaction keeps every envelope, the length and SHA-256 digest of each payload, and every other
+field of those events (identities, sequences, counts, digests, reasons); the ending decisions
+carry the counts and sizes of what their call received. The ledger, the dispatch queue, the
+status, the audit and their state digest are the same on a replay of the redacted log. Ledger
+rows of finished calls age out separately, after the runtime's ``ledger_horizon``.
+
+Redaction only ever reaches versions of a stream the fold has seen, so a live call never loses
+a payload it has not been decided on. Pure: the runtime does the writing.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from .actors import CallFold, Phase
+from .events import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallValidated,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    RecordedEvent,
+    Redacted,
+)
+
+FRAGMENT_TYPES = frozenset({ArgumentsAppended.TAG, CallEnded.TAG})
+ARGUMENT_TYPES = frozenset({CallValidated.TAG})
+_OUTCOMES = (ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown)
+
+
+@frozen(kw_only=True)
+class Retention:
+    """What the runtime redacts from the log, and when (see :mod:`inert._retention`)."""
+
+    fragments: bool = True
+    """Redact fragment payloads once no call of their response is live."""
+    arguments: bool = True
+    """Redact validated arguments once the call's outcome is recorded or it ended unrun."""
+
+    def types(self) -> frozenset[str]:
+        """The event types this policy redacts."""
+        return (FRAGMENT_TYPES if self.fragments else frozenset()) | (
+            ARGUMENT_TYPES if self.arguments else frozenset()
+        )
+
+
+DEFAULT_RETENTION = Retention()
+KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
+
+
+class RetentionPlan:
+    """Follows the log as the fold reads it and says which stream prefixes are due for
+    redaction, each once, for the event types the policy names."""
+
+    def __init__(self, policy: Retention) -> None:
+        self.policy = policy
+        self._types = policy.types()
+        self._unredacted: dict[str, int] = {}
+        self._due: dict[str, tuple[int, frozenset[str]]] = {}
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._due)
+
+    def heard(self, recorded: RecordedEvent, fold: CallFold) -> None:
+        """Note one recorded event, after the fold has applied it."""
+        if not self._types:
+            return
+        if recorded.event_type in self._types and not isinstance(recorded.event, Redacted):
+            self._unredacted[recorded.stream] = recorded.version
+        key = getattr(recorded.kept, "key", None)
+        if not isinstance(key, CallKey):
+            return
+        state = fold.state(key)
+        if state is None or state.live:
+            return
+        if self.policy.arguments and (
+            state.phase is not Phase.DISPATCHED or isinstance(recorded.kept, _OUTCOMES)
+        ):
+            self._make_due(key.stream, ARGUMENT_TYPES)
+        if self.policy.fragments and fold.response_settled(key.response_ref):
+            self._make_due(key.response_ref.stream, FRAGMENT_TYPES)
+
+    def take(self) -> list[tuple[str, int, frozenset[str]]]:
+        """The redactions due now (stream, up to version, event types); each is given once."""
+        due = [(stream, version, types) for stream, (version, types) in self._due.items()]
+        self._due.clear()
+        return due
+
+    def _make_due(self, stream: str, types: frozenset[str]) -> None:
+        version = self._unredacted.pop(stream, None)
+        if version is not None:
+            self._due[stream] = (version, types)
