@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+from postgres_support import drop_schema, new_schema, server_url
 
 from inert import (
     NO_STREAM,
@@ -26,6 +27,7 @@ from inert import (
     MemoryLog,
     MemoryStore,
     NewEvent,
+    PostgresLog,
     RecordedEvent,
     Redacted,
     SQLiteLog,
@@ -49,6 +51,7 @@ class TickingClock:
 class Backend:
     name: str
     open: OpenLog
+    cleanup: Callable[[], None] | None = None
 
 
 def _memory(_: Path) -> Backend:
@@ -78,18 +81,38 @@ def _sqlite(**options: object) -> Callable[[Path], Backend]:
     return make
 
 
+def _postgres(**options: object) -> Callable[[Path], Backend]:
+    def make(_: Path) -> Backend:
+        clock = TickingClock()
+        schema = new_schema()
+
+        def open_postgres() -> AbstractAsyncContextManager[Log]:
+            return PostgresLog.open(server_url(), schema=schema, clock=clock, **options)  # type: ignore[arg-type]
+
+        return Backend("postgresql", open_postgres, lambda: drop_schema(schema))
+
+    return make
+
+
 BACKENDS: dict[str, Callable[[Path], Backend]] = {
     "memory": _memory,
     "sqlite": _sqlite(),
     "sqlite-normal": _sqlite(synchronous="NORMAL"),
     "sqlite-no-group-commit": _sqlite(group_commit=False),
     "sqlite-tiny-groups": _sqlite(max_batch_events=3, stream_cache_size=2),
+    "postgresql": _postgres(),
+    "postgresql-tiny-groups": _postgres(max_batch_events=3),
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    made = BACKENDS[request.param](tmp_path)
+    try:
+        yield made
+    finally:
+        if made.cleanup is not None:
+            made.cleanup()
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ from ._errors import (
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
+from ._postgres import PostgresLog
 from ._records import (
     NO_STREAM,
     NewEvent,
@@ -116,6 +117,7 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "OfferedTool",
+    "PostgresLog",
     "RecordedEvent",
     "Redacted",
     "RefusedError",

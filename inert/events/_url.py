@@ -1,10 +1,16 @@
-"""Opening a log by URL: ``memory://``, ``memory://NAME`` and ``sqlite:///PATH``.
+"""Opening a log by URL: ``memory://``, ``memory://NAME``, ``sqlite:///PATH`` and
+``postgresql://USER@HOST:PORT/DATABASE``.
 
 ``sqlite:///inert.db`` names a file relative to the working directory and
 ``sqlite:////var/lib/inert.db`` an absolute one (three slashes, then the path). Options go in
 the query: ``?synchronous=NORMAL``, ``group_commit=off``, ``max_batch_events=1024``,
 ``poll_interval=0.5``. ``memory://NAME`` reopens the same in-process store under one name, so a
 test can close and reopen it; ``memory://`` is a fresh store every time.
+
+A ``postgresql://`` URL is a libpq connection URL; its query takes ``schema=NAME`` (the schema
+the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events`` and
+``poll_interval``, and passes every other parameter (``sslmode``, ``connect_timeout``...) to
+libpq.
 """
 
 from __future__ import annotations
@@ -12,15 +18,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ._codec import Codec
 from ._errors import ConfigurationError
 from ._log import Clock, Log, MemoryLog, MemoryStore
+from ._postgres import PostgresLog
 from ._sqlite import SQLiteLog
 
 _NAMED_MEMORY_STORES: dict[str, MemoryStore] = {}
 _SQLITE_OPTIONS = {"synchronous", "group_commit", "max_batch_events", "poll_interval"}
+_POSTGRES_OPTIONS = {"schema", "group_commit", "max_batch_events", "poll_interval"}
 
 
 def _flag(name: str, value: str) -> bool:
@@ -91,7 +99,29 @@ async def open_log(
             clock=clock,
         ) as sqlite_log:
             yield sqlite_log
+    elif parts.scheme == "postgresql":
+        # The log's own options leave the URL; libpq gets the rest, password included.
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        conninfo = parts._replace(
+            query=urlencode(
+                [(k, v) for k, v in pairs if k not in _POSTGRES_OPTIONS], quote_via=quote
+            )
+        ).geturl()
+        postgres: dict[str, Any] = {}
+        if "schema" in options:
+            postgres["schema"] = options["schema"]
+        if "group_commit" in options:
+            postgres["group_commit"] = _flag("group_commit", options["group_commit"])
+        if "max_batch_events" in options:
+            postgres["max_batch_events"] = _number(
+                "max_batch_events", options["max_batch_events"], int
+            )
+        if "poll_interval" in options:
+            postgres["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
+        async with PostgresLog.open(conninfo, **postgres, codec=codec, clock=clock) as postgres_log:
+            yield postgres_log
     else:
         raise ConfigurationError(
-            f"unknown log URL {url!r}: use memory://, memory://NAME or sqlite:///PATH"
+            f"unknown log URL {url!r}: use memory://, memory://NAME,"
+            " sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
         )

@@ -1,0 +1,703 @@
+"""The PostgreSQL log: one database shared by runtime processes on any number of machines.
+
+Appends work as on SQLite. Appenders queue their encoded batch and wait; one writer task per
+process takes everything queued (up to ``max_batch_events``) and a worker thread writes it in
+one transaction, each append of the group planned on its own by the shared planner, so that a
+conflicting append fails alone. An append is acknowledged only after its transaction has
+committed (with the server's default ``synchronous_commit=on``: flushed to its WAL).
+
+Gap-free order across processes: every appending transaction starts by locking the one row of
+the ``head`` table (``SELECT ... FOR UPDATE``), which holds the last position, plans its rows
+after that position, and sets the row to its new head before it commits. Appending
+transactions of all processes therefore run one at a time, in the order they take the lock,
+and a transaction gets the lock only once the previous holder's commit is visible. Positions
+are thus assigned in commit order: a reader never sees position N+1 without N, and no
+transaction can commit a position below one committed already, however late it commits. The
+price is that appends of all processes are serialised on one row; group commit keeps it
+cheap (one lock and one commit per group of appends of a process).
+
+Subscribers are woken by ``NOTIFY``, sent in the appending transaction and so delivered only
+at its commit. Each log ``LISTEN``\\s on a connection of its own whose socket the Trio loop
+waits on directly; subscriptions also poll every ``poll_interval``, which covers a lost
+listening connection until it is open again.
+
+Tables live in a schema of their own (``schema``, ``inert`` by default), created on first
+open. Its ``inert_meta`` table names the application and the schema version: a schema holding
+other tables is refused; an older schema version is upgraded by the registered migrations in
+one transaction, or refused with a message naming both versions; a newer one is refused.
+Concurrent first opens are serialised by an advisory lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+import psycopg
+import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ._codec import Codec
+from ._errors import ConfigurationError, InertError, LogError
+from ._log import Clock, Log
+from ._records import PendingRecord, StoredRecord, plan_appends, redaction
+
+APPLICATION = "inert-log"
+SCHEMA_VERSION = 1
+Connection = psycopg.Connection[tuple[Any, ...]]
+Migration = Callable[[Connection, str], None]
+"""A step from schema version N to N + 1, given a connection in a transaction and the schema."""
+
+# Steps from schema version N to N + 1; empty while schema 1 is the only one ever written.
+MIGRATIONS: dict[int, Migration] = {}
+
+DEFAULT_SCHEMA = "inert"
+DEFAULT_MAX_BATCH_EVENTS = 4096
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_CONNECT_TIMEOUT = 10
+# Lower case, so that the name means the same quoted or not, and short enough that the
+# notification channel named after it fits PostgreSQL's 63-byte identifiers.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,52}")
+
+
+def _schema_sql(schema: str) -> str:
+    return f"""
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE {schema}.inert_meta (
+    application text NOT NULL,
+    schema_version integer NOT NULL
+);
+CREATE TABLE {schema}.head (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    position bigint NOT NULL
+);
+CREATE TABLE {schema}.streams (
+    stream_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    version bigint NOT NULL
+);
+CREATE TABLE {schema}.events (
+    position bigint PRIMARY KEY,
+    event_id text NOT NULL UNIQUE,
+    stream_id bigint NOT NULL REFERENCES {schema}.streams (stream_id),
+    version bigint NOT NULL CHECK (version >= 1),
+    recorded_at bigint NOT NULL,
+    event_type text NOT NULL,
+    schema_version integer NOT NULL,
+    payload bytea,
+    payload_length integer NOT NULL,
+    payload_digest bytea,
+    traceparent text,
+    tracestate text,
+    UNIQUE (stream_id, version)
+);
+INSERT INTO {schema}.head (position) VALUES (0);
+"""
+
+
+@attrs.frozen
+class _Statements:
+    """The SQL of one schema, written once when the log is made."""
+
+    select: str
+    lock_head: str
+    stored: str
+    streams: str
+    insert_streams: str
+    set_versions: str
+    insert_events: str
+    set_head: str
+    read: str
+    read_stream: str
+    head: str
+    stream_version: str
+    to_redact: str
+    redact: str
+
+    @classmethod
+    def of(cls, schema: str) -> _Statements:
+        select = (
+            "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
+            " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
+            f" e.tracestate FROM {schema}.events AS e"
+            f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
+        )
+        return cls(
+            select=select,
+            lock_head=f"SELECT position FROM {schema}.head FOR UPDATE",
+            stored=f"{select} WHERE e.event_id = ANY(%s)",
+            streams=(f"SELECT name, stream_id, version FROM {schema}.streams WHERE name = ANY(%s)"),
+            insert_streams=(
+                f"INSERT INTO {schema}.streams (name, version)"
+                " SELECT * FROM unnest(%s::text[], %s::bigint[]) RETURNING name, stream_id"
+            ),
+            set_versions=(
+                f"UPDATE {schema}.streams AS s SET version = v.version"
+                " FROM unnest(%s::bigint[], %s::bigint[]) AS v(stream_id, version)"
+                " WHERE s.stream_id = v.stream_id"
+            ),
+            # COPY in binary: the cheapest way in for many rows, and no escaping of payloads.
+            insert_events=f"COPY {schema}.events FROM STDIN (FORMAT BINARY)",
+            # The notification goes out with the commit that moves the head, never before.
+            set_head=(
+                f"UPDATE {schema}.head SET position = %s RETURNING pg_notify(%s, position::text)"
+            ),
+            read=f"{select} WHERE e.position >= %s ORDER BY e.position LIMIT %s",
+            read_stream=f"{select} WHERE s.name = %s AND e.version >= %s ORDER BY e.version",
+            head=f"SELECT position FROM {schema}.head",
+            stream_version=f"SELECT version FROM {schema}.streams WHERE name = %s",
+            to_redact=(
+                "SELECT e.position, e.event_type, e.schema_version, e.payload"
+                f" FROM {schema}.events AS e"
+                f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
+                " WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
+                " ORDER BY e.position FOR UPDATE OF e"
+            ),
+            redact=(
+                f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
+                " payload_digest = %s WHERE position = %s"
+            ),
+        )
+
+
+_EVENT_COLUMN_TYPES = [
+    "int8",
+    "text",
+    "int8",
+    "int8",
+    "int8",
+    "text",
+    "int4",
+    "bytea",
+    "int4",
+    "bytea",
+    "text",
+    "text",
+]
+
+
+def _reason(error: psycopg.Error) -> str:
+    """The driver's message on one line (libpq's span several)."""
+    return " ".join(str(error).split())
+
+
+def _row(values: Sequence[Any]) -> StoredRecord:
+    return StoredRecord(*values)
+
+
+def public_url(conninfo: str) -> str:
+    """The server and database a connection string (URL or key=value) names, as a URL that may
+    be shown: no password, no options."""
+    parts = urlsplit(conninfo)
+    found: list[object]
+    if parts.scheme in ("postgresql", "postgres"):
+        found = [parts.username, parts.hostname, parts.port, parts.path[1:]]
+    else:
+        try:
+            settings = conninfo_to_dict(conninfo)
+        except psycopg.Error:
+            return "postgresql://(a connection string libpq cannot read)"
+        found = [settings.get(name) for name in ("user", "host", "port", "dbname")]
+    user, host, port, dbname = (str(value) if value else "" for value in found)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{dbname}"
+
+
+@attrs.define
+class _AppendRequest:
+    records: list[PendingRecord]
+    expected: dict[str, int]
+    positions: list[int] | None = None
+    error: InertError | None = None
+
+
+class PostgresLog(Log):
+    """The PostgreSQL backend. Open it with :meth:`open` (an async context manager)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        group_commit: bool = True,
+        max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        codec: Codec | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(codec=codec, clock=clock)
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ConfigurationError(
+                f"PostgreSQL log schema {schema!r} must be 1 to 53 lower-case letters, digits"
+                " or underscores, not starting with a digit"
+            )
+        if max_batch_events < 1:
+            raise ConfigurationError(f"max_batch_events must be at least 1, not {max_batch_events}")
+        if poll_interval <= 0:
+            raise ConfigurationError(f"poll_interval must be positive, not {poll_interval}")
+        self.url = public_url(conninfo)
+        try:
+            settings = conninfo_to_dict(conninfo)
+        except psycopg.Error as error:
+            raise ConfigurationError(
+                f"bad PostgreSQL connection string {self.url}: {_reason(error)}"
+            ) from None
+        # libpq would wait for an unreachable server as long as the operating system lets it.
+        self._conninfo = (
+            conninfo
+            if "connect_timeout" in settings
+            else make_conninfo(conninfo, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+        )
+        self.schema = schema
+        self.group_commit = group_commit
+        self.max_batch_events = max_batch_events
+        self.poll_interval = poll_interval
+        self._sql = _Statements.of(schema)
+        self._channel = f"inert_log_{schema}"
+        self._writer: Connection | None = None
+        self._writer_pid = 0
+        self._reader: Connection | None = None
+        self._reader_lock = trio.Lock()
+        self._queue: list[_AppendRequest] = []
+        self._work = trio.Event()
+        # One event per committed group wakes every waiting appender, cheaper than one per append.
+        self._progress = trio.Event()
+        self._accepting = False
+        self._writer_done = trio.Event()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        conninfo: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        group_commit: bool = True,
+        max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        codec: Codec | None = None,
+        clock: Clock | None = None,
+    ) -> AsyncIterator[PostgresLog]:
+        """Open (creating its tables if needed) the log in ``schema`` of the database
+        ``conninfo`` names (a ``postgresql://`` URL or libpq key=value string); closed when the
+        block ends."""
+        log = cls(
+            conninfo,
+            schema=schema,
+            group_commit=group_commit,
+            max_batch_events=max_batch_events,
+            poll_interval=poll_interval,
+            codec=codec,
+            clock=clock,
+        )
+        await trio.to_thread.run_sync(log._connect)
+        # An error of the caller's block is raised as it is after the writer has finished, not
+        # wrapped in the exception group of the writer's nursery.
+        body_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                log._accepting = True
+                nursery.start_soon(log._write_loop)
+                nursery.start_soon(log._listen_loop)
+                try:
+                    yield log
+                except BaseException as error:
+                    body_error = error
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await log.aclose()
+                    nursery.cancel_scope.cancel()
+        finally:
+            log._mark_closed()
+            # Reads of subscriptions outside this block may still be running on the reader.
+            with trio.CancelScope(shield=True):
+                async with log._reader_lock:
+                    await trio.to_thread.run_sync(log._disconnect)
+        if body_error is not None:
+            raise body_error
+
+    async def aclose(self) -> None:
+        """Stop accepting appends and finish the ones queued; the ``open`` block disconnects."""
+        self._accepting = False
+        self._work.set()
+        await self._writer_done.wait()
+        self._mark_closed()
+
+    # --- connections (worker thread) ---
+
+    def _open_connection(self, *, autocommit: bool) -> Connection:
+        try:
+            connection = psycopg.connect(self._conninfo, autocommit=autocommit)
+        except psycopg.ProgrammingError as error:
+            raise ConfigurationError(
+                f"bad PostgreSQL connection string {self.url}: {_reason(error)}"
+            ) from None
+        except psycopg.Error as error:
+            raise LogError(
+                f"cannot connect to PostgreSQL log {self.url}: {_reason(error)}"
+            ) from None
+        try:
+            # A generic plan made while a table was small (a sequential scan) would be kept as
+            # it grows: each execution is planned for the table as it is now.
+            connection.execute("SET plan_cache_mode = force_custom_plan")
+            if not autocommit:
+                connection.commit()
+        except psycopg.Error as error:
+            connection.close()
+            raise LogError(f"cannot set up a connection to {self.url}: {_reason(error)}") from None
+        return connection
+
+    def _connect(self) -> None:
+        try:
+            self._writer = self._open_connection(autocommit=False)
+            self._writer_pid = self._writer.info.backend_pid
+            self._prepare_schema(self._writer)
+            self._reader = self._open_connection(autocommit=True)
+        except psycopg.Error as error:
+            self._disconnect()
+            raise LogError(
+                f"cannot open PostgreSQL log {self.url} (schema {self.schema}): {_reason(error)}"
+            ) from None
+        except InertError:
+            self._disconnect()
+            raise
+
+    def _disconnect(self) -> None:
+        for connection in (self._reader, self._writer):
+            if connection is not None:
+                connection.close()
+        self._reader = self._writer = None
+
+    def _writer_connection(self) -> Connection:
+        writer = self._writer
+        if writer is None or writer.closed:
+            writer = self._writer = self._open_connection(autocommit=False)
+            self._writer_pid = writer.info.backend_pid
+        return writer
+
+    def _prepare_schema(self, connection: Connection) -> None:
+        schema = self.schema
+        lock = int.from_bytes(hashlib.sha256(f"inert log {schema}".encode()).digest()[:8], "big")
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (lock - (1 << 63),))
+            tables = {
+                name
+                for (name,) in connection.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+                )
+            }
+            if not tables:
+                connection.execute(_schema_sql(schema))
+                connection.execute(
+                    f"INSERT INTO {schema}.inert_meta VALUES (%s, %s)",
+                    (APPLICATION, SCHEMA_VERSION),
+                )
+                return
+            meta = (
+                connection.execute(
+                    f"SELECT application, schema_version FROM {schema}.inert_meta"
+                ).fetchall()
+                if "inert_meta" in tables
+                else []
+            )
+            if len(meta) != 1 or meta[0][0] != APPLICATION:
+                raise LogError(
+                    f"schema {schema} of {self.url} holds tables of another program"
+                    f" ({', '.join(sorted(tables))}), not an inert log"
+                )
+            version = meta[0][1]
+            if version > SCHEMA_VERSION:
+                raise LogError(
+                    f"schema {schema} of {self.url} has log schema version {version}, written by"
+                    f" a newer inert; this inert reads schema versions up to {SCHEMA_VERSION}"
+                )
+            if version < SCHEMA_VERSION:
+                self._migrate(connection, version)
+
+    def _migrate(self, connection: Connection, version: int) -> None:
+        for step in range(version, SCHEMA_VERSION):
+            migration = MIGRATIONS.get(step)
+            if migration is None:
+                raise LogError(
+                    f"schema {self.schema} of {self.url} has log schema version {version} and"
+                    f" this inert has no upgrade from version {step} to {step + 1}; open it with"
+                    f" an inert that reads schema {version}"
+                )
+            migration(connection, self.schema)
+        connection.execute(
+            f"UPDATE {self.schema}.inert_meta SET schema_version = %s", (SCHEMA_VERSION,)
+        )
+
+    # --- appends ---
+
+    async def _append_records(
+        self, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]:
+        if not self._accepting:
+            raise LogError(
+                f"PostgreSQL log {self.url} is closed or closing; the append was not written"
+            )
+        request = _AppendRequest(records, expected)
+        self._queue.append(request)
+        self._work.set()
+        while request.positions is None:
+            if request.error is not None:
+                raise request.error
+            await self._progress.wait()
+        return request.positions
+
+    def _take_group(self) -> list[_AppendRequest]:
+        taken = events = 0
+        for request in self._queue:
+            if taken and (
+                not self.group_commit or events + len(request.records) > self.max_batch_events
+            ):
+                break
+            taken += 1
+            events += len(request.records)
+        group = self._queue[:taken]
+        del self._queue[:taken]
+        return group
+
+    async def _write_loop(self) -> None:
+        group: list[_AppendRequest] = []
+        try:
+            while True:
+                if not self._queue:
+                    if not self._accepting:
+                        return
+                    await self._work.wait()
+                    self._work = trio.Event()
+                    continue
+                group = self._take_group()
+                try:
+                    outcomes = await trio.to_thread.run_sync(self._commit_group, group)
+                except InertError as error:
+                    outcomes = [error] * len(group)
+                committed = False
+                for request, outcome in zip(group, outcomes, strict=True):
+                    if isinstance(outcome, InertError):
+                        request.error = outcome
+                    else:
+                        request.positions = outcome
+                        committed = True
+                self._progress.set()
+                self._progress = trio.Event()
+                if committed:
+                    self._notify_appended()
+        finally:
+            for request in group:
+                if request.positions is None and request.error is None:
+                    request.error = LogError(
+                        "the write loop stopped while committing this append; it may or may"
+                        " not have landed: append the same events again to find out"
+                    )
+            for request in self._queue:
+                request.error = LogError(
+                    f"PostgreSQL log {self.url} closed before the append was written"
+                )
+            self._queue.clear()
+            self._progress.set()
+            self._writer_done.set()
+
+    def _commit_group(self, group: list[_AppendRequest]) -> list[list[int] | InertError]:
+        connection = self._writer_connection()
+        try:
+            try:
+                outcomes, finish = self._write_group(connection, group)
+                with connection.pipeline():
+                    for statement, parameters in finish:
+                        connection.execute(statement, parameters)
+                    connection.commit()
+            except BaseException:
+                if not connection.broken:
+                    connection.rollback()
+                raise
+        except psycopg.Error as error:
+            if connection.broken:
+                connection.close()
+            raise LogError(
+                f"PostgreSQL append to {self.url} failed: {_reason(error)}; if the connection"
+                " was lost while committing, the append may have landed: append the same events"
+                " again to find out"
+            ) from None
+        return outcomes
+
+    def _write_group(
+        self, connection: Connection, group: list[_AppendRequest]
+    ) -> tuple[list[list[int] | InertError], list[tuple[str, tuple[object, ...]]]]:
+        """Write a group in a transaction left open, holding the head's lock: the outcomes,
+        and the statements to send with the commit (the streams' versions and the head).
+
+        A few round trips whatever the group's size: the lookups, the new streams (if any), the
+        events, and the rest with the commit."""
+        sql = self._sql
+        event_ids = list({record.event_id for request in group for record in request.records})
+        names = {record.stream for request in group for record in request.records}
+        names.update(stream for request in group for stream in request.expected)
+        # The lookups run after the lock is granted, so they see every earlier append.
+        with connection.pipeline():
+            head_row = connection.execute(sql.lock_head)
+            stored = connection.execute(sql.stored, (event_ids,))
+            known = connection.execute(sql.streams, (list(names),))
+        (head,) = head_row.fetchone() or (0,)
+        stream_ids: dict[str, int] = {}
+        versions: dict[str, int] = {}
+        for name, stream_id, version in known.fetchall():
+            stream_ids[name] = stream_id
+            versions[name] = version
+        plan = plan_appends(
+            [(request.records, request.expected) for request in group],
+            existing={values[1]: _row(values) for values in stored.fetchall()},
+            stream_versions=versions,
+            head=head,
+            recorded_at=self._now_micros(),
+        )
+        if not plan.rows:
+            return plan.outcomes, []
+        touched = {row.stream: row.version for row in plan.rows}
+        new = [name for name in touched if name not in stream_ids]
+        if new:
+            stream_ids.update(
+                connection.execute(
+                    sql.insert_streams, (new, [touched[name] for name in new])
+                ).fetchall()
+            )
+        with connection.cursor() as cursor, cursor.copy(sql.insert_events) as copy:
+            copy.set_types(_EVENT_COLUMN_TYPES)
+            for row in plan.rows:
+                copy.write_row((*row[:2], stream_ids[row.stream], *row[3:]))
+        finish: list[tuple[str, tuple[object, ...]]] = []
+        old = [name for name in touched if name not in new]
+        if old:
+            finish.append(
+                (sql.set_versions, ([stream_ids[n] for n in old], [touched[n] for n in old]))
+            )
+        finish.append((sql.set_head, (plan.head, self._channel)))
+        return plan.outcomes, finish
+
+    # --- reads (worker thread, one reader connection) ---
+
+    async def _query(self, sql: str, parameters: Sequence[object]) -> list[tuple[Any, ...]]:
+        async with self._reader_lock:
+            return await trio.to_thread.run_sync(self._fetch, sql, parameters)
+
+    def _fetch(self, sql: str, parameters: Sequence[object]) -> list[tuple[Any, ...]]:
+        if self._reader is None:
+            raise LogError(f"PostgreSQL log {self.url} is closed")
+        if self._reader.closed:
+            self._reader = self._open_connection(autocommit=True)
+        try:
+            return self._reader.execute(sql, parameters).fetchall()
+        except psycopg.Error as error:
+            if self._reader.broken:
+                self._reader.close()
+            raise LogError(f"PostgreSQL read of {self.url} failed: {_reason(error)}") from None
+
+    async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
+        rows = await self._query(self._sql.read, (from_position, limit))
+        return [_row(values) for values in rows]
+
+    async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]:
+        rows = await self._query(self._sql.read_stream, (stream, from_version))
+        return [_row(values) for values in rows]
+
+    async def _head(self) -> int:
+        rows = await self._query(self._sql.head, ())
+        return int(rows[0][0])
+
+    async def _stream_version(self, stream: str) -> int:
+        rows = await self._query(self._sql.stream_version, (stream,))
+        return int(rows[0][0]) if rows else 0
+
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
+        if not self._accepting:
+            raise LogError(f"PostgreSQL log {self.url} is closed or closing")
+        return await trio.to_thread.run_sync(
+            self._redact_in_thread, stream, up_to_version, event_types
+        )
+
+    def _redact_in_thread(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
+        # The writer connection belongs to the write loop, which may be committing right now;
+        # redaction is rare, so it pays for a connection of its own.
+        connection = self._open_connection(autocommit=False)
+        try:
+            with connection.transaction():
+                payloads = [
+                    (position, event_type, version, payload)
+                    for position, event_type, version, payload in connection.execute(
+                        self._sql.to_redact, (stream, up_to_version)
+                    )
+                    if event_types is None or event_type in event_types
+                ]
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        self._sql.redact,
+                        [
+                            (*redaction(self.codec, event_type, version, payload), position)
+                            for position, event_type, version, payload in payloads
+                        ],
+                    )
+            return len(payloads)
+        except psycopg.Error as error:
+            raise LogError(f"PostgreSQL redaction in {self.url} failed: {_reason(error)}") from None
+        finally:
+            connection.close()
+
+    # --- notifications ---
+
+    async def _listen_loop(self) -> None:
+        while True:
+            try:
+                listener = await trio.to_thread.run_sync(self._open_listener)
+            except InertError:
+                await trio.sleep(self.poll_interval)
+                continue
+            try:
+                # Appends made while nobody listened are found by the reads this wakes.
+                self._notify_appended()
+                await self._relay_notifications(listener)
+            except psycopg.Error:
+                # Lost: subscriptions poll until a new listening connection is open.
+                pass
+            finally:
+                listener.close()
+            await trio.sleep(self.poll_interval)
+
+    def _open_listener(self) -> Connection:
+        listener = self._open_connection(autocommit=True)
+        try:
+            listener.execute(f"LISTEN {self._channel}")
+        except psycopg.Error as error:
+            listener.close()
+            raise LogError(
+                f"cannot listen to PostgreSQL log {self.url}: {_reason(error)}"
+            ) from None
+        return listener
+
+    async def _relay_notifications(self, listener: Connection) -> None:
+        pgconn = listener.pgconn
+        while True:
+            await trio.lowlevel.wait_readable(pgconn.socket)
+            pgconn.consume_input()
+            others = False
+            while (notification := pgconn.notifies()) is not None:
+                # This process's own appends wake its subscriptions as they commit.
+                others = others or notification.be_pid != self._writer_pid
+            if others:
+                self._notify_appended()
+
+    async def _wait_for_appends(self, since: trio.Event) -> None:
+        # Notifications may be lost with the listening connection; polling bounds the delay.
+        with trio.move_on_after(self.poll_interval):
+            await since.wait()

@@ -1,0 +1,412 @@
+"""What the PostgreSQL backend promises beyond the shared contract: writers in several
+processes, commit order, notifications, its schema and its URL."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from postgres_appender import SHARED_STREAM, TASKS
+from postgres_support import connect, fresh_schema, log_url, server_url
+
+from inert import (
+    ArgumentsAppended,
+    CallKey,
+    ConfigurationError,
+    LogError,
+    NewEvent,
+    PostgresLog,
+    RecordedEvent,
+    open_log,
+)
+from inert.events import _postgres
+
+KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
+
+
+def new(event_id: str, stream: str = "s") -> NewEvent:
+    return NewEvent(stream=stream, event_id=event_id, event=ArgumentsAppended(key=KEY, data=b"{}"))
+
+
+def shape(events: list[RecordedEvent]) -> list[tuple[int, str]]:
+    return [(e.position, e.event_id) for e in events]
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    with fresh_schema() as name:
+        yield name
+
+
+def query(sql: str, *parameters: object) -> list[tuple[Any, ...]]:
+    with connect() as connection:
+        cursor = connection.execute(sql, parameters)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait for a condition of the server, which sends no event when it becomes true."""
+    for _ in range(200):
+        if condition():
+            return
+        await trio.sleep(0.05)
+    pytest.fail(f"still not true after 10 s: {what}")
+
+
+# --- several writers ---------------------------------------------------------------------
+
+BATCHES = 60
+
+
+def _start_appender(url: str, run: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "postgres_appender.py"),
+            url,
+            run,
+            str(BATCHES),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def _expect_line(child: subprocess.Popen[str], expected: str) -> None:
+    assert child.stdout is not None
+    line = await trio.to_thread.run_sync(child.stdout.readline)
+    if line.strip() != expected:
+        child.kill()
+        _, errors = child.communicate(timeout=30)
+        pytest.fail(f"appender said {line!r} instead of {expected!r}: {errors}")
+
+
+@pytest.mark.slow
+async def test_writers_in_two_processes_interleave_without_gaps(schema: str) -> None:
+    """Two processes appending at once give one order without gaps that a subscriber in a
+    third sees whole, in order, each event once, with every stream's versions consecutive."""
+    runs = ("a", "b")
+    total = len(runs) * TASKS * BATCHES * 2
+    received: list[RecordedEvent] = []
+    async with PostgresLog.open(server_url(), schema=schema, poll_interval=0.5) as log:
+        children = [_start_appender(log_url(schema), run) for run in runs]
+        try:
+            for child in children:
+                await _expect_line(child, "ready")
+
+            async def subscriber() -> None:
+                async for recorded in log.subscribe():
+                    received.append(recorded)
+                    if len(received) == total:
+                        return
+
+            with trio.fail_after(120):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(subscriber)
+                    for child in children:
+                        assert child.stdin is not None
+                        child.stdin.write("go\n")
+                        child.stdin.flush()
+                for child in children:
+                    await _expect_line(child, "done")
+        finally:
+            for child in children:
+                child.kill()
+                child.communicate(timeout=30)
+        stored = await log.read()
+    assert [e.position for e in received] == list(range(1, total + 1))
+    assert shape(received) == shape(stored)
+    expected_ids = {
+        f"{run}-{task}-{number}-{part}"
+        for run in runs
+        for task in range(TASKS)
+        for number in range(BATCHES)
+        for part in range(2)
+    }
+    assert {e.event_id for e in received} == expected_ids
+    versions: dict[str, list[int]] = {}
+    for recorded in received:
+        versions.setdefault(recorded.stream, []).append(recorded.version)
+    assert versions[SHARED_STREAM] == list(range(1, total // 2 + 1))
+    for run in runs:
+        for task in range(TASKS):
+            assert versions[f"{run}-{task}"] == list(range(1, BATCHES + 1))
+    writers = [e.event_id[0] for e in received]
+    switches = sum(1 for before, after in itertools.pairwise(writers) if before != after)
+    assert switches > 2, "the two processes did not append at the same time"
+
+
+class HeldLog(PostgresLog):
+    """Keeps the transaction of each group open after writing it, until ``release`` is set."""
+
+    def __init__(self, conninfo: str, **options: Any) -> None:
+        super().__init__(conninfo, **options)
+        self.written = threading.Event()
+        self.release = threading.Event()
+
+    def _write_group(self, connection: Any, group: Any) -> Any:
+        outcomes = super()._write_group(connection, group)
+        self.written.set()
+        self.release.wait(30)
+        return outcomes
+
+
+async def test_an_append_that_commits_late_is_never_skipped(schema: str) -> None:
+    """While one writer's transaction is open, another writer's append waits behind it: no
+    reader sees the later position first, and both land in commit order."""
+    url = server_url()
+    seen: list[str] = []
+    positions: dict[str, list[int]] = {}
+    async with (
+        HeldLog.open(url, schema=schema) as held,
+        PostgresLog.open(url, schema=schema, poll_interval=0.1) as other,
+    ):
+        assert isinstance(held, HeldLog)
+
+        async def append(log: PostgresLog, event_id: str) -> None:
+            positions[event_id] = await log.append([new(event_id)])
+
+        async def subscriber() -> None:
+            async for recorded in other.subscribe():
+                seen.append(recorded.event_id)
+                if len(seen) == 2:
+                    return
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(subscriber)
+                nursery.start_soon(append, held, "late")
+                await trio.to_thread.run_sync(held.written.wait)
+                nursery.start_soon(append, other, "early")
+                # Real time on purpose: the server, not Trio, decides when the other commits.
+                await trio.sleep(0.5)
+                assert positions == {}
+                assert seen == []
+                assert await other.head() == 0
+                held.release.set()
+        assert positions == {"late": [1], "early": [2]}
+        assert seen == ["late", "early"]
+
+
+# --- notifications -----------------------------------------------------------------------
+
+
+async def test_appends_of_another_writer_wake_a_subscriber_by_notification(
+    schema: str,
+) -> None:
+    """Another writer's append reaches a subscriber long before its poll interval."""
+    url = server_url()
+    async with (
+        PostgresLog.open(url, schema=schema, poll_interval=600) as watching,
+        PostgresLog.open(url, schema=schema) as writing,
+    ):
+        subscription = watching.subscribe()
+        async with trio.open_nursery() as nursery:
+
+            async def append_later() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                await writing.append([new("e1")])
+
+            nursery.start_soon(append_later)
+            with trio.fail_after(10):
+                assert (await subscription.__anext__()).event_id == "e1"
+
+
+def _listeners(schema: str) -> list[int]:
+    return [
+        pid
+        for (pid,) in query(
+            "SELECT pid FROM pg_stat_activity WHERE query = %s", f"LISTEN inert_log_{schema}"
+        )
+    ]
+
+
+async def test_a_lost_listening_connection_is_covered_by_polling_and_reopened(
+    schema: str,
+) -> None:
+    """When the server drops the listening connection, subscribers still see appends, and the
+    log listens again."""
+    url = server_url()
+    async with (
+        PostgresLog.open(url, schema=schema, poll_interval=0.1) as watching,
+        PostgresLog.open(url, schema=schema) as writing,
+    ):
+        await eventually(lambda: len(_listeners(schema)) == 2, "both logs listen")
+        before = set(_listeners(schema))
+        query("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", list(before))
+        await writing.append([new("e1")])
+        subscription = watching.subscribe()
+        with trio.fail_after(10):
+            assert (await subscription.__anext__()).event_id == "e1"
+        await eventually(
+            lambda: len(set(_listeners(schema)) - before) == 2, "both logs listen again"
+        )
+
+
+async def test_a_lost_writer_connection_fails_one_append_and_is_reopened(schema: str) -> None:
+    """An append on a connection the server dropped fails with a LogError naming the log; the
+    next append opens a new connection and lands once."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1")])
+        query("SELECT pg_terminate_backend(%s)", log._writer_pid)
+        with pytest.raises(LogError, match=r"append to postgresql://.*append the same events"):
+            await log.append([new("e2")])
+        assert await log.append([new("e2")]) == [2]
+        assert await log.append([new("e2")]) == [2]
+        assert shape(await log.read()) == [(1, "e1"), (2, "e2")]
+
+
+# --- schema ------------------------------------------------------------------------------
+
+
+async def test_a_new_schema_is_made_an_inert_log(schema: str) -> None:
+    """Opening an empty schema creates the tables and records the application and version."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1")])
+    assert query(f"SELECT application, schema_version FROM {schema}.inert_meta") == [
+        (_postgres.APPLICATION, _postgres.SCHEMA_VERSION)
+    ]
+    assert query(f"SELECT position FROM {schema}.head") == [(1,)]
+
+
+async def test_concurrent_first_opens_create_the_schema_once(schema: str) -> None:
+    """Several logs opening a new schema at once all open it, and share one log."""
+    url = server_url()
+
+    async def open_and_append(number: int) -> None:
+        async with PostgresLog.open(url, schema=schema) as log:
+            await log.append([new(f"e{number}", f"s{number}")])
+
+    async with trio.open_nursery() as nursery:
+        for number in range(4):
+            nursery.start_soon(open_and_append, number)
+    assert query(f"SELECT count(*) FROM {schema}.events") == [(4,)]
+
+
+async def test_a_schema_of_another_program_is_refused(schema: str) -> None:
+    """A schema holding tables that are not an inert log is refused and left as it was."""
+    query(f"CREATE SCHEMA {schema}")
+    query(f"CREATE TABLE {schema}.notes (text text)")
+    with pytest.raises(LogError, match=rf"schema {schema} .*another program \(notes\)"):
+        async with PostgresLog.open(server_url(), schema=schema):
+            pass
+    assert query("SELECT tablename FROM pg_tables WHERE schemaname = %s", schema) == [("notes",)]
+
+
+async def test_a_schema_of_a_newer_version_is_refused(schema: str) -> None:
+    """A log written by a newer inert is refused with both schema versions named."""
+    async with PostgresLog.open(server_url(), schema=schema):
+        pass
+    newer = _postgres.SCHEMA_VERSION + 1
+    query(f"UPDATE {schema}.inert_meta SET schema_version = %s", newer)
+    with pytest.raises(LogError, match=rf"version {newer}, written by a newer inert"):
+        async with PostgresLog.open(server_url(), schema=schema):
+            pass
+
+
+async def test_an_older_schema_is_upgraded_by_its_migrations(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log of an older schema version is migrated step by step and keeps its events."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1")])
+    current = _postgres.SCHEMA_VERSION
+    applied: list[int] = []
+
+    def add_column(connection: _postgres.Connection, name: str) -> None:
+        applied.append(current)
+        connection.execute(f"ALTER TABLE {name}.events ADD COLUMN note text")
+
+    monkeypatch.setattr(_postgres, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setitem(_postgres.MIGRATIONS, current, add_column)
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert [e.event_id for e in await log.read()] == ["e1"]
+    assert applied == [current]
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(current + 1,)]
+
+
+async def test_an_older_schema_without_a_migration_is_refused(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log of an older schema version that no migration upgrades is refused, untouched."""
+    async with PostgresLog.open(server_url(), schema=schema):
+        pass
+    current = _postgres.SCHEMA_VERSION
+    monkeypatch.setattr(_postgres, "SCHEMA_VERSION", current + 1)
+    with pytest.raises(LogError, match=f"no upgrade from version {current} to {current + 1}"):
+        async with PostgresLog.open(server_url(), schema=schema):
+            pass
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(current,)]
+
+
+# --- URL and errors ----------------------------------------------------------------------
+
+
+async def test_open_log_by_url_passes_its_options(schema: str) -> None:
+    """A postgresql:// URL opens a PostgreSQL log with the log's options from its query."""
+    url = log_url(schema, group_commit="off", max_batch_events=8, poll_interval=0.5)
+    async with open_log(f"{url}&application_name=inert-test") as log:
+        assert isinstance(log, PostgresLog)
+        settings = (log.schema, log.group_commit, log.max_batch_events, log.poll_interval)
+        assert settings == (schema, False, 8, 0.5)
+        await log.append([new("e1")])
+        assert query(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'inert-test'"
+        ) == [(3,)]
+
+
+async def test_an_unreachable_server_is_a_log_error_without_the_password() -> None:
+    """A server that cannot be reached is a LogError that names the URL but not its password."""
+    with pytest.raises(LogError, match="cannot connect to PostgreSQL log") as caught:
+        async with open_log("postgresql://alice:s3cret@127.0.0.1:1/db?connect_timeout=2"):
+            pass
+    assert "postgresql://alice@127.0.0.1:1/db" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql://u:pw@localhost/db?schema=Bad-Name", "lower-case letters"),
+        ("postgresql://u:pw@localhost/db?max_batch_events=0", "at least 1"),
+        ("postgresql://u:pw@localhost/db?poll_interval=soon", "must be a number"),
+        ("postgresql://u:pw@localhost/db?group_commit=maybe", "on or off"),
+        ("postgresql://u:pw@localhost/db?no_such_option=1", "bad PostgreSQL connection string"),
+    ],
+)
+async def test_bad_urls_are_configuration_errors(url: str, message: str) -> None:
+    """A bad option is a ConfigurationError raised before any connection, without the password."""
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        async with open_log(url):
+            pass
+    assert ":pw@" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "shown"),
+    [
+        (
+            "postgresql://alice:s3cret@db.example:5433/inert?sslmode=require",
+            "alice@db.example:5433",
+        ),
+        (
+            "host=db.example port=5433 dbname=inert user=alice password=s3cret",
+            "alice@db.example:5433",
+        ),
+        ("postgresql://[::1]/inert", "[::1]"),
+    ],
+)
+def test_a_connection_string_is_shown_without_password_or_options(
+    conninfo: str, shown: str
+) -> None:
+    """Messages name the server and database as a URL without the password or the options."""
+    assert _postgres.public_url(conninfo) == f"postgresql://{shown}/inert"
