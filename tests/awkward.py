@@ -29,6 +29,7 @@ from typing import Protocol
 
 import trio
 from attrs import define, field, frozen
+from postgres_support import log_url
 
 from inert import (
     ArgumentsAppended,
@@ -458,6 +459,17 @@ def sqlite_runtimes(tmp_path: Path) -> OpenRuntime:
                 yield runtime
 
         return opened()
+
+    return opener
+
+
+def postgres_runtimes(schema: str) -> OpenRuntime:
+    """Opens runtimes on the test PostgreSQL server, in ``schema``, with the suite's tools and
+    check."""
+    url = log_url(schema)
+
+    def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
+        return open_runtime(log=url, tools=TOOLS, check=check, validation_timeout=30.0)
 
     return opener
 
