@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.validation
 	$(BIN)/python -m benchmarks.tracing_overhead
 	$(BIN)/python -m benchmarks.guest_mode
+	$(BIN)/python -m benchmarks.postgres_log
 
 # The example agent server (examples/agent_server) on http://127.0.0.1:8000; Ctrl-C stops it.
 .PHONY: example
