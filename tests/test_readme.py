@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from adapter_support import FIXTURES
+from replay_server import threaded_replay_server
+from test_sdk_clients import recorded_body
 
 README = Path(__file__).parent.parent / "README.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
@@ -20,9 +24,17 @@ def test_the_readme_has_examples() -> None:
 def test_a_readme_example_runs(
     index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each Python block of the README runs without error in an empty folder."""
+    """Each Python block of the README runs without error in an empty folder (one that calls
+    a model does so against a local server replaying a recorded answer)."""
     monkeypatch.chdir(tmp_path)
-    exec(compile(EXAMPLES[index], f"README example {index}", "exec"), {"__name__": "readme"})
+    with ExitStack() as stack:
+        if "anthropic.AsyncAnthropic()" in EXAMPLES[index]:
+            body = recorded_body(FIXTURES / "anthropic" / "text-then-tool-use.sse")
+            monkeypatch.setenv(
+                "ANTHROPIC_BASE_URL", stack.enter_context(threaded_replay_server(body))
+            )
+            monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+        exec(compile(EXAMPLES[index], f"README example {index}", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out
     # A print the reader is told the output of, in a comment on its line, prints just that.
     promised = re.findall(r"^\s*print\(.*\)\s+#\s*(.+)$", EXAMPLES[index], flags=re.MULTILINE)
