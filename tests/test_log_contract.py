@@ -27,12 +27,12 @@ from inert import (
     MemoryLog,
     MemoryStore,
     NewEvent,
-    PostgresLog,
     RecordedEvent,
     Redacted,
     SQLiteLog,
     TraceContext,
 )
+from inert.events import PostgresLog
 
 OpenLog = Callable[[], AbstractAsyncContextManager[Log]]
 

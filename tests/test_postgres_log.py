@@ -22,11 +22,10 @@ from inert import (
     ConfigurationError,
     LogError,
     NewEvent,
-    PostgresLog,
     RecordedEvent,
     open_log,
 )
-from inert.events import _postgres
+from inert.events import PostgresLog, _postgres
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -410,3 +409,27 @@ def test_a_connection_string_is_shown_without_password_or_options(
 ) -> None:
     """Messages name the server and database as a URL without the password or the options."""
     assert _postgres.public_url(conninfo) == f"postgresql://{shown}/inert"
+
+
+def test_inert_imports_without_psycopg() -> None:
+    """psycopg is optional: without it inert imports, and only PostgresLog is missing."""
+    script = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "import inert, inert.events\n"
+        "try:\n    inert.events.PostgresLog\nexcept ImportError:\n    print('no psycopg')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout == "no psycopg\n"
+
+
+async def test_without_psycopg_a_postgresql_url_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Opening a postgresql:// URL without psycopg is a ConfigurationError naming the extra."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "inert.events._postgres")
+    with pytest.raises(ConfigurationError, match=r"install inert\[postgresql\]"):
+        async with open_log("postgresql://postgres@127.0.0.1/test"):
+            pass

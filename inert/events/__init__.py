@@ -1,5 +1,7 @@
 """The vocabulary and the log: identities, events, the codec and the log backends."""
 
+from typing import TYPE_CHECKING
+
 from ._base import Event, TraceContext, event_type, registered_event_types
 from ._catalog import (
     DECISION_TYPES,
@@ -60,7 +62,6 @@ from ._errors import (
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
-from ._postgres import PostgresLog
 from ._records import (
     NO_STREAM,
     NewEvent,
@@ -117,7 +118,6 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "OfferedTool",
-    "PostgresLog",
     "RecordedEvent",
     "Redacted",
     "RefusedError",
@@ -151,3 +151,16 @@ __all__ = [
     "registered_event_types",
     "without_sensitive",
 ]
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresLog as PostgresLog
+
+
+def __getattr__(name: str) -> object:
+    """``PostgresLog`` on first use: psycopg is an optional dependency (the ``postgresql``
+    extra), so that ``import inert`` works without it."""
+    if name == "PostgresLog":
+        from ._postgres import PostgresLog  # noqa: PLC0415
+
+        return PostgresLog
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

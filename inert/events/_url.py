@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ._codec import Codec
 from ._errors import ConfigurationError
 from ._log import Clock, Log, MemoryLog, MemoryStore
-from ._postgres import PostgresLog
 from ._sqlite import SQLiteLog
 
 _NAMED_MEMORY_STORES: dict[str, MemoryStore] = {}
@@ -46,6 +45,35 @@ def _number(name: str, value: str, kind: type[int] | type[float]) -> int | float
     except ValueError:
         noun = "an integer" if kind is int else "a number"
         raise ConfigurationError(f"log URL option {name}={value!r} must be {noun}") from None
+
+
+@asynccontextmanager
+async def _open_postgres(
+    parts: SplitResult, options: dict[str, str], *, codec: Codec | None, clock: Clock | None
+) -> AsyncIterator[Log]:
+    try:
+        # psycopg is an optional dependency (the postgresql extra): imported only when used.
+        from ._postgres import PostgresLog  # noqa: PLC0415
+    except ImportError as error:
+        raise ConfigurationError(
+            f"PostgreSQL logs need psycopg ({error}): install inert[postgresql]"
+        ) from None
+    # The log's own options leave the URL; libpq gets the rest, password included.
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    conninfo = parts._replace(
+        query=urlencode([(k, v) for k, v in pairs if k not in _POSTGRES_OPTIONS], quote_via=quote)
+    ).geturl()
+    settings: dict[str, Any] = {}
+    if "schema" in options:
+        settings["schema"] = options["schema"]
+    if "group_commit" in options:
+        settings["group_commit"] = _flag("group_commit", options["group_commit"])
+    if "max_batch_events" in options:
+        settings["max_batch_events"] = _number("max_batch_events", options["max_batch_events"], int)
+    if "poll_interval" in options:
+        settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
+    async with PostgresLog.open(conninfo, **settings, codec=codec, clock=clock) as log:
+        yield log
 
 
 @asynccontextmanager
@@ -100,25 +128,7 @@ async def open_log(
         ) as sqlite_log:
             yield sqlite_log
     elif parts.scheme == "postgresql":
-        # The log's own options leave the URL; libpq gets the rest, password included.
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-        conninfo = parts._replace(
-            query=urlencode(
-                [(k, v) for k, v in pairs if k not in _POSTGRES_OPTIONS], quote_via=quote
-            )
-        ).geturl()
-        postgres: dict[str, Any] = {}
-        if "schema" in options:
-            postgres["schema"] = options["schema"]
-        if "group_commit" in options:
-            postgres["group_commit"] = _flag("group_commit", options["group_commit"])
-        if "max_batch_events" in options:
-            postgres["max_batch_events"] = _number(
-                "max_batch_events", options["max_batch_events"], int
-            )
-        if "poll_interval" in options:
-            postgres["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
-        async with PostgresLog.open(conninfo, **postgres, codec=codec, clock=clock) as postgres_log:
+        async with _open_postgres(parts, options, codec=codec, clock=clock) as postgres_log:
             yield postgres_log
     else:
         raise ConfigurationError(
