@@ -264,6 +264,62 @@ async def test_a_lost_writer_connection_fails_one_append_and_is_reopened(schema:
         assert shape(await log.read()) == [(1, "e1"), (2, "e2")]
 
 
+# --- group commit and closing -------------------------------------------------------------
+
+
+async def test_concurrent_appends_share_group_commits(schema: str) -> None:
+    """Appends waiting together are written in fewer transactions than appends."""
+    commits = 0
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        original = log._commit_group
+
+        def counting(group: list[_postgres._AppendRequest]) -> list[list[int] | LogError]:
+            nonlocal commits
+            commits += 1
+            return original(group)  # type: ignore[return-value]
+
+        log._commit_group = counting  # type: ignore[assignment,method-assign]
+        async with trio.open_nursery() as nursery:
+            for number in range(200):
+                nursery.start_soon(log.append, [new(f"e{number}", f"s{number}")])
+        assert await log.head() == 200
+    assert 1 <= commits < 50
+
+
+async def test_an_append_cut_off_by_cancellation_of_the_log_is_told_so(schema: str) -> None:
+    """Appenders outside a cancelled log block get an error, never a hang, and a retry tells."""
+    outcomes: list[str] = []
+
+    async def appender(log: PostgresLog, number: int) -> None:
+        try:
+            await log.append([new(f"e{number}", f"s{number}")])
+            outcomes.append("ok")
+        except LogError:
+            outcomes.append("error")
+
+    async with trio.open_nursery() as outside:
+        with trio.CancelScope() as scope:
+            async with PostgresLog.open(server_url(), schema=schema) as log:
+                for number in range(50):
+                    outside.start_soon(appender, log, number)
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+                await trio.sleep_forever()
+    assert len(outcomes) == 50
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        landed = {e.event_id for e in await log.read()}
+        positions = await log.append([new(f"e{number}", f"s{number}") for number in range(50)])
+    assert sorted(positions) == list(range(1, 51))
+    assert outcomes.count("ok") <= len(landed)
+
+
+async def test_an_error_in_the_callers_block_is_raised_unwrapped(schema: str) -> None:
+    """An exception of the code inside ``PostgresLog.open`` comes out as itself."""
+    with pytest.raises(KeyError):
+        async with PostgresLog.open(server_url(), schema=schema):
+            raise KeyError("mine")
+
+
 # --- schema ------------------------------------------------------------------------------
 
 
