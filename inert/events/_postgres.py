@@ -1,4 +1,4 @@
-"""The PostgreSQL log: one database shared by runtime processes on any number of machines.
+"""The PostgreSQL log: one database shared by processes on any number of machines.
 
 Appends work as on SQLite. Appenders queue their encoded batch and wait; one writer task per
 process takes everything queued (up to ``max_batch_events``) and a worker thread writes it in
