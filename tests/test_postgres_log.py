@@ -196,6 +196,43 @@ async def test_an_append_that_commits_late_is_never_skipped(schema: str) -> None
         assert seen == ["late", "early"]
 
 
+async def test_a_writer_stalled_in_its_transaction_is_ended_by_the_server(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that stops while it holds the head's lock holds up the others only until the
+    server ends its session: its append fails and never lands, the other one lands."""
+    monkeypatch.setattr(_postgres, "STALLED_TRANSACTION_TIMEOUT", 0.3)
+    url = server_url()
+    outcomes: dict[str, object] = {}
+    async with (
+        HeldLog.open(url, schema=schema) as held,
+        PostgresLog.open(url, schema=schema) as other,
+    ):
+        assert isinstance(held, HeldLog)
+
+        other_landed = trio.Event()
+
+        async def append(log: PostgresLog, event_id: str) -> None:
+            try:
+                outcomes[event_id] = await log.append([new(event_id)])
+            except LogError as error:
+                outcomes[event_id] = error
+            if log is other:
+                other_landed.set()
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(append, held, "stalled")
+                await trio.to_thread.run_sync(held.written.wait)
+                nursery.start_soon(append, other, "other")
+                # Lands while the stalled writer still waits to be released.
+                await other_landed.wait()
+                held.release.set()
+        assert outcomes["other"] == [1]
+        assert isinstance(outcomes["stalled"], LogError)
+        assert shape(await other.read()) == [(1, "other")]
+
+
 # --- notifications -----------------------------------------------------------------------
 
 

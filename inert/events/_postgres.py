@@ -14,7 +14,9 @@ and a transaction gets the lock only once the previous holder's commit is visibl
 are thus assigned in commit order: a reader never sees position N+1 without N, and no
 transaction can commit a position below one committed already, however late it commits. The
 price is that appends of all processes are serialised on one row; group commit keeps it
-cheap (one lock and one commit per group of appends of a process).
+cheap (one lock and one commit per group of appends of a process). A writer that stalls while
+it holds the lock is ended by the server (``idle_in_transaction_session_timeout``), and the
+lock with it, after ``STALLED_TRANSACTION_TIMEOUT``.
 
 Subscribers are woken by ``NOTIFY``, sent in the appending transaction and so delivered only
 at its commit. Each log ``LISTEN``\\s on a connection of its own whose socket the Trio loop
@@ -60,6 +62,10 @@ DEFAULT_SCHEMA = "inert"
 DEFAULT_MAX_BATCH_EVENTS = 4096
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_CONNECT_TIMEOUT = 10
+STALLED_TRANSACTION_TIMEOUT = 10.0
+"""Seconds a transaction of this log may wait on its process before the server ends it: a
+writer that stalls (or loses its network) while it holds the head's lock holds up every
+process's appends, so the server ends its session and the lock goes with it."""
 # Lower case, so that the name means the same quoted or not, and short enough that the
 # notification channel named after it fits PostgreSQL's 63-byte identifiers.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,52}")
@@ -347,6 +353,8 @@ class PostgresLog(Log):
             # it grows: each execution is planned for the table as it is now.
             connection.execute("SET plan_cache_mode = force_custom_plan")
             if not autocommit:
+                milliseconds = max(1, round(STALLED_TRANSACTION_TIMEOUT * 1000))
+                connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
                 connection.commit()
         except psycopg.Error as error:
             connection.close()
