@@ -1,0 +1,44 @@
+"""inert.testing: the deterministic simulator, its invariant checker and planted bugs.
+
+``simulate(seed)`` drives the real runtime through a seeded plan of awkward event orders and
+checks the contract's invariants (I1-I9) over the log it wrote; run your own tool declarations
+and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``.
+``check_log`` checks any settled log; ``planted(name)`` plants one of ``PLANTS`` for a block.
+"""
+
+from ._checker import InvariantChecker, Observation, Violation, check_log, strict_json_object
+from ._plants import PLANTS, UnknownPlant, plant_description, planted
+from ._simulator import (
+    RETENTIONS,
+    SimulationFailed,
+    SimulationResult,
+    demo_check,
+    log_hash,
+    seeded_scheduling,
+    simulate,
+    simulate_many,
+)
+from ._workload import DEMO_TOOLS, SIMULATION_LIMITS, SimulatedTool
+
+__all__ = [
+    "DEMO_TOOLS",
+    "PLANTS",
+    "RETENTIONS",
+    "SIMULATION_LIMITS",
+    "InvariantChecker",
+    "Observation",
+    "SimulatedTool",
+    "SimulationFailed",
+    "SimulationResult",
+    "UnknownPlant",
+    "Violation",
+    "check_log",
+    "demo_check",
+    "log_hash",
+    "plant_description",
+    "planted",
+    "seeded_scheduling",
+    "simulate",
+    "simulate_many",
+    "strict_json_object",
+]

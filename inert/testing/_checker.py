@@ -1,0 +1,730 @@
+"""The invariants of the contract (I1-I9), checked over a log, one event at a time.
+
+The checker is an independent model of what the log must show: it never asks the decider or
+the projections what they think, so that a bug in either (or one planted on purpose) cannot
+hide from it. It reads the log in position order and, at each event, checks what that event
+may claim given everything before it:
+
+- I1: a ``dispatched`` decision follows a durable ``validated`` one (and ``confirmed`` where
+  the call needs it) and answers a claim of the same call and claim id;
+- I2: one ``dispatched`` decision per call key at most;
+- I3: no dispatch of a call whose turn was cancelled or superseded, whose response was
+  quarantined, whose tool was disabled or whose tenant was stopped while it was alive, that its
+  principal denied, or that had ended already;
+- I4: a ``validated`` decision names exactly the bytes delivered for the call (deduplicated,
+  without a gap, ended by its own end event, its response ended ``completed``), which a strict
+  parser of its own accepts as an object;
+- I5: confirmations and dispatches name the turn's own principal, tenant and turn;
+- I6: a confirmation that counts was fresh, for the call's tool and arguments digest, and used
+  once;
+- I7: a dispatched call without an outcome is recorded ``outcome_unknown`` when a runtime
+  restarts, and is never dispatched again;
+- I9: once everything settled, every request was answered and every duplicate delivery, every
+  input for a call of a stale turn or an ended call, left a rejection in the log.
+
+I8 (a replay gives the live state) needs the runtime's views; the simulator checks it. Pure:
+no trio, no storage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from attrs import define, field, frozen
+
+from ..actors import CallLimits, ToolDeclaration
+from ..events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallOpened,
+    CallTerminalCandidate,
+    CallValidated,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    DeadlineReached,
+    Event,
+    EventRejected,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    RecordedEvent,
+    ResponseEnded,
+    ResponseEndReason,
+    ResponseQuarantined,
+    ResponseRef,
+    ServerToolCalled,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TurnCancelled,
+    TurnRef,
+    TurnStarted,
+    TurnSuperseded,
+)
+
+
+@frozen(kw_only=True)
+class Violation:
+    """One broken invariant: which (``I1``..``I9``, ``crash``, ``nondeterminism``), for which
+    call key (its stream name, or empty), at which log position (0 where none), and how."""
+
+    invariant: str
+    key: str
+    detail: str
+    position: int = 0
+
+    def line(self) -> str:
+        where = f" at position {self.position}" if self.position else ""
+        call = f" {self.key}" if self.key else ""
+        return f"{self.invariant}{call}{where}: {self.detail}"
+
+
+@frozen(kw_only=True)
+class Observation:
+    """What an executor was handed, and the log's head when it was (for I1, I2 and I5)."""
+
+    head: int
+    key: CallKey
+    turn: TurnRef
+    tenant: str
+    principal: str
+    tool: str
+    arguments_digest: str
+    claim_id: str = ""
+    """Empty for a ready call offered; the claim id for a dispatch received."""
+
+
+_ADDRESSED_INGRESS = (CallOpened, ArgumentsAppended, CallEnded, ServerToolCalled)
+_REQUESTS = (ConfirmationGiven, ConfirmationDenied, ClaimRequested, DeadlineReached)
+_CONTROLS = (
+    ResponseQuarantined,
+    ToolDisabled,
+    ToolEnabled,
+    TenantStopped,
+    TenantResumed,
+)
+
+
+@define
+class _Input:
+    position: int
+    event_id: str
+    at: datetime
+    event: Event
+
+
+@define
+class _Turn:
+    position: int
+    principal: str
+    offered: dict[str, str]
+    cancelled: int | None = None
+    superseded: int | None = None
+
+    def active_at(self, position: int) -> bool:
+        return all(end is None or end >= position for end in (self.cancelled, self.superseded))
+
+
+@define
+class _Call:
+    key: CallKey
+    ingress: list[_Input] = field(factory=list)
+    requests: list[_Input] = field(factory=list)
+    opened: int | None = None
+    tool: str = ""
+    validated: CallValidated | None = None
+    validated_at: int = 0
+    awaiting: CallAwaitingConfirmation | None = None
+    confirmed: list[CallConfirmed] = field(factory=list)
+    dispatched: list[CallDispatched] = field(factory=list)
+    ended: int | None = None
+    """The cause of the decision that ended the call (dispatched, cancelled, failed)."""
+    answered: set[int] = field(factory=set)
+    """Causes of the call's ending or confirming decisions."""
+    rejected: set[str] = field(factory=set)
+    outcome: str | None = None
+    unknown_at: int | None = None
+
+
+class _Refused(Exception):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise _Refused
+    return dict(pairs)
+
+
+def _constant(_: str) -> float:
+    raise _Refused
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused
+    return value
+
+
+def strict_json_object(data: bytes) -> dict[str, Any] | None:
+    """The object these bytes hold by strict JSON rules (UTF-8 without a BOM, no repeated name,
+    no NaN or infinity), or ``None``: the checker's own parser, independent of inert's."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return None
+    try:
+        value = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_pairs,
+            parse_constant=_constant,
+            parse_float=_float,
+        )
+    except (_Refused, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class InvariantChecker:
+    """Checks I1-I7 and I9 over a log fed to it in position order (``observe``).
+
+    ``tools``: the declarations the runtime was given (their digests tell which calls need a
+    confirmation and what size each allows); ``limits``: the runtime's limits.
+    """
+
+    def __init__(
+        self, tools: Iterable[ToolDeclaration], limits: CallLimits, *, max_violations: int = 50
+    ) -> None:
+        self._declarations = {declaration.digest: declaration for declaration in tools}
+        self._limits = limits
+        self._max = max_violations
+        self.violations: list[Violation] = []
+        self.steps = 0
+        self._calls: dict[CallKey, _Call] = {}
+        self._turns: dict[TurnRef, _Turn] = {}
+        self._latest: dict[tuple[str, str], TurnRef] = {}
+        self._response_ends: dict[ResponseRef, list[tuple[int, ResponseEndReason]]] = {}
+        self._controls: list[tuple[int, Event]] = []
+        self._requests: dict[int, _Input] = {}
+        self._positions: dict[str, int] = {}
+        self._used_confirmations: set[str] = set()
+        self._dispatch_claims: dict[str, int] = {}
+
+    # --- reporting ---
+
+    def _violate(self, invariant: str, key: CallKey | None, detail: str, position: int) -> None:
+        if len(self.violations) < self._max:
+            stream = "" if key is None else key.stream
+            self.violations.append(
+                Violation(invariant=invariant, key=stream, detail=detail, position=position)
+            )
+
+    # --- reading the log ---
+
+    def observe(self, recorded: RecordedEvent) -> None:
+        """Check one event, the next by position, against everything before it."""
+        self.steps += 1
+        event = recorded.kept
+        if event is None:
+            return
+        position = recorded.position
+        self._positions[recorded.event_id] = position
+        entry = _Input(position, recorded.event_id, recorded.recorded_at, event)
+        match event:
+            case TurnStarted():
+                self._turn_started(event, position)
+            case TurnCancelled(turn=turn, principal=principal):
+                known = self._turns.get(turn)
+                if known is not None and known.principal == principal and known.cancelled is None:
+                    known.cancelled = position
+            case TurnSuperseded(turn=turn):
+                known = self._turns.get(turn)
+                if known is not None and known.superseded is None:
+                    known.superseded = position
+            case ResponseEnded(response=response, reason=reason):
+                self._response_ends.setdefault(response, []).append((position, reason))
+            case _ if isinstance(event, _CONTROLS):
+                self._controls.append((position, event))
+            case _ if isinstance(event, _ADDRESSED_INGRESS):
+                self._call(_key(event)).ingress.append(entry)
+            case _ if isinstance(event, _REQUESTS):
+                self._call(_key(event)).requests.append(entry)
+                self._requests[position] = entry
+            case _:
+                self._decision_or_outcome(event, position)
+
+    def _turn_started(self, event: TurnStarted, position: int) -> None:
+        turn = event.turn
+        if turn in self._turns:
+            return
+        conversation = (turn.tenant, turn.conversation)
+        previous = self._latest.get(conversation)
+        if previous is not None:
+            known = self._turns[previous]
+            if known.superseded is None:
+                known.superseded = position
+        self._latest[conversation] = turn
+        offered = {tool.name: tool.digest for tool in event.tools}
+        self._turns[turn] = _Turn(position, event.principal, offered)
+
+    def _call(self, key: CallKey) -> _Call:
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = _Call(key)
+        return call
+
+    def _decision_or_outcome(self, event: Event, position: int) -> None:
+        match event:
+            case CallCollecting(key=key, cause=cause, tool=tool):
+                call = self._call(key)
+                call.opened, call.tool = cause, tool
+            case CallTerminalCandidate(key=key):
+                self._terminal_candidate(self._call(key), event, position)
+            case CallValidated(key=key):
+                self._validated(self._call(key), event, position)
+            case CallAwaitingConfirmation(key=key):
+                self._call(key).awaiting = event
+            case CallConfirmed(key=key):
+                self._confirmed(self._call(key), event, position)
+            case CallDispatched(key=key):
+                self._dispatched(self._call(key), event, position)
+            case CallCancelled(key=key, cause=cause) | CallFailed(key=key, cause=cause):
+                call = self._call(key)
+                call.answered.add(cause)
+                if call.ended is None:
+                    call.ended = cause
+            case EventRejected(key=key, rejected_event_id=rejected):
+                self._call(key).rejected.add(rejected)
+            case ExecutionCompleted(key=key) | ExecutionFailed(key=key):
+                self._call(key).outcome = event.TAG
+            case ExecutionOutcomeUnknown(key=key):
+                call = self._call(key)
+                call.outcome = event.TAG
+                call.unknown_at = position
+
+    # --- I4: what is validated is exactly what was delivered, strictly parsed ---
+
+    def _validated(self, call: _Call, event: CallValidated, position: int) -> None:
+        call.validated, call.validated_at = event, position
+        key = call.key
+        problem = self._delivered_problem(call, event, position)
+        if problem is not None:
+            self._violate("I4", key, f"validated, yet {problem}", position)
+
+    def _delivered_problem(self, call: _Call, event: CallValidated, position: int) -> str | None:
+        key = call.key
+        opened = call.opened
+        if opened is None:
+            return "the call was never opened"
+        turn = self._turns.get(key.turn_ref)
+        if turn is None or turn.position > opened:
+            return "its turn was not started when it opened"
+        if turn.offered.get(event.tool) != event.tool_digest or event.tool != call.tool:
+            return f"tool {event.tool!r} is not the one its turn offered and the call opened"
+        opening = next((entry.event for entry in call.ingress if entry.position == opened), None)
+        if not isinstance(opening, CallOpened):
+            return "the call did not open with a CallOpened"
+        ends = [
+            entry
+            for entry in call.ingress
+            if isinstance(entry.event, CallEnded) and opened < entry.position < position
+        ]
+        if not ends:
+            return "its own end event never arrived"
+        end = ends[0]
+        assert isinstance(end.event, CallEnded)
+        delivered = self._parsed_delivery(call, opening, end)
+        if isinstance(delivered, str):
+            return delivered
+        response_ends = [
+            (at, reason)
+            for at, reason in self._response_ends.get(key.response_ref, ())
+            if opened < at < position
+        ]
+        if not response_ends or response_ends[0][0] < end.position:
+            return "its response did not end after its end event"
+        if response_ends[0][1] is not ResponseEndReason.COMPLETED:
+            return f"its response ended {response_ends[0][1].value}"
+        named = strict_json_object(event.arguments)
+        if named is None:
+            return "its canonical arguments are not a strict JSON object"
+        if named != delivered:
+            return "its arguments are not the bytes delivered for the call"
+        declaration = self._declarations.get(event.tool_digest)
+        if (
+            declaration is not None
+            and declaration.max_bytes is not None
+            and len(event.arguments) > declaration.max_bytes
+        ):
+            return (
+                f"{len(event.arguments)} canonical bytes, the tool allows {declaration.max_bytes}"
+            )
+        return None
+
+    def _parsed_delivery(
+        self, call: _Call, opening: CallOpened, end: _Input
+    ) -> dict[str, Any] | str:
+        """The object the bytes delivered for the call hold by strict rules, or what is wrong."""
+        assert call.opened is not None
+        assert isinstance(end.event, CallEnded)
+        assembled = self._assembled(call, call.opened, end.position, opening.sequence, end.event)
+        if isinstance(assembled, str):
+            return assembled
+        if len(assembled) > self._limits.max_bytes:
+            return f"{len(assembled)} bytes were delivered, the limit is {self._limits.max_bytes}"
+        delivered = strict_json_object(assembled)
+        if delivered is None:
+            return "the delivered bytes are not a strict JSON object"
+        return delivered
+
+    def _terminal_candidate(self, call: _Call, event: CallTerminalCandidate, position: int) -> None:
+        """I4: only bytes the strict parser accepts become a terminal candidate."""
+        opening = next(
+            (entry.event for entry in call.ingress if entry.position == call.opened), None
+        )
+        end = next((entry for entry in call.ingress if entry.position == event.cause), None)
+        if not isinstance(opening, CallOpened) or end is None:
+            self._violate("I4", call.key, "a terminal candidate without its end event", position)
+            return
+        delivered = self._parsed_delivery(call, opening, end)
+        if isinstance(delivered, str):
+            self._violate("I4", call.key, f"a terminal candidate, yet {delivered}", position)
+
+    @staticmethod
+    def _assembled(
+        call: _Call, opened: int, ended: int, opened_sequence: int | None, end: CallEnded
+    ) -> bytes | str:
+        """The bytes delivered between the opening and the end, deduplicated, or what is wrong."""
+        fragments = [
+            entry.event
+            for entry in call.ingress
+            if isinstance(entry.event, ArgumentsAppended) and opened < entry.position < ended
+        ]
+        numbered: dict[tuple[int, int], bytes] = {}
+        unnumbered: list[bytes] = []
+        for fragment in fragments:
+            if fragment.first_sequence is None or fragment.last_sequence is None:
+                unnumbered.append(fragment.data)
+                continue
+            span = (fragment.first_sequence, fragment.last_sequence)
+            if span in numbered and numbered[span] != fragment.data:
+                return f"sequences {span} were delivered twice with different bytes"
+            numbered.setdefault(span, fragment.data)
+        if numbered and unnumbered:
+            return "numbered and unnumbered fragments were mixed"
+        if numbered:
+            spans = sorted(numbered)
+            expected = None if opened_sequence is None else opened_sequence + 1
+            for first, last in spans:
+                if expected is not None and first != expected:
+                    return f"sequence {expected} was not delivered before the end event"
+                expected = last + 1
+            last_sequence = end.terminal.sequence
+            if last_sequence is not None and expected != last_sequence:
+                return f"sequence {expected} was not delivered before the end event"
+            data = b"".join(numbered[span] for span in spans)
+        else:
+            data = b"".join(unnumbered)
+        if end.final_arguments is not None:
+            if fragments and end.final_arguments != data:
+                return "the provider's final arguments differ from the bytes delivered"
+            data = end.final_arguments
+        return data
+
+    # --- I5, I6: confirmations ---
+
+    def _confirmed(self, call: _Call, event: CallConfirmed, position: int) -> None:
+        key = call.key
+        call.confirmed.append(event)
+        call.answered.add(event.cause)
+        given = self._requests.get(event.cause)
+        if (
+            given is None
+            or not isinstance(given.event, ConfirmationGiven)
+            or given.event.key != key
+            or given.event_id != event.confirmation_event_id
+        ):
+            self._violate("I6", key, "confirmed by no confirmation of this call", position)
+            return
+        confirmation = given.event
+        turn = self._turns.get(key.turn_ref)
+        if turn is None or confirmation.principal != turn.principal:
+            self._violate("I5", key, "confirmed by another principal than the turn's", position)
+        if event.principal != confirmation.principal:
+            self._violate("I5", key, "the confirmation names another principal", position)
+        validated = call.validated
+        if validated is None or not validated.needs_confirmation:
+            self._violate("I6", key, "confirmed while no confirmation was awaited", position)
+            return
+        if confirmation.tool_digest != validated.tool_digest:
+            self._violate("I6", key, "confirmed for another tool declaration", position)
+        if confirmation.arguments_digest != validated.arguments_digest:
+            self._violate("I6", key, "confirmed for other arguments", position)
+        if confirmation.expires_at <= given.at:
+            self._violate(
+                "I6", key, f"a confirmation stale when it arrived accepted ({given.at})", position
+            )
+        awaiting = call.awaiting
+        if awaiting is not None and awaiting.expires_at <= given.at:
+            self._violate("I6", key, "confirmed after the call stopped waiting", position)
+        if len(call.confirmed) > 1:
+            self._violate("I6", key, "confirmed twice", position)
+        if given.event_id in self._used_confirmations:
+            self._violate("I6", key, "a confirmation used a second time", position)
+        self._used_confirmations.add(given.event_id)
+
+    # --- I1, I2, I3, I7: dispatches ---
+
+    def _dispatched(self, call: _Call, event: CallDispatched, position: int) -> None:
+        key = call.key
+        call.dispatched.append(event)
+        call.answered.add(event.cause)
+        claim = event.cause
+        self._dispatch_claims[event.claim_id] = position
+        if len(call.dispatched) > 1:
+            self._violate("I2", key, f"dispatched {len(call.dispatched)} times", position)
+        if call.unknown_at is not None:
+            self._violate("I7", key, "dispatched again after its outcome was unknown", position)
+        request = self._requests.get(claim)
+        if (
+            request is None
+            or not isinstance(request.event, ClaimRequested)
+            or request.event.key != key
+            or request.event.claim_id != event.claim_id
+        ):
+            self._violate("I1", key, "dispatched without a claim of this call", position)
+        validated = call.validated
+        if validated is None:
+            self._violate("I1", key, "dispatched before a durable validated decision", position)
+        else:
+            declaration = self._declarations.get(validated.tool_digest)
+            needs = validated.needs_confirmation or (
+                declaration is not None and declaration.needs_confirmation
+            )
+            if needs and not call.confirmed:
+                self._violate("I1", key, "dispatched without the confirmation it needs", position)
+        if call.ended is not None and call.ended < claim and len(call.dispatched) == 1:
+            self._violate("I3", key, "dispatched after the call had ended", position)
+        self._check_wanted(call, claim, position)
+
+    def _check_wanted(self, call: _Call, claim: int, position: int) -> None:
+        key = call.key
+        turn = self._turns.get(key.turn_ref)
+        if turn is None:
+            self._violate("I4", key, "dispatched for a turn never started", position)
+            return
+        if turn.cancelled is not None and turn.cancelled < claim:
+            self._violate("I3", key, "dispatched after its turn was cancelled", position)
+        if turn.superseded is not None and turn.superseded < claim:
+            self._violate("I4", key, "dispatched after a newer turn superseded its own", position)
+        opened = call.opened if call.opened is not None else 0
+        blocked = self._blocked_between(key, call.tool, opened, claim)
+        if blocked is not None:
+            self._violate("I3", key, f"dispatched although {blocked}", position)
+        for entry in call.requests:
+            if (
+                isinstance(entry.event, ConfirmationDenied)
+                and entry.event.principal == turn.principal
+                and opened < entry.position < claim
+            ):
+                self._violate("I3", key, "dispatched after its principal denied it", position)
+
+    def _blocked_between(self, key: CallKey, tool: str, opened: int, claim: int) -> str | None:
+        """The operator control that applied to the call while it was alive, if any."""
+        stopped = False
+        disabled: set[str | None] = set()
+        looked_at_opening = False
+        for position, control in self._controls:
+            if position >= claim:
+                break
+            if position > opened and not looked_at_opening:
+                looked_at_opening = True
+                if stopped or disabled:
+                    return "an operator control forbade it when it opened"
+            alive = position > opened
+            match control:
+                case ResponseQuarantined(response=response, tenant=tenant):
+                    if response == key.response and tenant in (None, key.tenant):
+                        return "its response was quarantined"
+                case TenantStopped(tenant=tenant) if tenant == key.tenant:
+                    if alive:
+                        return "its tenant was stopped"
+                    stopped = True
+                case TenantResumed(tenant=tenant) if tenant == key.tenant:
+                    stopped = False
+                case ToolDisabled(tool=name, tenant=tenant) if name == tool and tenant in (
+                    None,
+                    key.tenant,
+                ):
+                    if alive:
+                        return "its tool was disabled"
+                    disabled.add(tenant)
+                case ToolEnabled(tool=name, tenant=tenant) if name == tool:
+                    disabled.discard(tenant)
+        if not looked_at_opening and (stopped or disabled):
+            return "an operator control forbade it when it opened"
+        return None
+
+    # --- what executors were handed ---
+
+    def observed(self, observation: Observation) -> None:
+        """Check a ready call offered or a dispatch received, against the log up to then.
+
+        Call it after the whole log up to ``observation.head`` was observed.
+        """
+        key = observation.key
+        call = self._calls.get(key)
+        turn = self._turns.get(key.turn_ref)
+        head = observation.head
+        kind = "dispatch" if observation.claim_id else "ready call"
+        if call is None or call.validated is None or call.validated_at > head:
+            self._violate("I1", key, f"a {kind} handed out before a validated decision", head)
+            return
+        validated = call.validated
+        if validated.needs_confirmation and not call.confirmed:
+            self._violate("I1", key, f"a {kind} handed out before its confirmation", head)
+        if turn is None or (
+            observation.turn != key.turn_ref
+            or observation.tenant != key.tenant
+            or observation.principal != turn.principal
+        ):
+            self._violate("I5", key, f"a {kind} names another turn, tenant or principal", head)
+        if observation.tool != validated.tool or (
+            observation.arguments_digest != validated.arguments_digest
+        ):
+            self._violate("I4", key, f"a {kind} names other arguments than validated", head)
+        if observation.claim_id:
+            written = self._dispatch_claims.get(observation.claim_id)
+            if written is None or written > head:
+                self._violate("I1", key, "a dispatch handed out before it was durable", head)
+
+    # --- I7 at a restart, I9 once settled ---
+
+    def recovered(self, head: int) -> None:
+        """After a runtime restarted: every dispatched call has an outcome, if only unknown."""
+        for call in self._calls.values():
+            if call.dispatched and call.outcome is None:
+                self._violate(
+                    "I7", call.key, "dispatched, without an outcome after a restart", head
+                )
+
+    def settled(self) -> None:
+        """Once everything in the log was answered: every input accounted for (I9)."""
+        for call in self._calls.values():
+            self._check_answers(call)
+
+    def _check_answers(self, call: _Call) -> None:
+        key = call.key
+        for entry in call.requests:
+            if entry.event_id in call.rejected:
+                continue
+            match entry.event:
+                case ClaimRequested() | ConfirmationDenied() | DeadlineReached():
+                    answered = entry.position in call.answered
+                case ConfirmationGiven():
+                    answered = any(
+                        confirmed.confirmation_event_id == entry.event_id
+                        for confirmed in call.confirmed
+                    )
+                case _:
+                    answered = True
+            if not answered and not isinstance(entry.event, DeadlineReached):
+                self._violate(
+                    "I9", key, f"{entry.event.TAG} neither applied nor rejected", entry.position
+                )
+            if not answered and call.ended is not None and entry.position > call.ended:
+                self._violate(
+                    "I9", key, f"{entry.event.TAG} for an ended call not rejected", entry.position
+                )
+        seen: list[Event] = []
+        turn = self._turns.get(key.turn_ref)
+        for entry in call.ingress:
+            event = entry.event
+            rejected = entry.event_id in call.rejected
+            opened = call.opened is not None and call.opened <= entry.position
+            if not rejected and call.ended is not None and entry.position > call.ended:
+                self._violate(
+                    "I9", key, f"{event.TAG} for an ended call not rejected", entry.position
+                )
+            elif (
+                not rejected
+                and not opened
+                and (turn is None or not turn.active_at(entry.position))
+                and (turn is None or turn.position < entry.position)
+            ):
+                self._violate(
+                    "I9", key, f"{event.TAG} for a stale turn not rejected", entry.position
+                )
+            elif (
+                not rejected
+                and opened
+                and call.opened != entry.position
+                and any(_same_delivery(earlier, event) for earlier in seen)
+            ):
+                self._violate("I9", key, f"a repeated {event.TAG} not rejected", entry.position)
+            if opened:
+                seen.append(event)
+
+
+def _same_delivery(earlier: Event, later: Event) -> bool:
+    """Whether ``later`` delivers again what ``earlier`` delivered."""
+    match earlier, later:
+        case ArgumentsAppended(), ArgumentsAppended():
+            return (
+                later.first_sequence is not None
+                and earlier.first_sequence is not None
+                and earlier.last_sequence is not None
+                and later.last_sequence is not None
+                and earlier.first_sequence <= later.first_sequence
+                and later.last_sequence <= earlier.last_sequence
+            )
+        case CallEnded(), CallEnded():
+            return earlier.terminal == later.terminal
+        case CallOpened(), CallOpened():
+            return earlier.tool == later.tool
+    return False
+
+
+def _key(event: Event) -> CallKey:
+    key = getattr(event, "key", None)
+    assert isinstance(key, CallKey)
+    return key
+
+
+def check_log(
+    records: Iterable[RecordedEvent],
+    tools: Iterable[ToolDeclaration],
+    limits: CallLimits,
+    *,
+    observations: Mapping[int, list[Observation]] | None = None,
+    restarts: Iterable[int] = (),
+) -> InvariantChecker:
+    """Check a whole, settled log: every event in order, what executors were handed (by the
+    log's head when they were), and the log as each restart left it (by its head then)."""
+    checker = InvariantChecker(tools, limits)
+    pending = dict(observations or {})
+    recovered = sorted(restarts)
+    for recorded in records:
+        checker.observe(recorded)
+        for observation in pending.pop(recorded.position, ()):
+            checker.observed(observation)
+        while recovered and recovered[0] <= recorded.position:
+            checker.recovered(recovered.pop(0))
+    for head in sorted(pending):
+        for observation in pending[head]:
+            checker.observed(observation)
+    checker.settled()
+    return checker

@@ -1,0 +1,152 @@
+"""Planted bugs: the simulator must catch each of them (testing the tester).
+
+Each plant replaces one pure function or one row of the decider's transition table for the
+duration of a ``planted(name)`` block, and puts the original back afterwards. Nothing in the
+production code paths knows about plants: they patch it from here, the way a mutation test
+would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from ..actors import _decider
+from ..actors._arguments import (
+    ArgumentLimits,
+    ArgumentProblem,
+    ParsedArguments,
+    RejectedArguments,
+    arguments_digest,
+    parse_arguments,
+)
+from ..events import ClaimRequested, ConfirmationGiven, InertError
+
+Phase = _decider.Phase
+
+
+class UnknownPlant(InertError):
+    """A planted bug was asked for by a name no plant has."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no planted bug is named {name!r}: choose from {', '.join(PLANTS)}")
+        self.name = name
+
+
+@contextmanager
+def _replaced(owner: Any, name: str, value: object) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextmanager
+def _table_row(
+    phase: _decider.Phase, input_type: type, handler: _decider.Handler
+) -> Iterator[None]:
+    table = _decider.TABLE
+    original = table[(phase, input_type)]
+    table[(phase, input_type)] = handler
+    try:
+        yield
+    finally:
+        table[(phase, input_type)] = original
+
+
+def _skip_dedup() -> Any:
+    """A fragment whose sequences were seen already is taken as new data again."""
+    fit = _decider._Buffer.fit
+
+    def fit_without_dedup(buffer: Any, fragment: Any) -> Any:
+        found = fit(buffer, fragment)
+        return _decider._Fit.NEW if found is _decider._Fit.DUPLICATE else found
+
+    return _replaced(_decider._Buffer, "fit", fit_without_dedup)
+
+
+def _dispatch_before_validation() -> Any:
+    """A claim of a call whose end event arrived is dispatched without waiting for validation."""
+    return _table_row(
+        Phase.TERMINAL_CANDIDATE,
+        ClaimRequested,
+        _decider._wanted(_decider._claim, answer=True),
+    )
+
+
+def _accept_stale_confirmation() -> Any:
+    """A confirmation that expired before it arrived is judged as if it were fresh."""
+    original = _decider.TABLE[(Phase.VALIDATED, ConfirmationGiven)]
+
+    def stale_accepted(judge: Any, context: _decider.CallContext) -> Any:
+        received = judge.received
+        fresh = attrs.evolve(received.event, expires_at=received.at + timedelta(days=1))
+        judged = type(judge)(judge.state, attrs.evolve(received, event=fresh), judge.cause)
+        return original(judged, context)
+
+    return _table_row(Phase.VALIDATED, ConfirmationGiven, stale_accepted)
+
+
+def _redispatch_unknown_outcome() -> Any:
+    """A claim of a dispatched call (its outcome unknown after a restart) dispatches it again."""
+    return _table_row(Phase.DISPATCHED, ClaimRequested, _decider._claim)
+
+
+def _accept_nan() -> Any:
+    """Arguments the strict parser refuses for a non-finite number are parsed leniently."""
+    strict = parse_arguments
+
+    def lenient(
+        data: bytes, limits: ArgumentLimits | None = None
+    ) -> ParsedArguments | RejectedArguments:
+        parsed = strict(data, limits)
+        if (
+            not isinstance(parsed, RejectedArguments)
+            or parsed.problem is not ArgumentProblem.NON_FINITE_NUMBER
+        ):
+            return parsed
+        value = json.loads(data)
+        if not isinstance(value, dict):
+            return parsed
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        return ParsedArguments(value=value, canonical=canonical, digest=arguments_digest(canonical))
+
+    return _replaced(_decider, "parse_arguments", lenient)
+
+
+PLANTS: dict[str, Callable[[], Any]] = {
+    "skip_dedup": _skip_dedup,
+    "dispatch_before_validation": _dispatch_before_validation,
+    "accept_stale_confirmation": _accept_stale_confirmation,
+    "redispatch_unknown_outcome": _redispatch_unknown_outcome,
+    "accept_nan": _accept_nan,
+}
+"""Every planted bug, by name; its docstring says what it breaks."""
+
+
+def plant_description(name: str) -> str:
+    """The one line that says what a planted bug breaks."""
+    factory = PLANTS.get(name)
+    if factory is None:
+        raise UnknownPlant(name)
+    return (factory.__doc__ or "").strip()
+
+
+@contextmanager
+def planted(name: str | None) -> Iterator[None]:
+    """Run the block with the named bug planted in the decider (``None``: none)."""
+    if name is None:
+        yield
+        return
+    factory = PLANTS.get(name)
+    if factory is None:
+        raise UnknownPlant(name)
+    with factory():
+        yield

@@ -1,0 +1,698 @@
+"""The deterministic simulator: one seed drives the real runtime through an awkward plan.
+
+``simulate(seed)`` makes the seed's plan (``_workload``), then runs it against ``open_runtime``
+on a memory log under ``trio.testing.MockClock(autojump_threshold=0)`` with Trio's scheduler
+seeded too, so that the whole run (every task switch, every time the log records) is a
+function of the seed. Conversations feed their turns and provider streams concurrently; two
+executors race to claim ready calls and complete, fail or drop them; a probe claims calls in
+any state; the person answers confirmations (fresh, stale, for other arguments, from someone
+else, twice, too late, never) or denies; an operator quarantines, disables and stops; half of
+the seeds restart the runtime in the middle (abruptly, or after recording the open streams as
+lost and resumable).
+
+Then the checker (``_checker``) reads the log event by event, with what the executors were
+handed, and a replay of the log (fresh projections and a fresh fold) must reach the live
+runtime's digest and phases at the end of every runtime's life (I8). The seed is run twice and
+both logs must hash the same: anything else is nondeterminism.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import multiprocessing
+import random
+import re
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import trio
+import trio.testing
+from attrs import define, field, frozen
+
+from .._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
+from .._runtime import Runtime, open_runtime
+from ..actors import (
+    CallFold,
+    CallLimits,
+    Phase,
+    ReplayDivergence,
+    ValidationRequested,
+    ValidationResult,
+)
+from ..events import (
+    CallKey,
+    ClaimRefused,
+    ConfigurationError,
+    ConfirmationRefused,
+    Event,
+    FailReason,
+    InertError,
+    MemoryLog,
+    MemoryStore,
+    NewEvent,
+    RecordedEvent,
+    Redacted,
+    RefusedError,
+    ResponseEnded,
+    ResponseRef,
+    StreamLost,
+    StreamResumed,
+)
+from ..projections import Projections
+from ._checker import Observation, Violation, check_log
+from ._plants import planted
+from ._workload import (
+    DEMO_TOOLS,
+    SIMULATION_LIMITS,
+    VALIDATION_TIMEOUT,
+    CancelTurn,
+    Check,
+    Confirmations,
+    Conversation,
+    Feed,
+    Plan,
+    SimulatedTool,
+    StartTurn,
+    make_plan,
+)
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+"""The wall-clock time at virtual time zero: every run records the same times."""
+
+OPERATOR = "operator:sim"
+
+RETENTIONS: dict[str, Retention] = {
+    "default": DEFAULT_RETENTION,
+    "arguments": Retention(fragments=False),
+    "none": KEEP_EVERYTHING,
+}
+"""Retention policies by name: the runtime's default, validated arguments only, nothing."""
+DRAIN = 60.0
+"""Virtual seconds given, after the last conversation finished, for deadlines to fire and
+executors to finish."""
+
+
+class SimulationFailed(InertError):
+    """A simulation found a violation of the contract (its message says where to look)."""
+
+
+@frozen(kw_only=True)
+class SimulationResult:
+    """What one seed did and found."""
+
+    seed: int
+    keys: int
+    plant: str | None
+    steps: int
+    """Log events checked, each against every invariant that concerns it."""
+    actions: int
+    """Operations of the simulated parties on the runtime (feeds, turns, claims, ...)."""
+    restarts: int
+    states: dict[str, int]
+    """How many calls ended in each ledger state."""
+    violations: tuple[Violation, ...]
+    log_hash: str
+    retention: str = "default"
+    """The retention policy by its name in ``RETENTIONS`` (``custom`` for another)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def command(self) -> str:
+        """The one-line command that runs this seed again, exactly."""
+        plant = f" --plant {self.plant}" if self.plant else ""
+        retention = f" --retention {self.retention}" if self.retention != "default" else ""
+        return f"inert simulate --seed {self.seed} --keys {self.keys}{plant}{retention}"
+
+
+async def demo_check(request: ValidationRequested) -> ValidationResult:
+    """The demo business check: Atlantis is no city; some answers take long, a few too long.
+
+    The delay is a function of the arguments' digest, so that it is the same in every run.
+    """
+    delay = _CHECK_DELAYS[int(request.arguments.digest[-1], 16) % len(_CHECK_DELAYS)]
+    if delay:
+        await trio.sleep(delay)
+    if request.arguments.value.get("city") == "Atlantis":
+        return ValidationResult(failure=FailReason.BUSINESS_INVALID, detail="/city unknown")
+    return ValidationResult()
+
+
+_CHECK_DELAYS = (0.0,) * 12 + (0.02, 0.05, 0.0, 0.3)
+"""One answer in sixteen takes longer than the validation timeout."""
+
+
+# --- determinism -------------------------------------------------------------------------------
+
+
+@contextmanager
+def seeded_scheduling(seed: int) -> Iterator[None]:
+    """Make Trio's choice of which runnable task goes first a function of ``seed``.
+
+    Trio shuffles each batch of runnable tasks with the module-level ``random.Random`` of
+    ``trio._core._run`` (``_r``), and only when ``_ALLOW_DETERMINISTIC_SCHEDULING`` is set does
+    it sort the batch first, which makes the shuffle depend on the seed alone. That flag and
+    that generator are the hook Trio itself sets up for Hypothesis and pytest-trio; Trio has no
+    public API for it (0.35), so this is the least private hook there is. Both are restored.
+    """
+    run = importlib.import_module("trio._core._run")
+    allowed = run._ALLOW_DETERMINISTIC_SCHEDULING
+    state = run._r.getstate()
+    # setattr: the flag is declared Final for type checkers, though Trio's hooks assign it.
+    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010
+    run._r.seed(seed)
+    try:
+        yield
+    finally:
+        setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", allowed)  # noqa: B010
+        run._r.setstate(state)
+
+
+_RANDOM_ID = re.compile(r"\b[0-9a-f]{32}\b")
+
+
+def log_hash(records: Sequence[RecordedEvent]) -> str:
+    """A hash of a log that two runs of one seed must share.
+
+    Event ids, claim ids and confirmation nonces are drawn at random by design (32 hex digits
+    each); they are renamed by order of first appearance, so that the hash still sees which
+    event names which. Everything else (positions, streams, versions, times, payloads) is
+    hashed as it is.
+    """
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        return names.setdefault(match.group(0), f"id{len(names):030d}")
+
+    digest = hashlib.sha256()
+    for recorded in records:
+        digest.update(_RANDOM_ID.sub(rename, repr(recorded)).encode())
+        digest.update(b"\n")
+    return "sha256:" + digest.hexdigest()
+
+
+def _clock() -> datetime:
+    return EPOCH + timedelta(seconds=trio.current_time())
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+
+class _TappedLog(MemoryLog):
+    """A memory log that keeps what was appended, as it was appended.
+
+    Retention redacts argument payloads from the log once nothing needs them; the checker
+    needs them still, to see what a call was really sent.
+    """
+
+    def __init__(self, store: MemoryStore, appended: dict[int, Event]) -> None:
+        super().__init__(store, clock=_clock)
+        self.appended = appended
+
+    async def append(
+        self, events: Sequence[NewEvent], expected_versions: Mapping[str, int] | None = None
+    ) -> list[int]:
+        positions = await super().append(events, expected_versions)
+        for position, new in zip(positions, events, strict=True):
+            self.appended.setdefault(position, new.event)
+        return positions
+
+
+def _as_appended(
+    records: Sequence[RecordedEvent], appended: dict[int, Event]
+) -> list[RecordedEvent]:
+    return [
+        attrs.evolve(recorded, event=appended[recorded.position])
+        if isinstance(recorded.event, Redacted) and recorded.position in appended
+        else recorded
+        for recorded in records
+    ]
+
+
+class _Stop(Exception):
+    """The runtime broke in a way no party expects: the run ends and the log is checked."""
+
+
+@define
+class _Run:
+    plan: Plan
+    tools: Sequence[SimulatedTool]
+    check: Check | None
+    limits: CallLimits
+    seed: int
+    retention: Retention
+    store: MemoryStore = field(factory=MemoryStore)
+    appended: dict[int, Event] = field(factory=dict)
+    cursors: dict[str, int] = field(factory=dict)
+    open_responses: dict[ResponseRef, None] = field(factory=dict)
+    fed: list[CallKey] = field(factory=list)
+    held: list[CallKey] = field(factory=list)
+    observations: dict[int, list[Observation]] = field(factory=dict)
+    crashes: list[Violation] = field(factory=list)
+    lives: list[tuple[int, str, dict[CallKey, Phase]]] = field(factory=list)
+    recovered: list[int] = field(factory=list)
+    controls_done: int = 0
+    actions: int = 0
+    restarts: int = 0
+
+    @property
+    def head(self) -> int:
+        return len(self.store.rows)
+
+    async def run(self) -> None:
+        lives = 1 if self.plan.restart_at is None else 2
+        resumed: list[ResponseRef] = []
+        for life in range(lives):
+            last = life == lives - 1
+            try:
+                resumed = await self._life(resumed, None if last else self.plan.restart_at)
+            except _Stop:
+                return
+            if not last:
+                self.restarts += 1
+
+    @asynccontextmanager
+    async def _runtime(self) -> AsyncIterator[Runtime]:
+        log = _TappedLog(self.store, self.appended)
+        async with open_runtime(
+            log=log,
+            tools=[tool.declaration for tool in self.tools],
+            check=self.check,
+            limits=self.limits,
+            validation_timeout=VALIDATION_TIMEOUT,
+            operators=[OPERATOR],
+            retention=self.retention,
+        ) as runtime:
+            yield runtime
+
+    async def _life(self, resumed: list[ResponseRef], until: float | None) -> list[ResponseRef]:
+        """One runtime's life: until the plan is done, or until the crash at ``until``."""
+        lost: list[ResponseRef] = []
+        try:
+            async with self._runtime() as runtime:
+                await runtime.settle()
+                self.recovered.append(self.head)
+                if resumed:
+                    await runtime.feed([StreamResumed(response=r) for r in resumed])
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._executor, runtime, "executor-a", 1.0)
+                    nursery.start_soon(self._executor, runtime, "executor-b", 0.15)
+                    nursery.start_soon(self._probe, runtime)
+                    nursery.start_soon(self._operator, runtime)
+                    with trio.move_on_at(until if until is not None else float("inf")):
+                        async with trio.open_nursery() as conversations:
+                            for conversation in self.plan.conversations:
+                                conversations.start_soon(self._converse, runtime, conversation)
+                        await trio.sleep(DRAIN)
+                    if until is not None and self.plan.graceful_restart:
+                        lost = list(self.open_responses)
+                        if lost:
+                            await runtime.feed(
+                                [StreamLost(response=r, resumable=True) for r in lost]
+                            )
+                    nursery.cancel_scope.cancel()
+                await runtime.settle()
+                phases = {key: runtime.phase(key) for key in self.fed}
+                self.lives.append((self.head, runtime.digest(), phases))
+        except* Exception as group:
+            self.crashes.append(_crash(group))
+            raise _Stop from None
+        return lost
+
+    # --- the parties ---
+
+    async def _converse(self, runtime: Runtime, conversation: Conversation) -> None:
+        name = f"{conversation.tenant}/{conversation.name}"
+        cursor = self.cursors.get(name, 0)
+        if cursor == 0:
+            await trio.sleep(conversation.start)
+        rng = random.Random(f"{self.seed}/{name}/{cursor}")
+        while cursor < len(conversation.actions):
+            action = conversation.actions[cursor]
+            await self._act(runtime, conversation, action, rng)
+            cursor += 1
+            self.cursors[name] = cursor
+
+    async def _act(
+        self,
+        runtime: Runtime,
+        conversation: Conversation,
+        action: Feed | StartTurn | CancelTurn | Confirmations,
+        rng: random.Random,
+    ) -> None:
+        self.actions += 1
+        match action:
+            case StartTurn(turn=turn, tools=tools):
+                # Refused only for a turn started before a restart whose answer the crash took.
+                with contextlib.suppress(RefusedError):
+                    await runtime.start_turn(
+                        tenant=turn.tenant,
+                        conversation=turn.conversation,
+                        turn=turn.turn,
+                        principal=conversation.principal,
+                        tools=tools,
+                    )
+            case CancelTurn(turn=turn):
+                await runtime.cancel_turn(turn, principal=conversation.principal)
+            case Feed(events=events, pause=pause):
+                if pause:
+                    await trio.sleep(pause)
+                for event in events:
+                    key = getattr(event, "key", None)
+                    if isinstance(key, CallKey):
+                        self.open_responses[key.response_ref] = None
+                        self.fed.append(key)
+                    if isinstance(event, ResponseEnded):
+                        self.open_responses.pop(event.response, None)
+                await runtime.feed(events)
+            case Confirmations(answers=answers):
+                await trio.sleep(rng.uniform(0.2, 1.0))
+                for key, choice in answers:
+                    await self._answer(runtime, conversation, key, choice)
+
+    async def _answer(
+        self, runtime: Runtime, conversation: Conversation, key: CallKey, choice: str
+    ) -> None:
+        pending = await runtime.pending_confirmation(key)
+        digest = pending.arguments_digest if pending is not None else "sha256:" + "0" * 64
+        principal = conversation.principal
+        expires = timedelta(minutes=10)
+        match choice:
+            case "ignore":
+                return
+            case "deny":
+                await _refusable(runtime.deny(key, principal=principal, reason="no"))
+                return
+            case "stale":
+                expires = timedelta(seconds=-1)
+            case "wrong_digest":
+                digest = "sha256:" + hashlib.sha256(digest.encode()).hexdigest()
+            case "wrong_principal":
+                principal = "user:mallory"
+            case "late":
+                await trio.sleep(self.limits.confirmation_lifetime.total_seconds() + 1)
+        self.actions += 1
+        await _refusable(
+            runtime.confirm(key, principal=principal, arguments_digest=digest, expires_in=expires)
+        )
+        if choice in ("twice", "stale"):
+            # A second confirmation: a duplicate, or a fresh one after the stale one.
+            self.actions += 1
+            await _refusable(runtime.confirm(key, principal=principal, arguments_digest=digest))
+
+    async def _executor(self, runtime: Runtime, name: str, share: float) -> None:
+        rng = random.Random(f"{self.seed}/{name}/{self.restarts}")
+        async for ready in runtime.ready_calls():
+            self._observe(
+                Observation(
+                    head=self.head,
+                    key=ready.key,
+                    turn=ready.turn,
+                    tenant=ready.tenant,
+                    principal=ready.principal,
+                    tool=ready.tool,
+                    arguments_digest=ready.arguments_digest,
+                )
+            )
+            if rng.random() < share:
+                await self._claim(runtime, ready.key, name, rng)
+
+    async def _claim(self, runtime: Runtime, key: CallKey, name: str, rng: random.Random) -> None:
+        self.actions += 1
+        try:
+            dispatch = await runtime.claim(key, executor=name)
+        except ClaimRefused:
+            return
+        self._observe(
+            Observation(
+                head=self.head,
+                key=dispatch.key,
+                turn=dispatch.turn,
+                tenant=dispatch.tenant,
+                principal=dispatch.principal,
+                tool=dispatch.tool,
+                arguments_digest=dispatch.arguments_digest,
+                claim_id=dispatch.claim_id,
+            )
+        )
+        roll = rng.random()
+        if roll < 0.1:
+            # The executor took the call and never said how it went.
+            self.held.append(key)
+            return
+        if roll < 0.2:
+            await trio.sleep(rng.uniform(0, 3))
+        self.actions += 1
+        if roll < 0.85:
+            await runtime.complete(dispatch)
+        else:
+            await runtime.fail(dispatch, "RuntimeError")
+
+    async def _probe(self, runtime: Runtime) -> None:
+        """Claims calls in whatever state they are, and each call an executor took without
+        reporting how it went (after a restart its outcome is unknown) once."""
+        rng = random.Random(f"{self.seed}/probe/{self.restarts}")
+        while True:
+            await trio.sleep(rng.uniform(1, 6))
+            candidates = self.held[:]
+            del self.held[:]
+            if self.fed:
+                candidates.append(rng.choice(self.fed))
+            for key in candidates:
+                await self._claim(runtime, key, "probe", rng)
+
+    async def _operator(self, runtime: Runtime) -> None:
+        controls = self.plan.controls
+        while self.controls_done < len(controls):
+            control = controls[self.controls_done]
+            await trio.sleep_until(control.at)
+            self.actions += 1
+            reason = "simulated incident"
+            match control.action:
+                case "quarantine":
+                    await runtime.quarantine_response(
+                        control.target, operator=OPERATOR, reason=reason, tenant=control.tenant
+                    )
+                case "disable":
+                    await runtime.disable_tool(
+                        control.target, operator=OPERATOR, reason=reason, tenant=control.tenant
+                    )
+                case "enable":
+                    await runtime.enable_tool(
+                        control.target, operator=OPERATOR, reason=reason, tenant=control.tenant
+                    )
+                case "stop":
+                    await runtime.stop_tenant(control.target, operator=OPERATOR, reason=reason)
+                case "resume":
+                    await runtime.resume_tenant(control.target, operator=OPERATOR, reason=reason)
+            self.controls_done += 1
+
+    def _observe(self, observation: Observation) -> None:
+        self.observations.setdefault(observation.head, []).append(observation)
+
+
+async def _refusable(request: Awaitable[None]) -> None:
+    """Await a confirmation or a denial the runtime may refuse (and records when it does)."""
+    with contextlib.suppress(ConfirmationRefused):
+        await request
+
+
+def _crash(group: BaseExceptionGroup[Exception]) -> Violation:
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        error = stack.pop()
+        if isinstance(error, BaseExceptionGroup):
+            stack.extend(reversed(error.exceptions))
+        elif not isinstance(error, trio.Cancelled):
+            leaves.append(error)
+    error = leaves[0] if leaves else group
+    detail = f"{type(error).__name__}: {error}"
+    invariant = "I8" if isinstance(error, ReplayDivergence) else "crash"
+    return Violation(invariant=invariant, key="", detail=detail)
+
+
+# --- checking a run ------------------------------------------------------------------------------
+
+
+def _replay_violations(records: Sequence[RecordedEvent], run: _Run) -> list[Violation]:
+    """I8: at the end of each runtime's life, a fresh fold of the log up to there reaches the
+    live digest and the live phase of every call."""
+    violations: list[Violation] = []
+    projections = Projections()
+    fold = CallFold(run.limits)
+    lives = iter(run.lives)
+    life = next(lives, None)
+    for recorded in records:
+        projections.apply(recorded)
+        try:
+            fold.apply(recorded)
+        except ReplayDivergence as error:
+            return [
+                Violation(
+                    invariant="I8",
+                    key=error.key.stream,
+                    detail=str(error),
+                    position=recorded.position,
+                )
+            ]
+        while life is not None and life[0] == recorded.position:
+            head, digest, phases = life
+            if projections.digest() != digest:
+                violations.append(
+                    Violation(
+                        invariant="I8",
+                        key="",
+                        detail=f"the replayed digest {projections.digest()} is not the live"
+                        f" {digest}",
+                        position=head,
+                    )
+                )
+            for key, phase in phases.items():
+                state = fold.state(key)
+                replayed = Phase.ABSENT if state is None else state.phase
+                if replayed is not phase:
+                    violations.append(
+                        Violation(
+                            invariant="I8",
+                            key=key.stream,
+                            detail=f"replayed {replayed.value}, live {phase.value}",
+                            position=head,
+                        )
+                    )
+            life = next(lives, None)
+    return violations
+
+
+async def _read(store: MemoryStore) -> list[RecordedEvent]:
+    log = MemoryLog(store, clock=_clock)
+    try:
+        return await log.read(1)
+    finally:
+        await log.aclose()
+
+
+def _run_once(
+    seed: int,
+    *,
+    plan: Plan,
+    tools: Sequence[SimulatedTool],
+    check: Check | None,
+    limits: CallLimits,
+    retention: Retention,
+) -> tuple[_Run, list[RecordedEvent]]:
+    run = _Run(plan=plan, tools=tools, check=check, limits=limits, seed=seed, retention=retention)
+
+    async def main() -> list[RecordedEvent]:
+        await run.run()
+        return await _read(run.store)
+
+    with seeded_scheduling(seed):
+        records = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return run, records
+
+
+def simulate(
+    seed: int,
+    *,
+    keys: int = 200,
+    plant: str | None = None,
+    tools: Sequence[SimulatedTool] = DEMO_TOOLS,
+    check: Check | None = demo_check,
+    retention: Retention = DEFAULT_RETENTION,
+    twice: bool = True,
+) -> SimulationResult:
+    """Run one seed against the real runtime, check every invariant, and run it again.
+
+    ``tools`` and ``check`` are what the runtime is opened with (your own declarations, each
+    with example arguments, and your business check); ``plant`` runs it against a planted bug
+    (``PLANTS``); ``retention`` is the runtime's retention policy (its default, unless given).
+    Call it outside a Trio run: it runs its own.
+    """
+    plan = make_plan(seed, keys, tools, SIMULATION_LIMITS)
+    limits = SIMULATION_LIMITS
+    with planted(plant):
+        run, records = _run_once(
+            seed, plan=plan, tools=tools, check=check, limits=limits, retention=retention
+        )
+        again = (
+            _run_once(
+                seed, plan=plan, tools=tools, check=check, limits=limits, retention=retention
+            )[1]
+            if twice
+            else records
+        )
+        # The code that wrote the log (planted bug included) must replay it to the same state.
+        replayed = _replay_violations(records, run)
+    checker = check_log(
+        _as_appended(records, run.appended),
+        [tool.declaration for tool in tools],
+        limits,
+        observations=run.observations,
+        restarts=run.recovered[1:],
+    )
+    violations = [*run.crashes, *checker.violations, *replayed]
+    first, second = log_hash(records), log_hash(again)
+    if first != second:
+        violations.append(
+            Violation(
+                invariant="nondeterminism",
+                key="",
+                detail=f"two runs of the seed wrote different logs ({first} and {second})",
+            )
+        )
+    states: dict[str, int] = {}
+    for phase in (run.lives[-1][2] if run.lives else {}).values():
+        states[phase.value] = states.get(phase.value, 0) + 1
+    return SimulationResult(
+        seed=seed,
+        keys=keys,
+        plant=plant,
+        steps=checker.steps,
+        actions=run.actions,
+        restarts=run.restarts,
+        states=states,
+        violations=tuple(violations),
+        log_hash=first,
+        retention=next(
+            (name for name, policy in RETENTIONS.items() if policy == retention), "custom"
+        ),
+    )
+
+
+def _simulate_job(job: tuple[int, int, str | None, str]) -> SimulationResult:
+    seed, keys, plant, retention = job
+    return simulate(seed, keys=keys, plant=plant, retention=RETENTIONS[retention])
+
+
+def simulate_many(
+    seeds: Iterable[int],
+    *,
+    keys: int = 200,
+    plant: str | None = None,
+    retention: str = "default",
+    workers: int = 1,
+) -> list[SimulationResult]:
+    """Run ``simulate`` on each seed with the demo tools, in ``workers`` processes, in order.
+
+    ``retention`` names a policy of ``RETENTIONS``. Workers are started fresh (``spawn``), so
+    that nothing of the calling process (its threads, a planted bug) leaks into them.
+    """
+    if retention not in RETENTIONS:
+        raise ConfigurationError(
+            f"no retention policy is named {retention!r}: choose from {', '.join(RETENTIONS)}"
+        )
+    jobs = [(seed, keys, plant, retention) for seed in seeds]
+    if workers <= 1 or len(jobs) <= 1:
+        return [_simulate_job(job) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        chunk = max(1, len(jobs) // (workers * 8))
+        return list(pool.map(_simulate_job, jobs, chunksize=chunk))
