@@ -49,6 +49,7 @@ from .events import (
     open_log,
 )
 from .projections import JSON, Ledger, LedgerRow, Projections, Transition
+from .testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
 from .tracing import IncomingTrace, read_trace_headers
 
 READ_PAGE = 1024
@@ -1003,6 +1004,88 @@ def _feed_arguments(feed: argparse.ArgumentParser) -> None:
     feed.add_argument("--tracestate", help="the caller's W3C tracestate")
 
 
+def _simulate(arguments: argparse.Namespace) -> None:
+    if arguments.list_plants:
+        for name in PLANTS:
+            print(f"{name}: {plant_description(name)}")
+        return
+    if arguments.seeds < 1 or arguments.keys < 1 or arguments.workers < 1:
+        raise ConfigurationError("--seeds, --keys and --workers take a number of at least 1")
+    if arguments.plant is not None:
+        plant_description(arguments.plant)
+    results = simulate_many(
+        range(arguments.seed, arguments.seed + arguments.seeds),
+        keys=arguments.keys,
+        plant=arguments.plant,
+        retention=arguments.retention,
+        workers=arguments.workers,
+    )
+    for result in results:
+        if arguments.json:
+            print(
+                json.dumps(
+                    {
+                        "seed": result.seed,
+                        "keys": result.keys,
+                        "plant": result.plant,
+                        "retention": result.retention,
+                        "steps": result.steps,
+                        "actions": result.actions,
+                        "restarts": result.restarts,
+                        "states": result.states,
+                        "log_hash": result.log_hash,
+                        "violations": [
+                            {
+                                "invariant": violation.invariant,
+                                "key": violation.key,
+                                "position": violation.position,
+                                "detail": violation.detail,
+                            }
+                            for violation in result.violations
+                        ],
+                        "command": result.command,
+                    },
+                    sort_keys=True,
+                )
+            )
+            continue
+        for violation in result.violations:
+            print(f"seed {result.seed}: {violation.line()}")
+        if result.violations:
+            print(f"seed {result.seed}: replay it with: {result.command}")
+    steps = sum(result.steps for result in results)
+    found = sum(len(result.violations) for result in results)
+    summary = (
+        f"{len(results)} seeds run twice, {arguments.keys} call keys each:"
+        f" {steps:,} steps checked, {found} violations"
+    )
+    print(summary, file=sys.stderr if arguments.json else sys.stdout)
+    failed = [result for result in results if result.violations]
+    if failed:
+        raise SimulationFailed(
+            f"{found} violations in {len(failed)} of {len(results)} seeds; replay the first"
+            f" with: {failed[0].command}"
+        )
+
+
+def _simulate_arguments(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--seeds", type=int, default=1, help="how many seeds (default 1)")
+    sub.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    sub.add_argument(
+        "--keys", type=int, default=200, help="concurrent call keys per seed (default 200)"
+    )
+    sub.add_argument("--plant", metavar="NAME", help="plant a bug (see --list-plants)")
+    sub.add_argument("--list-plants", action="store_true", help="list the bugs that can be planted")
+    sub.add_argument(
+        "--retention",
+        choices=sorted(RETENTIONS),
+        default="default",
+        help="the runtime's retention policy (default: the runtime's own)",
+    )
+    sub.add_argument("--workers", type=int, default=1, help="processes running seeds (default 1)")
+    sub.add_argument("--json", action="store_true", help="one JSON object per seed")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inert",
@@ -1014,8 +1097,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text)
-        return sub
+        return commands.add_parser(name, help=help_text, description=help_text)
 
     def log_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--log", metavar="URL", required=True, help="the log URL")
@@ -1108,6 +1190,13 @@ def _parser() -> argparse.ArgumentParser:
         help="write the demo's spans there as OTLP JSON (without it: OTLP/HTTP to the"
         " OTEL_EXPORTER_OTLP_ENDPOINT, when set)",
     )
+    _simulate_arguments(
+        command(
+            "simulate",
+            "drive a runtime through seeded awkward event orders, each seed twice, and check"
+            " every invariant of the contract after every step",
+        )
+    )
     return parser
 
 
@@ -1193,6 +1282,8 @@ def _run(arguments: argparse.Namespace) -> None:
                 tracestate=arguments.tracestate,
             )
             trio.run(_feed, request)
+        case "simulate":
+            _simulate(arguments)
         case "demo":
             provider = (
                 provider_for_file(arguments.traces)
