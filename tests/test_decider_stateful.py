@@ -794,5 +794,5 @@ def test_the_decider_keeps_its_invariants_under_random_inputs() -> None:
     """I1-I7 hold after every step of random inputs to two calls of one turn."""
     run_state_machine_as_test(
         DeciderMachine,
-        settings=settings(max_examples=500, stateful_step_count=50, deadline=None),
+        settings=settings(max_examples=2000, stateful_step_count=50, deadline=None),
     )
