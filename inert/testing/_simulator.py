@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mappin
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import attrs
 import trio
@@ -175,26 +176,28 @@ def seeded_scheduling(seed: int) -> Iterator[None]:
         run._r.setstate(state)
 
 
-_RANDOM_ID = re.compile(r"\b[0-9a-f]{32}\b")
+_RANDOM_ID = re.compile(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 
 
-def log_hash(records: Sequence[RecordedEvent]) -> str:
-    """A hash of a log that two runs of one seed must share.
+def log_hash(store: MemoryStore) -> str:
+    """A hash of what a memory log stores, row by row, that two runs of one seed must share.
 
     Event ids, claim ids and confirmation nonces are drawn at random by design (32 hex digits
     each); they are renamed by order of first appearance, so that the hash still sees which
-    event names which. Everything else (positions, streams, versions, times, payloads) is
-    hashed as it is.
+    event names which. Everything else (positions, streams, versions, times, types, payload
+    bytes, redactions) is hashed as it is.
     """
-    names: dict[str, str] = {}
+    names: dict[bytes, bytes] = {}
 
-    def rename(match: re.Match[str]) -> str:
-        return names.setdefault(match.group(0), f"id{len(names):030d}")
+    def rename(match: re.Match[bytes]) -> bytes:
+        return names.setdefault(match.group(0), b"%032d" % len(names))
 
     digest = hashlib.sha256()
-    for recorded in records:
-        digest.update(_RANDOM_ID.sub(rename, repr(recorded)).encode())
-        digest.update(b"\n")
+    for row in store.rows:
+        fields = [str(value).encode() for value in row if not isinstance(value, bytes)]
+        fields.extend(value for value in row if isinstance(value, bytes))
+        digest.update(_RANDOM_ID.sub(rename, b"\x00".join(fields)))
+        digest.update(b"\x01")
     return "sha256:" + digest.hexdigest()
 
 
@@ -587,16 +590,11 @@ def _run_once(
     check: Check | None,
     limits: CallLimits,
     retention: Retention,
-) -> tuple[_Run, list[RecordedEvent]]:
+) -> _Run:
     run = _Run(plan=plan, tools=tools, check=check, limits=limits, seed=seed, retention=retention)
-
-    async def main() -> list[RecordedEvent]:
-        await run.run()
-        return await _read(run.store)
-
     with seeded_scheduling(seed):
-        records = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    return run, records
+        trio.run(run.run, clock=trio.testing.MockClock(autojump_threshold=0))
+    return run
 
 
 def simulate(
@@ -618,17 +616,13 @@ def simulate(
     """
     plan = make_plan(seed, keys, tools, SIMULATION_LIMITS)
     limits = SIMULATION_LIMITS
+    once = partial(
+        _run_once, seed, plan=plan, tools=tools, check=check, limits=limits, retention=retention
+    )
     with planted(plant):
-        run, records = _run_once(
-            seed, plan=plan, tools=tools, check=check, limits=limits, retention=retention
-        )
-        again = (
-            _run_once(
-                seed, plan=plan, tools=tools, check=check, limits=limits, retention=retention
-            )[1]
-            if twice
-            else records
-        )
+        run = once()
+        again = once() if twice else run
+        records = trio.run(_read, run.store)
         # The code that wrote the log (planted bug included) must replay it to the same state.
         replayed = _replay_violations(records, run)
     checker = check_log(
@@ -639,7 +633,7 @@ def simulate(
         restarts=run.recovered[1:],
     )
     violations = [*run.crashes, *checker.violations, *replayed]
-    first, second = log_hash(records), log_hash(again)
+    first, second = log_hash(run.store), log_hash(again.store)
     if first != second:
         violations.append(
             Violation(
