@@ -133,11 +133,11 @@ def test_cli_exits_non_zero_with_the_command_that_replays_a_violation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A violation is printed with its invariant and the one-line command that replays it."""
-    arguments = ["--seed", "0", "--keys", "200", "--plant", "accept_stale_confirmation"]
+    arguments = ["--seed", "0", "--keys", "200", "--plant", "skip_dedup"]
     status = main(["simulate", *arguments, "--retention", RETENTION])
     captured = capsys.readouterr()
     assert status == 1
-    assert "seed 0: I6 " in captured.out
+    assert "seed 0: I9 " in captured.out
     command = f"inert simulate {' '.join(arguments)} --retention {RETENTION}"
     assert f"replay it with: {command}" in captured.out
     assert command in captured.err

@@ -203,7 +203,16 @@ class Plan:
 
 TENANTS = ("acme", "globex")
 CALLS_PER_CONVERSATION = 20
-MALFORMED = ("nan", "infinity", "truncated", "duplicate_key", "not_object", "oversize", "utf8")
+MALFORMED = (
+    "nan",
+    "infinity",
+    "truncated",
+    "duplicate_key",
+    "not_object",
+    "oversize",
+    "utf8",
+    "extra_property",
+)
 PERSON_CHOICES = (
     ("fresh", 55),
     ("stale", 8),
@@ -231,6 +240,8 @@ def malformed(example: bytes, kind: str, limit: int) -> bytes:
             return b"{" + first + b", " + example[1:]
         case "not_object":
             return b"[" + example + b"]"
+        case "extra_property":
+            return example[:-1].rstrip() + b', "sudo": true}'
         case "oversize":
             return b'{"pad": "' + b"a" * (limit + 16) + b'"}'
     return example[:-2] + b'\xff"}'
