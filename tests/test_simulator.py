@@ -5,17 +5,46 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from conftest import RUN_COUNTS
 
+from inert import (
+    ArgumentsAppended,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    CallValidated,
+    ClaimRequested,
+    ConfirmationGiven,
+    Event,
+    FailReason,
+    MemoryLog,
+    NewEvent,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    TurnCancelled,
+    ValidationRequested,
+    ValidationResult,
+    open_runtime,
+)
 from inert._cli import main
 from inert.actors import _decider
 from inert.testing import (
+    DEMO_TOOLS,
     PLANTS,
     RETENTIONS,
+    SIMULATION_LIMITS,
+    SimulatedTool,
     SimulationResult,
     UnknownPlant,
+    check_log,
     planted,
     simulate,
     simulate_many,
@@ -151,3 +180,204 @@ def test_cli_json_gives_one_object_per_seed(capsys: pytest.CaptureFixture[str]) 
     seeds = [json.loads(line) for line in lines]
     assert [seed["seed"] for seed in seeds] == [0, 1]
     assert all(seed["violations"] == [] and seed["steps"] > 0 for seed in seeds)
+
+
+# --- the checker on forged logs ----------------------------------------------------------------
+
+WEATHER = DEMO_TOOLS[0].declaration
+EMAIL = DEMO_TOOLS[1].declaration
+KEY = CallKey(tenant="acme", conversation="c", turn="t1", response="r1", item="i1", call="k1")
+
+
+def _call_events(key: CallKey, tool: str, data: bytes) -> list[Event]:
+    return [
+        CallOpened(key=key, tool=tool, sequence=0),
+        ArgumentsAppended(key=key, data=data, first_sequence=1, last_sequence=1),
+        CallEnded(key=key, terminal=TerminalRef(sequence=2)),
+        ResponseEnded(
+            response=key.response_ref,
+            reason=ResponseEndReason.COMPLETED,
+            terminal=TerminalRef(digest="end"),
+        ),
+    ]
+
+
+async def _validated_log(tool: str = "get_weather", data: bytes = b'{"city": "Oslo"}') -> MemoryLog:
+    """A memory log holding one call validated by a real runtime, still open for forgeries."""
+    log = MemoryLog()
+    async with open_runtime(
+        log=log, tools=[tool.declaration for tool in DEMO_TOOLS], limits=SIMULATION_LIMITS
+    ) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c", turn="t1", principal="user:a")
+        await runtime.feed(_call_events(KEY, tool, data))
+        await runtime.settle()
+    return MemoryLog(log.store)
+
+
+async def _forge(log: MemoryLog, *events: tuple[str, Event]) -> list[int]:
+    return await log.append([NewEvent(stream=stream, event=event) for stream, event in events])
+
+
+async def _found(log: MemoryLog) -> set[str]:
+    checker = check_log(
+        await log.read(1), [tool.declaration for tool in DEMO_TOOLS], SIMULATION_LIMITS
+    )
+    return {violation.invariant for violation in checker.violations}
+
+
+async def test_the_checker_passes_a_log_the_runtime_wrote() -> None:
+    """A call validated and dispatched by the runtime itself breaks no invariant."""
+    log = await _validated_log()
+    async with open_runtime(log=log, tools=[tool.declaration for tool in DEMO_TOOLS]) as runtime:
+        await runtime.complete(await runtime.claim(KEY, executor="e"))
+        await runtime.settle()
+    assert await _found(MemoryLog(log.store)) == set()
+
+
+async def test_the_checker_finds_a_dispatch_nobody_claimed() -> None:
+    """A dispatch that answers no claim of the call breaks I1."""
+    log = await _validated_log()
+    await _forge(log, (KEY.stream, CallDispatched(key=KEY, cause=1, claim_id="c", executor="e")))
+    assert "I1" in await _found(log)
+
+
+async def test_the_checker_finds_a_dispatch_before_validation() -> None:
+    """A claimed call dispatched while its arguments were never validated breaks I1."""
+    log = await _validated_log(data=b'{"city": NaN}')
+    [claim] = await _forge(
+        log, (KEY.request_stream, ClaimRequested(key=KEY, claim_id="c", executor="e"))
+    )
+    await _forge(
+        log, (KEY.stream, CallDispatched(key=KEY, cause=claim, claim_id="c", executor="e"))
+    )
+    assert "I1" in await _found(log)
+
+
+async def test_the_checker_finds_a_second_dispatch() -> None:
+    """Two dispatches of one call key break I2."""
+    log = await _validated_log()
+    for claim_id in ("c1", "c2"):
+        [claim] = await _forge(
+            log, (KEY.request_stream, ClaimRequested(key=KEY, claim_id=claim_id, executor="e"))
+        )
+        await _forge(
+            log,
+            (KEY.stream, CallDispatched(key=KEY, cause=claim, claim_id=claim_id, executor="e")),
+        )
+    assert "I2" in await _found(log)
+
+
+async def test_the_checker_finds_a_dispatch_after_the_turn_was_cancelled() -> None:
+    """A dispatch claimed after its turn was cancelled by its principal breaks I3."""
+    log = await _validated_log()
+    await _forge(log, (KEY.turn_ref.stream, TurnCancelled(turn=KEY.turn_ref, principal="user:a")))
+    [claim] = await _forge(
+        log, (KEY.request_stream, ClaimRequested(key=KEY, claim_id="c", executor="e"))
+    )
+    await _forge(
+        log, (KEY.stream, CallDispatched(key=KEY, cause=claim, claim_id="c", executor="e"))
+    )
+    assert "I3" in await _found(log)
+
+
+async def test_the_checker_finds_validated_arguments_that_were_not_delivered() -> None:
+    """A validated decision for other arguments than the delivered bytes breaks I4."""
+    log = await _validated_log()
+    records = await log.read(1)
+    [validated] = [r.event for r in records if isinstance(r.event, CallValidated)]
+    forged_key = CallKey(
+        tenant="acme", conversation="c", turn="t1", response="r1", item="i2", call="k2"
+    )
+    positions = await _forge(
+        log, *[(_stream(event), event) for event in _call_events(forged_key, "get_weather", b"{}")]
+    )
+    await _forge(
+        log,
+        (forged_key.stream, CallCollecting(key=forged_key, cause=positions[0], tool="get_weather")),
+        (
+            forged_key.stream,
+            CallValidated(
+                key=forged_key,
+                cause=positions[-1],
+                tool="get_weather",
+                tool_digest=validated.tool_digest,
+                arguments=b'{"city":"Rome"}',
+                arguments_digest=validated.arguments_digest,
+                needs_confirmation=False,
+            ),
+        ),
+    )
+    assert "I4" in await _found(log)
+
+
+async def test_the_checker_finds_a_stale_confirmation_accepted() -> None:
+    """A confirmation that had expired when it arrived, yet counted, breaks I6."""
+    log = await _validated_log("send_email", b'{"to": "bob@example.com", "body": "hi"}')
+    records = await log.read(1)
+    [validated] = [r.event for r in records if isinstance(r.event, CallValidated)]
+    given = ConfirmationGiven(
+        key=KEY,
+        principal="user:a",
+        tool_digest=validated.tool_digest,
+        arguments_digest=validated.arguments_digest,
+        nonce="n",
+        expires_at=records[-1].recorded_at - timedelta(seconds=1),
+    )
+    [position] = await _forge(log, (KEY.request_stream, given))
+    [recorded] = await log.read(position)
+    await _forge(
+        log,
+        (
+            KEY.stream,
+            CallConfirmed(
+                key=KEY,
+                cause=position,
+                principal="user:a",
+                confirmation_event_id=recorded.event_id,
+            ),
+        ),
+    )
+    assert "I6" in await _found(log)
+
+
+async def test_the_checker_finds_a_request_never_answered() -> None:
+    """A claim left without a dispatch or a rejection breaks I9."""
+    log = await _validated_log()
+    await _forge(log, (KEY.request_stream, ClaimRequested(key=KEY, claim_id="c", executor="e")))
+    assert "I9" in await _found(log)
+
+
+def _stream(event: Event) -> str:
+    key = getattr(event, "key", None)
+    if isinstance(key, CallKey):
+        return key.response_ref.stream
+    return KEY.response_ref.stream
+
+
+def test_a_user_runs_their_own_tools_and_check_through_it() -> None:
+    """simulate takes a user's declarations with example arguments and their business check."""
+    transfer = SimulatedTool(
+        declaration=ToolDeclaration(
+            name="transfer",
+            needs_confirmation=True,
+            parameters={
+                "type": "object",
+                "properties": {"amount": {"type": "integer"}, "to": {"type": "string"}},
+                "required": ["amount", "to"],
+                "additionalProperties": False,
+            },
+        ),
+        examples=[b'{"amount": 10, "to": "acct-1"}', b'{"amount": 99999, "to": "acct-2"}'],
+    )
+    checked: list[str] = []
+
+    async def limit(request: ValidationRequested) -> ValidationResult:
+        checked.append(request.tool.name)
+        if request.arguments.value["amount"] > 1000:
+            return ValidationResult(failure=FailReason.BUSINESS_INVALID, detail="/amount maximum")
+        return ValidationResult()
+
+    result = simulate(11, keys=40, tools=[transfer], check=limit, retention=RETENTIONS[RETENTION])
+    assert result.ok, [violation.line() for violation in result.violations]
+    assert set(checked) == {"transfer"}
+    assert result.states.get("dispatched", 0) > 0
