@@ -93,6 +93,7 @@ RETENTIONS: dict[str, Retention] = {
     "none": KEEP_EVERYTHING,
 }
 """Retention policies by name: the runtime's default, validated arguments only, nothing."""
+
 DRAIN = 60.0
 """Virtual seconds given, after the last conversation finished, for deadlines to fire and
 executors to finish."""
@@ -115,7 +116,7 @@ class SimulationResult:
     """Operations of the simulated parties on the runtime (feeds, turns, claims, ...)."""
     restarts: int
     states: dict[str, int]
-    """How many calls ended in each ledger state."""
+    """How many call keys were in each phase when the last runtime stopped."""
     violations: tuple[Violation, ...]
     log_hash: str
     retention: str = "default"
@@ -127,7 +128,8 @@ class SimulationResult:
 
     @property
     def command(self) -> str:
-        """The one-line command that runs this seed again, exactly."""
+        """The one-line command that runs this seed again, exactly (with the demo tools: a run
+        with other tools is replayed by ``simulate`` with the same arguments)."""
         plant = f" --plant {self.plant}" if self.plant else ""
         retention = f" --retention {self.retention}" if self.retention != "default" else ""
         return f"inert simulate --seed {self.seed} --keys {self.keys}{plant}{retention}"
