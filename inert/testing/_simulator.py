@@ -64,6 +64,7 @@ from ..events import (
     StreamLost,
     StreamResumed,
 )
+from ..events._records import StoredRecord
 from ..projections import Projections
 from ._checker import Observation, Violation, check_log
 from ._plants import planted
@@ -242,6 +243,17 @@ def _as_appended(
     ]
 
 
+@frozen(kw_only=True)
+class _Life:
+    """How a runtime left the log when it stopped: what a replay of that log must reach."""
+
+    head: int
+    digest: str
+    phases: dict[CallKey, Phase]
+    rows: tuple[StoredRecord, ...]
+    limits: CallLimits
+
+
 class _Stop(Exception):
     """The runtime broke in a way no party expects: the run ends and the log is checked."""
 
@@ -262,7 +274,7 @@ class _Run:
     held: list[CallKey] = field(factory=list)
     observations: dict[int, list[Observation]] = field(factory=dict)
     crashes: list[Violation] = field(factory=list)
-    lives: list[tuple[int, str, dict[CallKey, Phase]]] = field(factory=list)
+    lives: list[_Life] = field(factory=list)
     recovered: list[int] = field(factory=list)
     controls_done: int = 0
     actions: int = 0
@@ -325,8 +337,16 @@ class _Run:
                             )
                     nursery.cancel_scope.cancel()
                 await runtime.settle()
-                phases = {key: runtime.phase(key) for key in self.fed}
-                self.lives.append((self.head, runtime.digest(), phases))
+                self.lives.append(
+                    _Life(
+                        head=self.head,
+                        digest=runtime.digest(),
+                        phases={key: runtime.phase(key) for key in self.fed},
+                        # A copy: retention goes on redacting the log in the next life.
+                        rows=tuple(self.store.rows),
+                        limits=self.limits,
+                    )
+                )
         except* Exception as group:
             self.crashes.append(_crash(group))
             raise _Stop from None
@@ -528,14 +548,11 @@ def _crash(group: BaseExceptionGroup[Exception]) -> Violation:
 # --- checking a run ------------------------------------------------------------------------------
 
 
-def _replay_violations(records: Sequence[RecordedEvent], run: _Run) -> list[Violation]:
-    """I8: at the end of each runtime's life, a fresh fold of the log up to there reaches the
-    live digest and the live phase of every call."""
-    violations: list[Violation] = []
+def _replay_violations(records: Sequence[RecordedEvent], life: _Life) -> list[Violation]:
+    """I8: a fresh fold of the log as a runtime left it reaches that runtime's digest and the
+    phase it gave every call."""
     projections = Projections()
-    fold = CallFold(run.limits)
-    lives = iter(run.lives)
-    life = next(lives, None)
+    fold = CallFold(life.limits)
     for recorded in records:
         projections.apply(recorded)
         try:
@@ -549,35 +566,34 @@ def _replay_violations(records: Sequence[RecordedEvent], run: _Run) -> list[Viol
                     position=recorded.position,
                 )
             ]
-        while life is not None and life[0] == recorded.position:
-            head, digest, phases = life
-            if projections.digest() != digest:
-                violations.append(
-                    Violation(
-                        invariant="I8",
-                        key="",
-                        detail=f"the replayed digest {projections.digest()} is not the live"
-                        f" {digest}",
-                        position=head,
-                    )
+    violations = []
+    if projections.digest() != life.digest:
+        violations.append(
+            Violation(
+                invariant="I8",
+                key="",
+                detail=f"the replayed digest {projections.digest()} is not the live {life.digest}",
+                position=life.head,
+            )
+        )
+    for key, phase in life.phases.items():
+        state = fold.state(key)
+        replayed = Phase.ABSENT if state is None else state.phase
+        if replayed is not phase:
+            violations.append(
+                Violation(
+                    invariant="I8",
+                    key=key.stream,
+                    detail=f"replayed {replayed.value}, live {phase.value}",
+                    position=life.head,
                 )
-            for key, phase in phases.items():
-                state = fold.state(key)
-                replayed = Phase.ABSENT if state is None else state.phase
-                if replayed is not phase:
-                    violations.append(
-                        Violation(
-                            invariant="I8",
-                            key=key.stream,
-                            detail=f"replayed {replayed.value}, live {phase.value}",
-                            position=head,
-                        )
-                    )
-            life = next(lives, None)
+            )
     return violations
 
 
-async def _read(store: MemoryStore) -> list[RecordedEvent]:
+async def _read(rows: Sequence[StoredRecord]) -> list[RecordedEvent]:
+    store = MemoryStore()
+    store.append(list(rows))
     log = MemoryLog(store, clock=_clock)
     try:
         return await log.read(1)
@@ -625,9 +641,16 @@ def simulate(
     with planted(plant):
         run = once()
         again = once() if twice else run
-        records = trio.run(_read, run.store)
+        records = trio.run(_read, run.store.rows)
         # The code that wrote the log (planted bug included) must replay it to the same state.
-        replayed = _replay_violations(records, run)
+        replayed = [
+            violation
+            for life in run.lives
+            for violation in _replay_violations(
+                records if list(life.rows) == run.store.rows else trio.run(_read, life.rows),
+                life,
+            )
+        ]
     checker = check_log(
         _as_appended(records, run.appended),
         [tool.declaration for tool in tools],
@@ -646,7 +669,7 @@ def simulate(
             )
         )
     states: dict[str, int] = {}
-    for phase in (run.lives[-1][2] if run.lives else {}).values():
+    for phase in (run.lives[-1].phases if run.lives else {}).values():
         states[phase.value] = states.get(phase.value, 0) + 1
     return SimulationResult(
         seed=seed,
