@@ -4,9 +4,21 @@
 checks the contract's invariants (I1-I9) over the log it wrote; run your own tool declarations
 and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``.
 ``check_log`` checks any settled log; ``planted(name)`` plants one of ``PLANTS`` for a block.
+``FaultyLog`` wraps any log and injects seeded storage faults into its appends and deliveries.
 """
 
 from ._checker import InvariantChecker, Observation, Violation, check_log, strict_json_object
+from ._faults import (
+    Fault,
+    FaultRates,
+    FaultyLog,
+    InjectedFault,
+    Injection,
+    Stored,
+    Tear,
+    tear_memory_tail,
+    tear_sqlite_tail,
+)
 from ._plants import PLANTS, UnknownPlant, plant_description, planted
 from ._simulator import (
     RETENTIONS,
@@ -25,11 +37,18 @@ __all__ = [
     "PLANTS",
     "RETENTIONS",
     "SIMULATION_LIMITS",
+    "Fault",
+    "FaultRates",
+    "FaultyLog",
+    "InjectedFault",
+    "Injection",
     "InvariantChecker",
     "Observation",
     "SimulatedTool",
     "SimulationFailed",
     "SimulationResult",
+    "Stored",
+    "Tear",
     "UnknownPlant",
     "Violation",
     "check_log",
@@ -41,4 +60,6 @@ __all__ = [
     "simulate",
     "simulate_many",
     "strict_json_object",
+    "tear_memory_tail",
+    "tear_sqlite_tail",
 ]
