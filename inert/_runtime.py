@@ -13,6 +13,7 @@ recorded as lost and resumable; a dispatched call without an outcome is recorded
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,6 +25,7 @@ import trio.lowlevel
 from attrs import frozen
 from opentelemetry.trace import TracerProvider
 
+from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from .actors import (
     DEFAULT_LIMITS,
@@ -59,6 +61,7 @@ from .events import (
     InertError,
     Log,
     NewEvent,
+    ProcessHeartbeat,
     RecordedEvent,
     RefusedError,
     RequestRefused,
@@ -71,11 +74,13 @@ from .events import (
     ToolEnabled,
     TraceContext,
     TurnCancelled,
+    TurnLeased,
     TurnRef,
     TurnStarted,
     control_stream,
     new_event_id,
     open_log,
+    process_stream,
 )
 from .projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
 from .tracing import CallSpans, IncomingTrace
@@ -195,13 +200,17 @@ class Runtime:
         *,
         ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
         retention: Retention = DEFAULT_RETENTION,
+        process: str | None = None,
+        lease_time: float = DEFAULT_LEASE_TIME,
         **router_options: Any,
     ) -> None:
         self.log = log
         self.tools = registry
         self.limits = limits
+        self.process = process
+        self.peers = None if process is None else Peers(process, timedelta(seconds=lease_time))
         self.projections = Projections(ledger_horizon=ledger_horizon)
-        self._fold = CallFold(limits)
+        self._fold = CallFold(limits, process=process)
         self._router = CallRouter(
             log, self._fold, registry.validate, listener=self._heard, **router_options
         )
@@ -237,6 +246,8 @@ class Runtime:
 
     def _heard(self, recorded: RecordedEvent) -> None:
         self.projections.apply(recorded)
+        if self.peers is not None:
+            self.peers.heard(recorded, self._live)
         self._retention.heard(recorded, self._fold)
         if self._retention.pending:
             self._retention_due.set()
@@ -305,10 +316,14 @@ class Runtime:
             declaration = self.tools.latest(tool) if isinstance(tool, str) else tool
             offered.append(self.tools.register(declaration))
         event = TurnStarted(turn=ref, principal=principal, tools=tuple(offered))
+        started = [NewEvent(stream=ref.stream, event=event, trace=trace)]
+        expected = {ref.stream: NO_STREAM}
+        if self.process is not None:
+            lease = TurnLeased(turn=ref, owner=self.process)
+            started.append(NewEvent(stream=ref.lease_stream, event=lease))
+            expected[ref.lease_stream] = NO_STREAM
         try:
-            await self.log.append(
-                [NewEvent(stream=ref.stream, event=event, trace=trace)], {ref.stream: NO_STREAM}
-            )
+            await self.log.append(started, expected)
         except ConflictError:
             raise RefusedError(f"turn {ref.stream!r} was started before") from None
         await self._caught_up()
@@ -446,6 +461,11 @@ class Runtime:
             self.spans.end_control(position, self.log.now())
         return position
 
+    def turn_owner(self, turn: TurnRef) -> str | None:
+        """The process that decides for the turn's calls, where processes share the log."""
+        lease = self._fold.lease(turn)
+        return None if lease is None else lease[0]
+
     def turn_principal(self, turn: TurnRef) -> str | None:
         """The principal a started turn belongs to; None for a turn never started."""
         view = self._fold.scope.turn(turn)
@@ -552,7 +572,8 @@ class Runtime:
         key = call.key if isinstance(call, ReadyCall) else call
         claim_id = new_event_id()
         answer = await self._request(
-            key.request_stream, ClaimRequested(key=key, claim_id=claim_id, executor=executor)
+            key.request_stream,
+            ClaimRequested(key=key, claim_id=claim_id, executor=executor, process=self.process),
         )
         dispatched = [event for event in answer if isinstance(event, CallDispatched)]
         if not dispatched:
@@ -651,27 +672,98 @@ class Runtime:
             changed = self._changed
             await changed.wait()
 
+    # --- processes sharing the log ---
+
+    async def _keep_company(self, peers: Peers) -> None:
+        """Beat, bury the dead, take their turns over, end what they were streaming."""
+        assert self.process is not None
+        beat = process_stream(self.process)
+        period = peers.lease_time.total_seconds() / 4
+        while True:
+            await self.log.append(
+                [NewEvent(stream=beat, event=ProcessHeartbeat(process=self.process))]
+            )
+            for dead in peers.newly_dead(self.log.now()):
+                await self._bury(peers, dead)
+            while peers.gained:
+                await self._take_over(peers.gained.pop(0))
+            await trio.sleep(period)
+
+    async def _bury(self, peers: Peers, dead: str) -> None:
+        """Lease the dead process's turns (one survivor wins each) and record that the calls
+        its executors claimed have an unknown outcome."""
+        assert self.process is not None
+        for turn, (owner, version) in self._fold.leases().items():
+            if owner != dead:
+                continue
+            lease = TurnLeased(turn=turn, owner=self.process, previous=dead)
+            with contextlib.suppress(ConflictError):
+                await self.log.append(
+                    [NewEvent(stream=turn.lease_stream, event=lease)],
+                    {turn.lease_stream: version},
+                )
+        await self._record_unknown(lambda claimer, _: claimer == dead)
+
+    async def _take_over(self, turn: TurnRef) -> None:
+        """A turn this process leased from a dead one: what was still streaming is lost."""
+        await self._caught_up()
+        lease = self._fold.lease(turn)
+        assert lease is not None
+        lost = [
+            NewEvent(
+                stream=response.stream,
+                event=StreamLost(response=response, resumable=False),
+                # Every survivor would write the same loss: one id makes it one event.
+                event_id=f"lost:{turn.lease_stream}:{lease[1]}:{response.stream}",
+            )
+            for response in self._fold.interrupted_responses()
+            if response.turn_ref == turn
+        ]
+        if lost:
+            await self.log.append(lost)
+
+    async def _record_unknown(self, concerns: Callable[[str | None, CallKey], bool]) -> None:
+        """Outcome unknown for dispatched calls without an outcome whose claim ``concerns``
+        (given the claiming process and the call)."""
+        unknown = []
+        for row in self.projections.ledger.rows():
+            if row.state != "dispatched" or row.outcome is not None:
+                continue
+            claim_id = self._claim_of(row.key)
+            claimer = None if self.peers is None else self.peers.claimer(claim_id)
+            if concerns(claimer, row.key):
+                unknown.append(
+                    NewEvent(
+                        stream=row.key.request_stream,
+                        event=ExecutionOutcomeUnknown(key=row.key, claim_id=claim_id),
+                        event_id=f"outcome-unknown:{claim_id}",
+                    )
+                )
+        if unknown:
+            await self.log.append(unknown)
+
     # --- lifecycle ---
 
     async def _recover(self) -> None:
-        """Record what the stop of the previous process means for the calls it left."""
+        """Record what the stop of the previous process means for the calls it left.
+
+        Alone on the log, that is every call; sharing it, the calls of the turns this process
+        owns and the claims of its own executors (it ran under the same name before).
+        """
         # First the decisions the previous process made but never wrote: a claim it answered
         # with a dispatch that never reached the log is dispatched now, then found unknown.
         await self.settle()
+        owns = self._fold.owns
         lost = [
             NewEvent(stream=response.stream, event=StreamLost(response=response, resumable=False))
             for response in self._fold.interrupted_responses()
+            if owns(response.turn_ref)
         ]
-        unknown = [
-            NewEvent(
-                stream=row.key.request_stream,
-                event=ExecutionOutcomeUnknown(key=row.key, claim_id=self._claim_of(row.key)),
-            )
-            for row in self.projections.ledger.rows()
-            if row.state == "dispatched" and row.outcome is None
-        ]
-        if lost or unknown:
-            await self.log.append([*lost, *unknown])
+        if lost:
+            await self.log.append(lost)
+        await self._record_unknown(
+            lambda claimer, key: claimer == self.process or (claimer is None and owns(key.turn_ref))
+        )
 
     def _claim_of(self, key: CallKey) -> str:
         state = self._fold.state(key)
@@ -714,6 +806,8 @@ async def open_runtime(
     operators: OperatorAuthorizer | Iterable[str] = (),
     ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
     retention: Retention = DEFAULT_RETENTION,
+    process: str | None = None,
+    lease_time: float = DEFAULT_LEASE_TIME,
     tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
@@ -725,7 +819,10 @@ async def open_runtime(
     refused). The ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it
     finished, by the log's times. ``retention`` says which argument payloads are redacted from
     the log once nothing can need them (by default fragments and validated arguments, see
-    :class:`Retention`). With a ``tracer_provider`` (OpenTelemetry), turns, calls, validations,
+    :class:`Retention`). Where several runtime processes share one log, each names itself
+    (``process``): it owns the turns it starts, and takes over the turns of a process silent for
+    ``lease_time`` seconds (see :mod:`inert._peers`). With a ``tracer_provider``
+    (OpenTelemetry), turns, calls, validations,
     confirmations, dispatches and controls become spans, made from the log once the runtime is
     live, never on replay. Everything is rebuilt from the log first; the runtime stops when the
     block ends.
@@ -744,6 +841,8 @@ async def open_runtime(
             limits,
             ledger_horizon=ledger_horizon,
             retention=retention,
+            process=process,
+            lease_time=lease_time,
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
         )
@@ -762,6 +861,8 @@ async def _run(runtime: Runtime) -> AsyncIterator[Runtime]:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
             nursery.start_soon(runtime._retain)
+            if runtime.peers is not None:
+                nursery.start_soon(runtime._keep_company, runtime.peers)
             try:
                 # What replaying the log heard made no spans: from here on, events are new.
                 runtime._live = True

@@ -57,6 +57,8 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "operator.tool_enabled": (inert.ToolEnabled, 1),
     "operator.tenant_stopped": (inert.TenantStopped, 1),
     "operator.tenant_resumed": (inert.TenantResumed, 1),
+    "process.turn_leased": (inert.TurnLeased, 1),
+    "process.heartbeat": (inert.ProcessHeartbeat, 1),
     "request.claim": (inert.ClaimRequested, 1),
     "request.deadline": (inert.DeadlineReached, 1),
     "decision.collecting": (inert.CallCollecting, 1),

@@ -59,6 +59,7 @@ from ..events import (
     ToolDisabled,
     ToolEnabled,
     TurnCancelled,
+    TurnLeased,
     TurnRef,
     TurnStarted,
     TurnSuperseded,
@@ -226,6 +227,9 @@ class CallRecord:
     validation_context: CallContext | None = None
     degraded: bool = False
     """An input of the call was redacted: its recorded decisions are taken as they are."""
+    trusted_through: int = 0
+    """Decisions caused at or before this position are taken as recorded: the call was
+    degraded when those inputs came, so they were never decided here."""
 
 
 _Members = dict[CallKey, None]
@@ -282,9 +286,13 @@ def _members(index: dict[G, _Members], group: G) -> list[CallKey]:
 class CallFold:
     """Folds the log into the state of every call and says what the actors must do."""
 
-    def __init__(self, limits: CallLimits = DEFAULT_LIMITS, *, live: bool = False) -> None:
+    def __init__(
+        self, limits: CallLimits = DEFAULT_LIMITS, *, live: bool = False, process: str | None = None
+    ) -> None:
         self.limits = limits
         self.live = live
+        self.process = process
+        self._leases: dict[TurnRef, tuple[str, int]] = {}
         self.position = 0
         self.scope = Scope()
         self.records: dict[CallKey, CallRecord] = {}
@@ -304,6 +312,8 @@ class CallFold:
             return self._redacted(recorded_event)
         if isinstance(event, DECISION_TYPES):
             return self._decision(recorded_event, event)
+        if isinstance(event, TurnLeased):
+            return self._leased(event, recorded_event.version)
         self.scope.apply(event)
         self._note_stream(event)
         work: list[Work] = []
@@ -399,14 +409,15 @@ class CallFold:
         record.expected.extend(written)
         work: list[Work] = []
         key = after.key
-        if self.live and written and not isinstance(received, ValidationOutcome):
+        acting = self.live and self.owns(key.turn_ref)
+        if acting and written and not isinstance(received, ValidationOutcome):
             work.append(AppendDecisions(key=key, decisions=tuple(written)))
         for decision in decisions:
             if isinstance(decision, ValidationRequested):
                 record.validation_context = context
-                if self.live:
+                if acting:
                     work.append(RunValidation(key=key, request=decision, context=context))
-        if self.live:
+        if acting:
             # Timers look the deadline up again when they fire, so only a deadline that is new
             # or earlier than before needs scheduling; a later one is found by the earlier timer.
             deadline = after.deadline(self.limits)
@@ -429,13 +440,18 @@ class CallFold:
             record = self._record(key)
             record.degraded = True
         record.version = recorded_event.version
-        if record.degraded:
+        cause = getattr(event, "cause", 0)
+        if record.degraded or cause <= record.trusted_through:
             before = record.state
             record.state = evolve(before, event)
-            record.expected.clear()
+            if record.degraded:
+                record.expected.clear()
             self._reindex(before, record.state)
-            # Once terminal, what was lost can no longer matter: later inputs are decided.
-            record.degraded = not record.state.terminal_phase
+            if record.degraded and record.state.terminal_phase:
+                # Once terminal, what was lost can no longer matter: later inputs are decided,
+                # and the answers to those that came meanwhile are taken as recorded.
+                record.degraded = False
+                record.trusted_through = recorded_event.position
             return []
         if record.expected:
             wanted = record.expected.pop(0)
@@ -526,16 +542,61 @@ class CallFold:
         self.live = True
         work: list[Work] = []
         for key, record in self.records.items():
-            if record.expected and not record.degraded:
-                work.append(AppendDecisions(key=key, decisions=tuple(record.expected)))
-            validating = record.state.validating
-            if validating is not None and record.validation_context is not None:
-                work.append(
-                    RunValidation(key=key, request=validating, context=record.validation_context)
-                )
-            deadline = record.state.deadline(self.limits)
-            if deadline is not None:
-                work.append(ScheduleDeadline(key=key, at=deadline))
+            if self.owns(key.turn_ref):
+                work.extend(self._resume(key, record))
+        return work
+
+    def _resume(self, key: CallKey, record: CallRecord) -> list[Work]:
+        """What the call's actor must do when this process starts acting for the call."""
+        work: list[Work] = []
+        if record.expected and not record.degraded:
+            work.append(AppendDecisions(key=key, decisions=tuple(record.expected)))
+        validating = record.state.validating
+        if validating is not None and record.validation_context is not None:
+            work.append(
+                RunValidation(key=key, request=validating, context=record.validation_context)
+            )
+        deadline = record.state.deadline(self.limits)
+        if deadline is not None:
+            work.append(ScheduleDeadline(key=key, at=deadline))
+        return work
+
+    # --- processes sharing the log ---
+
+    def owns(self, turn: TurnRef) -> bool:
+        """Whether this process decides for the turn's calls: always when it is alone on the
+        log (``process`` is ``None``); else when it holds the turn's lease, or when nobody
+        does (a turn unknown here, or started before processes shared the log): then every
+        process answers, the first answer is written and the others are refused by the call
+        stream's version."""
+        if self.process is None:
+            return True
+        lease = self._leases.get(turn)
+        return lease is None or lease[0] == self.process
+
+    def lease(self, turn: TurnRef) -> tuple[str, int] | None:
+        """The owner of the turn and the version of its lease stream, if it was leased."""
+        return self._leases.get(turn)
+
+    def leases(self) -> dict[TurnRef, tuple[str, int]]:
+        return dict(self._leases)
+
+    def _leased(self, event: TurnLeased, version: int) -> list[Work]:
+        gained = (
+            self.live
+            and self.process is not None
+            and event.owner == self.process
+            and not self.owns(event.turn)
+        )
+        self._leases[event.turn] = (event.owner, version)
+        if not gained:
+            return []
+        # Taken over: what the former owner decided but never wrote, validations it never
+        # answered and deadlines it watched are this process's now.
+        work: list[Work] = []
+        for key, record in self.records.items():
+            if key.turn_ref == event.turn:
+                work.extend(self._resume(key, record))
         return work
 
     def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:

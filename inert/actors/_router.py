@@ -5,11 +5,13 @@ lands) and folds every event (``CallFold``). The fold says what each call's acto
 router hands it to that actor's bounded inbox, spawning the actor on first use.
 
 A call's actor is a Trio task that exists while its call has work: it writes the call's
-decisions to the call's stream, with the expected version (it is the stream's only writer; a
-conflict means another writer exists, and the runtime stops rather than write beside it), and
-runs the call's validation once, with a deadline. When its inbox is empty it ends: a passivated
-actor costs nothing but the call's record in the fold, and the next work for the call spawns it
-again. The actor of a terminal call has no more work.
+decisions to the call's stream, with the expected version (alone on the log it is the stream's
+only writer: a conflict means another writer exists, and the runtime stops rather than write
+beside it; where processes share the log, only the turn's owner acts, fenced by the version of
+the turn's lease, and a refused write means the turn was taken over: the new owner's decisions
+come from the log), and runs the call's validation once, with a deadline. When its inbox is
+empty it ends: a passivated actor costs nothing but the call's record in the fold, and the next
+work for the call spawns it again. The actor of a terminal call has no more work.
 
 A timer task turns due deadlines into ``DeadlineReached`` requests in the log, so that a timeout
 is decided in log order like everything else.
@@ -25,6 +27,7 @@ import trio
 
 from ..events import (
     CallKey,
+    ConflictError,
     DeadlineReached,
     FailReason,
     Log,
@@ -195,7 +198,23 @@ class CallRouter:
         if version is None:
             record = self._fold.records.get(key)
             version = record.version if record is not None else 0
-        await self._log.append(events, {key.stream: version})
+        expected = {key.stream: version}
+        if self._fold.process is None:
+            await self._log.append(events, expected)
+        else:
+            # Fenced by the lease this process holds: once another process has taken the turn
+            # over, the lease stream has moved on and these decisions are refused. The new
+            # owner writes them; this fold reads them from the log like any other process.
+            lease = self._fold.lease(key.turn_ref)
+            if lease is not None:
+                if lease[0] != self._fold.process:
+                    return
+                expected[key.turn_ref.lease_stream] = lease[1]
+            try:
+                await self._log.append(events, expected)
+            except ConflictError:
+                self._written.pop(key, None)
+                return
         self._written[key] = version + len(events)
 
     async def _validate(self, key: CallKey, work: RunValidation) -> None:
@@ -213,7 +232,11 @@ class CallRouter:
                 )
         state = self._fold.state(key)
         assert state is not None
-        assert state.validating == work.request
+        if state.validating != work.request:
+            # Only where processes share the log: another one took the turn over meanwhile
+            # and answered.
+            assert self._fold.process is not None
+            return
         decisions = recorded(decide(state, ValidationOutcome(result=result), work.context))
         await self._append(key, [NewEvent(stream=key.stream, event=event) for event in decisions])
 

@@ -30,6 +30,7 @@ from ._catalog import (
     ExecutionOutcomeUnknown,
     FailReason,
     OfferedTool,
+    ProcessHeartbeat,
     RejectReason,
     ResponseEnded,
     ResponseEndReason,
@@ -44,6 +45,7 @@ from ._catalog import (
     ToolDisabled,
     ToolEnabled,
     TurnCancelled,
+    TurnLeased,
     TurnStarted,
     TurnSuperseded,
 )
@@ -60,7 +62,7 @@ from ._errors import (
     RefusedError,
     RequestRefused,
 )
-from ._identity import CallKey, ResponseRef, TurnRef, control_stream
+from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
 from ._records import (
     NO_STREAM,
@@ -118,6 +120,7 @@ __all__ = [
     "MemoryStore",
     "NewEvent",
     "OfferedTool",
+    "ProcessHeartbeat",
     "RecordedEvent",
     "Redacted",
     "RefusedError",
@@ -140,6 +143,7 @@ __all__ = [
     "ToolEnabled",
     "TraceContext",
     "TurnCancelled",
+    "TurnLeased",
     "TurnRef",
     "TurnStarted",
     "TurnSuperseded",
@@ -148,6 +152,7 @@ __all__ = [
     "event_type",
     "new_event_id",
     "open_log",
+    "process_stream",
     "registered_event_types",
     "without_sensitive",
 ]

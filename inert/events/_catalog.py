@@ -334,17 +334,46 @@ class TenantResumed(Event):
     reason: str
 
 
+# --- processes sharing one log -----------------------------------------------------------
+
+
+@event_type("process.turn_leased")
+@frozen(kw_only=True)
+class TurnLeased(Event):
+    """The named runtime process owns the turn from here on: only its actors decide for the
+    turn's calls. Appended to the turn's lease stream at an expected version, so that of two
+    processes taking a turn over one wins, and a former owner's decisions, written against the
+    lease's version, are refused."""
+
+    turn: TurnRef
+    owner: str = field(validator=validators.min_len(1))
+    previous: str | None = None
+
+
+@event_type("process.heartbeat")
+@frozen(kw_only=True)
+class ProcessHeartbeat(Event):
+    """A runtime process is alive, as of the time the log recorded this."""
+
+    process: str = field(validator=validators.min_len(1))
+
+
 # --- requests to a call's actor ------------------------------------------------------------
 
 
 @event_type("request.claim")
 @frozen(kw_only=True)
 class ClaimRequested(Event):
-    """An executor asks to run a ready call; the call's actor answers in the call's stream."""
+    """An executor asks to run a ready call; the call's actor answers in the call's stream.
+
+    ``process`` names the runtime process the executor runs in, where several share the log:
+    should that process die, the calls it claimed have an unknown outcome.
+    """
 
     key: CallKey
     claim_id: str
     executor: str
+    process: str | None = None
 
 
 @event_type("request.deadline")

@@ -59,6 +59,11 @@ class TurnRef:
         """The stream of the turn's lifecycle and of the user's actions on it."""
         return _stream("turn", self.tenant, self.conversation, self.turn)
 
+    @cached_property
+    def lease_stream(self) -> str:
+        """Which runtime process owns the turn, where several share the log."""
+        return _stream("lease", self.tenant, self.conversation, self.turn)
+
 
 @frozen(kw_only=True, cache_hash=True)
 class ResponseRef:
@@ -115,6 +120,13 @@ class CallKey:
     def request_stream(self) -> str:
         """Claims and confirmations addressed to the call's actor (any writer)."""
         return _stream("request", *self._parts())
+
+
+def process_stream(process: str) -> str:
+    """The heartbeats of one runtime process."""
+    if not process:
+        raise ValueError("process must not be empty")
+    return _stream("process", process)
 
 
 def control_stream(tenant: str | None = None) -> str:

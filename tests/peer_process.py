@@ -1,0 +1,108 @@
+"""One runtime process of several sharing a log, for tests/test_peer_processes.py.
+
+``python tests/peer_process.py URL NAME TURNS`` starts TURNS turns named ``NAME-tN``, each with a
+``get_weather`` call fed whole (it becomes ready) and a ``send_email`` call fed only in part (it
+keeps collecting), and executes every ready call it can claim, whoever owns its turn. It prints
+one line per fact the test checks: ``turn T`` once a turn's start is acknowledged, ``fed T N``
+once N ingress events of it are, ``dispatched T TOOL`` when its executor got a call, ``fed-all``
+when it is done feeding. It stops when its standard input closes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import trio
+
+from inert import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    ClaimRefused,
+    Event,
+    ResponseEnded,
+    ResponseEndReason,
+    Runtime,
+    TerminalRef,
+    ToolDeclaration,
+    open_runtime,
+)
+
+TOOLS = [ToolDeclaration(name="get_weather"), ToolDeclaration(name="send_email")]
+LEASE_TIME = 1.0
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def call(turn: str, tool: str, data: bytes, *, whole: bool) -> list[Event]:
+    """A call of its own response: whole (its response ends), or cut after one fragment."""
+    key = CallKey(
+        tenant="acme", conversation=turn, turn=turn, response=f"{turn}-{tool}", item=tool, call=tool
+    )
+    middle = len(data) // 2
+    events: list[Event] = [
+        CallOpened(key=key, tool=tool, sequence=0),
+        ArgumentsAppended(key=key, data=data[:middle], first_sequence=1, last_sequence=1),
+    ]
+    if whole:
+        events += [
+            ArgumentsAppended(key=key, data=data[middle:], first_sequence=2, last_sequence=2),
+            CallEnded(key=key, terminal=TerminalRef(sequence=3)),
+            ResponseEnded(
+                response=key.response_ref,
+                reason=ResponseEndReason.COMPLETED,
+                terminal=TerminalRef(sequence=4),
+            ),
+        ]
+    return events
+
+
+async def feed_turns(runtime: Runtime, name: str, turns: int) -> None:
+    for number in range(turns):
+        turn = f"{name}-t{number}"
+        await runtime.start_turn(
+            tenant="acme", conversation=turn, turn=turn, principal="user:alice"
+        )
+        say(f"turn {turn}")
+        # The email call never ends: it is still collecting when the test stops it, so
+        # whatever stops it (an operator's control, a lost stream) is seen on a live call.
+        events = [
+            *call(turn, "send_email", b'{"to": "bob@example.com"}', whole=False),
+            *call(turn, "get_weather", b'{"city": "Paris"}', whole=True),
+        ]
+        await runtime.feed(events)
+        say(f"fed {turn} {len(events)}")
+        await trio.sleep(0.05)
+    say("fed-all")
+
+
+async def execute(runtime: Runtime, name: str) -> None:
+    async for ready in runtime.ready_calls():
+        try:
+            dispatch = await runtime.claim(ready, executor=name)
+        except ClaimRefused:
+            continue
+        say(f"dispatched {dispatch.key.turn} {dispatch.key.call}")
+        await runtime.complete(dispatch)
+
+
+async def wait_for_stdin_to_close() -> None:
+    await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+
+
+async def main(url: str, name: str, turns: int) -> None:
+    async with (
+        open_runtime(log=url, tools=TOOLS, process=name, lease_time=LEASE_TIME) as runtime,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(execute, runtime, name)
+        await feed_turns(runtime, name, turns)
+        await wait_for_stdin_to_close()
+        nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
