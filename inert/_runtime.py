@@ -304,7 +304,10 @@ class Runtime:
         ``trace`` continues the caller's trace; given as what ``read_trace_headers`` made of the
         caller's headers, a refused header starts a new trace and the turn's span says why.
         """
-        ref = TurnRef(tenant=tenant, conversation=conversation, turn=turn)
+        try:
+            ref = TurnRef(tenant=tenant, conversation=conversation, turn=turn)
+        except ValueError as error:
+            raise RefusedError(f"not a turn identity: {error}") from None
         if isinstance(trace, IncomingTrace):
             if trace.problem is not None and self.spans is not None:
                 self.spans.note_trace_problem(ref, trace.problem)

@@ -400,6 +400,13 @@ async def test_turns_are_started_once_and_cancelled_only_by_their_principal() ->
             await runtime.cancel_turn(other, principal=PRINCIPAL)
 
 
+async def test_a_turn_with_a_bad_identity_is_refused_as_such() -> None:
+    """An empty or oversized identity part is a RefusedError naming the part, not a ValueError."""
+    async with running() as runtime:
+        with pytest.raises(RefusedError, match="conversation"):
+            await runtime.start_turn(tenant="acme", conversation="", turn="t1", principal=PRINCIPAL)
+
+
 async def test_a_new_turn_supersedes_the_calls_of_the_previous_one() -> None:
     """Starting a new turn cancels the old turn's calls; their late events are rejected."""
     async with running() as runtime:
