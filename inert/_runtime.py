@@ -127,12 +127,14 @@ class ReadyCall:
 
 @frozen(kw_only=True)
 class PendingConfirmation:
-    """What the person is asked to confirm: the call, the tool and the exact arguments' digest."""
+    """What the person is asked to confirm: the call, the tool, the validated arguments (a
+    read-only mapping, to show them; inert never logs them) and their exact digest."""
 
     key: CallKey
     principal: str
     tool: str
     tool_digest: str
+    arguments: Mapping[str, Any]
     arguments_digest: str
     expires_at: datetime
 
@@ -525,14 +527,29 @@ class Runtime:
         if state is None or view is None or not state.awaiting_confirmation:
             return None
         assert state.confirmation_expires is not None
+        _, arguments = await self._validated(key)
         return PendingConfirmation(
             key=key,
             principal=view.principal,
             tool=state.tool,
             tool_digest=state.tool_digest,
+            arguments=arguments,
             arguments_digest=state.arguments_digest,
             expires_at=state.confirmation_expires,
         )
+
+    async def _validated(self, key: CallKey) -> tuple[CallValidated, Mapping[str, Any]]:
+        """The call's validation, read back from the log, and its arguments, parsed again."""
+        validated = [
+            recorded.event
+            for recorded in await self.log.read_stream(key.stream)
+            if isinstance(recorded.event, CallValidated)
+        ]
+        assert validated
+        decision = validated[-1]
+        parsed = parse_arguments(decision.arguments, self.limits.arguments)
+        assert isinstance(parsed, ParsedArguments)
+        return decision, parsed.value
 
     async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
         """Refuse one call for its principal: it is cancelled and never runs."""
@@ -582,17 +599,9 @@ class Runtime:
         if not dispatched:
             self._raise_if_rejected(key, answer, ClaimRefused)
             raise ClaimRefused(key.stream, "no_answer", "the claim was not answered")
-        validated = [
-            recorded.event
-            for recorded in await self.log.read_stream(key.stream)
-            if isinstance(recorded.event, CallValidated)
-        ]
+        decision, arguments = await self._validated(key)
         view = self._fold.scope.turn(key.turn_ref)
-        assert validated
         assert view is not None
-        decision = validated[-1]
-        parsed = parse_arguments(decision.arguments, self.limits.arguments)
-        assert isinstance(parsed, ParsedArguments)
         return Dispatch(
             key=key,
             turn=key.turn_ref,
@@ -600,7 +609,7 @@ class Runtime:
             principal=view.principal,
             tool=decision.tool,
             tool_digest=decision.tool_digest,
-            arguments=parsed.value,
+            arguments=arguments,
             arguments_digest=decision.arguments_digest,
             claim_id=claim_id,
             executor=executor,
@@ -646,6 +655,10 @@ class Runtime:
         return dispatch
 
     # --- quiet ---
+
+    async def changed(self) -> None:
+        """Until the runtime has heard its next event (its views may have changed)."""
+        await self._changed.wait()
 
     async def settle(self) -> None:
         """Wait until everything in the log now is folded and every actor has done its work."""

@@ -66,7 +66,7 @@ async def until(runtime: Runtime, condition: Callable[[], bool]) -> None:
     """Until the condition holds, looked at again each time the runtime hears an event."""
     with trio.fail_after(10):
         while not condition():
-            await runtime._changed.wait()
+            await runtime.changed()
 
 
 async def test_a_call_is_decided_by_its_owner_and_claimed_from_any_process(

@@ -259,6 +259,10 @@ async def test_a_call_needing_confirmation_waits_for_its_principal() -> None:
             PRINCIPAL,
             digest,
         )
+        # What the person is shown: the validated arguments themselves, read-only.
+        assert dict(pending.arguments) == {"city": "Paris"}
+        with pytest.raises(TypeError):
+            pending.arguments["city"] = "Oslo"  # type: ignore[index]
         with pytest.raises(ConfirmationRefused, match="wrong_principal"):
             await runtime.confirm(key, principal="user:mallory", arguments_digest=digest)
         with pytest.raises(ConfirmationRefused, match="mismatched_confirmation"):
