@@ -23,13 +23,13 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Literal
 
-import attrs
 import trio
 
 from ._codec import Codec
 from ._errors import ConfigurationError, InertError, LogError
-from ._log import Clock, Log
-from ._records import PendingRecord, StoredRecord, plan_appends, redaction
+from ._group import AppendRequest, GroupCommitLog
+from ._log import Clock
+from ._records import StoredRecord, plan_appends, redaction
 
 APPLICATION_ID = 0x696E7274  # "inrt"
 SCHEMA_VERSION = 1
@@ -134,15 +134,7 @@ class _StreamCache:
         self.head = -1
 
 
-@attrs.define
-class _AppendRequest:
-    records: list[PendingRecord]
-    expected: dict[str, int]
-    positions: list[int] | None = None
-    error: InertError | None = None
-
-
-class SQLiteLog(Log):
+class SQLiteLog(GroupCommitLog):
     """The SQLite backend. Open it with :meth:`open` (an async context manager)."""
 
     def __init__(
@@ -157,30 +149,29 @@ class SQLiteLog(Log):
         codec: Codec | None = None,
         clock: Clock | None = None,
     ) -> None:
-        super().__init__(codec=codec, clock=clock)
+        super().__init__(
+            group_commit=group_commit,
+            max_batch_events=max_batch_events,
+            codec=codec,
+            clock=clock,
+        )
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
-        if max_batch_events < 1:
-            raise ConfigurationError(f"max_batch_events must be at least 1, not {max_batch_events}")
         if poll_interval <= 0:
             raise ConfigurationError(f"poll_interval must be positive, not {poll_interval}")
         if stream_cache_size < 0:
             raise ConfigurationError(f"stream_cache_size must be >= 0, not {stream_cache_size}")
         self.path = os.fspath(path)
         self.synchronous = synchronous
-        self.group_commit = group_commit
-        self.max_batch_events = max_batch_events
         self.poll_interval = poll_interval
         self._streams = _StreamCache(stream_cache_size)
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._reader_lock = trio.Lock()
-        self._queue: list[_AppendRequest] = []
-        self._work = trio.Event()
-        # One event per committed group wakes every waiting appender, cheaper than one per append.
-        self._progress = trio.Event()
-        self._accepting = False
-        self._writer_done = trio.Event()
+
+    @property
+    def name(self) -> str:
+        return f"SQLite log {self.path!r}"
 
     @classmethod
     @asynccontextmanager
@@ -208,33 +199,13 @@ class SQLiteLog(Log):
             clock=clock,
         )
         await trio.to_thread.run_sync(log._connect)
-        # An error of the caller's block is raised as it is after the writer has finished, not
-        # wrapped in the exception group of the writer's nursery.
-        body_error: BaseException | None = None
         try:
-            async with trio.open_nursery() as nursery:
-                log._accepting = True
-                nursery.start_soon(log._write_loop)
-                try:
-                    yield log
-                except BaseException as error:
-                    body_error = error
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await log.aclose()
+            async with log._running():
+                yield log
         finally:
             log._mark_closed()
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(log._disconnect)
-        if body_error is not None:
-            raise body_error
-
-    async def aclose(self) -> None:
-        """Stop accepting appends and finish the ones queued; the ``open`` block closes the file."""
-        self._accepting = False
-        self._work.set()
-        await self._writer_done.wait()
-        self._mark_closed()
 
     # --- connections (worker thread) ---
 
@@ -305,73 +276,7 @@ class SQLiteLog(Log):
 
     # --- appends ---
 
-    async def _append_records(
-        self, records: list[PendingRecord], expected: dict[str, int]
-    ) -> list[int]:
-        if not self._accepting:
-            raise LogError("SQLite log is closed or closing; the append was not written")
-        request = _AppendRequest(records, expected)
-        self._queue.append(request)
-        self._work.set()
-        while request.positions is None:
-            if request.error is not None:
-                raise request.error
-            await self._progress.wait()
-        return request.positions
-
-    def _take_group(self) -> list[_AppendRequest]:
-        taken = events = 0
-        for request in self._queue:
-            if taken and (
-                not self.group_commit or events + len(request.records) > self.max_batch_events
-            ):
-                break
-            taken += 1
-            events += len(request.records)
-        group = self._queue[:taken]
-        del self._queue[:taken]
-        return group
-
-    async def _write_loop(self) -> None:
-        group: list[_AppendRequest] = []
-        try:
-            while True:
-                if not self._queue:
-                    if not self._accepting:
-                        return
-                    await self._work.wait()
-                    self._work = trio.Event()
-                    continue
-                group = self._take_group()
-                try:
-                    outcomes = await trio.to_thread.run_sync(self._commit_group, group)
-                except InertError as error:
-                    outcomes = [error] * len(group)
-                committed = False
-                for request, outcome in zip(group, outcomes, strict=True):
-                    if isinstance(outcome, InertError):
-                        request.error = outcome
-                    else:
-                        request.positions = outcome
-                        committed = True
-                self._progress.set()
-                self._progress = trio.Event()
-                if committed:
-                    self._notify_appended()
-        finally:
-            for request in group:
-                if request.positions is None and request.error is None:
-                    request.error = LogError(
-                        "the write loop stopped while committing this append; it may or may"
-                        " not have landed: append the same events again to find out"
-                    )
-            for request in self._queue:
-                request.error = LogError("SQLite log closed before the append was written")
-            self._queue.clear()
-            self._progress.set()
-            self._writer_done.set()
-
-    def _commit_group(self, group: list[_AppendRequest]) -> list[list[int] | InertError]:
+    def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
         connection = self._writer
         if connection is None:
             raise LogError("SQLite log is closed")
@@ -405,7 +310,7 @@ class SQLiteLog(Log):
         return found
 
     def _write_group(
-        self, connection: sqlite3.Connection, group: list[_AppendRequest]
+        self, connection: sqlite3.Connection, group: list[AppendRequest]
     ) -> list[list[int] | InertError]:
         head = connection.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         self._streams.check(head)
@@ -504,8 +409,7 @@ class SQLiteLog(Log):
     async def _redact(
         self, stream: str, up_to_version: int, event_types: frozenset[str] | None
     ) -> int:
-        if not self._accepting:
-            raise LogError("SQLite log is closed or closing")
+        self._check_accepting("nothing was redacted")
         return await trio.to_thread.run_sync(
             self._redact_in_thread, stream, up_to_version, event_types
         )

@@ -1,0 +1,165 @@
+"""Group commit, shared by the backends that write through a database connection.
+
+Appenders queue their encoded batches; one writer task takes the queue in groups (every batch
+waiting, up to ``max_batch_events`` events, or one batch at a time without group commit),
+commits each group in one transaction in a worker thread, and wakes every waiting appender with
+one event per group. Each batch of a group is planned, and fails, on its own. An append returns
+only once its group has committed; one whose group was being committed when the writer stopped
+may or may not have landed, and says so.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from ._codec import Codec
+from ._errors import ConfigurationError, InertError, LogError
+from ._log import Clock, Log
+from ._records import PendingRecord
+
+
+@attrs.define
+class AppendRequest:
+    """One append waiting for the writer, and what became of it."""
+
+    records: list[PendingRecord]
+    expected: dict[str, int]
+    positions: list[int] | None = None
+    error: InertError | None = None
+
+
+class GroupCommitLog(Log):
+    """A log whose appends are committed in groups by one writer task."""
+
+    def __init__(
+        self,
+        *,
+        group_commit: bool,
+        max_batch_events: int,
+        codec: Codec | None,
+        clock: Clock | None,
+    ) -> None:
+        super().__init__(codec=codec, clock=clock)
+        if max_batch_events < 1:
+            raise ConfigurationError(f"max_batch_events must be at least 1, not {max_batch_events}")
+        self.group_commit = group_commit
+        self.max_batch_events = max_batch_events
+        self._queue: list[AppendRequest] = []
+        self._work = trio.Event()
+        # One event per committed group wakes every waiting appender, cheaper than one per append.
+        self._progress = trio.Event()
+        self._accepting = False
+        self._writer_done = trio.Event()
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The log as error messages name it (its kind and where it is)."""
+
+    @abc.abstractmethod
+    def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
+        """Write a group in one transaction (in a worker thread): each request's positions, or
+        the error that refused that request alone."""
+
+    @asynccontextmanager
+    async def _running(self, *tasks: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+        """Accept appends, with the writer and these tasks running, for the block's duration."""
+        # An error of the caller's block is raised as it is after the writer has finished, not
+        # wrapped in the exception group of the writer's nursery.
+        body_error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            self._accepting = True
+            nursery.start_soon(self._write_loop)
+            for task in tasks:
+                nursery.start_soon(task)
+            try:
+                yield
+            except BaseException as error:
+                body_error = error
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self.aclose()
+                nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+
+    async def aclose(self) -> None:
+        """Stop accepting appends and finish the ones queued; the ``open`` block disconnects."""
+        self._accepting = False
+        self._work.set()
+        await self._writer_done.wait()
+        self._mark_closed()
+
+    def _check_accepting(self, what: str) -> None:
+        if not self._accepting:
+            raise LogError(f"{self.name} is closed or closing; {what}")
+
+    async def _append_records(
+        self, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]:
+        self._check_accepting("the append was not written")
+        request = AppendRequest(records, expected)
+        self._queue.append(request)
+        self._work.set()
+        while request.positions is None:
+            if request.error is not None:
+                raise request.error
+            await self._progress.wait()
+        return request.positions
+
+    def _take_group(self) -> list[AppendRequest]:
+        taken = events = 0
+        for request in self._queue:
+            if taken and (
+                not self.group_commit or events + len(request.records) > self.max_batch_events
+            ):
+                break
+            taken += 1
+            events += len(request.records)
+        group = self._queue[:taken]
+        del self._queue[:taken]
+        return group
+
+    async def _write_loop(self) -> None:
+        group: list[AppendRequest] = []
+        try:
+            while True:
+                if not self._queue:
+                    if not self._accepting:
+                        return
+                    await self._work.wait()
+                    self._work = trio.Event()
+                    continue
+                group = self._take_group()
+                try:
+                    outcomes = await trio.to_thread.run_sync(self._commit_group, group)
+                except InertError as error:
+                    outcomes = [error] * len(group)
+                committed = False
+                for request, outcome in zip(group, outcomes, strict=True):
+                    if isinstance(outcome, InertError):
+                        request.error = outcome
+                    else:
+                        request.positions = outcome
+                        committed = True
+                self._progress.set()
+                self._progress = trio.Event()
+                if committed:
+                    self._notify_appended()
+        finally:
+            for request in group:
+                if request.positions is None and request.error is None:
+                    request.error = LogError(
+                        "the write loop stopped while committing this append; it may or may"
+                        " not have landed: append the same events again to find out"
+                    )
+            for request in self._queue:
+                request.error = LogError(f"{self.name} closed before the append was written")
+            self._queue.clear()
+            self._progress.set()
+            self._writer_done.set()
