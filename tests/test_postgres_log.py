@@ -26,6 +26,7 @@ from inert import (
     open_log,
 )
 from inert.events import PostgresLog, _postgres
+from inert.events._group import AppendRequest
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -310,7 +311,7 @@ async def test_concurrent_appends_share_group_commits(schema: str) -> None:
     async with PostgresLog.open(server_url(), schema=schema) as log:
         original = log._commit_group
 
-        def counting(group: list[_postgres._AppendRequest]) -> list[list[int] | LogError]:
+        def counting(group: list[AppendRequest]) -> list[list[int] | LogError]:
             nonlocal commits
             commits += 1
             return original(group)  # type: ignore[return-value]

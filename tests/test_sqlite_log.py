@@ -20,6 +20,7 @@ from inert import (
     open_log,
 )
 from inert.events import _sqlite
+from inert.events._group import AppendRequest
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -158,7 +159,7 @@ async def test_concurrent_appends_share_group_commits(tmp_path: Path) -> None:
     async with SQLiteLog.open(tmp_path / "g.db") as log:
         original = log._commit_group
 
-        def counting(group: list[_sqlite._AppendRequest]) -> list[list[int] | LogError]:
+        def counting(group: list[AppendRequest]) -> list[list[int] | LogError]:
             nonlocal commits
             commits += 1
             return original(group)  # type: ignore[return-value]
