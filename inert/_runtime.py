@@ -656,9 +656,10 @@ class Runtime:
 
     # --- quiet ---
 
-    async def changed(self) -> None:
-        """Until the runtime has heard its next event (its views may have changed)."""
-        await self._changed.wait()
+    def changes(self) -> Changes:
+        """The log position the runtime's views are at, each time it has moved since the last
+        one given: a loop over it sees every change, however long each turn of it takes."""
+        return Changes(self)
 
     async def settle(self) -> None:
         """Wait until everything in the log now is folded and every actor has done its work."""
@@ -785,6 +786,24 @@ class Runtime:
         state = self._fold.state(key)
         assert state is not None
         return state.claim_id
+
+
+class Changes:
+    """An async iterator over the positions the runtime's views move to (see ``changes``)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._given = 0
+
+    def __aiter__(self) -> Changes:
+        return self
+
+    async def __anext__(self) -> int:
+        runtime = self._runtime
+        while runtime._fold.position <= self._given:
+            await runtime._changed.wait()
+        self._given = runtime._fold.position
+        return self._given
 
 
 class ReadyCalls:

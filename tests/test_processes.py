@@ -65,8 +65,9 @@ async def decisions_of(log: Log, key: CallKey) -> list[RecordedEvent]:
 async def until(runtime: Runtime, condition: Callable[[], bool]) -> None:
     """Until the condition holds, looked at again each time the runtime hears an event."""
     with trio.fail_after(10):
-        while not condition():
-            await runtime.changed()
+        async for _ in runtime.changes():
+            if condition():
+                return
 
 
 async def test_a_call_is_decided_by_its_owner_and_claimed_from_any_process(

@@ -287,11 +287,8 @@ class Agent:
     # --- what the person sees ---
 
     async def watch(self) -> None:
-        """Follow the log; after each event, publish the cues that changed."""
-        log = self.runtime.log
-        async for _ in log.subscribe(await log.head() + 1):
-            # The projections and actors catch up with the event first.
-            await self.runtime.settle()
+        """Each time the runtime's views move on, publish the cues that changed."""
+        async for _ in self.runtime.changes():
             await self._publish()
 
     async def _publish(self) -> None:
