@@ -1091,7 +1091,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="inert",
         description="Streamed LLM tool calls that cannot act before they are finished,"
         " validated and still wanted.",
-        epilog="Log URLs: memory://, memory://NAME, sqlite:///relative.db, sqlite:////abs.db",
+        epilog=(
+            "Log URLs: memory://, memory://NAME, sqlite:///relative.db, sqlite:////abs.db,"
+            " postgresql://USER@HOST:PORT/DATABASE?schema=NAME"
+        ),
     )
     parser.add_argument("--version", action="version", version=f"inert {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
