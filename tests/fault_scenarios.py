@@ -9,6 +9,7 @@ lists every broken promise of the contract.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -18,10 +19,12 @@ import attrs
 from inert import (
     ArgumentsAppended,
     CallCancelled,
+    CallConfirmed,
     CallDispatched,
     CallEnded,
     CallKey,
     CallOpened,
+    CallValidated,
     ClaimRefused,
     ConfirmationDenied,
     ConfirmationRefused,
@@ -39,6 +42,7 @@ from inert import (
     TerminalRef,
     ToolDeclaration,
     TurnCancelled,
+    TurnRef,
     TurnStarted,
 )
 from inert.testing import FaultyLog
@@ -216,34 +220,40 @@ def _cancel_positions(events: list[RecordedEvent]) -> dict[CallKey, int]:
     """For each call, the first position of an input that must stop it if it is not claimed:
     its turn cancelled or superseded (a later turn of its conversation), its confirmation
     denied, its tenant stopped."""
-    started: dict[tuple[str, str, str], int] = {}
+    started: dict[TurnRef, int] = {}
+    starts: dict[tuple[str, str], list[int]] = {}
+    cancelled: dict[TurnRef, int] = {}
+    denied: dict[CallKey, int] = {}
+    stopped: dict[str, int] = {}
     keys: set[CallKey] = set()
     for recorded in events:
-        event = recorded.event
+        event, position = recorded.event, recorded.position
         if isinstance(event, TurnStarted):
-            started.setdefault(
-                (event.turn.tenant, event.turn.conversation, event.turn.turn), recorded.position
-            )
+            started.setdefault(event.turn, position)
+            starts.setdefault((event.turn.tenant, event.turn.conversation), []).append(position)
+        elif isinstance(event, TurnCancelled):
+            cancelled.setdefault(event.turn, position)
+        elif isinstance(event, ConfirmationDenied):
+            denied.setdefault(event.key, position)
+        elif isinstance(event, TenantStopped):
+            stopped.setdefault(event.tenant, position)
         elif isinstance(event, CallOpened | CallDispatched):
             keys.add(event.key)
     first: dict[CallKey, int] = {}
-    for recorded in events:
-        event = recorded.event
-        for key in keys:
-            own = started.get((key.tenant, key.conversation, key.turn), 0)
-            stops = (
-                (isinstance(event, TurnCancelled) and event.turn == key.turn_ref)
-                or (isinstance(event, ConfirmationDenied) and event.key == key)
-                or (isinstance(event, TenantStopped) and event.tenant == key.tenant)
-                or (
-                    isinstance(event, TurnStarted)
-                    and (event.turn.tenant, event.turn.conversation)
-                    == (key.tenant, key.conversation)
-                    and recorded.position > own
-                )
-            )
-            if stops:
-                first.setdefault(key, recorded.position)
+    for key in keys:
+        candidates = [
+            cancelled.get(key.turn_ref),
+            denied.get(key),
+            stopped.get(key.tenant),
+        ]
+        own = started.get(key.turn_ref, 0)
+        later = starts.get((key.tenant, key.conversation), [])
+        index = bisect.bisect_right(later, own)
+        if index < len(later):
+            candidates.append(later[index])
+        found = [position for position in candidates if position is not None]
+        if found:
+            first[key] = min(found)
     return first
 
 
@@ -263,9 +273,21 @@ def check_log(
     outcomes: dict[CallKey, int] = {}
     unknown: set[CallKey] = set()
     cancelled_calls: set[CallKey] = set()
+    validated: dict[CallKey, CallValidated] = {}
+    confirmed: set[CallKey] = set()
     for recorded in events:
-        event = recorded.event
-        if isinstance(event, CallDispatched):
+        # Retention redacts validated arguments once an outcome is in: what remains still tells.
+        event = recorded.kept
+        if isinstance(event, CallValidated):
+            validated.setdefault(event.key, event)
+        elif isinstance(event, CallConfirmed):
+            confirmed.add(event.key)
+        elif isinstance(event, CallDispatched):
+            check = validated.get(event.key)
+            if check is None:
+                problems.append(f"{event.key.stream} dispatched before it was validated")
+            elif check.needs_confirmation and event.key not in confirmed:
+                problems.append(f"{event.key.stream} dispatched before it was confirmed")
             dispatched.setdefault(event.key, []).append(event)
         elif isinstance(event, ExecutionCompleted | ExecutionFailed):
             outcomes[event.key] = outcomes.get(event.key, 0) + 1

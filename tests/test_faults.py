@@ -7,8 +7,8 @@ restart on the clean storage finds a consistent state that keeps every acknowled
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 
@@ -126,6 +126,16 @@ def _inert_leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
+@asynccontextmanager
+async def memory_log(store: MemoryStore) -> AsyncIterator[Log]:
+    """A memory log on ``store``, as a process opens it."""
+    log = MemoryLog(store, clock=trio_clock())
+    try:
+        yield log
+    finally:
+        await log.aclose()
+
+
 def _names_itself(fault: InjectedFault) -> bool:
     message = str(fault)
     return fault.fault.value in message and all(stream in message for stream in fault.streams)
@@ -134,24 +144,29 @@ def _names_itself(fault: InjectedFault) -> bool:
 async def fault_run(
     seed: int,
     rates: FaultRates,
-    open_inner: Callable[[], Log],
+    open_inner: Callable[[], AbstractAsyncContextManager[Log]],
     wrapper: type[FaultyLog] = FaultyLog,
 ) -> list[str]:
-    """Three processes with faults on one storage, then a clean restart checked; the problems."""
+    """Three processes with faults on one storage, then a clean restart checked; the problems.
+
+    Each process opens the storage itself: what a stopped runtime's actors left queued is
+    written when its process closes the log, as the kernel finishes a dead process's writes.
+    """
     run = Run()
     acknowledged: set[str] = set()
     problems: list[str] = []
     for life in range(LIVES):
-        log = wrapper(open_inner(), seed=seed * LIVES + life, rates=rates)
-        run.log = log
         client = Client(run, life)
         stopped: list[BaseException] = []
         with trio.fail_after(DAY):
-            try:
-                async with open_runtime(log=log, tools=TOOLS, operators=[OPERATOR]) as runtime:
-                    await client.work(runtime)
-            except BaseException as error:
-                stopped.extend(_inert_leaves(error))
+            async with open_inner() as inner:
+                log = wrapper(inner, seed=seed * LIVES + life, rates=rates)
+                run.log = log
+                try:
+                    async with open_runtime(log=log, tools=TOOLS, operators=[OPERATOR]) as runtime:
+                        await client.work(runtime)
+                except BaseException as error:
+                    stopped.extend(_inert_leaves(error))
         acknowledged |= log.acknowledged
         for failure in [*client.errors, *stopped]:
             if not isinstance(failure, InertError):
@@ -169,14 +184,15 @@ async def fault_run(
         )
     run.stop_at = None
     for drains in (True, False):
-        inner = open_inner()
-        run.log = FaultyLog(inner)
-        async with open_runtime(log=run.log, tools=TOOLS, operators=[OPERATOR]) as runtime:
-            await runtime.settle()
-            if drains:
-                await drain(runtime, run)
-            else:
-                problems.extend(check_log(await inner.read(), runtime, run.journal, acknowledged))
+        async with open_inner() as inner:
+            run.log = FaultyLog(inner)
+            async with open_runtime(log=run.log, tools=TOOLS, operators=[OPERATOR]) as runtime:
+                await runtime.settle()
+                if drains:
+                    await drain(runtime, run)
+                else:
+                    events = await inner.read()
+                    problems.extend(check_log(events, runtime, run.journal, acknowledged))
     return problems
 
 
@@ -191,9 +207,7 @@ async def test_seeded_fault_runs_keep_the_contract(
     seeds = range(block * SEEDS // 5, (block + 1) * SEEDS // 5)
     for seed in seeds:
         store = MemoryStore()
-        problems = await fault_run(
-            seed, rates_of(seed), partial(MemoryLog, store, clock=trio_clock())
-        )
+        problems = await fault_run(seed, rates_of(seed), partial(memory_log, store))
         failures.extend(f"seed {seed}: {problem}" for problem in problems)
     RUN_COUNTS["fault runs"] = RUN_COUNTS.get("fault runs", 0) + len(seeds)
     assert not failures, failures[:10]
@@ -206,9 +220,10 @@ async def test_seeded_fault_runs_on_sqlite(tmp_path: Path) -> None:
     failures: list[str] = []
     for seed in range(SQLITE_SEEDS):
         path = tmp_path / f"faults-{seed}.db"
-        async with SQLiteLog.open(path, synchronous="FULL", clock=trio_clock()) as inner:
-            rates = FaultRates.uniform((0.01, 0.05, 0.2)[seed % 3], duplicates=False)
-            problems = await fault_run(seed, rates, lambda inner=inner: inner)  # type: ignore[misc]
+        rates = FaultRates.uniform((0.01, 0.05, 0.2)[seed % 3], duplicates=False)
+        problems = await fault_run(
+            seed, rates, partial(SQLiteLog.open, path, synchronous="FULL", clock=trio_clock())
+        )
         failures.extend(f"seed {seed}: {problem}" for problem in problems)
     RUN_COUNTS["fault runs"] = RUN_COUNTS.get("fault runs", 0) + SQLITE_SEEDS
     assert not failures, failures[:10]
@@ -328,6 +343,6 @@ async def test_a_log_that_acknowledges_before_storing_is_caught(
     """The fault runs' checker reports the events an unsafe log acknowledged and lost."""
     store = MemoryStore()
     problems = await fault_run(
-        0, FaultRates(), partial(MemoryLog, store, clock=trio_clock()), _AcknowledgesBeforeStoring
+        0, FaultRates(), partial(memory_log, store), _AcknowledgesBeforeStoring
     )
     assert any("acknowledged events lost" in problem for problem in problems), problems

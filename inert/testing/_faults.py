@@ -81,6 +81,8 @@ class FaultRates:
     duplicate_delivery: float = 0.0
     max_delay: float = 0.05
     disk_full_appends: int = 3
+    streams: tuple[str, ...] = ()
+    """Stream name prefixes (``"response/"``, ...) whose appends draw faults; empty: all."""
 
     @classmethod
     def uniform(cls, probability: float, *, duplicates: bool = True) -> FaultRates:
@@ -174,10 +176,13 @@ class FaultyLog(Log):
             raise LogError(f"the log is halted: {self._halted}")
         super()._check_open()
 
-    def _draw(self) -> Fault | None:
+    def _draw(self, records: list[PendingRecord]) -> Fault | None:
         scripted = self.script.get(self.appends)
         if scripted is not None:
             return scripted
+        prefixes = self.rates.streams
+        if prefixes and not all(record.stream.startswith(prefixes) for record in records):
+            return None
         if self._full_for:
             self._full_for -= 1
             return Fault.DISK_FULL
@@ -213,7 +218,7 @@ class FaultyLog(Log):
         self, records: list[PendingRecord], expected: dict[str, int]
     ) -> list[int]:
         self.appends += 1
-        fault = self._draw()
+        fault = self._draw(records)
         await self._delay()
         # A halt during the delay (another task's fault) stops this append too.
         self._check_open()
