@@ -44,9 +44,14 @@ bench: $(STAMP)
 example: $(STAMP)
 	$(BIN)/python -m examples.agent_server
 
-# Long runs kept out of `make test`: 200 SIGKILLs of a process in the middle of appending.
+# Long runs kept out of `make test`: 200 SIGKILLs of a process in the middle of appending;
+# 200 of a process running the runtime, 10,000 fault runs (100 on SQLite), and the load of
+# 10,000 call keys for 10 minutes with faults.
 soak: $(STAMP)
 	INERT_CRASH_KILLS=200 $(BIN)/pytest tests/test_log_crash.py
+	INERT_RUNTIME_KILLS=200 INERT_FAULT_SEEDS=10000 INERT_FAULT_SQLITE_SEEDS=100 \
+		INERT_LOAD_KEYS=10000 INERT_LOAD_SECONDS=600 \
+		$(BIN)/pytest tests/test_crash_points.py tests/test_faults.py tests/test_load_smoke.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
