@@ -5,6 +5,7 @@ Everything public is re-exported here; the modules behind it are private.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from . import events as _events
 from ._asyncio import AsyncioRuntime, open_asyncio_runtime
@@ -80,3 +81,20 @@ __all__ = [  # noqa: PLE0604
     "open_runtime",
     "trio_clock",
 ]
+
+if TYPE_CHECKING:
+    from ._materialize import LedgerMaterializer as LedgerMaterializer
+    from ._materialize import materialize_ledger as materialize_ledger
+
+_NEEDS_PSYCOPG = frozenset({"LedgerMaterializer", "materialize_ledger"})
+
+
+def __getattr__(name: str) -> object:
+    """The PostgreSQL materializer on first use: psycopg is an optional dependency (the
+    ``postgresql`` extra), so that ``import inert`` works without it (and, like
+    ``PostgresLog``, it stays out of ``__all__`` so that a star import does too)."""
+    if name in _NEEDS_PSYCOPG:
+        from . import _materialize  # noqa: PLC0415
+
+        return getattr(_materialize, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
