@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from inert import (
     LedgerMaterializer,
     Log,
     LogError,
+    MemoryLog,
     RecordedEvent,
     Runtime,
     TurnRef,
@@ -32,9 +34,11 @@ from inert import (
     open_runtime,
 )
 from inert._materialize import COLUMNS
+from inert.projections import DEFAULT_LEDGER_HORIZON
 
 KEY_COLUMNS = ("tenant", "conversation", "turn", "response", "item", "call")
 POLL = 0.05
+HORIZON = DEFAULT_LEDGER_HORIZON
 Rows = dict[tuple[str, ...], dict[str, Any]]
 
 
@@ -87,10 +91,12 @@ async def runtime_on(log: Log) -> AsyncIterator[Runtime]:
         yield runtime
 
 
-def expected(records: list[RecordedEvent], up_to: int | None = None) -> Rows:
+def expected(
+    records: list[RecordedEvent], up_to: int | None = None, horizon: timedelta = HORIZON
+) -> Rows:
     """The rows a fresh fold gives, each with the position of the last event of its call and
     the number of events of its call."""
-    ledger = Ledger()
+    ledger = Ledger(horizon=horizon)
     events: dict[CallKey, int] = {}
     positions: dict[CallKey, int] = {}
     for recorded in records:
@@ -317,3 +323,38 @@ async def test_a_bad_table_name_is_refused(url: str, table: str) -> None:
         with pytest.raises(ConfigurationError, match="ledger table"):
             async with materialize_ledger(log, url, table=table):
                 pass
+
+
+async def test_rows_of_calls_finished_longer_ago_than_the_horizon_are_deleted(url: str) -> None:
+    """Rows the ledger ages out by the log's times leave the table in the batch that aged them,
+    whatever log the events come from."""
+    horizon = timedelta(hours=1)
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    log = MemoryLog(clock=lambda: now[0])
+    async with (
+        runtime_on(log) as runtime,
+        materialize_ledger(log, url, horizon=horizon, max_batch_events=5) as table,
+    ):
+        await workload(runtime, 0, 3)
+        await table.wait_for(await log.head())
+        _, rows = stored(url)
+        assert len(rows) == 9
+        now[0] += 2 * horizon
+        await workload(runtime, 3, 1)
+        head = await log.head()
+        await table.wait_for(head)
+        records = await log.read()
+    await log.aclose()
+    offset, rows = stored(url)
+    assert offset == head
+    assert rows == expected(records, horizon=horizon)
+    # Turn t0 was cancelled, and the executed calls of t1 and t2 have their outcomes: gone.
+    assert sorted((key[2], key[5]) for key in rows) == [
+        ("t1", "cut"),
+        ("t1", "email"),
+        ("t2", "cut"),
+        ("t2", "email"),
+        ("t3", "cut"),
+        ("t3", "email"),
+        ("t3", "ready"),
+    ]
