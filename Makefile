@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak clean
+.PHONY: demo test lint typecheck pytest bench soak golden clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ soak: $(STAMP)
 	INERT_RUNTIME_KILLS=200 INERT_FAULT_SEEDS=10000 INERT_FAULT_SQLITE_SEEDS=100 \
 		INERT_LOAD_KEYS=10000 INERT_LOAD_SECONDS=600 \
 		$(BIN)/pytest tests/test_crash_points.py tests/test_faults.py tests/test_load_smoke.py
+
+# Records the golden logs of tests/golden that do not exist yet (see tests/golden/README.md);
+# make test replays them all.
+golden: $(STAMP)
+	$(BIN)/python tests/golden_logs.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
