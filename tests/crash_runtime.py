@@ -19,7 +19,6 @@ from inert import (
     CallKey,
     ClaimRefused,
     ConfirmationRefused,
-    Retention,
     Runtime,
     SQLiteLog,
     open_runtime,
@@ -27,11 +26,6 @@ from inert import (
 )
 
 WORKERS = 4
-
-# Fragments are kept: a restarted runtime leaves a claim of a validated call whose fragments
-# retention redacted without an answer, and the claim waits forever (a known defect); with
-# them kept, the kills test what they are for.
-RETENTION = Retention(fragments=False)
 
 
 def say(what: str, key: CallKey) -> None:
@@ -68,7 +62,7 @@ async def worker(runtime: Runtime, run: str, number: int) -> None:
 async def main(path: str, run: str) -> None:
     async with (
         SQLiteLog.open(path, synchronous="FULL", clock=trio_clock()) as log,
-        open_runtime(log=log, tools=TOOLS, operators=[OPERATOR], retention=RETENTION) as runtime,
+        open_runtime(log=log, tools=TOOLS, operators=[OPERATOR]) as runtime,
     ):
         await runtime.settle()
         for key in runtime.projections.queue.ready():

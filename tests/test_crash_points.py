@@ -18,7 +18,6 @@ import pytest
 import trio
 import trio.testing
 from conftest import RUN_COUNTS
-from crash_runtime import RETENTION
 from fault_scenarios import (
     OPERATOR,
     SCENARIOS,
@@ -203,7 +202,7 @@ def _keys(lines: list[str], step: str) -> list[CallKey]:
 async def _check_after_kills(path: Path, lines: list[str]) -> list[str]:
     async with (
         SQLiteLog.open(path, synchronous="FULL", clock=trio_clock()) as log,
-        open_runtime(log=log, tools=TOOLS, operators=[OPERATOR], retention=RETENTION) as runtime,
+        open_runtime(log=log, tools=TOOLS, operators=[OPERATOR]) as runtime,
     ):
         await runtime.settle()
         events = await log.read()

@@ -51,10 +51,10 @@ RATES = FaultRates(
     ack_lost=0.005,
     delay=0.01,
     max_delay=0.2,
-    streams=("turn/", "response/", "request/"),
+    event_types=("ingress.", "user.", "request.claim", "outcome.completed", "outcome.failed"),
 )
-"""Faults on what clients append; an actor's append that failed would stop the runtime,
-which the crash and fault tests cover."""
+"""Faults on what clients append; a failed append of the runtime's own (an actor's decision, a
+timer's deadline) stops the runtime, which the crash and fault tests cover."""
 UNSETTLED = frozenset({Phase.ABSENT, Phase.COLLECTING, Phase.TERMINAL_CANDIDATE})
 
 

@@ -2,7 +2,9 @@
 
 ``FaultyLog`` wraps an inner log (the one that really stores) and, at each append, draws from
 its own seeded random generator whether to inject one of these faults, each with its own
-probability (``FaultRates``), or injects the fault a ``script`` names for that append:
+probability (``FaultRates``, optionally only for appends of some event types), or injects the fault
+a ``script`` names for that append (appends are numbered from 1, in the order they reach the
+wrapper):
 
 - ``write_error``: the append raises, nothing of the batch is stored.
 - ``disk_full``: the append raises, nothing is stored, and so do the next
@@ -81,8 +83,9 @@ class FaultRates:
     duplicate_delivery: float = 0.0
     max_delay: float = 0.05
     disk_full_appends: int = 3
-    streams: tuple[str, ...] = ()
-    """Stream name prefixes (``"response/"``, ...) whose appends draw faults; empty: all."""
+    event_types: tuple[str, ...] = ()
+    """Prefixes of event types (``"ingress."``, ``"request.claim"``, ...) whose appends draw
+    faults (every event of the batch must match one); empty: every append."""
 
     @classmethod
     def uniform(cls, probability: float, *, duplicates: bool = True) -> FaultRates:
@@ -180,8 +183,8 @@ class FaultyLog(Log):
         scripted = self.script.get(self.appends)
         if scripted is not None:
             return scripted
-        prefixes = self.rates.streams
-        if prefixes and not all(record.stream.startswith(prefixes) for record in records):
+        prefixes = self.rates.event_types
+        if prefixes and not all(record.event_type.startswith(prefixes) for record in records):
             return None
         if self._full_for:
             self._full_for -= 1
