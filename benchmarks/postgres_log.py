@@ -59,9 +59,11 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
+    ClaimRefused,
     Event,
     NewEvent,
     Phase,
+    ReadyCall,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -77,6 +79,8 @@ DEFAULT_RUNS = 3
 APPENDERS = 64
 PROCESSES = (1, 2, 4)
 FEEDERS = 256
+LEASE_TIME = 60.0
+"""Long enough that a runtime process busy on a shared CPU is never taken for dead."""
 PAGE = 4096
 ARGUMENT_DATA = b'{"query": "weather in Lisbon", "'
 PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
@@ -273,6 +277,134 @@ def ready_calls(target: Target, calls: int) -> float:
     return trio.run(_ready_calls, target.url, calls)
 
 
+# --- runtime processes ----------------------------------------------------------------------
+
+
+async def _runtime_work(
+    url: str, process: int, calls: int, total: int, ready: Callable[[], None]
+) -> float:
+    """Feed this process's calls and execute ready calls (anyone's) until every call of this
+    process has its outcome; the seconds from ``ready`` returning to then. Serves claims of
+    its turns until its standard input closes."""
+    keys = [call_key(index) for index in range(process * calls, (process + 1) * calls)]
+    async with (
+        open_runtime(
+            log=url,
+            tools=[TOOL],
+            limits=limits_for(total),
+            process=f"bench-{process}",
+            lease_time=LEASE_TIME,
+        ) as runtime,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def execute(call: ReadyCall) -> None:
+            try:
+                dispatch = await runtime.claim(call, executor=f"bench-{process}")
+            except ClaimRefused:
+                return
+            await runtime.complete(dispatch)
+
+        async def executor() -> None:
+            async for call in runtime.ready_calls():
+                nursery.start_soon(execute, call)
+
+        nursery.start_soon(executor)
+        await trio.to_thread.run_sync(ready)
+        start = time.perf_counter()
+        await start_turns(runtime, keys)
+
+        async def feed(key: CallKey) -> None:
+            await runtime.feed(_lifecycle(key))
+
+        await each(keys, feed, FEEDERS)
+        # Calls finish about in the order they were fed: waiting on the first unfinished one
+        # looks at each call about once, where checking them all at every change would not.
+        waiting = iter(keys)
+        first = next(waiting, None)
+        async for _ in runtime.changes():
+            while first is not None and (row := runtime.ledger.row(first)) and row.outcome:
+                first = next(waiting, None)
+            if first is None:
+                break
+        elapsed = time.perf_counter() - start
+        outcomes = {row.outcome for key in keys if (row := runtime.ledger.row(key))}
+        if outcomes != {"completed"}:
+            raise RuntimeError(f"runtimes: outcomes {outcomes}, every call completed expected")
+        print(f"done {elapsed}", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+        nursery.cancel_scope.cancel()
+    return elapsed
+
+
+def _runtime_child(url: str, process: int, calls: int, total: int) -> None:
+    def ready() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    trio.run(_runtime_work, url, process, calls, total, ready)
+
+
+@dataclass
+class RuntimeRun:
+    """What one run of runtime processes on one log did: its seconds and the log's events."""
+
+    seconds: float
+    events: int
+
+
+def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
+    """Seconds from the parent's word until every runtime process has every call of its own
+    completed, and the events the log gained meanwhile."""
+    trio.run(_touch, target.url)
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.postgres_log",
+                "--runtime-child",
+                target.url,
+                str(number),
+                str(calls // processes),
+                str(calls),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for number in range(processes)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                raise RuntimeError("a runtime process failed to open the log")
+        before = trio.run(_head, target.url)
+        start = time.perf_counter()
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        for child in children:
+            assert child.stdout is not None
+            if not child.stdout.readline().startswith("done"):
+                raise RuntimeError("a runtime process failed while feeding or executing")
+        elapsed = time.perf_counter() - start
+        after = trio.run(_head, target.url)
+    finally:
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.close()
+        for child in children:
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    return RuntimeRun(elapsed, after - before)
+
+
 # --- replay ----------------------------------------------------------------------------------
 
 
@@ -317,8 +449,17 @@ class Case:
     kind: str
     count: int
     unit: str
-    run: Callable[[Target], float]
+    run: Callable[[Target], float | RuntimeRun]
     seconds: list[float] = field(default_factory=list)
+    logged: list[int] = field(default_factory=list)
+    """Per run, the events the log gained (runtime processes only)."""
+
+    def record(self, result: float | RuntimeRun) -> None:
+        if isinstance(result, RuntimeRun):
+            self.seconds.append(result.seconds)
+            self.logged.append(result.events)
+        else:
+            self.seconds.append(result)
 
     @property
     def rates(self) -> list[float]:
@@ -327,6 +468,12 @@ class Case:
     @property
     def median_rate(self) -> float:
         return statistics.median(self.rates)
+
+    @property
+    def event_rates(self) -> list[float]:
+        if not self.logged:
+            return []
+        return [events / seconds for events, seconds in zip(self.logged, self.seconds, strict=True)]
 
 
 def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
@@ -363,6 +510,29 @@ def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
                 functools.partial(ready_calls, calls=calls),
             )
         )
+    cases.append(
+        Case(
+            "sqlite_runtimes_1",
+            "SQLite, 1 runtime process, calls fed and executed",
+            "sqlite",
+            calls,
+            "calls/s",
+            functools.partial(runtime_processes, processes=1, calls=calls),
+        )
+    )
+    for processes in PROCESSES:
+        count = calls // processes * processes
+        cases.append(
+            Case(
+                f"postgresql_runtimes_{processes}",
+                f"PostgreSQL, {processes} runtime process{'es' if processes > 1 else ''},"
+                " calls fed and executed",
+                "postgresql",
+                count,
+                "calls/s",
+                functools.partial(runtime_processes, processes=processes, calls=count),
+            )
+        )
     for kind, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
         cases.append(
             Case(
@@ -385,6 +555,10 @@ def ratios(cases: Sequence[Case]) -> dict[str, float]:
         "postgresql_1_vs_sqlite_append": rate["postgresql_append_1"] / rate["sqlite_append_1"],
         "postgresql_4_vs_sqlite_append": rate["postgresql_append_4"] / rate["sqlite_append_1"],
         "postgresql_vs_sqlite_ready": rate["postgresql_ready"] / rate["sqlite_ready"],
+        "runtimes_2_vs_1": rate["postgresql_runtimes_2"] / rate["postgresql_runtimes_1"],
+        "runtimes_4_vs_1": rate["postgresql_runtimes_4"] / rate["postgresql_runtimes_1"],
+        "runtimes_1_vs_sqlite": rate["postgresql_runtimes_1"] / rate["sqlite_runtimes_1"],
+        "runtimes_4_vs_sqlite": rate["postgresql_runtimes_4"] / rate["sqlite_runtimes_1"],
         "postgresql_vs_sqlite_replay": rate["postgresql_replay"] / rate["sqlite_replay"],
     }
 
@@ -395,6 +569,10 @@ RATIO_NAMES = {
     "postgresql_1_vs_sqlite_append": "PostgreSQL append, 1 process / SQLite",
     "postgresql_4_vs_sqlite_append": "PostgreSQL append, 4 processes / SQLite",
     "postgresql_vs_sqlite_ready": "PostgreSQL ready calls / SQLite",
+    "runtimes_2_vs_1": "PostgreSQL calls fed and executed, 2 runtime processes / 1",
+    "runtimes_4_vs_1": "PostgreSQL calls fed and executed, 4 runtime processes / 1",
+    "runtimes_1_vs_sqlite": "PostgreSQL calls fed and executed, 1 runtime process / SQLite",
+    "runtimes_4_vs_sqlite": "PostgreSQL calls fed and executed, 4 runtime processes / SQLite",
     "postgresql_vs_sqlite_replay": "PostgreSQL replay / SQLite",
 }
 
@@ -431,6 +609,13 @@ def format_report(
             f"  {case.unit:<8}  {per_run}"
         )
     lines.append("")
+    lines.append("Runtime processes, events the log gained per second (medians; runs):")
+    for case in cases:
+        if case.logged:
+            per_run = " / ".join(f"{rate:,.0f}" for rate in case.event_rates)
+            median = statistics.median(case.event_rates)
+            lines.append(f"  {case.label:<{width}}  {median:>9,.0f} events/s  {per_run}")
+    lines.append("")
     lines.append("Ratios (medians):")
     name_width = max(len(name) for name in RATIO_NAMES.values())
     for key, value in computed.items():
@@ -443,6 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     if arguments[:1] == ["--child"]:
         url, process, events = arguments[1:4]
         _child(url, int(process), int(events))
+        return 0
+    if arguments[:1] == ["--runtime-child"]:
+        url, process, calls, all_calls = arguments[1:5]
+        _runtime_child(url, int(process), int(calls), int(all_calls))
         return 0
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.postgres_log", description=__doc__.splitlines()[0]
@@ -474,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in cases:
                 target = Target(case.kind, args.url, Path(name))
                 try:
-                    case.seconds.append(case.run(target))
+                    case.record(case.run(target))
                 finally:
                     target.remove()
                 print(
@@ -499,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
                     "seconds": case.seconds,
                     "rates": case.rates,
                     "median_rate": case.median_rate,
+                    "events_logged": case.logged,
+                    "event_rates": case.event_rates,
                 }
                 for case in cases
             ],
