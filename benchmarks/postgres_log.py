@@ -1,5 +1,5 @@
-"""The PostgreSQL log: append throughput from 1, 2 and 4 processes, ready calls, replay; beside
-SQLite in the same run.
+"""The PostgreSQL log: append throughput from 1, 2 and 4 processes, ready calls, calls fed and
+executed by 1, 2 and 4 runtime processes, replay; beside SQLite in the same run.
 
 Run with ``python -m benchmarks.postgres_log [--url URL] [--events N] [--calls N]
 [--replay-events N] [--runs R] [--json]``. The server is ``--url`` (default: env
@@ -17,9 +17,15 @@ runs interleaved; medians are reported.
 2. ``ready``: one runtime process; ``--calls`` calls (ten per turn, each in its own provider
    response) are each fed as one batch (opened, four fragments, the call's end, the response's
    end) by 256 tasks, timed from the first turn started until ``settle()`` returns with every
-   call ready for dispatch. PostgreSQL beside SQLite. Several runtime processes on one
-   database need the turn leases that are not built yet, so this case runs one process.
-3. ``replay``: a log of ``--replay-events`` events (appended in batches of 4,096 before the
+   call ready for dispatch. PostgreSQL beside SQLite.
+3. ``runtimes``: ``--calls`` calls split evenly between 1, 2 or 4 runtime processes on one
+   database (``open_runtime(process=...)``, this module run with ``--runtime-child``); each
+   starts its own turns, feeds each of its calls as one batch as in ``ready`` (256 tasks), and
+   claims and completes every call it sees ready, its own or another process's (the first
+   claim wins; the others are refused). Timed by the parent from its word until every process
+   has an outcome for each of its own calls; the events the log gained meanwhile give the
+   events/s. Beside: one runtime process on SQLite.
+4. ``replay``: a log of ``--replay-events`` events (appended in batches of 4,096 before the
    clock starts), read back page by page (``log.read(position, limit=4096)``), every event
    decoded. PostgreSQL beside SQLite.
 """
@@ -640,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         "--url", default=os.environ.get("INERT_BENCH_POSTGRESQL", DEFAULT_URL), help="the server"
     )
     parser.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="events per append case")
-    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS, help="calls per ready case")
+    parser.add_argument(
+        "--calls", type=int, default=DEFAULT_CALLS, help="calls per ready and runtimes case"
+    )
     parser.add_argument(
         "--replay-events", type=int, default=DEFAULT_REPLAY_EVENTS, help="events per replay case"
     )
