@@ -141,6 +141,7 @@ class LedgerMaterializer:
         self._latest: datetime | None = None
         # Events of calls the ledger has no row for yet.
         self._rowless: dict[CallKey, int] = {}
+        self._sql = self._statements()
         lock_name = f"inert ledger {schema}.{table}"
         self._lock_key = int.from_bytes(hashlib.sha256(lock_name.encode()).digest()[:8], "big") - (
             1 << 63
@@ -287,7 +288,7 @@ class LedgerMaterializer:
 
     # --- the database (worker thread) ----------------------------------------------------
 
-    def _sql(self) -> tuple[str, str, str, str]:
+    def _statements(self) -> tuple[str, str, str, str]:
         schema, table = self.schema, _quoted(self.table)
         columns = ", ".join(_quoted(column) for column in COLUMNS)
         placeholders = ", ".join("%s" for _ in COLUMNS)
@@ -381,7 +382,7 @@ INSERT INTO {schema}.{OFFSETS_TABLE} (name, position) VALUES (%s, 0)
 
     def _read_offset(self) -> int:
         connection = self._live_connection()
-        _, _, lock_offset, _ = self._sql()
+        _, _, lock_offset, _ = self._sql
         try:
             with connection.transaction():
                 row = connection.execute(lock_offset, (self.table,)).fetchone()
@@ -393,7 +394,7 @@ INSERT INTO {schema}.{OFFSETS_TABLE} (name, position) VALUES (%s, 0)
 
     def _commit(self, batch: _Batch) -> None:
         connection = self._live_connection()
-        upsert, delete, lock_offset, set_offset = self._sql()
+        upsert, delete, lock_offset, set_offset = self._sql
         upserts: list[Sequence[object]] = []
         for key, events in batch.events.items():
             row = self.ledger.row(key)
