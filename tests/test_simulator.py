@@ -57,10 +57,9 @@ WORKERS = 2
 PLANT_BUDGET = 10
 """Seeds a planted bug may take to be caught."""
 
-# Fragment retention is off in these runs: with it on, a runtime cannot reopen a log whose
-# fragments it redacted while a failed call still had rejections to write
-# (`inert simulate --seed 1 --keys 50` shows the ReplayDivergence). Validated arguments are
-# still redacted as the runtime does by default.
+# Fragment retention is off in these runs: with it on, a claim of a call can go unanswered
+# (`inert simulate --seed 12`: I9) and a run can stop making progress (`--seed 14` never ends).
+# Validated arguments are still redacted as the runtime does by default.
 RETENTION = "arguments"
 
 EXPECTED = {
