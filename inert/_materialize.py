@@ -174,13 +174,14 @@ class LedgerMaterializer:
             await trio.to_thread.run_sync(self._connect)
             task_status.started()
             await self._lock()
-            self._position = await trio.to_thread.run_sync(self._read_offset)
+            offset = await trio.to_thread.run_sync(self._read_offset)
             head = await self.log.head()
-            if self._position > head:
+            if offset > head:
                 raise ConfigurationError(
-                    f"{self.name} reflects the log up to position {self._position}, but the"
-                    f" log ends at {head}: it is another log's table"
+                    f"{self.name} reflects the log up to position {offset}, but the log ends at"
+                    f" {head}: it is another log's table"
                 )
+            self._committed_up_to(offset)
             send, receive = trio.open_memory_channel[RecordedEvent](self.max_batch_events)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump, send)
@@ -190,6 +191,11 @@ class LedgerMaterializer:
             self._committed.set()
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._disconnect)
+
+    def _committed_up_to(self, position: int) -> None:
+        self._position = position
+        self._committed.set()
+        self._committed = trio.Event()
 
     async def _lock(self) -> None:
         # A session lock cannot be waited for from a worker thread that Trio could cancel,
@@ -224,9 +230,7 @@ class LedgerMaterializer:
                     batch = _Batch(position=batch.position)
                     continue
                 await trio.to_thread.run_sync(self._commit, batch)
-                self._position = batch.position
-                self._committed.set()
-                self._committed = trio.Event()
+                self._committed_up_to(batch.position)
                 batch = _Batch(position=batch.position)
 
     def _apply(self, recorded: RecordedEvent, batch: _Batch) -> None:

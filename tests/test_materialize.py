@@ -192,6 +192,10 @@ async def test_a_commit_that_fails_after_the_row_writes_leaves_the_last_commit(u
             connection.execute(f"DROP TRIGGER refuse ON {schema}.inert_offsets")
         async with materialize_ledger(log, url, max_batch_events=5, poll_interval=POLL) as table:
             await table.wait_for(head)
+        # Opened again at the head, it has nothing to write and says it is there.
+        async with materialize_ledger(log, url, poll_interval=POLL) as table:
+            await table.wait_for(head)
+            assert table.position == head
         records = await log.read()
     assert stored(url) == (head, expected(records))
 
