@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
@@ -56,6 +57,11 @@ RATES = FaultRates(
 """Faults on what clients append; a failed append of the runtime's own (an actor's decision, a
 timer's deadline) stops the runtime, which the crash and fault tests cover."""
 UNSETTLED = frozenset({Phase.ABSENT, Phase.COLLECTING, Phase.TERMINAL_CANDIDATE})
+
+
+def _kind(error: InertError) -> str:
+    reason = getattr(error, "reason", None)
+    return type(error).__name__ if reason is None else f"{type(error).__name__} {reason}"
 
 
 def resident_bytes() -> int:
@@ -173,7 +179,8 @@ async def test_load_with_faults_stays_bounded_and_safe(tmp_path: Path) -> None:
     print(
         f"load: {KEYS} keys, {SECONDS:.0f} s, {load.calls} calls, {len(load.run.journal)} run,"
         f" {len(log.injected)} faults, {len(load.errors)} errors, {len(events)} events,"
-        f" resident growth {growth / 2**20:.0f} MiB"
+        f" resident growth {growth / 2**20:.0f} MiB; errors by type:"
+        f" {dict(Counter(_kind(error) for error in load.errors))}"
     )
     assert not problems, problems[:10]
     assert len(load.run.journal) > KEYS
