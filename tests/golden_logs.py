@@ -323,7 +323,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-# --- helpers of the runtime scenarios --------------------------------------------------------
+# --- building blocks of the runtime scenarios ------------------------------------------------
 
 
 def key_of(call: str, *, turn: str = "t1", response: str = "r1", tenant: str = TENANT) -> CallKey:
