@@ -586,16 +586,11 @@ def test_unknown_tool_fails_validation_at_the_opening() -> None:
 
 
 def test_failed_before_open_row_has_an_empty_tool() -> None:
-    """Fragments before the opening fail a call that never collected: its row has no tool."""
+    """Fragments before the opening fail a call that never collected: no tool, no data."""
     script = Script()
     script.turn()
     early = script.fragment(data=b"abc")
-    script.fail(
-        FailReason.PROTOCOL_VIOLATION,
-        "arrived before the call was opened",
-        cause=early,
-        received=(1, 3),
-    )
+    script.fail(FailReason.PROTOCOL_VIOLATION, "arrived before the call was opened", cause=early)
     opened = script.add(CallOpened(key=KEY, tool=TOOL.name))
     script.reject(opened, RejectReason.CALL_TERMINAL)
     projections = fold(script.records)
@@ -606,7 +601,8 @@ def test_failed_before_open_row_has_an_empty_tool() -> None:
         "protocol_violation",
         "reject",
     )
-    assert (row.fragments, row.bytes) == (1, 3)
+    # What came before the opening was never the call's data.
+    assert (row.fragments, row.bytes) == (0, 0)
     assert [step.state for step in projections.ledger.history(KEY)] == ["failed", "failed"]
     assert projections.status.of(KEY) is StatusCue.FAILED
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+import trio
 from test_runtime import (
     PRINCIPAL,
     TOOLS,
@@ -22,9 +23,11 @@ from inert import (
     CallKey,
     CallValidated,
     ClaimRefused,
+    ClaimRequested,
     Log,
     MemoryLog,
     MemoryStore,
+    NewEvent,
     Phase,
     Projections,
     RecordedEvent,
@@ -34,6 +37,7 @@ from inert import (
     open_runtime,
     trio_clock,
 )
+from inert._retention import FRAGMENT_TYPES
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
@@ -236,3 +240,46 @@ async def test_no_retention_keeps_every_payload() -> None:
         await every_kind_of_ending(runtime)
         records = await read_all(runtime.log)
     assert not any(isinstance(recorded.event, Redacted) for recorded in records)
+
+
+async def test_a_confirmed_call_with_redacted_fragments_answers_its_claim_after_a_restart() -> None:
+    """A claim left by a stopped process, of a confirmed call whose fragments were redacted,
+    is answered after a restart: its validated arguments are in the log whole."""
+    store = MemoryStore()
+    key = key_of("mail", response="r-mail")
+    async with running(store, KEEP_EVERYTHING) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key, tool="send_email")
+        pending = await runtime.pending_confirmation(key)
+        assert pending is not None
+        await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=pending.arguments_digest)
+        await runtime.settle()
+    log = MemoryLog(store)
+    await log.redact(key.response_ref.stream, 99, event_types=FRAGMENT_TYPES)
+    claim = ClaimRequested(key=key, claim_id="left-behind", executor="worker")
+    await log.append([NewEvent(stream=key.request_stream, event=claim)])
+    async with running(store, Retention()) as runtime:
+        await runtime.settle()
+        row = runtime.ledger.row(key)
+        assert row is not None
+        assert (row.state, row.outcome) == ("dispatched", "unknown")
+        # A claim the runtime dropped would never be answered: bounded, it fails instead.
+        with trio.fail_after(10), pytest.raises(ClaimRefused, match="call_terminal"):
+            await runtime.claim(key, executor="worker")
+
+
+async def test_a_never_opened_call_with_redacted_fragments_still_answers_requests() -> None:
+    """A call whose every input was refused keeps refusing after its fragments are redacted
+    and the runtime restarts: a claim of it is answered, not dropped."""
+    store = MemoryStore()
+    stray = CallKey(
+        tenant="acme", conversation="c1", turn="no-such-turn", response="r9", item="i", call="x"
+    )
+    async with running(store, Retention()) as runtime:
+        await start(runtime)
+        await runtime.feed([*call_events(stray), response_end(stray)])
+        await runtime.settle()
+        assert redacted(await read_all(runtime.log), stray)
+    async with running(store, Retention()) as runtime:
+        with trio.fail_after(10), pytest.raises(ClaimRefused, match="unknown_turn"):
+            await runtime.claim(stray, executor="worker")

@@ -50,6 +50,7 @@ from inert import (
 )
 from inert.actors import Check
 from inert.events._records import PendingRecord
+from inert.testing import FaultRates, FaultyLog
 
 TOOLS = [
     ToolDeclaration(name="get_weather"),
@@ -630,3 +631,21 @@ async def test_a_claim_whose_dispatch_was_never_written_is_unknown_after_a_resta
         assert (row.state, row.outcome) == ("dispatched", "unknown")
         with pytest.raises(ClaimRefused, match="call_terminal"):
             await runtime.claim(key, executor="worker")
+
+
+async def test_an_event_delivered_twice_is_folded_once() -> None:
+    """A subscription that repeats events (at-least-once delivery) decides nothing twice: the
+    log it leaves reopens to the same state."""
+    store = MemoryStore()
+    inner = MemoryLog(store, clock=trio_clock())
+    repeating = FaultyLog(inner, seed=3, rates=FaultRates(duplicate_delivery=1.0))
+    async with open_runtime(log=repeating, tools=TOOLS) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key_of("a"))
+        dispatch = await runtime.claim(key_of("a"), executor="worker")
+        await runtime.complete(dispatch)
+        await runtime.settle()
+        digest = runtime.digest()
+    async with running(store) as runtime:
+        await runtime.settle()
+        assert runtime.digest() == digest

@@ -528,13 +528,18 @@ class _Judge:
 
     def _received(self) -> tuple[int | None, int | None]:
         """The argument data a call ending while it collects had received, with the fragment
-        that ends it; ``None`` past collecting, where its terminal candidate has the counts.
+        that ends it; none for a call never opened; ``None`` past collecting, where its
+        terminal candidate has the counts.
 
         Recorded in the ending decision, so that the ledger's counts do not depend on the
         fragments' payloads, which retention redacts.
         """
         state = self.state
-        if state.phase not in (Phase.ABSENT, Phase.COLLECTING):
+        # A call never opened received nothing as its data: what came before its opening
+        # is a protocol violation, not arguments.
+        if state.phase is Phase.ABSENT:
+            return 0, 0
+        if state.phase is not Phase.COLLECTING:
             return None, None
         fragments, size = state.fragments, state.size
         received = self.received
@@ -1105,6 +1110,15 @@ def _ended(state: CallState, phase: Phase, reason: str) -> CallState:
         arguments=None,
         validating=None,
     )
+
+
+def with_arguments(state: CallState, arguments: ParsedArguments) -> CallState:
+    """A validated call whose assembly is known only by its recorded decisions (its fragments
+    were redacted) given back the validated arguments those decisions recorded: from there on
+    it decides as if it had assembled them."""
+    if state.phase is not Phase.VALIDATED or arguments.digest != state.arguments_digest:
+        raise IllegalTransition(state.phase, "arguments other than the ones validated")
+    return _replace(state, arguments=arguments)
 
 
 def evolve(state: CallState, decision: Decision) -> CallState:

@@ -65,12 +65,14 @@ from ..events import (
     TurnSuperseded,
     without_sensitive,
 )
+from ._arguments import ParsedArguments, parse_arguments
 from ._decider import (
     DEFAULT_LIMITS,
     CallContext,
     CallLimits,
     CallState,
     Input,
+    Phase,
     TurnStatus,
     TurnView,
     ValidationOutcome,
@@ -80,6 +82,7 @@ from ._decider import (
     initial_state,
     recorded,
     step,
+    with_arguments,
 )
 
 _ADDRESSED = (
@@ -447,11 +450,15 @@ class CallFold:
             if record.degraded:
                 record.expected.clear()
             self._reindex(before, record.state)
-            if record.degraded and record.state.terminal_phase:
-                # Once terminal, what was lost can no longer matter: later inputs are decided,
-                # and the answers to those that came meanwhile are taken as recorded.
-                record.degraded = False
-                record.trusted_through = recorded_event.position
+            if record.degraded and isinstance(event, CallValidated) and event.arguments:
+                # The validated arguments are recorded whole: what was lost can no longer
+                # matter.
+                parsed = parse_arguments(event.arguments, self.limits.arguments)
+                assert isinstance(parsed, ParsedArguments)
+                record.state = with_arguments(record.state, parsed)
+                self._recover_from_degradation(record, recorded_event.position)
+            elif record.degraded and record.state.terminal_phase:
+                self._recover_from_degradation(record, recorded_event.position)
             return []
         if record.expected:
             wanted = record.expected.pop(0)
@@ -471,6 +478,13 @@ class CallFold:
                 )
             return self._answer(record, recorded_event, event)
         raise ReplayDivergence(key, recorded_event.position, "no decision", _describe(event))
+
+    @staticmethod
+    def _recover_from_degradation(record: CallRecord, position: int) -> None:
+        # Later inputs are decided again; the answers to those that came meanwhile are taken as
+        # recorded.
+        record.degraded = False
+        record.trusted_through = position
 
     def _answer(
         self, record: CallRecord, recorded_event: RecordedEvent, event: CallValidated | CallFailed
@@ -514,9 +528,10 @@ class CallFold:
         if remains is not None:
             key = _key_of(remains)
             record = self.records.get(key) or self._record(key)
-            if record.state.terminal_phase:
-                # A terminal call judges an input by identities and sequences alone, which
-                # retention keeps: what remains is decided as the whole input was.
+            if record.state.terminal_phase or record.state.phase is Phase.ABSENT:
+                # A terminal call, or one never opened, judges an input by identities and
+                # sequences alone, which retention keeps: what remains is decided as the whole
+                # input was.
                 return self._deliver(key, recorded_event, remains)
             record.degraded = True
             return []

@@ -31,6 +31,7 @@ from ..events import (
     DeadlineReached,
     FailReason,
     Log,
+    LogError,
     NewEvent,
     RecordedEvent,
 )
@@ -111,6 +112,15 @@ class CallRouter:
         subscription = self._log.subscribe(self.position + 1)
         task_status.started()
         async for recorded_event in subscription:
+            if recorded_event.position <= self.position:
+                # Delivered again: it was folded already, and deciding it twice would write
+                # decisions no replay makes.
+                continue
+            if recorded_event.position != self.position + 1:
+                raise LogError(
+                    f"log gap: the router folded position {self.position}, the log gave"
+                    f" {recorded_event.position}"
+                )
             produced = self._fold.apply(recorded_event)
             self._listener(recorded_event)
             if isinstance(recorded_event.event, DeadlineReached):
