@@ -52,6 +52,7 @@ soak: $(STAMP)
 	INERT_RUNTIME_KILLS=200 INERT_FAULT_SEEDS=10000 INERT_FAULT_SQLITE_SEEDS=100 \
 		INERT_LOAD_KEYS=10000 INERT_LOAD_SECONDS=600 \
 		$(BIN)/pytest tests/test_crash_points.py tests/test_faults.py tests/test_load_smoke.py
+	INERT_SIMULATION_SEEDS=1000 $(BIN)/pytest tests/test_simulator.py -k every_seed
 
 # Records the golden logs of tests/golden that do not exist yet (see tests/golden/README.md);
 # make test replays them all.
