@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import attrs
+from conftest import RUN_COUNTS
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -216,8 +217,12 @@ def only(decisions: tuple[Decision, ...]) -> Event:
 class DeciderMachine(RuleBasedStateMachine):
     """Two calls of one turn fed random inputs in log order, checked after every step."""
 
+    examples = 0
+    """Machines made: one per example Hypothesis runs."""
+
     def __init__(self) -> None:
         super().__init__()
+        DeciderMachine.examples += 1
         self.position = 0
         self.clock = T0
         self.turn_status = TurnStatus.ACTIVE
@@ -792,7 +797,9 @@ class DeciderMachine(RuleBasedStateMachine):
 
 def test_the_decider_keeps_its_invariants_under_random_inputs() -> None:
     """I1-I7 hold after every step of random inputs to two calls of one turn."""
+    before = DeciderMachine.examples
     run_state_machine_as_test(
         DeciderMachine,
         settings=settings(max_examples=2000, stateful_step_count=50, deadline=None),
     )
+    RUN_COUNTS["decider state machine examples"] = DeciderMachine.examples - before
