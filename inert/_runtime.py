@@ -490,6 +490,7 @@ class Runtime:
                 key=state.key,
                 tool=state.tool,
                 next_sequence=state.next_sequence,
+                offset=state.end,
                 ended=state.phase is not Phase.COLLECTING,
             )
             for state in self._fold.live_calls_of(response)

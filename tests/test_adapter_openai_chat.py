@@ -160,11 +160,12 @@ def test_the_first_fragment_opens_the_call_under_the_completion_and_its_index() 
 
 
 def test_later_fragments_are_numbered_after_the_opening() -> None:
-    """Argument fragments of an index append in arrival order, numbered 1, 2, ..."""
+    """Argument fragments of an index append in arrival order, numbered 1, 2, ... and placed
+    at the call's byte offset."""
     events = run(opening(), calls(tool(0, arguments='{"city"')), calls(tool(0, arguments=": 1}")))
     assert events[1:3] == [
-        ArgumentsAppended(key=key(), data=b'{"city"', first_sequence=1, last_sequence=1),
-        ArgumentsAppended(key=key(), data=b": 1}", first_sequence=2, last_sequence=2),
+        ArgumentsAppended(key=key(), data=b'{"city"', offset=0, first_sequence=1, last_sequence=1),
+        ArgumentsAppended(key=key(), data=b": 1}", offset=7, first_sequence=2, last_sequence=2),
     ]
 
 
@@ -173,7 +174,9 @@ def test_the_first_fragment_may_carry_the_whole_call() -> None:
     events = run(calls(tool(0, id="call_0", name="get_weather", arguments=ARGS)), close=False)
     assert events == [
         CallOpened(key=key(), tool="get_weather", sequence=0),
-        ArgumentsAppended(key=key(), data=ARGS.encode(), first_sequence=1, last_sequence=1),
+        ArgumentsAppended(
+            key=key(), data=ARGS.encode(), offset=0, first_sequence=1, last_sequence=1
+        ),
     ]
 
 
@@ -491,7 +494,9 @@ def test_a_deprecated_function_call_is_one_call_of_its_choice() -> None:
     )
     assert events == [
         CallOpened(key=legacy, tool="get_weather", sequence=0),
-        ArgumentsAppended(key=legacy, data=ARGS.encode(), first_sequence=1, last_sequence=1),
+        ArgumentsAppended(
+            key=legacy, data=ARGS.encode(), offset=0, first_sequence=1, last_sequence=1
+        ),
         CallEnded(key=legacy, terminal=TerminalRef(sequence=2)),
         ResponseEnded(
             response=ref(),

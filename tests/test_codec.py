@@ -36,6 +36,7 @@ from inert import (
     TextReceived,
     ToolDisabled,
     TurnStarted,
+    event_type,
     registered_event_types,
 )
 
@@ -80,8 +81,14 @@ def fields_of(tag: str) -> dict[str, Any]:
     return fields
 
 
-def decode_error(tag: str, payload: bytes, version: int = 1, codec: Codec = DEFAULT_CODEC) -> str:
-    """The message of the CodecError that decoding raises; it always names the tag."""
+def decode_error(
+    tag: str, payload: bytes, version: int | None = None, codec: Codec = DEFAULT_CODEC
+) -> str:
+    """The message of the CodecError that decoding raises (at the tag's current schema version
+    unless given); it always names the tag."""
+    if version is None:
+        cls = codec.event_types.get(tag)
+        version = 1 if cls is None else cls.SCHEMA_VERSION
     with pytest.raises(CodecError) as caught:
         codec.decode(tag, version, payload)
     message = str(caught.value)
@@ -246,6 +253,7 @@ def test_a_field_of_the_wrong_type_is_a_codec_error_not_a_coercion(
     ("tag", "name", "value"),
     [
         ("ingress.arguments_appended", "fragments", 0),
+        ("ingress.arguments_appended", "offset", -1),
         ("ingress.arguments_appended", "last_sequence", 3),
         ("ingress.arguments_appended", "last_sequence", None),
         ("ingress.call_opened", "sequence", -1),
@@ -516,6 +524,29 @@ def test_a_value_refused_by_a_validator_names_the_field_and_the_rule() -> None:
     )
     with pytest.raises(CodecError, match=r"'fragments' must be >= 1"):
         DEFAULT_CODEC.decode("ingress.arguments_appended", 1, payload)
+
+
+def test_a_schema_1_fragment_is_read_as_an_unpositioned_fragment() -> None:
+    """A fragment written by schema 1 (no offset) decodes through the built-in upcaster, in
+    every codec, as a fragment placed by its sequences (``offset=None``)."""
+    fields = {
+        "key": attrs.asdict(KEY),
+        "data": b"{}",
+        "first_sequence": 4,
+        "last_sequence": 5,
+        "fragments": 2,
+    }
+    expected = ArgumentsAppended(key=KEY, data=b"{}", first_sequence=4, last_sequence=5, fragments=2)
+    for codec in (DEFAULT_CODEC, Codec()):
+        assert codec.decode("ingress.arguments_appended", 1, pack(fields)) == expected
+    assert ArgumentsAppended.SCHEMA_VERSION == 2
+    assert DEFAULT_CODEC.encode(expected)[1] == 2
+
+
+def test_an_event_type_must_bring_an_upcaster_from_every_older_version() -> None:
+    """Registering a class at schema version n without upcasters from 1..n-1 is refused."""
+    with pytest.raises(ValueError, match=r"versions 1\.\.2"):
+        event_type("test.unread", schema_version=3, upcasters={2: one_to_two})
 
 
 def test_an_encode_error_names_the_event_tag() -> None:

@@ -41,7 +41,7 @@ from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
 EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "ingress.turn_started": (inert.TurnStarted, 1),
     "ingress.call_opened": (inert.CallOpened, 1),
-    "ingress.arguments_appended": (inert.ArgumentsAppended, 1),
+    "ingress.arguments_appended": (inert.ArgumentsAppended, 2),
     "ingress.call_ended": (inert.CallEnded, 1),
     "ingress.response_ended": (inert.ResponseEnded, 1),
     "ingress.stream_lost": (inert.StreamLost, 1),

@@ -24,16 +24,26 @@ Rules:
    cancelled at once. Fragments or an end event before the opening fail the call: its data can
    no longer be whole. A call the provider ran itself (a server tool) is on record and cancelled
    as it opens (``server_executed``): no tool of the turn makes it dispatchable.
-3. Fragments are transport data. They go to a private buffer in sequence order. A fragment
-   whose sequences were all seen is a duplicate delivery: rejected, never data. One that
-   overlaps what was seen, is numbered at or before the opening, or mixes numbered and
-   unnumbered fragments, fails the call. Past the
-   byte or fragment limit the call fails.
+3. Fragments are transport data. They go to a private buffer (``inert.actors._buffer``). A
+   fragment with an offset is the call's bytes ``[offset, offset + len)``:
+   a. a range wholly inside what is stored is a duplicate, however differently it was chunked:
+      rejected, never data;
+   b. a range that overlaps stored bytes must equal them there, or the call fails
+      (``conflicting_fragment``); a range that straddles the end appends its suffix;
+   c. a range that starts past the end is held until the bytes before it arrive (a gap still
+      open at the end event fails the call, rule 4);
+   d. sequences keep their meaning: new bytes under sequences that were all seen fail the call
+      (``conflicting_fragment``), and the sequences accepted are checked for a gap at the end.
+   A fragment without an offset (schema 1) is placed by its sequences: one whose sequences were
+   all seen is a duplicate; one that overlaps what was seen fails the call. Fragments with and
+   without offsets, or numbered and unnumbered, in one call fail it; so does one numbered at or
+   before the opening. Past the byte limit (the furthest byte a fragment reaches counts) or the
+   fragment limit the call fails.
 4. The call's own end event permits parsing, nothing more. A sequence number missing between
-   the opening and the end fails the call (``sequence_gap``); final arguments sent by the
-   provider must equal the assembled bytes (or stand for them when there were no fragments);
-   then the bytes are parsed once, strictly (``inert.actors._arguments``). Only a parse that
-   passes makes a ``terminal_candidate``.
+   the opening and the end, or bytes missing before a part held past a gap, fail the call
+   (``sequence_gap``); final arguments sent by the provider must equal the assembled bytes (or
+   stand for them when there were no fragments); then the bytes are parsed once, strictly
+   (``inert.actors._arguments``). Only a parse that passes makes a ``terminal_candidate``.
 5. Only a successful end of its response makes a terminal candidate eligible: validation is
    requested once. A response that ends any other way, or ends before the call's own end
    event, fails the call.
@@ -62,7 +72,6 @@ The transition table below is closed: a (state, input) pair missing from it is a
 
 from __future__ import annotations
 
-import bisect
 import enum
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -115,6 +124,7 @@ from ._arguments import (
     arguments_digest,
     parse_arguments,
 )
+from ._buffer import EMPTY_BUFFER, Buffer, Fit
 
 
 class Phase(enum.StrEnum):
@@ -272,146 +282,6 @@ def recorded(decisions: tuple[Decision, ...]) -> list[Event]:
     return [decision for decision in decisions if isinstance(decision, Event)]
 
 
-# --- the buffer ------------------------------------------------------------------------------
-
-
-class _Fit(enum.Enum):
-    NEW = "new"
-    DUPLICATE = "duplicate"
-    OVERLAP = "overlap"
-    MIXED = "mixed"
-
-
-_Parts = tuple[object, int, bytes] | tuple[()]
-"""The buffer's fragments as a persistent chain, newest first: ``(earlier parts, order, data)``.
-
-Appending in order, the usual case, is then O(1) without copying what came before, so that a
-call assembled from a quarter of a million one-byte fragments costs linear time."""
-
-
-def _chain(parts: list[tuple[int, bytes]]) -> _Parts:
-    chain: _Parts = ()
-    for order, data in parts:
-        chain = (chain, order, data)
-    return chain
-
-
-def _unchain(chain: _Parts) -> list[tuple[int, bytes]]:
-    parts: list[tuple[int, bytes]] = []
-    while chain:
-        earlier, order, data = chain
-        parts.append((order, data))
-        chain = earlier  # type: ignore[assignment]
-    parts.reverse()
-    return parts
-
-
-@frozen
-class _Buffer:
-    """The argument bytes of one call in sequence order, with what was seen of its sequences.
-
-    Immutable: adding a fragment makes a new buffer that shares the old one's parts. Numbered
-    fragments are ordered by their first sequence; unnumbered ones by arrival.
-    """
-
-    parts: _Parts = ()
-    size: int = 0
-    fragments: int = 0
-    ranges: tuple[tuple[int, int], ...] = ()
-    numbered: bool | None = None
-    count: int = 0
-
-    def fit(self, fragment: ArgumentsAppended) -> _Fit:
-        numbered = fragment.first_sequence is not None
-        if self.numbered is not None and numbered != self.numbered:
-            return _Fit.MIXED
-        if not numbered:
-            return _Fit.NEW
-        first, last = _sequences(fragment)
-        for low, high in self.ranges:
-            if low <= first and last <= high:
-                return _Fit.DUPLICATE
-            if first <= high and last >= low:
-                return _Fit.OVERLAP
-        return _Fit.NEW
-
-    def add(self, fragment: ArgumentsAppended) -> _Buffer:
-        if fragment.first_sequence is None:
-            parts: _Parts = (self.parts, self.count, fragment.data)
-            ranges = self.ranges
-        else:
-            first, last = _sequences(fragment)
-            if not self.parts or first > self.parts[1]:
-                parts = (self.parts, first, fragment.data)
-            else:
-                # Out of order: rare, so the chain is rebuilt rather than kept sorted.
-                earlier = _unchain(self.parts)
-                index = bisect.bisect(earlier, first, key=lambda item: item[0])
-                earlier.insert(index, (first, fragment.data))
-                parts = _chain(earlier)
-            ranges = _merge(self.ranges, first, last)
-        return _Buffer(
-            parts,
-            self.size + len(fragment.data),
-            self.fragments + fragment.fragments,
-            ranges,
-            fragment.first_sequence is not None,
-            self.count + 1,
-        )
-
-    def gap(self, opened: int | None, terminal: int | None) -> str | None:
-        """The first sequence number missing between the opening and the end, if any."""
-        first_seen = self.ranges[0][0] if self.ranges else None
-        last_seen = self.ranges[-1][1] if self.ranges else None
-        start = opened + 1 if opened is not None else first_seen
-        end = terminal - 1 if terminal is not None else last_seen
-        if self.numbered is False or start is None or end is None:
-            return None
-        if not self.ranges:
-            return f"sequences {start}..{end} never arrived" if end >= start else None
-        low, high = self.ranges[0]
-        if low > start:
-            return f"sequence {start} never arrived"
-        if len(self.ranges) > 1:
-            return f"sequence {high + 1} never arrived"
-        if high > end:
-            return f"sequence {high} came after the end event's {end + 1}"
-        if high < end:
-            return f"sequence {high + 1} never arrived"
-        return None
-
-    def assembled(self) -> bytes:
-        return b"".join(data for _, data in _unchain(self.parts))
-
-    def without_data(self) -> _Buffer:
-        """The same record of sequences and counts, with the bytes dropped."""
-        return attrs.evolve(self, parts=())
-
-
-_EMPTY_BUFFER = _Buffer()
-
-
-def _sequences(fragment: ArgumentsAppended) -> tuple[int, int]:
-    assert fragment.first_sequence is not None
-    assert fragment.last_sequence is not None
-    return fragment.first_sequence, fragment.last_sequence
-
-
-def _merge(
-    ranges: tuple[tuple[int, int], ...], first: int, last: int
-) -> tuple[tuple[int, int], ...]:
-    if ranges and first == ranges[-1][1] + 1:
-        # The usual case: the next fragment in order extends the last range.
-        return (*ranges[:-1], (ranges[-1][0], last))
-    merged: list[tuple[int, int]] = []
-    for low, high in sorted((*ranges, (first, last))):
-        if merged and low <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
-        else:
-            merged.append((low, high))
-    return tuple(merged)
-
-
 # --- the state -------------------------------------------------------------------------------
 
 
@@ -424,7 +294,7 @@ class CallState:
     tool: str = ""
     opened_sequence: int | None = None
     last_activity: datetime | None = None
-    _buffer: _Buffer = _EMPTY_BUFFER
+    _buffer: Buffer = EMPTY_BUFFER
     terminal: TerminalRef | None = None
     arguments: ParsedArguments | None = None
     validating: ValidationRequested | None = None
@@ -447,6 +317,11 @@ class CallState:
     @property
     def size(self) -> int:
         return self._buffer.size
+
+    @property
+    def end(self) -> int:
+        """The offset the call's next positioned fragment in order takes."""
+        return self._buffer.end
 
     @property
     def next_sequence(self) -> int:
@@ -545,7 +420,7 @@ class _Judge:
         received = self.received
         if isinstance(received, Input) and isinstance(received.event, ArgumentsAppended):
             fragments += received.event.fragments
-            size += len(received.event.data)
+            size += state._buffer.added(received.event)
         return fragments, size
 
     def reject(self, reason: RejectReason, detail: str = "") -> tuple[Decision, ...]:
@@ -689,14 +564,23 @@ def _fragment(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
     assert isinstance(event, ArgumentsAppended)
     buffer = judge.state._buffer
     fit = buffer.fit(event)
-    if fit is _Fit.DUPLICATE:
-        return judge.reject(RejectReason.DUPLICATE, "these sequences arrived already")
-    if fit is _Fit.OVERLAP:
-        return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment overlaps sequences seen")
-    if fit is _Fit.MIXED:
+    if fit is Fit.DUPLICATE:
+        return judge.reject(RejectReason.DUPLICATE, _DUPLICATE[event.offset is None])
+    if fit is Fit.CONFLICT:
         return judge.fail(
-            FailReason.PROTOCOL_VIOLATION, "numbered and unnumbered fragments in one call"
+            FailReason.CONFLICTING_FRAGMENT,
+            f"bytes {event.offset}..{_last_byte(event)} differ from the bytes stored there",
         )
+    if fit is Fit.REPLAYED:
+        return judge.fail(
+            FailReason.CONFLICTING_FRAGMENT,
+            f"sequences {event.first_sequence}..{event.last_sequence} arrived already,"
+            " with other bytes",
+        )
+    if fit is Fit.OVERLAP:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment overlaps sequences seen")
+    if fit is Fit.MIXED:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, _mixed(buffer, event))
     opened = judge.state.opened_sequence
     if opened is not None and event.first_sequence is not None and event.first_sequence <= opened:
         return judge.fail(
@@ -704,11 +588,9 @@ def _fragment(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
             f"fragment numbered {event.first_sequence}, not after the opening's {opened}",
         )
     limits = context.limits
-    if buffer.size + len(event.data) > limits.max_bytes:
-        return judge.fail(
-            FailReason.TOO_LARGE,
-            f"{buffer.size + len(event.data)} bytes, the limit is {limits.max_bytes}",
-        )
+    needed = buffer.needed(event)
+    if needed > limits.max_bytes:
+        return judge.fail(FailReason.TOO_LARGE, f"{needed} bytes, the limit is {limits.max_bytes}")
     if buffer.fragments + event.fragments > limits.max_fragments:
         return judge.fail(
             FailReason.TOO_MANY_FRAGMENTS,
@@ -717,11 +599,25 @@ def _fragment(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
     return (FragmentAccepted(fragment=event, at=_at(judge)),)
 
 
+_DUPLICATE = {True: "these sequences arrived already", False: "these bytes arrived already"}
+
+
+def _last_byte(event: ArgumentsAppended) -> int:
+    assert event.offset is not None
+    return event.offset + len(event.data) - 1
+
+
+def _mixed(buffer: Buffer, event: ArgumentsAppended) -> str:
+    if buffer.positioned is not None and buffer.positioned != (event.offset is not None):
+        return "fragments with and without offsets in one call"
+    return "numbered and unnumbered fragments in one call"
+
+
 def _late_fragment(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
     event = _event(judge)
     assert isinstance(event, ArgumentsAppended)
-    if judge.state._buffer.fit(event) is _Fit.DUPLICATE:
-        return judge.reject(RejectReason.DUPLICATE, "these sequences arrived already")
+    if judge.state._buffer.covers(event):
+        return judge.reject(RejectReason.DUPLICATE, _DUPLICATE[event.offset is None])
     return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment after the call's end event")
 
 

@@ -8,9 +8,11 @@ actor sees the call opened again as another tool) or the whole response is ended
 violation (a different call id on a slot), and nothing more of that response is passed on.
 
 It also numbers each call's events consecutively (opening 0, each fragment the next, the end
-event the next), whatever the provider numbers, so that the actor can tell a duplicate delivery
-from new data and a lost fragment from none. The numbering is a function of the stream alone:
-the same stream fed twice produces the same events, which the actors then reject as duplicates.
+event the next), whatever the provider numbers, and places each fragment at the call's byte
+offset (the bytes of the call's fragments before it), so that the actor can tell a duplicate
+delivery from new data and a lost fragment from none. Numbers and offsets are a function of the
+stream alone: the same stream fed twice produces the same events, which the actors then reject
+as duplicates.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class _Call:
     key: CallKey
     tool: str
     next_sequence: int
+    offset: int = 0
     server: bool = False
     end: CallEnded | None = None
     final: bytes | None = None
@@ -99,6 +102,8 @@ class ResumedCall:
     key: CallKey
     tool: str
     next_sequence: int
+    offset: int = 0
+    """The byte offset its next fragment takes: one past the furthest byte the log holds."""
     ended: bool = False
     """Its own end event arrived (the end's sequence is the last one it has seen)."""
 
@@ -117,7 +122,9 @@ class ResponseCalls:
     def restore(self, calls: list[ResumedCall]) -> None:
         """Take up calls an earlier stream of this response left open (a resumed stream)."""
         for call in calls:
-            restored = _Call(key=call.key, tool=call.tool, next_sequence=call.next_sequence)
+            restored = _Call(
+                key=call.key, tool=call.tool, next_sequence=call.next_sequence, offset=call.offset
+            )
             if call.ended:
                 restored.end = CallEnded(
                     key=call.key, terminal=TerminalRef(sequence=call.next_sequence - 1)
@@ -182,11 +189,16 @@ class ResponseCalls:
             return self.violate(f"arguments for item {slot!r}, which was never opened")
         if known.server or not data:
             return []
-        sequence = known.next_sequence
+        sequence, offset = known.next_sequence, known.offset
         known.next_sequence += 1
+        known.offset += len(data)
         return [
             ArgumentsAppended(
-                key=known.key, data=data, first_sequence=sequence, last_sequence=sequence
+                key=known.key,
+                data=data,
+                offset=offset,
+                first_sequence=sequence,
+                last_sequence=sequence,
             )
         ]
 

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from ._base import Event, TraceContext, event_type, registered_event_types
+from ._base import Event, TraceContext, Upcaster, event_type, registered_event_types
 from ._catalog import (
     DECISION_TYPES,
     INGRESS_TYPES,
@@ -49,7 +49,7 @@ from ._catalog import (
     TurnStarted,
     TurnSuperseded,
 )
-from ._codec import CONVERTER, DEFAULT_CODEC, Codec, Upcaster
+from ._codec import CONVERTER, DEFAULT_CODEC, Codec
 from ._errors import (
     ClaimRefused,
     CodecError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from attrs import frozen
 
@@ -24,6 +24,12 @@ class Event:
     SCHEMA_VERSION: ClassVar[int]
     SENSITIVE: ClassVar[tuple[str, ...]] = ()
     """Fields that may hold argument values: emptied by retention, the rest of the event kept."""
+    UPCASTERS: ClassVar[Mapping[int, Upcaster]] = {}
+    """The class's own upcasters, by the schema version each upgrades from."""
+
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+"""Turns the fields of a payload of one schema version into those of the next."""
 
 
 E = TypeVar("E", bound=type[Event])
@@ -31,18 +37,28 @@ E = TypeVar("E", bound=type[Event])
 _REGISTRY: dict[str, type[Event]] = {}
 
 
-def event_type(tag: str, schema_version: int = 1) -> Callable[[E], E]:
-    """Give an event class its stable tag and schema version, and register it."""
+def event_type(
+    tag: str, schema_version: int = 1, *, upcasters: Mapping[int, Upcaster] | None = None
+) -> Callable[[E], E]:
+    """Give an event class its stable tag and schema version, and register it, with the
+    upcasters that read its payloads of every earlier version (every codec applies them)."""
     if not _TAG_PATTERN.fullmatch(tag):
         raise ValueError(f"event tag {tag!r} must be dotted lower-case words, e.g. 'call.opened'")
     if schema_version < 1:
         raise ValueError(f"schema version of {tag!r} must be at least 1, not {schema_version}")
+    steps = dict(upcasters or {})
+    if sorted(steps) != list(range(1, schema_version)):
+        raise ValueError(
+            f"{tag!r} at schema version {schema_version} needs one upcaster from each of the"
+            f" versions 1..{schema_version - 1}, not from {sorted(steps)}"
+        )
 
     def register(cls: E) -> E:
         if tag in _REGISTRY and _REGISTRY[tag] is not cls:
             raise ValueError(f"event tag {tag!r} is already used by {_REGISTRY[tag].__name__}")
         cls.TAG = tag
         cls.SCHEMA_VERSION = schema_version
+        cls.UPCASTERS = steps
         _REGISTRY[tag] = cls
         return cls
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Any
 
 from attrs import field, frozen, validators
 
@@ -59,6 +60,8 @@ class FailReason(enum.StrEnum):
     TOO_LARGE = "too_large"
     TOO_MANY_FRAGMENTS = "too_many_fragments"
     SEQUENCE_GAP = "sequence_gap"
+    CONFLICTING_FRAGMENT = "conflicting_fragment"
+    """A fragment's bytes differ from the bytes stored for the same range of the call."""
     FINAL_ARGUMENTS_MISMATCH = "final_arguments_mismatch"
     UNKNOWN_TOOL = "unknown_tool"
     SCHEMA_INVALID = "schema_invalid"
@@ -134,24 +137,38 @@ class CallOpened(Event):
     sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
 
 
-@event_type("ingress.arguments_appended")
+def _unpositioned(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 fragments had no offset: they are placed by their sequences, as they were."""
+    return {**fields, "offset": None}
+
+
+@event_type("ingress.arguments_appended", schema_version=2, upcasters={1: _unpositioned})
 @frozen(kw_only=True)
 class ArgumentsAppended(Event):
     """Argument bytes of an open call: transport data, never an instruction.
 
+    A fragment is the call's bytes ``[offset, offset + len(data))``. The offset identifies the
+    bytes whatever the chunking: a range inside what is stored is a duplicate delivery, one that
+    straddles the end must agree with the stored bytes it overlaps, one that starts past the end
+    waits for the bytes before it (see the decider's rules). Adapters count each call's bytes
+    as they come off the wire, so that the same stream fed twice gives the same ranges.
+    ``offset=None`` (every fragment written by schema 1) places the fragment by its sequences,
+    or after the fragments before it where it has none.
+
     Sequences number the events of one call consecutively: ``CallOpened.sequence``, then each
     fragment, then ``CallEnded.terminal.sequence``. Where the provider numbers a call's events
-    that way (OpenAI Responses' ``sequence_number``) its numbers serve; otherwise the adapter
-    counts the call's fragments as they come off the wire, or gives no sequence at all. A
-    fragment whose sequences were seen already is a duplicate delivery; a number missing when
-    the call ends is a gap. An adapter may coalesce consecutive fragments into one event; it then
-    keeps the first and last sequence and the number of fragments it joined.
+    that way its numbers serve; otherwise the adapter counts the call's fragments as they come
+    off the wire, or gives no sequence at all. A number missing when the call ends is a gap.
+    Consecutive fragments may be coalesced into one event (the runtime does so between two
+    commits of the log); it keeps the first and last sequence and the number of fragments
+    joined.
     """
 
     SENSITIVE = ("data",)
 
     key: CallKey
     data: bytes
+    offset: int | None = field(default=None, validator=validators.optional(_non_negative))
     first_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
     last_sequence: int | None = field(default=None, validator=validators.optional(_non_negative))
     fragments: int = field(default=1, validator=_positive)

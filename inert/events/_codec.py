@@ -21,14 +21,13 @@ from typing import Any, TypeVar
 import cattrs
 import msgpack
 
-from ._base import Event, registered_event_types
+from ._base import Event, Upcaster, registered_event_types
 from ._errors import CodecError
 from ._identity import CallKey
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 T = TypeVar("T")
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def datetime_to_micros(value: datetime) -> int:
@@ -169,7 +168,11 @@ class Codec:
         self._types: dict[str, type[Event]] = dict(
             registered_event_types() if event_types is None else event_types
         )
-        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        self._upcasters: dict[tuple[str, int], Upcaster] = {
+            (tag, version): upcaster
+            for tag, cls in self._types.items()
+            for version, upcaster in cls.UPCASTERS.items()
+        }
         # Looked up once per class rather than dispatched on every event: encoding is on the
         # hot path of every append.
         self._unstructure = {

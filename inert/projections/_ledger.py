@@ -150,15 +150,39 @@ class _Received:
     """Fragment counts and sizes of one call not yet at its terminal candidate, by position.
 
     Kept per position because the actor's answer to a fragment comes later in the log: a
-    fragment it rejects (a duplicate delivery, a stale turn) is taken back out.
+    fragment it rejects (a duplicate delivery, a stale turn) is taken back out. A fragment with
+    an offset counts the bytes it adds to the ranges seen, so that a delivery chunked otherwise
+    is not counted twice.
     """
 
-    __slots__ = ("by_position", "fragments", "size")
+    __slots__ = ("by_position", "covered", "fragments", "size")
 
     def __init__(self) -> None:
         self.by_position: dict[int, tuple[int, int]] = {}
+        self.covered: list[tuple[int, int]] = []
         self.fragments = 0
         self.size = 0
+
+    def cover(self, offset: int, length: int) -> int:
+        """Take the range in; how many of its bytes no range seen held."""
+        start, stop = offset, offset + length
+        covered = self.covered
+        if not covered or start >= covered[-1][1]:
+            # In order, the usual case: the range extends the last one or follows it.
+            if covered and start == covered[-1][1]:
+                covered[-1] = (covered[-1][0], stop)
+            elif length:
+                covered.append((start, stop))
+            return length
+        seen = sum(max(0, min(stop, high) - max(start, low)) for low, high in covered)
+        merged: list[tuple[int, int]] = []
+        for low, high in sorted([*covered, (start, stop)]):
+            if merged and low <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+            else:
+                merged.append((low, high))
+        self.covered = merged
+        return length - seen
 
     def add(self, position: int, fragments: int, size: int) -> None:
         self.by_position[position] = (fragments, size)
@@ -276,7 +300,10 @@ class Ledger:
         if row is not None and row.state != "collecting":
             return
         received = self._received.setdefault(key, _Received())
-        received.add(position, event.fragments, len(event.data))
+        size = len(event.data)
+        if event.offset is not None:
+            size = received.cover(event.offset, size)
+        received.add(position, event.fragments, size)
 
     def _current(self, key: CallKey, row: LedgerRow) -> LedgerRow:
         # A collecting row's counts are read from what was received when the row is read, not

@@ -426,6 +426,11 @@ class InvariantChecker:
             for entry in call.ingress
             if isinstance(entry.event, ArgumentsAppended) and opened < entry.position < ended
         ]
+        positioned = [fragment for fragment in fragments if fragment.offset is not None]
+        if positioned:
+            if len(positioned) != len(fragments):
+                return "fragments with and without offsets were mixed"
+            return _by_range(positioned, opened_sequence, end, redacted=call.redacted)
         numbered: dict[tuple[int, int], bytes] = {}
         unnumbered: list[bytes] = []
         for fragment in fragments:
@@ -685,11 +690,71 @@ class InvariantChecker:
                 not rejected
                 and opened
                 and call.opened != entry.position
-                and any(_same_delivery(earlier, event) for earlier in seen)
+                and _delivered_before(seen, event)
             ):
                 self._violate("I9", key, f"a repeated {event.TAG} not rejected", entry.position)
             if opened:
                 seen.append(event)
+
+
+def _delivered_before(seen: list[Event], later: Event) -> bool:
+    """Whether ``later`` delivers again what the events ``seen`` delivered: for a fragment with
+    an offset, bytes that earlier fragments covered between them, however they were chunked."""
+    if isinstance(later, ArgumentsAppended) and later.offset is not None:
+        ranges = sorted(
+            (event.offset, event.offset + len(event.data))
+            for event in seen
+            if isinstance(event, ArgumentsAppended) and event.offset is not None
+        )
+        start, stop = later.offset, later.offset + len(later.data)
+        if start == stop:
+            return any(low <= start <= high for low, high in ranges)
+        for low, high in ranges:
+            if low <= start < high:
+                start = high
+            if start >= stop:
+                return True
+        return False
+    return any(_same_delivery(earlier, later) for earlier in seen)
+
+
+def _by_range(
+    fragments: list[ArgumentsAppended],
+    opened_sequence: int | None,
+    end: CallEnded,
+    *,
+    redacted: bool,
+) -> bytes | str:
+    """The bytes fragments with offsets delivered, each byte once, or what is wrong: a byte
+    delivered twice with different values, a byte or a sequence missing before the end."""
+    spans = sorted(
+        (fragment.first_sequence, fragment.last_sequence)
+        for fragment in fragments
+        if fragment.first_sequence is not None and fragment.last_sequence is not None
+    )
+    if spans:
+        expected = spans[0][0] if opened_sequence is None else opened_sequence + 1
+        for first, last in spans:
+            if first > expected:
+                return f"sequence {expected} was not delivered before the end event"
+            expected = max(expected, last + 1)
+        if end.terminal.sequence is not None and expected != end.terminal.sequence:
+            return f"sequence {expected} was not delivered before the end event"
+    if redacted:
+        return b""
+    size = max((fragment.offset or 0) + len(fragment.data) for fragment in fragments)
+    data = bytearray(size)
+    filled = bytearray(size)
+    for fragment in fragments:
+        assert fragment.offset is not None
+        for index, value in enumerate(fragment.data):
+            at = fragment.offset + index
+            if filled[at] and data[at] != value:
+                return f"byte {at} was delivered twice with different values"
+            data[at], filled[at] = value, 1
+    if 0 in filled:
+        return f"byte {filled.index(0)} was not delivered before the end event"
+    return bytes(data)
 
 
 def _same_delivery(earlier: Event, later: Event) -> bool:

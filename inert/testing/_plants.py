@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from typing import Any
 
 import attrs
 
-from ..actors import _decider
+from ..actors import _buffer, _decider
 from ..actors._arguments import (
     ArgumentLimits,
     ArgumentProblem,
@@ -61,15 +61,21 @@ def _table_row(
         table[(phase, input_type)] = original
 
 
-def _skip_dedup() -> Any:
-    """A fragment whose sequences were seen already is taken as new data again."""
-    fit = _decider._Buffer.fit
+@contextmanager
+def _skip_dedup() -> Iterator[None]:
+    """A fragment delivered already (its bytes or its sequences seen) is taken as new again."""
+    with ExitStack() as stack:
+        for kind in (_buffer.SequencedBuffer, _buffer.RangeBuffer):
+            stack.enter_context(_replaced(kind, "fit", _without_dedup(kind.fit)))
+        yield
 
+
+def _without_dedup(fit: Any) -> Any:
     def fit_without_dedup(buffer: Any, fragment: Any) -> Any:
         found = fit(buffer, fragment)
-        return _decider._Fit.NEW if found is _decider._Fit.DUPLICATE else found
+        return _buffer.Fit.NEW if found is _buffer.Fit.DUPLICATE else found
 
-    return _replaced(_decider._Buffer, "fit", fit_without_dedup)
+    return fit_without_dedup
 
 
 def _dispatch_before_validation() -> Any:

@@ -414,10 +414,33 @@ class _Planner:
             data = malformed(data, rng.choice(MALFORMED), self.limits.max_bytes)
         pieces = _split(rng, data)
         events: list[Event] = [CallOpened(key=key, tool=name, sequence=0)]
+        # Placed at their byte offsets, as adapters write them; a few calls keep schema 1's
+        # unpositioned fragments, which logs written before still hold.
+        positioned = rng.random() < 0.9
+        offsets = [sum(len(piece) for piece in pieces[:index]) for index in range(len(pieces))]
         fragments: list[Event] = [
-            ArgumentsAppended(key=key, data=piece, first_sequence=number, last_sequence=number)
-            for number, piece in enumerate(pieces, start=1)
+            ArgumentsAppended(
+                key=key,
+                data=piece,
+                offset=offset if positioned else None,
+                first_sequence=number,
+                last_sequence=number,
+            )
+            for number, (piece, offset) in enumerate(zip(pieces, offsets, strict=True), start=1)
         ]
+        if positioned and len(pieces) > 1 and rng.random() < 0.1:
+            # A re-delivery chunked otherwise: two fragments' bytes again, as one.
+            index = rng.randrange(len(pieces) - 1)
+            fragments.append(
+                ArgumentsAppended(
+                    key=key,
+                    data=pieces[index] + pieces[index + 1],
+                    offset=offsets[index],
+                    first_sequence=index + 1,
+                    last_sequence=index + 2,
+                    fragments=2,
+                )
+            )
         lost: list[Event] = []
         if len(fragments) > 1 and rng.random() < 0.05:
             dropped = fragments.pop(rng.randrange(len(fragments)))
