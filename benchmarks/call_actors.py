@@ -14,17 +14,18 @@ the run exits non-zero; a stated target missed is reported (``NOT met``, and nam
 last line and in ``targets_missed``), and the run still exits 0.
 
 1. ``fragments``: end-to-end fragments/s at 1, 100 and 10,000 concurrent calls. Each call is its
-   own Trio task that feeds its ``ArgumentsAppended`` (32 bytes each, built in the loop) with one
-   ``runtime.feed([...])`` per fragment, or eight per ``feed`` in the coalescing variant. The
-   calls are opened before the clock starts; timed from the first feed until ``settle()`` has
-   returned, and the ledger is then checked to have counted every fragment. One call gets a
-   tenth of ``--fragments`` (it pays one commit per feed), 100 calls share ``--fragments``, and
-   10,000 calls get eight each. Baselines: a plain dict mapping each ``CallKey`` to a list of
-   bytes, fed the same (key, bytes) deltas; and, at 100 calls, the runtime on a ``memory://``
-   log (no disk: the Trio side alone) and a floor: Python's ``sqlite3`` inserting one prebuilt
-   row per delta (the shape of an event row: position, event id, stream id, version, time, type
-   and the fragment as payload, no index but the primary key) into a fresh file, in
-   transactions of 1,024 rows.
+   own Trio task that feeds its ``ArgumentsAppended`` (32 bytes each at their offsets, made
+   before the clock starts as the floor's rows are) with one ``runtime.feed([...])`` per
+   fragment, or eight per ``feed`` in the coalescing variant. The calls are opened before the
+   clock starts; timed from the first feed until ``settle()`` has returned (every fragment in
+   the log and folded), and the ledger is then checked to have counted every fragment. One
+   call gets a tenth of ``--fragments`` (it pays one commit per feed), 100 calls share
+   ``--fragments``, and 10,000 calls get eight each. Baselines: a plain dict mapping each
+   ``CallKey`` to a list of bytes, fed the same (key, bytes) deltas; and, at 100 calls, the
+   runtime on a ``memory://`` log (no disk: the Trio side alone) and a floor: Python's
+   ``sqlite3`` inserting one prebuilt row per delta (the shape of an event row: position, event
+   id, stream id, version, time, type and the fragment as payload, no index but the primary
+   key) into a fresh file, in transactions of 1,024 rows.
 2. ``latency``: at 1,000 concurrent calls, each opened and fed its fragments and end event; then
    each call's response ends (one response per call), and the time from the ``ResponseEnded``
    feed until the key is in ``runtime.projections.queue.ready()`` is taken (a subclass of
@@ -141,7 +142,8 @@ SETUP_WORKERS = 256
 IDLE_TIMEOUT = timedelta(hours=1)
 PAGE = 4096
 
-TARGET_FRAGMENTS_PER_SECOND = 50_000.0
+TARGET_FRAGMENTS_PER_SECOND = 100_000.0
+TARGET_FRAGMENTS_VS_FLOOR = 1.0
 TARGET_P99_SECONDS = 0.005
 TARGET_MEMORY_BYTES = 600_000_000
 TARGET_MEMORY_CALLS = 100_000
@@ -324,19 +326,13 @@ async def _fragments_end_to_end(url: str, calls: int, per_call: int, per_feed: i
         await _open_collecting(runtime, keys)
         check_phases(runtime, keys, Phase.COLLECTING, "fragments")
 
+        # Each call's feeds are made before the clock starts, as the floor's rows are: what is
+        # timed is taking the deltas in, not making them (benchmarks/adapters.py times that).
+        feeds = {key: _feeds_of(key, per_call, per_feed) for key in keys}
+
         async def caller(key: CallKey) -> None:
-            sequence = 1
-            while sequence <= per_call:
-                count = min(per_feed, per_call + 1 - sequence)
-                await runtime.feed(
-                    [
-                        ArgumentsAppended(
-                            key=key, data=FRAGMENT, first_sequence=number, last_sequence=number
-                        )
-                        for number in range(sequence, sequence + count)
-                    ]
-                )
-                sequence += count
+            for events in feeds[key]:
+                await runtime.feed(events)
 
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -353,6 +349,21 @@ async def _fragments_end_to_end(url: str, calls: int, per_call: int, per_feed: i
         if counted != calls * per_call:
             raise RuntimeError(f"fragments: {counted} counted, {calls * per_call} fed")
     return elapsed
+
+
+def _feeds_of(key: CallKey, per_call: int, per_feed: int) -> list[list[Event]]:
+    """A call's ``per_call`` deltas at their offsets, ``per_feed`` to a feed."""
+    deltas: list[Event] = [
+        ArgumentsAppended(
+            key=key,
+            data=FRAGMENT,
+            offset=(number - 1) * len(FRAGMENT),
+            first_sequence=number,
+            last_sequence=number,
+        )
+        for number in range(1, per_call + 1)
+    ]
+    return [deltas[start : start + per_feed] for start in range(0, per_call, per_feed)]
 
 
 def fragments_case(
@@ -513,6 +524,9 @@ def fragments_summary(cases: Sequence[Timed]) -> dict[str, Any]:
         "met": at_100 >= TARGET_FRAGMENTS_PER_SECOND,
         "coalesced_value": rate["inert_100_coalesced"],
         "coalesced_met": rate["inert_100_coalesced"] >= TARGET_FRAGMENTS_PER_SECOND,
+        "vs_floor": at_100 / floor,
+        "vs_floor_target": TARGET_FRAGMENTS_VS_FLOOR,
+        "vs_floor_met": at_100 / floor >= TARGET_FRAGMENTS_VS_FLOOR,
     }
     return summary
 
@@ -554,6 +568,10 @@ def fragments_report(cases: Sequence[Timed], summary: dict[str, Any], runs: int)
         f" {fmt(target['value'])} ({verdict(target['met'])}); {COALESCED} per feed"
         f" {fmt(target['coalesced_value'])} ({verdict(target['coalesced_met'])})"
     )
+    lines.append(
+        f"  target >= {target['vs_floor_target']:.1f}x the sqlite3 floor at 100 calls, 1 per feed:"
+        f" {target['vs_floor']:.2f}x ({verdict(target['vs_floor_met'])})"
+    )
     return lines
 
 
@@ -583,10 +601,14 @@ LATENCY_PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
 
 def _latency_setup_events(key: CallKey) -> list[Event]:
     events: list[Event] = [CallOpened(key=key, tool=TOOL.name, sequence=0)]
+    offset = 0
     for number, part in enumerate(LATENCY_PARTS, start=1):
         events.append(
-            ArgumentsAppended(key=key, data=part, first_sequence=number, last_sequence=number)
+            ArgumentsAppended(
+                key=key, data=part, offset=offset, first_sequence=number, last_sequence=number
+            )
         )
+        offset += len(part)
     events.append(CallEnded(key=key, terminal=TerminalRef(sequence=len(LATENCY_PARTS) + 1)))
     return events
 
@@ -843,8 +865,16 @@ async def _inert_memory(directory: str, calls: int, traced: bool) -> dict[str, A
             await runtime.feed(
                 [
                     CallOpened(key=key, tool=TOOL.name, sequence=0),
-                    ArgumentsAppended(key=key, data=first, first_sequence=1, last_sequence=1),
-                    ArgumentsAppended(key=key, data=second, first_sequence=2, last_sequence=2),
+                    ArgumentsAppended(
+                        key=key, data=first, offset=0, first_sequence=1, last_sequence=1
+                    ),
+                    ArgumentsAppended(
+                        key=key,
+                        data=second,
+                        offset=len(first),
+                        first_sequence=2,
+                        last_sequence=2,
+                    ),
                 ]
             )
 

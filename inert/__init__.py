@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from . import events as _events
 from ._asyncio import AsyncioRuntime, open_asyncio_runtime
+from ._collector import CollectorSettings
 from ._retention import Retention
 from ._runtime import (
     Dispatch,
@@ -55,6 +56,7 @@ __all__ = [  # noqa: PLE0604
     "ArgumentLimits",
     "AsyncioRuntime",
     "CallLimits",
+    "CollectorSettings",
     "Dispatch",
     "DispatchQueue",
     "Executor",

@@ -38,8 +38,8 @@ class AsyncioRuntime:
     async def start_turn(self, **turn: Any) -> TurnRef:
         return await self._call(lambda: self._runtime.start_turn(**turn))  # type: ignore[no-any-return]
 
-    async def feed(self, events: Sequence[Event], **options: Any) -> list[int]:
-        return await self._call(lambda: self._runtime.feed(events, **options))  # type: ignore[no-any-return]
+    async def feed(self, events: Sequence[Event], **options: Any) -> None:
+        await self._call(lambda: self._runtime.feed(events, **options))
 
     async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None:
         await self._call(

@@ -7,8 +7,11 @@ executor takes ready calls, claims each through its actor, runs it and reports t
 
 Restart: calls that were assembling when the previous process stopped cannot be fed any more
 (their stream went with it) and are cancelled with ``connection_lost``, unless their stream was
-recorded as lost and resumable; a dispatched call without an outcome is recorded as
-``outcome_unknown`` and never dispatched again; terminal calls stay terminal.
+recorded as lost and resumable once (a background response): then it is lost and resumable
+again, after the sequence that first loss recorded, and ``resumable_calls`` gives its calls as
+they were then, so that the continuation sends again what the stopped process fed and never
+wrote. A dispatched call without an outcome is recorded as ``outcome_unknown`` and never
+dispatched again; terminal calls stay terminal.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import trio.lowlevel
 from attrs import frozen
 from opentelemetry.trace import TracerProvider
 
+from . import _collector
+from ._collector import DEFAULT_COLLECTOR, CollectorSettings
+from ._ingress import Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from .actors import (
@@ -38,11 +44,11 @@ from .actors import (
     parse_arguments,
 )
 from .actors._arguments import ParsedArguments
+from .actors._fold import ResumedState
 from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
 from .actors._tools import Check
 from .adapters import ResumedCall
 from .events import (
-    INGRESS_TYPES,
     NO_STREAM,
     CallDispatched,
     CallKey,
@@ -139,24 +145,9 @@ class PendingConfirmation:
     expires_at: datetime
 
 
-FEED_VERSIONS_KEPT = 65_536
-"""Response streams whose version a runtime remembers between feeds (the most recently fed);
-a stream fed after it was dropped costs one read of its version from the log."""
-
-
 OperatorAuthorizer = Callable[[str], bool]
 """Whether an operator principal holds the operator role (the operators' own authentication is
 the embedding server's; this decides what an authenticated principal may do)."""
-
-
-class _FeedLock:
-    """The lock of one response stream, and how many feeds use it now."""
-
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = trio.Lock()
-        self.users = 0
 
 
 class _Request:
@@ -180,15 +171,6 @@ def trio_clock() -> Callable[[], datetime]:
     wall = datetime.now(UTC)
     origin = clock.current_time()
     return lambda: wall + timedelta(seconds=clock.current_time() - origin)
-
-
-def _response_stream(event: Event) -> str:
-    key = getattr(event, "key", None)
-    if isinstance(key, CallKey):
-        return key.response_ref.stream
-    response = getattr(event, "response", None)
-    assert response is not None
-    return str(response.stream)
 
 
 class Runtime:
@@ -218,8 +200,7 @@ class Runtime:
         )
         self._requests: dict[str, _Request] = {}
         self._answers: dict[int, _Request] = {}
-        self._feed_versions: dict[str, int] = {}
-        self._feed_locks: dict[str, _FeedLock] = {}
+        self._ingress = Ingress(log)
         self._reported: set[str] = set()
         self.spans: CallSpans | None = None
         self._live = False
@@ -347,71 +328,31 @@ class Runtime:
 
     # --- ingress ---
 
-    async def feed(
-        self, events: Sequence[Event], *, trace: TraceContext | None = None
-    ) -> list[int]:
-        """Append portable ingress events of provider streams; their positions.
+    async def feed(self, events: Sequence[Event], *, trace: TraceContext | None = None) -> None:
+        """Feed portable ingress events of provider streams, in the order they came.
 
+        Fragments (``ArgumentsAppended``) are held for the next append of the log and this
+        returns without waiting for it: they are transport data, and the fragments of one call
+        that arrive between two appends are written as one event (where they carry offsets).
+        A feed of fragments only never blocks: it is a checkpoint now and then (every 64th),
+        or when more is held than the ingress's bound, until the writer has made room. Every
+        other event is a promise: this returns once it is durable, after the fragments its
+        response stream holds.
         Each response stream has one feeder: appends are fenced by the stream's version, and a
-        stream fed from elsewhere meanwhile is a ``ConflictError``.
+        stream fed from elsewhere meanwhile is a ``ConflictError`` (see :mod:`inert._ingress`).
         """
-        for event in events:
-            if not isinstance(event, INGRESS_TYPES):
-                raise RefusedError(f"feed takes ingress events, not {type(event).__name__}")
-        streams = sorted({_response_stream(event) for event in events})
-        users = [self._feed_lock(stream) for stream in streams]
-        held: list[trio.Lock] = []
-        try:
-            for user in users:
-                await user.lock.acquire()
-                held.append(user.lock)
-            return await self._append_fed(streams, events, trace)
-        finally:
-            for lock in held:
-                lock.release()
-            for stream, user in zip(streams, users, strict=True):
-                user.users -= 1
-                if not user.users:
-                    del self._feed_locks[stream]
-
-    def _feed_lock(self, stream: str) -> _FeedLock:
-        # A stream's lock lives while a feed of it runs or waits, so that the locks of the
-        # many streams a long-running runtime sees are not kept forever.
-        user = self._feed_locks.get(stream)
-        if user is None:
-            user = self._feed_locks[stream] = _FeedLock()
-        user.users += 1
-        return user
-
-    async def _append_fed(
-        self, streams: list[str], events: Sequence[Event], trace: TraceContext | None
-    ) -> list[int]:
-        versions = self._feed_versions
-        expected = {}
-        for stream in streams:
-            version = versions.pop(stream, None)
-            if version is None:
-                version = await self.log.stream_version(stream)
-            # Most recently fed last: the oldest entry is the one dropped past the bound.
-            versions[stream] = expected[stream] = version
-        while len(versions) > FEED_VERSIONS_KEPT:
-            del versions[next(iter(versions))]
-        try:
-            positions = await self.log.append(
-                [
-                    NewEvent(stream=_response_stream(event), event=event, trace=trace)
-                    for event in events
-                ],
-                expected,
-            )
-        except ConflictError:
-            for stream in streams:
-                versions.pop(stream, None)
-            raise
-        for event in events:
-            stream = _response_stream(event)
-            versions[stream] = versions.get(stream, expected[stream]) + 1
-        return positions
+        # The path of every delta, so the ingress's own steps are taken here, without a
+        # coroutine of its own between.
+        ingress = self._ingress
+        held = ingress.hold(events, trace)
+        if held is Held.HELD:
+            return
+        if held is Held.YIELD:
+            await trio.lowlevel.checkpoint()
+        elif held is Held.FULL:
+            await ingress.room()
+        else:
+            await ingress.append(events, trace)
 
     # --- confirmation ---
 
@@ -478,23 +419,42 @@ class Runtime:
 
     def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
         """The responses of ``turn`` whose stream was lost and can still be resumed, each with
-        the last provider sequence number its feeder saw (``StreamLost.last_sequence``)."""
+        the last provider sequence number the log holds all of (``StreamLost.last_sequence``:
+        a loss is written after every fragment fed before it, and a restart records the loss
+        of a resumed stream at the sequence it was resumed after)."""
         return self._fold.resumable_streams(turn)
 
     def resumable_calls(self, response: ResponseRef) -> list[ResumedCall]:
         """The calls of ``response`` a resumed stream takes up: opened, not terminal, each with
-        the sequence its adapter numbers next (``ResponseCalls.restore``)."""
-        return [
-            ResumedCall(
-                slot=state.key.item,
-                key=state.key,
-                tool=state.tool,
-                next_sequence=state.next_sequence,
-                offset=state.end,
-                ended=state.phase is not Phase.COLLECTING,
+        the sequence and byte offset its adapter gives next (``ResponseCalls.restore``), as
+        they were when the stream was lost."""
+        point = self._fold.resume_point(response)
+        calls = []
+        for state in self._fold.live_calls_of(response):
+            if point is None:
+                at = ResumedState(
+                    next_sequence=state.next_sequence,
+                    offset=state.end,
+                    ended=state.phase is not Phase.COLLECTING,
+                )
+            elif state.key in point.calls:
+                # As the stream was when it was lost: the continuation sends again what came
+                # after, and what the log holds of that is a duplicate.
+                at = point.calls[state.key]
+            else:
+                # Opened after the stream was lost: the continuation opens it again.
+                continue
+            calls.append(
+                ResumedCall(
+                    slot=state.key.item,
+                    key=state.key,
+                    tool=state.tool,
+                    next_sequence=at.next_sequence,
+                    offset=at.offset,
+                    ended=at.ended,
+                )
             )
-            for state in self._fold.live_calls_of(response)
-        ]
+        return calls
 
     async def confirm(
         self,
@@ -663,13 +623,15 @@ class Runtime:
         return Changes(self)
 
     async def settle(self) -> None:
-        """Wait until everything in the log now is folded and every actor has done its work."""
+        """Wait until everything fed is in the log, everything in the log is folded and every
+        actor has done its work."""
         while True:
+            await self._ingress.drain()
             head = await self.log.head()
             await self._router.wait_for(head)
             await self._router.wait_until_idle()
             await self._retained()
-            if await self.log.head() == head and not self._router.busy:
+            if await self.log.head() == head and not self._router.busy and self._ingress.idle:
                 return
 
     async def _retain(self) -> None:
@@ -730,7 +692,7 @@ class Runtime:
         lost = [
             NewEvent(
                 stream=response.stream,
-                event=StreamLost(response=response, resumable=False),
+                event=self._lost(response),
                 # Every survivor would write the same loss: one id makes it one event.
                 event_id=f"lost:{turn.lease_stream}:{lease[1]}:{response.stream}",
             )
@@ -773,15 +735,27 @@ class Runtime:
         await self.settle()
         owns = self._fold.owns
         lost = [
-            NewEvent(stream=response.stream, event=StreamLost(response=response, resumable=False))
+            NewEvent(stream=response.stream, event=self._lost(response))
             for response in self._fold.interrupted_responses()
             if owns(response.turn_ref)
         ]
         if lost:
             await self.log.append(lost)
+            # Ready once the losses are folded: what is resumable is then known.
+            await self._caught_up()
         await self._record_unknown(
             lambda claimer, key: claimer == self.process or (claimer is None and owns(key.turn_ref))
         )
+
+    def _lost(self, response: ResponseRef) -> StreamLost:
+        """The loss of a stream its process no longer feeds. A stream that was lost and
+        resumable before (a background response, resumed since) stays resumable, after the
+        sequence that loss recorded: the log holds everything up to it, and a continuation
+        from there sends again whatever the stopped process fed after it and did not write."""
+        point = self._fold.resume_point(response)
+        if point is None:
+            return StreamLost(response=response, resumable=False)
+        return StreamLost(response=response, resumable=True, last_sequence=point.after)
 
     def _claim_of(self, key: CallKey) -> str:
         state = self._fold.state(key)
@@ -845,6 +819,7 @@ async def open_runtime(
     process: str | None = None,
     lease_time: float = DEFAULT_LEASE_TIME,
     tracer_provider: TracerProvider | None = None,
+    collector: CollectorSettings | None = DEFAULT_COLLECTOR,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
@@ -860,8 +835,9 @@ async def open_runtime(
     ``lease_time`` seconds (see :mod:`inert._peers`). With a ``tracer_provider``
     (OpenTelemetry), turns, calls, validations,
     confirmations, dispatches and controls become spans, made from the log once the runtime is
-    live, never on replay. Everything is rebuilt from the log first; the runtime stops when the
-    block ends.
+    live, never on replay. Once everything is rebuilt from the log, the garbage collector is set
+    as ``collector`` says (the objects alive frozen, higher thresholds; ``None`` leaves it
+    alone, see :mod:`inert._collector`); the runtime stops when the block ends.
     """
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
@@ -885,17 +861,18 @@ async def open_runtime(
         runtime.operators = authorizer
         if tracer_provider is not None:
             runtime.spans = CallSpans(tracer_provider.get_tracer("inert"))
-        async with _run(runtime) as running:
+        async with _run(runtime, collector) as running:
             yield running
 
 
 @asynccontextmanager
-async def _run(runtime: Runtime) -> AsyncIterator[Runtime]:
+async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
     await runtime._router.catch_up()
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
+            nursery.start_soon(runtime._ingress.run)
             nursery.start_soon(runtime._retain)
             if runtime.peers is not None:
                 nursery.start_soon(runtime._keep_company, runtime.peers)
@@ -903,10 +880,19 @@ async def _run(runtime: Runtime) -> AsyncIterator[Runtime]:
                 # What replaying the log heard made no spans: from here on, events are new.
                 runtime._live = True
                 await runtime._recover()
-                yield runtime
+                if collector is not None:
+                    _collector.apply(collector)
+                try:
+                    yield runtime
+                finally:
+                    if collector is not None:
+                        _collector.restore()
             except BaseException as error:
                 body_error = error
             finally:
+                with trio.CancelScope(shield=True):
+                    # A clean stop writes the fragments fed: only a crash loses them.
+                    await runtime._ingress.drain()
                 if runtime.spans is not None:
                     runtime.spans.close(runtime.log.now())
                 nursery.cancel_scope.cancel()

@@ -150,6 +150,7 @@ class Stream:
     keys: dict[str, CallKey] = field(factory=dict)
     """Call label to key, for renderers that open a call at another step than its ``Open``."""
     sequences: dict[str, int] = field(factory=dict)
+    offsets: dict[str, int] = field(factory=dict)
     delivered: dict[int, list[Event]] = field(factory=dict)
     withheld: dict[int, list[Event]] = field(factory=dict)
     open_responses: dict[ResponseRef, None] = field(factory=dict)
@@ -188,13 +189,20 @@ class PortableRenderer:
             )
             stream.keys[step.call] = key
             stream.sequences[step.call] = 0
+            stream.offsets[step.call] = 0
             return [CallOpened(key=key, tool=step.tool, sequence=0)]
         key = stream.keys[step.call]
         sequence = stream.sequences[step.call] = stream.sequences[step.call] + 1
         if isinstance(step, Fragment):
+            offset = stream.offsets[step.call]
+            stream.offsets[step.call] = offset + len(step.data)
             return [
                 ArgumentsAppended(
-                    key=key, data=step.data, first_sequence=sequence, last_sequence=sequence
+                    key=key,
+                    data=step.data,
+                    offset=offset,
+                    first_sequence=sequence,
+                    last_sequence=sequence,
                 )
             ]
         return [

@@ -79,8 +79,10 @@ def call_events(key: CallKey, *, tool: str = "get_weather", data: bytes = ARGUME
     half = len(data) // 2
     return [
         CallOpened(key=key, tool=tool, sequence=0),
-        ArgumentsAppended(key=key, data=data[:half], first_sequence=1, last_sequence=1),
-        ArgumentsAppended(key=key, data=data[half:], first_sequence=2, last_sequence=2),
+        ArgumentsAppended(key=key, data=data[:half], offset=0, first_sequence=1, last_sequence=1),
+        ArgumentsAppended(
+            key=key, data=data[half:], offset=half, first_sequence=2, last_sequence=2
+        ),
         CallEnded(key=key, terminal=TerminalRef(sequence=3)),
         ResponseEnded(
             response=key.response_ref,

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 import trio.testing
 from adapter_support import FIXTURES, declarations, feed_stream
@@ -340,16 +341,30 @@ def key_of(call: str, *, turn: str = "t1", response: str = "r1", tenant: str = T
 def call_events(
     key: CallKey, data: bytes = WEATHER, *, tool: str = "get_weather", parts: int = 2
 ) -> list[Event]:
-    """A whole call: opened, its fragments, its end event (sequences 0..n+1)."""
+    """A whole call: opened, its fragments at their offsets, its end event (sequences
+    0..n+1)."""
     size = -(-len(data) // parts)
     pieces = [data[index : index + size] for index in range(0, len(data), size)]
     events: list[Event] = [CallOpened(key=key, tool=tool, sequence=0)]
     for sequence, piece in enumerate(pieces, start=1):
-        events.append(
-            ArgumentsAppended(key=key, data=piece, first_sequence=sequence, last_sequence=sequence)
-        )
+        events.append(fragment(key, piece, (sequence - 1) * size, sequence))
     events.append(CallEnded(key=key, terminal=TerminalRef(sequence=len(pieces) + 1)))
     return events
+
+
+def fragment(
+    key: CallKey, data: bytes, offset: int, first: int, last: int | None = None
+) -> ArgumentsAppended:
+    """Bytes of a call at their offset, numbered ``first..last`` (``first`` alone if not)."""
+    last = first if last is None else last
+    return ArgumentsAppended(
+        key=key,
+        data=data,
+        offset=offset,
+        first_sequence=first,
+        last_sequence=last,
+        fragments=last - first + 1,
+    )
 
 
 def response_end(
@@ -1050,6 +1065,104 @@ def _stream_recordings() -> list[Recording]:
 
 
 RECORDINGS.extend(_stream_recordings())
+
+
+# --- schema 2 ---------------------------------------------------------------------------------
+
+# Every recording above again, as this version writes it: fragments at their byte offsets (the
+# adapters' and the awkward suite's), coalesced by the runtime between two appends. The logs
+# without the prefix were written by schema 1 and are read through the upcaster.
+RECORDINGS.extend(
+    attrs.evolve(
+        recording,
+        name=f"v2-{recording.name}",
+        scenario=f"{recording.scenario} Schema 2: fragments at byte offsets.",
+    )
+    for recording in list(RECORDINGS)
+)
+
+
+@scenario("ranges-redelivered-chunked-otherwise")
+async def _redelivered(lab: Lab) -> None:
+    """A call's bytes arrive in three fragments, then again as one and as a range across two:
+    the re-deliveries are duplicates, and the call runs with its arguments once."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        key = key_of("a")
+        whole = call_events(key, parts=3)
+        await runtime.feed(whole[:-1])
+        await runtime.settle()
+        await runtime.feed([fragment(key, WEATHER, 0, 1, 3), fragment(key, WEATHER[5:20], 5, 1, 2)])
+        await runtime.feed([whole[-1], response_end(key)])
+        await runtime.settle()
+        await run_ready(runtime)
+
+
+@scenario("ranges-straddling-and-conflicting")
+async def _straddling(lab: Lab) -> None:
+    """A fragment straddling the end of what is stored adds its new bytes and the call runs;
+    another call's fragment that disagrees with its stored bytes fails it
+    ``conflicting_fragment``, as does one bringing new bytes under sequences seen."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        straddled, conflicting, replayed = key_of("a"), key_of("b"), key_of("c")
+        for key in (straddled, conflicting, replayed):
+            await runtime.feed([CallOpened(key=key, tool="get_weather", sequence=0)])
+            await runtime.feed([fragment(key, WEATHER[:20], 0, 1)])
+            await runtime.settle()
+        await runtime.feed([fragment(straddled, WEATHER[10:], 10, 1, 2)])
+        await runtime.feed([CallEnded(key=straddled, terminal=TerminalRef(sequence=3))])
+        await runtime.feed([fragment(conflicting, b"X" * 10, 15, 2)])
+        await runtime.feed([fragment(replayed, WEATHER[20:], 20, 1)])
+        await runtime.feed([response_end(straddled)])
+        await runtime.settle()
+        await run_ready(runtime)
+
+
+@scenario("ranges-out-of-order-and-missing")
+async def _out_of_order(lab: Lab) -> None:
+    """Fragments arriving last first wait past the gap and the call runs; a call whose middle
+    fragment never arrives fails ``sequence_gap`` at its end event."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        late, missing = key_of("a"), key_of("b")
+        for key in (late, missing):
+            await runtime.feed([CallOpened(key=key, tool="get_weather", sequence=0)])
+        await runtime.feed([fragment(late, WEATHER[24:], 24, 3)])
+        await runtime.feed([fragment(late, WEATHER[:12], 0, 1)])
+        await runtime.feed([fragment(missing, WEATHER[24:], 24, 3)])
+        await runtime.feed([fragment(missing, WEATHER[:12], 0, 1)])
+        await runtime.settle()
+        await runtime.feed([fragment(late, WEATHER[12:24], 12, 2)])
+        for key in (late, missing):
+            await runtime.feed([CallEnded(key=key, terminal=TerminalRef(sequence=4))])
+        await runtime.feed([response_end(late)])
+        await runtime.settle()
+        await run_ready(runtime)
+
+
+@scenario("ranges-deltas-coalesced")
+async def _coalesced(lab: Lab) -> None:
+    """Three calls of one response fed a byte per feed, interleaved: the runtime writes each
+    call's bytes as one event per append; all three run."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        keys = [key_of(name) for name in ("a", "b", "c")]
+        for key in keys:
+            await runtime.feed([CallOpened(key=key, tool="get_weather", sequence=0)])
+        for offset in range(len(WEATHER)):
+            for key in keys:
+                await runtime.feed(
+                    [fragment(key, WEATHER[offset : offset + 1], offset, offset + 1)]
+                )
+        for key in keys:
+            await runtime.feed(
+                [CallEnded(key=key, terminal=TerminalRef(sequence=len(WEATHER) + 1))]
+            )
+        await runtime.feed([response_end(keys[0])])
+        await runtime.settle()
+        await run_ready(runtime)
+
 
 _names = [recording.name for recording in RECORDINGS]
 assert len(_names) == len(set(_names)), "two recordings share a name"

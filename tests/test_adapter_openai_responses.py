@@ -5,6 +5,8 @@ suite rendered as Responses SSE, and background-mode resumption across a restart
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any, TypeVar
 
 import pydantic
 import pytest
+import trio
 from adapter_support import (
     CONVERSATION,
     FIXTURES,
@@ -1425,6 +1428,62 @@ async def test_resumed_stream_replaying_seen_events_ignores_them(tmp_path: Path)
     ends the same: the replayed events are ignored."""
     await _first_connection(tmp_path, resumable=True)
     after, executed = await _continue(tmp_path, _after(0))
+    assert after == {GPT4O_SEARCH: DISPATCHED, GPT4O_WEATHER: DISPATCHED}
+    assert sorted(executed) == sorted([GPT4O_SEARCH, GPT4O_WEATHER])
+
+
+async def _resumed_and_killed(tmp_path: Path, *written: str) -> int:
+    """A child process resumes the cut stream, feeds the continuation's argument deltas and is
+    killed before they are written (or after, given ``"written"``); how many it fed."""
+    url = f"sqlite:///{tmp_path / 'resume.db'}"
+    child = await trio.run_process(
+        [sys.executable, str(Path(__file__).parent / "resume_killed.py"), url, *written],
+        capture_stdout=True,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child
+    [line] = child.stdout.decode().splitlines()
+    return int(line.split()[1])
+
+
+async def test_a_crash_after_fragments_were_fed_loses_them_and_the_resumption_sends_them_again(
+    tmp_path: Path,
+) -> None:
+    """Fragments of a resumed background stream fed and not yet written when the process is
+    killed are lost with it: a restart keeps the stream resumable after the sequence the log
+    holds all of, with its calls as they were then; the continuation from there sends the
+    lost bytes again, and each call runs once with its whole arguments."""
+    await _first_connection(tmp_path, resumable=True)
+    fed = await _resumed_and_killed(tmp_path)
+    assert fed == 2
+    async with _runtime(tmp_path) as runtime:
+        records = await runtime.log.read()
+        resumed = max(
+            record.position for record in records if isinstance(record.event, StreamResumed)
+        )
+        assert not any(
+            isinstance(record.kept, ArgumentsAppended) and record.position > resumed
+            for record in records
+        ), "the killed process wrote the fragments it held"
+        response = ResponseRef(tenant=TENANT, conversation=CONVERSATION, turn="t1", response=GPT4O)
+        assert runtime.resumable_streams(turn_ref()) == {response: CUT_AFTER}
+        calls = {call.slot: call for call in runtime.resumable_calls(response)}
+        assert (calls[GPT4O_WEATHER].next_sequence, calls[GPT4O_WEATHER].ended) == (4, False)
+        assert calls[GPT4O_SEARCH].ended
+    after, executed = await _continue(tmp_path, _after(CUT_AFTER + 1))
+    assert after == {GPT4O_SEARCH: DISPATCHED, GPT4O_WEATHER: DISPATCHED}
+    assert sorted(executed) == sorted([GPT4O_SEARCH, GPT4O_WEATHER])
+
+
+async def test_a_crash_after_fragments_were_written_resumes_them_as_duplicates(
+    tmp_path: Path,
+) -> None:
+    """Fragments a resumed stream wrote before its process was killed are sent again by the
+    next continuation (it resumes where the log holds everything): they are duplicates, and
+    each call runs once with its whole arguments."""
+    await _first_connection(tmp_path, resumable=True)
+    assert await _resumed_and_killed(tmp_path, "written") == 2
+    after, executed = await _continue(tmp_path, _after(CUT_AFTER + 1))
     assert after == {GPT4O_SEARCH: DISPATCHED, GPT4O_WEATHER: DISPATCHED}
     assert sorted(executed) == sorted([GPT4O_SEARCH, GPT4O_WEATHER])
 

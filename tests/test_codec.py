@@ -536,7 +536,9 @@ def test_a_schema_1_fragment_is_read_as_an_unpositioned_fragment() -> None:
         "last_sequence": 5,
         "fragments": 2,
     }
-    expected = ArgumentsAppended(key=KEY, data=b"{}", first_sequence=4, last_sequence=5, fragments=2)
+    expected = ArgumentsAppended(
+        key=KEY, data=b"{}", first_sequence=4, last_sequence=5, fragments=2
+    )
     for codec in (DEFAULT_CODEC, Codec()):
         assert codec.decode("ingress.arguments_appended", 1, pack(fields)) == expected
     assert ArgumentsAppended.SCHEMA_VERSION == 2

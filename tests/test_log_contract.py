@@ -167,7 +167,7 @@ async def test_read_returns_the_event_and_its_envelope(log: Log) -> None:
     assert recorded.event == event
     assert recorded.trace == trace
     assert recorded.event_type == "ingress.arguments_appended"
-    assert recorded.schema_version == 1
+    assert recorded.schema_version == ArgumentsAppended.SCHEMA_VERSION
     assert recorded.recorded_at.tzinfo is not None
     assert recorded.recorded_at >= datetime(2026, 1, 1, tzinfo=UTC)
 

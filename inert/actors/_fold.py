@@ -24,7 +24,7 @@ Pure: no trio, no storage. The actors and the runtime do the writing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TypeVar
 
@@ -107,6 +107,28 @@ class ReplayDivergence(InertError):
         )
         self.key = key
         self.position = position
+
+
+# --- resuming a lost stream --------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class ResumedState:
+    """A call as its response's resume point found it: the sequence and byte offset its next
+    fragment takes, and whether its own end event had arrived."""
+
+    next_sequence: int
+    offset: int
+    ended: bool
+
+
+@frozen(kw_only=True)
+class ResumePoint:
+    """A lost, resumable response: the provider sequence it can be resumed after, and its live
+    calls then."""
+
+    after: int | None
+    calls: Mapping[CallKey, ResumedState]
 
 
 # --- work for the actors ----------------------------------------------------------------------
@@ -301,6 +323,7 @@ class CallFold:
         self.records: dict[CallKey, CallRecord] = {}
         self._index = _Index()
         self._resumable: dict[ResponseRef, int | None] = {}
+        self._resume_points: dict[ResponseRef, ResumePoint] = {}
         self._by_stream: dict[str, CallKey | list[CallKey]] = {}
 
     # --- reading the log ---
@@ -328,10 +351,25 @@ class CallFold:
         match event:
             case StreamLost(response=response, resumable=True, last_sequence=last):
                 self._resumable[response] = last
-            case StreamLost(response=response) | StreamResumed(response=response):
+                point = self._resume_points.get(response)
+                # The same point recorded again (by a restart) keeps the calls as they were.
+                if point is None or point.after != last:
+                    self._resume_points[response] = ResumePoint(
+                        after=last,
+                        calls={
+                            state.key: ResumedState(
+                                next_sequence=state.next_sequence,
+                                offset=state.end,
+                                ended=state.phase is not Phase.COLLECTING,
+                            )
+                            for state in self.live_calls_of(response)
+                        },
+                    )
+            case StreamResumed(response=response):
                 self._resumable.pop(response, None)
-            case ResponseEnded(response=response):
+            case StreamLost(response=response) | ResponseEnded(response=response):
                 self._resumable.pop(response, None)
+                self._resume_points.pop(response, None)
 
     def _targets(self, event: Event) -> Iterable[CallKey]:
         index = self._index
@@ -622,6 +660,12 @@ class CallFold:
             for response, last in self._resumable.items()
             if response.turn_ref == turn
         }
+
+    def resume_point(self, response: ResponseRef) -> ResumePoint | None:
+        """Where a response that was lost and resumable can be taken up again: after the
+        sequence its loss recorded, with its calls as the log held them then (what came after
+        it, the continuation sends again)."""
+        return self._resume_points.get(response)
 
     def interrupted_responses(self) -> list[ResponseRef]:
         """Responses with calls still assembling whose stream cannot be resumed.

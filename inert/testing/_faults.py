@@ -131,11 +131,13 @@ class InjectedFault(LogError):
 
 @attrs.frozen
 class Injection:
-    """One fault injected: at which append (0 for a delivery), and what the inner log kept."""
+    """One fault injected: at which append (0 for a delivery), what the inner log kept, and
+    the types of the events the append held."""
 
     fault: Fault
     append: int
     stored: Stored | None
+    event_types: frozenset[str] = frozenset()
 
 
 class FaultyLog(Log):
@@ -199,7 +201,8 @@ class FaultyLog(Log):
         return None
 
     def _inject(self, fault: Fault, records: list[PendingRecord], stored: Stored, why: str) -> None:
-        self.injected.append(Injection(fault, self.appends, stored))
+        types = frozenset(record.event_type for record in records)
+        self.injected.append(Injection(fault, self.appends, stored, types))
         error = InjectedFault(fault, self.appends, records, stored, why)
         if fault in (Fault.FSYNC_ERROR, Fault.CRASH_BEFORE_STORE, Fault.CRASH_AFTER_STORE):
             self._halted = error
