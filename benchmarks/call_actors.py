@@ -22,10 +22,11 @@ last line and in ``targets_missed``), and the run still exits 0.
    call gets a tenth of ``--fragments`` (it pays one commit per feed), 100 calls share
    ``--fragments``, and 10,000 calls get eight each. Baselines: a plain dict mapping each
    ``CallKey`` to a list of bytes, fed the same (key, bytes) deltas; and, at 100 calls, the
-   runtime on a ``memory://`` log (no disk: the Trio side alone) and a floor: Python's
-   ``sqlite3`` inserting one prebuilt row per delta (the shape of an event row: position, event
-   id, stream id, version, time, type and the fragment as payload, no index but the primary
-   key) into a fresh file, in transactions of 1,024 rows.
+   runtime on a ``memory://`` log (no disk: the Trio side alone), the runtime leaving the
+   garbage collector alone (``collector=None``), and a floor: Python's ``sqlite3`` inserting
+   one prebuilt row per delta (the shape of an event row: position, event id, stream id,
+   version, time, type and the fragment as payload, no index but the primary key) into a fresh
+   file, in transactions of 1,024 rows.
 2. ``latency``: at 1,000 concurrent calls, each opened and fed its fragments and end event; then
    each call's response ends (one response per call), and the time from the ``ResponseEnded``
    feed until the key is in ``runtime.projections.queue.ready()`` is taken (a subclass of
@@ -86,6 +87,7 @@ from inert import (
     CallLimits,
     CallOpened,
     CallValidated,
+    CollectorSettings,
     Event,
     NewEvent,
     Phase,
@@ -141,6 +143,9 @@ SINGLE_CALL_FRACTION = 10
 SETUP_WORKERS = 256
 IDLE_TIMEOUT = timedelta(hours=1)
 PAGE = 4096
+
+RUNTIME_COLLECTOR = CollectorSettings()
+"""The runtime's own collector settings (its default)."""
 
 TARGET_FRAGMENTS_PER_SECOND = 100_000.0
 TARGET_FRAGMENTS_VS_FLOOR = 1.0
@@ -319,10 +324,12 @@ async def _open_collecting(runtime: Runtime, keys: Sequence[CallKey]) -> None:
     await runtime.settle()
 
 
-async def _fragments_end_to_end(url: str, calls: int, per_call: int, per_feed: int) -> float:
+async def _fragments_end_to_end(
+    url: str, calls: int, per_call: int, per_feed: int, collector: CollectorSettings | None
+) -> float:
     keys = [call_key(index) for index in range(calls)]
     limits = limits_for(calls, fragments_per_call=per_call, size=per_call * len(FRAGMENT))
-    async with open_runtime(log=url, tools=[TOOL], limits=limits) as runtime:
+    async with open_runtime(log=url, tools=[TOOL], limits=limits, collector=collector) as runtime:
         await _open_collecting(runtime, keys)
         check_phases(runtime, keys, Phase.COLLECTING, "fragments")
 
@@ -367,11 +374,16 @@ def _feeds_of(key: CallKey, per_call: int, per_feed: int) -> list[list[Event]]:
 
 
 def fragments_case(
-    calls: int, per_call: int, per_feed: int, *, memory: bool = False
+    calls: int,
+    per_call: int,
+    per_feed: int,
+    *,
+    memory: bool = False,
+    collector: CollectorSettings | None = RUNTIME_COLLECTOR,
 ) -> Callable[[Path], float]:
     def run(path: Path) -> float:
         url = "memory://" if memory else sqlite_url(path)
-        return trio.run(_fragments_end_to_end, url, calls, per_call, per_feed)
+        return trio.run(_fragments_end_to_end, url, calls, per_call, per_feed, collector)
 
     return run
 
@@ -482,6 +494,15 @@ def build_fragment_cases(fragments: int, large_runs: int) -> list[Timed]:
             )
             cases.append(
                 Timed(
+                    f"inert_{calls}_collector_untouched",
+                    f"inert, {_calls(calls)}, 1 fragment per feed, collector=None",
+                    total,
+                    fragments_case(calls, per_call, 1, collector=None),
+                    most_runs,
+                )
+            )
+            cases.append(
+                Timed(
                     f"sqlite3_floor_{calls}",
                     f"sqlite3 floor, 1 row per fragment, {FLOOR_BATCH:,} per transaction",
                     total,
@@ -512,6 +533,9 @@ def fragments_summary(cases: Sequence[Timed]) -> dict[str, Any]:
             "coalesced_vs_single": rate[f"inert_{calls}_coalesced"] / rate[f"inert_{calls}_single"],
         }
     summary["sqlite_vs_memory_at_100"] = rate["inert_100_single"] / rate["inert_100_memory"]
+    summary["collector_settings_at_100"] = (
+        rate["inert_100_single"] / rate["inert_100_collector_untouched"]
+    )
     floor = rate[f"sqlite3_floor_{CEILING_CALLS}"]
     summary["sqlite3_floor_at_100"] = {
         "rows_per_second": floor,
@@ -556,6 +580,10 @@ def fragments_report(cases: Sequence[Timed], summary: dict[str, Any], runs: int)
     lines.append(
         "     100 calls: SQLite / memory:// (the Trio side alone), 1 per feed"
         f" {summary['sqlite_vs_memory_at_100']:.2f}x"
+    )
+    lines.append(
+        "     100 calls: the runtime's collector settings / collector=None, 1 per feed"
+        f" {summary['collector_settings_at_100']:.2f}x"
     )
     floor = summary["sqlite3_floor_at_100"]
     lines.append(

@@ -717,10 +717,11 @@ class _Streamed:
         return CallOpened(key=self.key, tool=self.tool, sequence=0)
 
     def fragment(self, number: int) -> ArgumentsAppended:
-        """The fragment of this number (from 1)."""
+        """The fragment of this number (from 1), at its byte offset."""
         return ArgumentsAppended(
             key=self.key,
             data=self.fragments[number - 1],
+            offset=sum(len(piece) for piece in self.fragments[: number - 1]),
             first_sequence=number,
             last_sequence=number,
         )
