@@ -920,7 +920,8 @@ async def _inert_memory(directory: str, calls: int, traced: bool) -> dict[str, A
         turns = len({key.turn_ref for key in keys})
         if len(rows) != calls or any(row.fragments != 2 for row in rows):
             raise RuntimeError("memory: the ledger does not show every call with 2 fragments")
-        if events != turns + 4 * calls:
+        # Per call: its opening, its two fragments as one event, its collecting decision.
+        if events != turns + 3 * calls:
             raise RuntimeError(f"memory: {events} events in the log")
     return {
         "calls": calls,

@@ -54,7 +54,8 @@ DEFAULT_MAX_PENDING_EVENTS = 65_536
 """Coalesced fragment events held for the next append before a feed waits for it."""
 
 YIELD_EVERY = 64
-"""Feeds of fragments between two schedule points (each feed is a cancel point)."""
+"""Every this many feeds of fragments one is a checkpoint; the others neither block nor
+yield (a checkpoint costs more than holding a delta)."""
 
 
 def response_stream(event: Event) -> str:
@@ -159,7 +160,6 @@ class Ingress:
             self._work.set()
         if self._pending_bytes > self._max_bytes or self._pending_events > self._max_events:
             return Held.FULL
-        # A schedule point now and then, not on every delta: yielding costs more than holding.
         self._unyielded += 1
         if self._unyielded < YIELD_EVERY:
             return Held.HELD
@@ -167,7 +167,7 @@ class Ingress:
         return Held.YIELD
 
     async def room(self) -> None:
-        """Until the writer has appended what was held when this was called."""
+        """Until the next append of what is held."""
         await self._next_write()
 
     async def append(self, events: Sequence[Event], trace: TraceContext | None) -> None:
@@ -198,8 +198,6 @@ class Ingress:
             self._notify_written()
 
     def _raise_failed(self, events: Sequence[Event]) -> None:
-        if not self._failed:
-            return
         for event in events:
             error = self._failed.pop(response_stream(event), None)
             if error is not None:
