@@ -22,11 +22,11 @@ last line and in ``targets_missed``), and the run still exits 0.
    call gets a tenth of ``--fragments`` (it pays one commit per feed), 100 calls share
    ``--fragments``, and 10,000 calls get eight each. Baselines: a plain dict mapping each
    ``CallKey`` to a list of bytes, fed the same (key, bytes) deltas; and, at 100 calls, the
-   runtime on a ``memory://`` log (no disk: the Trio side alone), the runtime leaving the
-   garbage collector alone (``collector=None``), and a floor: Python's ``sqlite3`` inserting
-   one prebuilt row per delta (the shape of an event row: position, event id, stream id,
-   version, time, type and the fragment as payload, no index but the primary key) into a fresh
-   file, in transactions of 1,024 rows.
+   runtime on a ``memory://`` log (no disk: the Trio side alone) and a floor: Python's
+   ``sqlite3`` inserting one prebuilt row per delta (the shape of an event row: position, event
+   id, stream id, version, time, type and the fragment as payload, no index but the primary
+   key) into a fresh file, in transactions of 1,024 rows. At 100 and 10,000 calls, also the
+   runtime leaving the garbage collector alone (``collector=None``).
 2. ``latency``: at 1,000 concurrent calls, each opened and fed its fragments and end event; then
    each call's response ends (one response per call), and the time from the ``ResponseEnded``
    feed until the key is in ``runtime.projections.queue.ready()`` is taken (a subclass of
@@ -482,6 +482,16 @@ def build_fragment_cases(fragments: int, large_runs: int) -> list[Timed]:
                 most_runs,
             )
         )
+        if calls >= CEILING_CALLS:
+            cases.append(
+                Timed(
+                    f"inert_{calls}_collector_untouched",
+                    f"inert, {_calls(calls)}, 1 fragment per feed, collector=None",
+                    total,
+                    fragments_case(calls, per_call, 1, collector=None),
+                    most_runs,
+                )
+            )
         if calls == CEILING_CALLS:
             cases.append(
                 Timed(
@@ -489,15 +499,6 @@ def build_fragment_cases(fragments: int, large_runs: int) -> list[Timed]:
                     f"inert, {_calls(calls)}, 1 fragment per feed, memory:// log",
                     total,
                     fragments_case(calls, per_call, 1, memory=True),
-                    most_runs,
-                )
-            )
-            cases.append(
-                Timed(
-                    f"inert_{calls}_collector_untouched",
-                    f"inert, {_calls(calls)}, 1 fragment per feed, collector=None",
-                    total,
-                    fragments_case(calls, per_call, 1, collector=None),
                     most_runs,
                 )
             )
@@ -533,9 +534,11 @@ def fragments_summary(cases: Sequence[Timed]) -> dict[str, Any]:
             "coalesced_vs_single": rate[f"inert_{calls}_coalesced"] / rate[f"inert_{calls}_single"],
         }
     summary["sqlite_vs_memory_at_100"] = rate["inert_100_single"] / rate["inert_100_memory"]
-    summary["collector_settings_at_100"] = (
-        rate["inert_100_single"] / rate["inert_100_collector_untouched"]
-    )
+    summary["collector_settings"] = {
+        str(calls): rate[f"inert_{calls}_single"] / rate[f"inert_{calls}_collector_untouched"]
+        for calls in CONCURRENCY
+        if calls >= CEILING_CALLS
+    }
     floor = rate[f"sqlite3_floor_{CEILING_CALLS}"]
     summary["sqlite3_floor_at_100"] = {
         "rows_per_second": floor,
@@ -581,10 +584,11 @@ def fragments_report(cases: Sequence[Timed], summary: dict[str, Any], runs: int)
         "     100 calls: SQLite / memory:// (the Trio side alone), 1 per feed"
         f" {summary['sqlite_vs_memory_at_100']:.2f}x"
     )
-    lines.append(
-        "     100 calls: the runtime's collector settings / collector=None, 1 per feed"
-        f" {summary['collector_settings_at_100']:.2f}x"
-    )
+    for calls, ratio in summary["collector_settings"].items():
+        lines.append(
+            f"  {_calls(int(calls)):>12}: the runtime's collector settings / collector=None,"
+            f" 1 per feed {ratio:.2f}x"
+        )
     floor = summary["sqlite3_floor_at_100"]
     lines.append(
         f"     100 calls: 1 per feed / sqlite3 floor ({fmt(floor['rows_per_second'])} rows/s)"
