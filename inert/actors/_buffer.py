@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+from typing import NamedTuple
 
 from ..events import ArgumentsAppended
 
@@ -69,26 +70,28 @@ def _covered(ranges: Ranges, first: int, last: int) -> bool:
     return any(low <= first and last <= high for low, high in ranges)
 
 
+class Counts(NamedTuple):
+    """What a buffer of either kind counts of the fragments it took."""
+
+    fragments: int = 0
+    """Provider fragments accepted (a coalesced event counts the fragments it joined)."""
+    size: int = 0
+    """Bytes stored."""
+    ranges: Ranges = ()
+    """Sequences seen, merged into ranges."""
+    numbered: bool | None = None
+
+
+NO_COUNTS = Counts()
+
+
 class Buffer:
     """What every buffer knows: fragments, sequences seen, bytes stored. Empty as itself."""
 
     __slots__ = ("fragments", "numbered", "ranges", "size")
 
-    def __init__(
-        self,
-        *,
-        fragments: int = 0,
-        size: int = 0,
-        ranges: Ranges = (),
-        numbered: bool | None = None,
-    ) -> None:
-        self.fragments = fragments
-        """Provider fragments accepted (a coalesced event counts the fragments it joined)."""
-        self.size = size
-        """Bytes stored."""
-        self.ranges = ranges
-        """Sequences seen, merged into ranges."""
-        self.numbered = numbered
+    def __init__(self, counts: Counts = NO_COUNTS) -> None:
+        self.fragments, self.size, self.ranges, self.numbered = counts
 
     @property
     def positioned(self) -> bool | None:
@@ -152,16 +155,19 @@ class Buffer:
         """The same record of sequences, ranges and counts, with the bytes dropped."""
         return self
 
-    def _counts(self, fragment: ArgumentsAppended, added: int) -> tuple[int, int, Ranges, bool]:
+    def _counts(self, fragment: ArgumentsAppended, added: int) -> Counts:
         ranges = self.ranges
         if fragment.first_sequence is not None:
             ranges = _merge(ranges, *_sequences(fragment))
-        return (
+        return Counts(
             self.fragments + fragment.fragments,
             self.size + added,
             ranges,
             fragment.first_sequence is not None,
         )
+
+    def _kept(self) -> Counts:
+        return Counts(self.fragments, self.size, self.ranges, self.numbered)
 
     def _key(self) -> tuple[object, ...]:
         return (type(self), self.fragments, self.size, self.ranges, self.numbered)
@@ -215,17 +221,8 @@ class SequencedBuffer(Buffer):
 
     __slots__ = ("count", "parts")
 
-    def __init__(
-        self,
-        parts: _Parts = (),
-        count: int = 0,
-        *,
-        fragments: int = 0,
-        size: int = 0,
-        ranges: Ranges = (),
-        numbered: bool | None = None,
-    ) -> None:
-        super().__init__(fragments=fragments, size=size, ranges=ranges, numbered=numbered)
+    def __init__(self, parts: _Parts = (), count: int = 0, counts: Counts = NO_COUNTS) -> None:
+        super().__init__(counts)
         self.parts = parts
         self.count = count
 
@@ -271,23 +268,13 @@ class SequencedBuffer(Buffer):
                 index = bisect.bisect(earlier, first, key=lambda item: item[0])
                 earlier.insert(index, (first, fragment.data))
                 parts = _chain(earlier)
-        fragments, size, ranges, numbered = self._counts(fragment, len(fragment.data))
-        return SequencedBuffer(
-            parts, self.count + 1, fragments=fragments, size=size, ranges=ranges, numbered=numbered
-        )
+        return SequencedBuffer(parts, self.count + 1, self._counts(fragment, len(fragment.data)))
 
     def assembled(self) -> bytes:
         return b"".join(data for _, data in _unchain(self.parts))
 
     def without_data(self) -> SequencedBuffer:
-        return SequencedBuffer(
-            (),
-            self.count,
-            fragments=self.fragments,
-            size=self.size,
-            ranges=self.ranges,
-            numbered=self.numbered,
-        )
+        return SequencedBuffer((), self.count, self._kept())
 
 
 # --- positioned fragments (placed by byte range) ------------------------------------------------
@@ -307,13 +294,9 @@ class RangeBuffer(Buffer):
         data: bytearray | None = None,
         prefix: int = 0,
         held: Held = (),
-        *,
-        fragments: int = 0,
-        size: int = 0,
-        ranges: Ranges = (),
-        numbered: bool | None = None,
+        counts: Counts = NO_COUNTS,
     ) -> None:
-        super().__init__(fragments=fragments, size=size, ranges=ranges, numbered=numbered)
+        super().__init__(counts)
         self.data = bytearray() if data is None else data
         """The prefix, shared with the buffers this one came from and goes to (see above)."""
         self.prefix = prefix
@@ -406,16 +389,7 @@ class RangeBuffer(Buffer):
             shared = bytearray(shared[:prefix])
         for piece in joined:
             shared += piece
-        fragments, size, ranges, numbered = self._counts(fragment, added)
-        return RangeBuffer(
-            shared,
-            len(shared),
-            held,
-            fragments=fragments,
-            size=size,
-            ranges=ranges,
-            numbered=numbered,
-        )
+        return RangeBuffer(shared, len(shared), held, self._counts(fragment, added))
 
     def gap(self, opened: int | None, terminal: int | None) -> str | None:
         missing = super().gap(opened, terminal)
@@ -428,15 +402,7 @@ class RangeBuffer(Buffer):
 
     def without_data(self) -> RangeBuffer:
         # The prefix length stays: it tells a late delivery of bytes seen from new ones.
-        return RangeBuffer(
-            bytearray(),
-            self.prefix,
-            (),
-            fragments=self.fragments,
-            size=self.size,
-            ranges=self.ranges,
-            numbered=self.numbered,
-        )
+        return RangeBuffer(bytearray(), self.prefix, (), self._kept())
 
     def _key(self) -> tuple[object, ...]:
         return (*super()._key(), self.prefix, bytes(self.data[: self.prefix]), self.held)
