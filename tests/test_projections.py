@@ -142,9 +142,15 @@ class Script:
         opened = self.add(CallOpened(key=key, tool=tool))
         return self.add(CallCollecting(key=key, cause=opened, tool=tool))
 
-    def fragment(self, key: CallKey = KEY, data: bytes = ARGUMENTS, fragments: int = 1) -> int:
-        """Argument bytes arrive for the call."""
-        return self.add(ArgumentsAppended(key=key, data=data, fragments=fragments))
+    def fragment(
+        self,
+        key: CallKey = KEY,
+        data: bytes = ARGUMENTS,
+        fragments: int = 1,
+        offset: int | None = None,
+    ) -> int:
+        """Argument bytes arrive for the call (at ``offset``, where given)."""
+        return self.add(ArgumentsAppended(key=key, data=data, fragments=fragments, offset=offset))
 
     def end(
         self,
@@ -468,6 +474,24 @@ def test_rejected_duplicate_fragment_is_not_counted() -> None:
     script.reject(duplicate, RejectReason.DUPLICATE)
     row = row_of(fold(script.records))
     assert (row.fragments, row.bytes) == (1, 3)
+
+
+def test_bytes_at_offsets_are_counted_once_however_they_are_chunked() -> None:
+    """Fragments with offsets count the bytes they add to the ranges seen: a re-delivery chunked
+    otherwise adds none (and its rejection takes its fragments back out), a range straddling
+    the end adds its suffix, a range past a gap counts as it arrives."""
+    script = Script()
+    script.turn()
+    script.open()
+    script.fragment(data=b"abcd", offset=0)
+    script.fragment(data=b"efgh", offset=4)
+    again = script.fragment(data=b"cdef", offset=2)
+    assert (row_of(fold(script.records)).fragments, row_of(fold(script.records)).bytes) == (3, 8)
+    script.reject(again, RejectReason.DUPLICATE)
+    script.fragment(data=b"ghij", offset=6)
+    script.fragment(data=b"xy", offset=20)
+    row = row_of(fold(script.records))
+    assert (row.fragments, row.bytes) == (4, 12)
 
 
 def test_cancelled_call_row() -> None:
