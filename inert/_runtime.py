@@ -30,7 +30,7 @@ from opentelemetry.trace import TracerProvider
 
 from . import _collector
 from ._collector import DEFAULT_COLLECTOR, CollectorSettings
-from ._ingress import Held, Ingress
+from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from .actors import (
@@ -55,6 +55,7 @@ from .events import (
     CallValidated,
     ClaimRefused,
     ClaimRequested,
+    ConfigurationError,
     ConfirmationDenied,
     ConfirmationGiven,
     ConfirmationRefused,
@@ -186,6 +187,7 @@ class Runtime:
         retention: Retention = DEFAULT_RETENTION,
         process: str | None = None,
         lease_time: float = DEFAULT_LEASE_TIME,
+        held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         **router_options: Any,
     ) -> None:
         self.log = log
@@ -200,7 +202,7 @@ class Runtime:
         )
         self._requests: dict[str, _Request] = {}
         self._answers: dict[int, _Request] = {}
-        self._ingress = Ingress(log)
+        self._ingress = Ingress(log, max_pending_bytes=held_bytes)
         self._reported: set[str] = set()
         self.spans: CallSpans | None = None
         self._live = False
@@ -820,6 +822,7 @@ async def open_runtime(
     lease_time: float = DEFAULT_LEASE_TIME,
     tracer_provider: TracerProvider | None = None,
     collector: CollectorSettings | None = DEFAULT_COLLECTOR,
+    held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
@@ -837,8 +840,12 @@ async def open_runtime(
     confirmations, dispatches and controls become spans, made from the log once the runtime is
     live, never on replay. Once everything is rebuilt from the log, the garbage collector is set
     as ``collector`` says (the objects alive frozen, higher thresholds; ``None`` leaves it
-    alone, see :mod:`inert._collector`); the runtime stops when the block ends.
+    alone, see :mod:`inert._collector`); the runtime stops when the block ends. Fragments fed
+    are held for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of
+    fragments waits until the writer has made room.
     """
+    if held_bytes < 1:
+        raise ConfigurationError(f"held_bytes must be at least 1, not {held_bytes}")
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
     async with AsyncExitStack() as stack:
@@ -855,6 +862,7 @@ async def open_runtime(
             retention=retention,
             process=process,
             lease_time=lease_time,
+            held_bytes=held_bytes,
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
         )

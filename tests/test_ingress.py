@@ -14,6 +14,7 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
+    ConfigurationError,
     ConflictError,
     Event,
     LogError,
@@ -233,3 +234,12 @@ async def test_a_runtime_that_stops_cleanly_writes_the_fragments_it_holds(tmp_pa
         # Nothing feeds the call any more: the restart ends it.
         await runtime.settle()
         assert runtime.phase(key) is Phase.CANCELLED
+
+
+async def test_a_runtime_bounds_the_fragments_it_holds() -> None:
+    """``held_bytes`` bounds the fragments held for the next append; below one it is refused."""
+    with pytest.raises(ConfigurationError, match="held_bytes"):
+        async with open_runtime(log="memory://", held_bytes=0):
+            pass
+    async with open_runtime(log="memory://", held_bytes=4) as runtime:
+        assert runtime._ingress.hold(pieces(key_of("a"), b"abcdef", 6), None) is Held.FULL
