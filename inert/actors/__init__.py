@@ -32,7 +32,6 @@ from ._decider import (
 from ._fold import (
     AppendDecisions,
     CallFold,
-    CallRecord,
     ReplayDivergence,
     RunValidation,
     ScheduleDeadline,
@@ -40,6 +39,7 @@ from ._fold import (
     Work,
 )
 from ._router import CallRouter, Validator
+from ._slot import Slot
 from ._tools import (
     BusinessValidator,
     CallUnderValidation,
@@ -63,7 +63,6 @@ __all__ = [
     "CallContext",
     "CallFold",
     "CallLimits",
-    "CallRecord",
     "CallRouter",
     "CallState",
     "CallUnderValidation",
@@ -79,6 +78,7 @@ __all__ = [
     "RunValidation",
     "ScheduleDeadline",
     "Scope",
+    "Slot",
     "ToolDeclaration",
     "ToolRegistry",
     "TurnStatus",

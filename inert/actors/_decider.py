@@ -75,6 +75,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import attrs
 from attrs import field, frozen, validators
@@ -188,10 +189,12 @@ class CallLimits:
 DEFAULT_LIMITS = CallLimits()
 
 
-@frozen(kw_only=True)
-class CallContext:
+class CallContext(NamedTuple):
     """The world as of an input's position: the call's turn, a control that forbids the call,
-    and how many other calls of its turn and tenant are alive."""
+    and how many other calls of its turn and tenant are alive.
+
+    A named tuple rather than an attrs class, as ``Input``: the fold makes one per input.
+    """
 
     turn: TurnView | None
     blocked: CancelReason | None = None
@@ -200,8 +203,7 @@ class CallContext:
     live_in_tenant: int = 0
 
 
-@frozen(kw_only=True)
-class Input:
+class Input(NamedTuple):
     """An event from the log, as the call's actor receives it."""
 
     event: Event
@@ -285,26 +287,28 @@ def recorded(decisions: tuple[Decision, ...]) -> list[Event]:
 # --- the state -------------------------------------------------------------------------------
 
 
-@frozen(kw_only=True)
-class CallState:
-    """Everything the decider knows of one call. Only ``evolve`` makes a new one."""
+class CallView:
+    """What the decider reads of a call, and what it derives from it: the immutable
+    ``CallState`` below, or the fold's mutable record of a call (``inert.actors._slot``)."""
+
+    __slots__ = ()
 
     key: CallKey
-    phase: Phase = Phase.ABSENT
-    tool: str = ""
-    opened_sequence: int | None = None
-    last_activity: datetime | None = None
-    _buffer: Buffer = EMPTY_BUFFER
-    terminal: TerminalRef | None = None
-    arguments: ParsedArguments | None = None
-    validating: ValidationRequested | None = None
-    tool_digest: str = ""
-    arguments_digest: str = ""
-    needs_confirmation: bool = False
-    confirmation_expires: datetime | None = None
-    confirmed: bool = False
-    claim_id: str = ""
-    reason: str = ""
+    phase: Phase
+    tool: str
+    opened_sequence: int | None
+    last_activity: datetime | None
+    _buffer: Buffer
+    terminal: TerminalRef | None
+    arguments: ParsedArguments | None
+    validating: ValidationRequested | None
+    tool_digest: str
+    arguments_digest: str
+    needs_confirmation: bool
+    confirmation_expires: datetime | None
+    confirmed: bool
+    claim_id: str
+    reason: str
 
     @property
     def terminal_phase(self) -> bool:
@@ -365,6 +369,28 @@ class CallState:
         return None
 
 
+@frozen(kw_only=True)
+class CallState(CallView):
+    """Everything the decider knows of one call. Only ``evolve`` makes a new one."""
+
+    key: CallKey
+    phase: Phase = Phase.ABSENT
+    tool: str = ""
+    opened_sequence: int | None = None
+    last_activity: datetime | None = None
+    _buffer: Buffer = EMPTY_BUFFER
+    terminal: TerminalRef | None = None
+    arguments: ParsedArguments | None = None
+    validating: ValidationRequested | None = None
+    tool_digest: str = ""
+    arguments_digest: str = ""
+    needs_confirmation: bool = False
+    confirmation_expires: datetime | None = None
+    confirmed: bool = False
+    claim_id: str = ""
+    reason: str = ""
+
+
 def initial_state(key: CallKey) -> CallState:
     return CallState(key=key)
 
@@ -375,7 +401,7 @@ def initial_state(key: CallKey) -> CallState:
 class _Judge:
     """Builds the decisions of one input: each one names the call and the input's position."""
 
-    def __init__(self, state: CallState, received: Input | ValidationOutcome, cause: int) -> None:
+    def __init__(self, state: CallView, received: Input | ValidationOutcome, cause: int) -> None:
         self.state = state
         self.received = received
         self.cause = cause
@@ -559,9 +585,25 @@ def _reopen(judge: _Judge, _: CallContext) -> tuple[Decision, ...]:
     )
 
 
+def accepts_fragment(state: CallView, event: ArgumentsAppended, limits: CallLimits) -> bool:
+    """Whether a wanted, collecting call takes this fragment as new data (rule 3): the common
+    case, which the fold checks before it asks ``decide``."""
+    buffer = state._buffer
+    opened = state.opened_sequence
+    first = event.first_sequence
+    return (
+        buffer.fit(event) is Fit.NEW
+        and (opened is None or first is None or first > opened)
+        and buffer.needed(event) <= limits.max_bytes
+        and buffer.fragments + event.fragments <= limits.max_fragments
+    )
+
+
 def _fragment(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
     event = _event(judge)
     assert isinstance(event, ArgumentsAppended)
+    if accepts_fragment(judge.state, event, context.limits):
+        return (FragmentAccepted(fragment=event, at=_at(judge)),)
     buffer = judge.state._buffer
     fit = buffer.fit(event)
     if fit is Fit.DUPLICATE:
@@ -964,7 +1006,7 @@ TABLE: dict[tuple[Phase, type], Handler] = {
 
 
 def decide(
-    state: CallState, received: Input | ValidationOutcome, context: CallContext
+    state: CallView, received: Input | ValidationOutcome, context: CallContext
 ) -> tuple[Decision, ...]:
     """The decisions of one input: what to record, and what the state needs to remember."""
     input_type = type(received.event) if isinstance(received, Input) else ValidationOutcome
@@ -995,66 +1037,76 @@ def _replace(state: CallState, **changes: object) -> CallState:
     return new
 
 
-def _ended(state: CallState, phase: Phase, reason: str) -> CallState:
+def _ended(state: CallView, phase: Phase, reason: str) -> dict[str, object]:
     # A terminal call keeps its record of sequences (to know a replayed fragment) and drops
     # every byte of its arguments.
-    return _replace(
-        state,
-        phase=phase,
-        reason=reason,
-        _buffer=state._buffer.without_data(),
-        arguments=None,
-        validating=None,
-    )
+    return {
+        "phase": phase,
+        "reason": reason,
+        "_buffer": state._buffer.without_data(),
+        "arguments": None,
+        "validating": None,
+    }
 
 
 def with_arguments(state: CallState, arguments: ParsedArguments) -> CallState:
     """A validated call whose assembly is known only by its recorded decisions (its fragments
     were redacted) given back the validated arguments those decisions recorded: from there on
     it decides as if it had assembled them."""
-    if state.phase is not Phase.VALIDATED or arguments.digest != state.arguments_digest:
-        raise IllegalTransition(state.phase, "arguments other than the ones validated")
+    check_arguments(state, arguments)
     return _replace(state, arguments=arguments)
 
 
-def evolve(state: CallState, decision: Decision) -> CallState:
-    """The state after one decision."""
+def check_arguments(state: CallView, arguments: ParsedArguments) -> None:
+    """Refuse arguments other than the ones a call was validated with."""
+    if state.phase is not Phase.VALIDATED or arguments.digest != state.arguments_digest:
+        raise IllegalTransition(state.phase, "arguments other than the ones validated")
+
+
+def changes(state: CallView, decision: Decision) -> dict[str, object]:
+    """What one decision changes in a call's state, field by field (nothing for a rejection):
+    ``evolve`` makes a new state of them, the fold's record of a call takes them in place."""
     match decision:
         case FragmentAccepted(fragment=fragment, at=at):
-            return _replace(state, _buffer=state._buffer.add(fragment), last_activity=at)
+            return {"_buffer": state._buffer.add(fragment), "last_activity": at}
         case Opened(sequence=sequence, at=at):
-            return _replace(state, opened_sequence=sequence, last_activity=at)
+            return {"opened_sequence": sequence, "last_activity": at}
         case CallCollecting(tool=tool):
-            return _replace(state, phase=Phase.COLLECTING, tool=tool)
+            return {"phase": Phase.COLLECTING, "tool": tool}
         case ArgumentsParsed(arguments=arguments, terminal=terminal, at=at):
-            return _replace(state, arguments=arguments, terminal=terminal, last_activity=at)
+            return {"arguments": arguments, "terminal": terminal, "last_activity": at}
         case CallTerminalCandidate(arguments_digest=digest):
-            return _replace(state, phase=Phase.TERMINAL_CANDIDATE, arguments_digest=digest)
+            return {"phase": Phase.TERMINAL_CANDIDATE, "arguments_digest": digest}
         case ValidationRequested():
-            return _replace(state, validating=decision)
+            return {"validating": decision}
         case CallValidated():
-            return _replace(
-                state,
-                phase=Phase.VALIDATED,
-                tool_digest=decision.tool_digest,
-                arguments_digest=decision.arguments_digest,
-                needs_confirmation=decision.needs_confirmation,
-                validating=None,
-                _buffer=state._buffer.without_data(),
-            )
+            return {
+                "phase": Phase.VALIDATED,
+                "tool_digest": decision.tool_digest,
+                "arguments_digest": decision.arguments_digest,
+                "needs_confirmation": decision.needs_confirmation,
+                "validating": None,
+                "_buffer": state._buffer.without_data(),
+            }
         case CallAwaitingConfirmation(expires_at=expires_at):
-            return _replace(state, confirmation_expires=expires_at)
+            return {"confirmation_expires": expires_at}
         case CallConfirmed():
-            return _replace(state, confirmed=True)
+            return {"confirmed": True}
         case CallDispatched(claim_id=claim_id):
-            return _replace(_ended(state, Phase.DISPATCHED, ""), claim_id=claim_id)
+            return {**_ended(state, Phase.DISPATCHED, ""), "claim_id": claim_id}
         case CallCancelled(reason=reason):
             return _ended(state, Phase.CANCELLED, reason.value)
         case CallFailed(reason=reason):
             return _ended(state, Phase.FAILED, reason.value)
         case EventRejected():
-            return state
+            return {}
     raise IllegalTransition(state.phase, f"decision {type(decision).__name__}")
+
+
+def evolve(state: CallState, decision: Decision) -> CallState:
+    """The state after one decision."""
+    changed = changes(state, decision)
+    return _replace(state, **changed) if changed else state
 
 
 def step(

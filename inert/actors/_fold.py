@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import TypeVar
 
 import attrs
-from attrs import define, field, frozen
+from attrs import define, frozen
 
 from ..events import (
     DECISION_TYPES,
@@ -70,7 +70,6 @@ from ._decider import (
     DEFAULT_LIMITS,
     CallContext,
     CallLimits,
-    CallState,
     Input,
     Phase,
     TurnStatus,
@@ -78,12 +77,13 @@ from ._decider import (
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
-    evolve,
-    initial_state,
+    accepts_fragment,
+    decide,
     recorded,
-    step,
-    with_arguments,
 )
+from ._slot import Slot
+
+_DECISION_TYPES = frozenset(DECISION_TYPES)
 
 _ADDRESSED = (
     CallOpened,
@@ -234,29 +234,6 @@ class Scope:
 # --- calls -----------------------------------------------------------------------------------
 
 
-@define
-class CallRecord:
-    """One call as the fold knows it.
-
-    Lists rather than deques: they hold a decision or two at a time, and an empty deque costs
-    ten times the memory of an empty list, for every call alive.
-    """
-
-    state: CallState
-    version: int = 0
-    """Events of the call's stream seen in the log."""
-    expected: list[Event] = field(factory=list)
-    """Decisions made and not yet seen in the log, in order."""
-    held: list[tuple[Input, CallContext]] = field(factory=list)
-    """Inputs waiting for the answer of a validation."""
-    validation_context: CallContext | None = None
-    degraded: bool = False
-    """An input of the call was redacted: its recorded decisions are taken as they are."""
-    trusted_through: int = 0
-    """Decisions caused at or before this position are taken as recorded: the call was
-    degraded when those inputs came, so they were never decided here."""
-
-
 _Members = dict[CallKey, None]
 """Keys in the order they were added (a dict, so that iteration never depends on hashing)."""
 
@@ -320,7 +297,7 @@ class CallFold:
         self._leases: dict[TurnRef, tuple[str, int]] = {}
         self.position = 0
         self.scope = Scope()
-        self.records: dict[CallKey, CallRecord] = {}
+        self.records: dict[CallKey, Slot] = {}
         self._index = _Index()
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
@@ -332,6 +309,11 @@ class CallFold:
         """Fold one event of the log (the next by position); the work it gives the actors."""
         self.position = recorded_event.position
         event = recorded_event.event
+        kind = type(event)
+        if kind is ArgumentsAppended and self._took_fragment(recorded_event, event):  # type: ignore[arg-type]
+            return []
+        if kind in _DECISION_TYPES:
+            return self._decision(recorded_event, event)  # type: ignore[arg-type]
         if isinstance(event, Redacted):
             if isinstance(event.remains, DECISION_TYPES):
                 return self._decision(recorded_event, event.remains)
@@ -346,6 +328,32 @@ class CallFold:
         for key in self._targets(event):
             work.extend(self._deliver(key, recorded_event, event))
         return work
+
+    def _took_fragment(self, recorded_event: RecordedEvent, fragment: ArgumentsAppended) -> bool:
+        """Take a fragment a wanted, collecting call accepts as new data, the most common input,
+        without asking ``decide`` (``accepts_fragment`` is its rule): nothing is decided and no
+        deadline comes sooner. Whether it was."""
+        slot = self.records.get(fragment.key)
+        if (
+            slot is None
+            or slot.phase is not Phase.COLLECTING
+            or slot.validating is not None
+            or slot.held
+            or slot.degraded
+        ):
+            return False
+        key = slot.key
+        turn = self.scope.turn(key.turn_ref)
+        if (
+            turn is None
+            or turn.status is not TurnStatus.ACTIVE
+            or self.scope.blocked(key, slot.tool) is not None
+            or not accepts_fragment(slot, fragment, self.limits)
+        ):
+            return False
+        slot._buffer = slot._buffer.add(fragment)
+        slot.last_activity = recorded_event.recorded_at
+        return True
 
     def _note_stream(self, event: Event) -> None:
         match event:
@@ -405,27 +413,27 @@ class CallFold:
                 return _members(index.by_tenant, tenant)
         return ()
 
-    def _context(self, record: CallRecord, event: Event) -> CallContext:
-        # The record's key, not the event's: what it derives (its turn) is cached on it.
-        key = record.state.key
+    def _context(self, slot: Slot, event: Event) -> CallContext:
+        # The slot's key, not the event's: what it derives (its turn) is cached on it.
+        key = slot.key
         turn = self.scope.turn(key.turn_ref)
         if not isinstance(event, CallOpened):
             return CallContext(
-                turn=turn, blocked=self.scope.blocked(key, record.state.tool), limits=self.limits
+                turn=turn, blocked=self.scope.blocked(key, slot.tool), limits=self.limits
             )
         # Live calls are counted only where the decider looks at them: at an opening.
-        live = record.state.live
+        live = slot.live
         return CallContext(
             turn=turn,
-            blocked=self.scope.blocked(key, record.state.tool or event.tool),
+            blocked=self.scope.blocked(key, slot.tool or event.tool),
             limits=self.limits,
             live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
             live_in_tenant=len(self._index.by_tenant.get(key.tenant, ())) - live,
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
-        record = self.records.get(key) or self._record(key)
-        if record.degraded:
+        slot = self.records.get(key) or self._record(key)
+        if slot.degraded:
             return []
         received = Input(
             event=event,
@@ -433,79 +441,81 @@ class CallFold:
             event_id=recorded_event.event_id,
             at=recorded_event.recorded_at,
         )
-        context = self._context(record, event)
-        if record.state.validating is not None or record.held:
-            record.held.append((received, context))
+        context = self._context(slot, event)
+        if slot.validating is not None or slot.held:
+            slot.held.append((received, context))
             return []
-        return self._step(record, received, context)
+        return self._step(slot, received, context)
 
     def _step(
-        self, record: CallRecord, received: Input | ValidationOutcome, context: CallContext
+        self, slot: Slot, received: Input | ValidationOutcome, context: CallContext
     ) -> list[Work]:
-        before = record.state
-        after, decisions = step(before, received, context)
-        record.state = after
-        self._reindex(before, after)
-        written = recorded(decisions)
-        record.expected.extend(written)
-        work: list[Work] = []
-        key = after.key
+        key = slot.key
         acting = self.live and self.owns(key.turn_ref)
+        previous = slot.deadline(self.limits) if acting else None
+        was_live, tool = slot.live, slot.tool
+        decisions = decide(slot, received, context)
+        for decision in decisions:
+            slot.absorb(decision)
+        self._reindex(slot, was_live, tool)
+        written = recorded(decisions)
+        slot.expected.extend(written)
+        work: list[Work] = []
         if acting and written and not isinstance(received, ValidationOutcome):
             work.append(AppendDecisions(key=key, decisions=tuple(written)))
         for decision in decisions:
             if isinstance(decision, ValidationRequested):
-                record.validation_context = context
+                slot.validation_context = context
                 if acting:
                     work.append(RunValidation(key=key, request=decision, context=context))
         if acting:
             # Timers look the deadline up again when they fire, so only a deadline that is new
             # or earlier than before needs scheduling; a later one is found by the earlier timer.
-            deadline = after.deadline(self.limits)
-            previous = before.deadline(self.limits)
+            deadline = slot.deadline(self.limits)
             if deadline is not None and (previous is None or deadline < previous):
                 work.append(ScheduleDeadline(key=key, at=deadline))
         return work
 
-    def _reindex(self, before: CallState, after: CallState) -> None:
-        was, now = before.live, after.live
-        if was and not now:
-            self._index.remove(before.key, before.tool)
-        elif now and not was:
-            self._index.add(after.key, after.tool)
+    def _reindex(self, slot: Slot, was_live: bool, tool: str) -> None:
+        """Index a call that became live, drop one that ended (by the tool it had then)."""
+        now_live = slot.live
+        if was_live and not now_live:
+            self._index.remove(slot.key, tool)
+        elif now_live and not was_live:
+            self._index.add(slot.key, slot.tool)
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         key = _key_of(event)
-        record = self.records.get(key)
-        if record is None:
-            record = self._record(key)
-            record.degraded = True
-        record.version = recorded_event.version
+        slot = self.records.get(key)
+        if slot is None:
+            slot = self._record(key)
+            slot.degraded = True
+        slot.version = recorded_event.version
         cause = getattr(event, "cause", 0)
-        if record.degraded or cause <= record.trusted_through:
-            before = record.state
-            record.state = evolve(before, event)
-            if record.degraded:
-                record.expected.clear()
-            self._reindex(before, record.state)
-            if record.degraded and isinstance(event, CallValidated) and event.arguments:
+        if slot.degraded or cause <= slot.trusted_through:
+            was_live, tool = slot.live, slot.tool
+            slot.absorb(event)
+            if slot.degraded:
+                slot.expected.clear()
+            self._reindex(slot, was_live, tool)
+            if slot.degraded and isinstance(event, CallValidated) and event.arguments:
                 # The validated arguments are recorded whole: what was lost can no longer
                 # matter.
                 parsed = parse_arguments(event.arguments, self.limits.arguments)
                 assert isinstance(parsed, ParsedArguments)
-                record.state = with_arguments(record.state, parsed)
-                self._recover_from_degradation(record, recorded_event.position)
-            elif record.degraded and record.state.terminal_phase:
-                self._recover_from_degradation(record, recorded_event.position)
+                slot.take_arguments(parsed)
+                self._recover_from_degradation(slot, recorded_event.position)
+            elif slot.degraded and slot.terminal_phase:
+                self._recover_from_degradation(slot, recorded_event.position)
             return []
-        if record.expected:
-            wanted = record.expected.pop(0)
+        if slot.expected:
+            wanted = slot.expected.pop(0)
             if not _recorded_as(wanted, recorded_event, event):
                 raise ReplayDivergence(
                     key, recorded_event.position, _describe(wanted), _describe(event)
                 )
             return []
-        validating = record.state.validating
+        validating = slot.validating
         if validating is not None and isinstance(event, CallValidated | CallFailed):
             if event.cause != validating.cause:
                 raise ReplayDivergence(
@@ -514,48 +524,48 @@ class CallFold:
                     f"the answer to the validation of position {validating.cause}",
                     _describe(event),
                 )
-            return self._answer(record, recorded_event, event)
+            return self._answer(slot, recorded_event, event)
         raise ReplayDivergence(key, recorded_event.position, "no decision", _describe(event))
 
     @staticmethod
-    def _recover_from_degradation(record: CallRecord, position: int) -> None:
+    def _recover_from_degradation(slot: Slot, position: int) -> None:
         # Later inputs are decided again; the answers to those that came meanwhile are taken as
         # recorded.
-        record.degraded = False
-        record.trusted_through = position
+        slot.degraded = False
+        slot.trusted_through = position
 
     def _answer(
-        self, record: CallRecord, recorded_event: RecordedEvent, event: CallValidated | CallFailed
+        self, slot: Slot, recorded_event: RecordedEvent, event: CallValidated | CallFailed
     ) -> list[Work]:
         if isinstance(event, CallValidated):
             result = ValidationResult(needs_confirmation=event.needs_confirmation)
         else:
             result = ValidationResult(failure=event.reason, detail=event.detail)
-        context = record.validation_context
+        context = slot.validation_context
         assert context is not None
-        work = self._step(record, ValidationOutcome(result=result), context)
-        first = record.expected.pop(0) if record.expected else None
+        work = self._step(slot, ValidationOutcome(result=result), context)
+        first = slot.expected.pop(0) if slot.expected else None
         if first is None or not _recorded_as(first, recorded_event, event):
             raise ReplayDivergence(
-                record.state.key,
+                slot.key,
                 recorded_event.position,
                 "no decision" if first is None else _describe(first),
                 _describe(event),
             )
-        record.validation_context = None
-        while record.held and record.state.validating is None:
-            received, held_context = record.held.pop(0)
-            work.extend(self._step(record, received, held_context))
+        slot.validation_context = None
+        while slot.held and slot.validating is None:
+            received, held_context = slot.held.pop(0)
+            work.extend(self._step(slot, received, held_context))
         return work
 
-    def _record(self, key: CallKey) -> CallRecord:
-        record = self.records[key] = CallRecord(initial_state(key))
+    def _record(self, key: CallKey) -> Slot:
+        slot = self.records[key] = Slot(key)
         self._by_stream[key.stream] = key
         self._by_stream.setdefault(key.response_ref.stream, [])
         responses = self._by_stream[key.response_ref.stream]
         assert isinstance(responses, list)
         responses.append(key)
-        return record
+        return slot
 
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
         # A call whose input is gone can no longer be decided again: it takes its recorded
@@ -565,20 +575,20 @@ class CallFold:
         remains = recorded_event.event.remains
         if remains is not None:
             key = _key_of(remains)
-            record = self.records.get(key) or self._record(key)
-            if record.state.terminal_phase or record.state.phase is Phase.ABSENT:
+            slot = self.records.get(key) or self._record(key)
+            if slot.terminal_phase or slot.phase is Phase.ABSENT:
                 # A terminal call, or one never opened, judges an input by identities and
                 # sequences alone, which retention keeps: what remains is decided as the whole
                 # input was.
                 return self._deliver(key, recorded_event, remains)
-            record.degraded = True
+            slot.degraded = True
             return []
         found = self._by_stream.get(recorded_event.stream)
         if isinstance(found, CallKey):
-            record = self.records[found]
-            record.version = recorded_event.version
-            if record.expected:
-                record.expected.pop(0)
+            slot = self.records[found]
+            slot.version = recorded_event.version
+            if slot.expected:
+                slot.expected.pop(0)
         elif found is not None:
             for key in found:
                 self.records[key].degraded = True
@@ -594,22 +604,20 @@ class CallFold:
         """
         self.live = True
         work: list[Work] = []
-        for key, record in self.records.items():
+        for key, slot in self.records.items():
             if self.owns(key.turn_ref):
-                work.extend(self._resume(key, record))
+                work.extend(self._resume(key, slot))
         return work
 
-    def _resume(self, key: CallKey, record: CallRecord) -> list[Work]:
+    def _resume(self, key: CallKey, slot: Slot) -> list[Work]:
         """What the call's actor must do when this process starts acting for the call."""
         work: list[Work] = []
-        if record.expected and not record.degraded:
-            work.append(AppendDecisions(key=key, decisions=tuple(record.expected)))
-        validating = record.state.validating
-        if validating is not None and record.validation_context is not None:
-            work.append(
-                RunValidation(key=key, request=validating, context=record.validation_context)
-            )
-        deadline = record.state.deadline(self.limits)
+        if slot.expected and not slot.degraded:
+            work.append(AppendDecisions(key=key, decisions=tuple(slot.expected)))
+        validating = slot.validating
+        if validating is not None and slot.validation_context is not None:
+            work.append(RunValidation(key=key, request=validating, context=slot.validation_context))
+        deadline = slot.deadline(self.limits)
         if deadline is not None:
             work.append(ScheduleDeadline(key=key, at=deadline))
         return work
@@ -647,9 +655,9 @@ class CallFold:
         # Taken over: what the former owner decided but never wrote, validations it never
         # answered and deadlines it watched are this process's now.
         work: list[Work] = []
-        for key, record in self.records.items():
+        for key, slot in self.records.items():
             if key.turn_ref == event.turn:
-                work.extend(self._resume(key, record))
+                work.extend(self._resume(key, slot))
         return work
 
     def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
@@ -676,31 +684,31 @@ class CallFold:
             response
             for response, keys in self._index.by_response.items()
             if response not in self._resumable
-            and any(self.records[key].state.needs_stream for key in keys)
+            and any(self.records[key].needs_stream for key in keys)
         ]
 
     # --- looking ---
 
-    def state(self, key: CallKey) -> CallState | None:
-        record = self.records.get(key)
-        return None if record is None else record.state
+    def state(self, key: CallKey) -> Slot | None:
+        """The call's state: its slot, read at once (it changes with the next event folded)."""
+        return self.records.get(key)
 
-    def live_calls_of(self, response: ResponseRef) -> list[CallState]:
+    def live_calls_of(self, response: ResponseRef) -> list[Slot]:
         """The calls of a response that are opened and not terminal, in the order they opened."""
         return [
-            self.records[key].state
+            self.records[key]
             for key in _members(self._index.by_response, response)
-            if self.records[key].state.live
+            if self.records[key].live
         ]
 
     def response_settled(self, response: ResponseRef) -> bool:
         """Whether no call seen in the response is still live (opened and not terminal)."""
         found = self._by_stream.get(response.stream)
         assert not isinstance(found, CallKey)
-        return all(not self.records[key].state.live for key in found or ())
+        return all(not self.records[key].live for key in found or ())
 
     def live_keys(self) -> list[CallKey]:
-        return [key for key, record in self.records.items() if record.state.live]
+        return [key for key, slot in self.records.items() if slot.live]
 
 
 def _key_of(event: Event) -> CallKey:

@@ -94,7 +94,7 @@ def _accept_stale_confirmation() -> Any:
     def stale_accepted(judge: Any, context: _decider.CallContext) -> Any:
         received = judge.received
         fresh = attrs.evolve(received.event, expires_at=received.at + timedelta(days=1))
-        judged = type(judge)(judge.state, attrs.evolve(received, event=fresh), judge.cause)
+        judged = type(judge)(judge.state, received._replace(event=fresh), judge.cause)
         return original(judged, context)
 
     return _table_row(Phase.VALIDATED, ConfirmationGiven, stale_accepted)

@@ -1,0 +1,126 @@
+"""One call as the fold holds it: a slotted record, changed in place by each decision.
+
+The decider's immutable ``CallState`` and its ``evolve`` are the reference: a slot holds the
+same fields, the decider reads it as it reads a state (both are a ``CallView``), and ``absorb``
+makes in place the very changes ``evolve`` makes into a new state (``changes``), without a new
+object per decision. Beside the call's fields a slot holds what the fold keeps of the call: the
+version of its stream, the decisions made and not yet read back, the inputs held for a
+validation, and whether a redacted input degraded it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ..events import CallKey, Event, TerminalRef
+from ._arguments import ParsedArguments
+from ._buffer import EMPTY_BUFFER, Buffer
+from ._decider import (
+    CallContext,
+    CallState,
+    CallView,
+    Decision,
+    Input,
+    Phase,
+    ValidationRequested,
+    changes,
+    check_arguments,
+)
+
+
+class Slot(CallView):
+    """A call's state and the fold's bookkeeping of it, mutable, one per call."""
+
+    __slots__ = (
+        "_buffer",
+        "arguments",
+        "arguments_digest",
+        "claim_id",
+        "confirmation_expires",
+        "confirmed",
+        "degraded",
+        "expected",
+        "held",
+        "key",
+        "last_activity",
+        "needs_confirmation",
+        "opened_sequence",
+        "phase",
+        "reason",
+        "terminal",
+        "tool",
+        "tool_digest",
+        "trusted_through",
+        "validating",
+        "validation_context",
+        "version",
+    )
+
+    def __init__(self, key: CallKey) -> None:
+        self.key = key
+        self.phase = Phase.ABSENT
+        self.tool = ""
+        self.opened_sequence: int | None = None
+        self.last_activity: datetime | None = None
+        self._buffer: Buffer = EMPTY_BUFFER
+        self.terminal: TerminalRef | None = None
+        self.arguments: ParsedArguments | None = None
+        self.validating: ValidationRequested | None = None
+        self.tool_digest = ""
+        self.arguments_digest = ""
+        self.needs_confirmation = False
+        self.confirmation_expires: datetime | None = None
+        self.confirmed = False
+        self.claim_id = ""
+        self.reason = ""
+        self.version = 0
+        """Events of the call's stream seen in the log."""
+        self.expected: list[Event] = []
+        """Decisions made and not yet seen in the log, in order."""
+        self.held: list[tuple[Input, CallContext]] = []
+        """Inputs waiting for the answer of a validation."""
+        self.validation_context: CallContext | None = None
+        self.degraded = False
+        """An input of the call was redacted: its recorded decisions are taken as they are."""
+        self.trusted_through = 0
+        """Decisions caused at or before this position are taken as recorded: the call was
+        degraded when those inputs came, so they were never decided here."""
+
+    @property
+    def state(self) -> Slot:
+        """The call's state (the slot itself: it is one)."""
+        return self
+
+    def snapshot(self) -> CallState:
+        """The call's state as an immutable value, to keep or compare."""
+        return CallState(
+            key=self.key,
+            phase=self.phase,
+            tool=self.tool,
+            opened_sequence=self.opened_sequence,
+            last_activity=self.last_activity,
+            buffer=self._buffer,
+            terminal=self.terminal,
+            arguments=self.arguments,
+            validating=self.validating,
+            tool_digest=self.tool_digest,
+            arguments_digest=self.arguments_digest,
+            needs_confirmation=self.needs_confirmation,
+            confirmation_expires=self.confirmation_expires,
+            confirmed=self.confirmed,
+            claim_id=self.claim_id,
+            reason=self.reason,
+        )
+
+    def absorb(self, decision: Decision) -> None:
+        """Take one decision in, as ``evolve`` would make a new state of it."""
+        for name, value in changes(self, decision).items():
+            setattr(self, name, value)
+
+    def take_arguments(self, arguments: ParsedArguments) -> None:
+        """The validated arguments a degraded call's decisions recorded (``with_arguments``)."""
+        check_arguments(self, arguments)
+        self.arguments = arguments
+
+    def __repr__(self) -> str:
+        return f"Slot({self.key.stream!r}, {self.phase.value})"

@@ -1,0 +1,708 @@
+"""The reference fold: the call fold as it was before the slot fold, kept as the oracle.
+
+A copy of ``inert/actors/_fold.py`` at the start of "Core v2, part 2", folding with the
+immutable ``CallState`` and the reference ``step`` of the decider. ``test_fold_differential``
+folds every golden log and simulator seeds through it and through ``inert.actors.CallFold`` and
+requires the same work for the actors, the same divergences and the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TypeVar
+
+import attrs
+from attrs import define, field, frozen
+
+from inert.actors._arguments import ParsedArguments, parse_arguments
+from inert.actors._decider import (
+    DEFAULT_LIMITS,
+    CallContext,
+    CallLimits,
+    CallState,
+    Input,
+    Phase,
+    TurnStatus,
+    TurnView,
+    ValidationOutcome,
+    ValidationRequested,
+    ValidationResult,
+    evolve,
+    initial_state,
+    recorded,
+    step,
+    with_arguments,
+)
+from inert.events import (
+    DECISION_TYPES,
+    ArgumentsAppended,
+    CallEnded,
+    CallFailed,
+    CallKey,
+    CallOpened,
+    CallValidated,
+    CancelReason,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    DeadlineReached,
+    Event,
+    InertError,
+    RecordedEvent,
+    Redacted,
+    ResponseEnded,
+    ResponseQuarantined,
+    ResponseRef,
+    ServerToolCalled,
+    StreamLost,
+    StreamResumed,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TurnCancelled,
+    TurnLeased,
+    TurnRef,
+    TurnStarted,
+    TurnSuperseded,
+    without_sensitive,
+)
+
+_ADDRESSED = (
+    CallOpened,
+    ServerToolCalled,
+    ArgumentsAppended,
+    CallEnded,
+    ConfirmationGiven,
+    ConfirmationDenied,
+    ClaimRequested,
+    DeadlineReached,
+)
+
+
+class ReplayDivergence(InertError):
+    """A decision in the log is not the one this code makes from the same inputs."""
+
+    def __init__(self, key: CallKey, position: int, expected: str, found: str) -> None:
+        super().__init__(
+            f"replay diverged at position {position} for call {key.stream!r}: the decider"
+            f" expects {expected}, the log holds {found}; refusing to go on"
+        )
+        self.key = key
+        self.position = position
+
+
+# --- resuming a lost stream --------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class ResumedState:
+    """A call as its response's resume point found it: the sequence and byte offset its next
+    fragment takes, and whether its own end event had arrived."""
+
+    next_sequence: int
+    offset: int
+    ended: bool
+
+
+@frozen(kw_only=True)
+class ResumePoint:
+    """A lost, resumable response: the provider sequence it can be resumed after, and its live
+    calls then."""
+
+    after: int | None
+    calls: Mapping[CallKey, ResumedState]
+
+
+# --- work for the actors ----------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class AppendDecisions:
+    """Write these decisions to the call's stream, after everything written for it before."""
+
+    key: CallKey
+    decisions: tuple[Event, ...]
+
+
+@frozen(kw_only=True)
+class RunValidation:
+    """Validate the call once; the actor feeds the answer to the decider and writes it."""
+
+    key: CallKey
+    request: ValidationRequested
+    context: CallContext
+
+
+@frozen(kw_only=True)
+class ScheduleDeadline:
+    """Ask for a ``DeadlineReached`` for the call at this time, if it is still due then."""
+
+    key: CallKey
+    at: datetime
+
+
+Work = AppendDecisions | RunValidation | ScheduleDeadline
+
+
+# --- turns and controls ----------------------------------------------------------------------
+
+
+@define
+class _Turn:
+    view: TurnView
+
+
+class Scope:
+    """The turns and operator controls as of a log position."""
+
+    def __init__(self) -> None:
+        self._turns: dict[TurnRef, _Turn] = {}
+        self._latest: dict[tuple[str, str], TurnRef] = {}
+        self._quarantined: set[tuple[str | None, str]] = set()
+        self._disabled: set[tuple[str | None, str]] = set()
+        self._stopped: set[str] = set()
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case TurnStarted(turn=turn, principal=principal, tools=tools):
+                if turn in self._turns:
+                    return
+                conversation = (turn.tenant, turn.conversation)
+                previous = self._latest.get(conversation)
+                if previous is not None:
+                    self._set_status(previous, TurnStatus.SUPERSEDED)
+                self._latest[conversation] = turn
+                offered = {tool.name: tool for tool in tools}
+                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered))
+            case TurnSuperseded(turn=turn):
+                self._set_status(turn, TurnStatus.SUPERSEDED)
+            case TurnCancelled(turn=turn, principal=principal):
+                known = self._turns.get(turn)
+                # Only the person the turn belongs to (through the agent server) cancels it.
+                if known is not None and known.view.principal == principal:
+                    self._set_status(turn, TurnStatus.CANCELLED)
+            case ResponseQuarantined(response=response, tenant=tenant):
+                self._quarantined.add((tenant, response))
+            case ToolDisabled(tool=tool, tenant=tenant):
+                self._disabled.add((tenant, tool))
+            case ToolEnabled(tool=tool, tenant=tenant):
+                self._disabled.discard((tenant, tool))
+            case TenantStopped(tenant=tenant):
+                self._stopped.add(tenant)
+            case TenantResumed(tenant=tenant):
+                self._stopped.discard(tenant)
+
+    def _set_status(self, turn: TurnRef, status: TurnStatus) -> None:
+        known = self._turns.get(turn)
+        if known is not None and known.view.status is TurnStatus.ACTIVE:
+            known.view = attrs.evolve(known.view, status=status)
+
+    def turn(self, turn: TurnRef) -> TurnView | None:
+        known = self._turns.get(turn)
+        return None if known is None else known.view
+
+    def blocked(self, key: CallKey, tool: str) -> CancelReason | None:
+        """The operator control that forbids this call now, if any (the widest first)."""
+        if key.tenant in self._stopped:
+            return CancelReason.TENANT_STOPPED
+        quarantined = self._quarantined
+        if (None, key.response) in quarantined or (key.tenant, key.response) in quarantined:
+            return CancelReason.RESPONSE_QUARANTINED
+        if tool and ((None, tool) in self._disabled or (key.tenant, tool) in self._disabled):
+            return CancelReason.TOOL_DISABLED
+        return None
+
+
+# --- calls -----------------------------------------------------------------------------------
+
+
+@define
+class CallRecord:
+    """One call as the fold knows it.
+
+    Lists rather than deques: they hold a decision or two at a time, and an empty deque costs
+    ten times the memory of an empty list, for every call alive.
+    """
+
+    state: CallState
+    version: int = 0
+    """Events of the call's stream seen in the log."""
+    expected: list[Event] = field(factory=list)
+    """Decisions made and not yet seen in the log, in order."""
+    held: list[tuple[Input, CallContext]] = field(factory=list)
+    """Inputs waiting for the answer of a validation."""
+    validation_context: CallContext | None = None
+    degraded: bool = False
+    """An input of the call was redacted: its recorded decisions are taken as they are."""
+    trusted_through: int = 0
+    """Decisions caused at or before this position are taken as recorded: the call was
+    degraded when those inputs came, so they were never decided here."""
+
+
+_Members = dict[CallKey, None]
+"""Keys in the order they were added (a dict, so that iteration never depends on hashing)."""
+
+
+class _Index:
+    """Keys of live calls by what turn, tenant and operator events address."""
+
+    def __init__(self) -> None:
+        self.by_response: dict[ResponseRef, _Members] = {}
+        self.by_turn: dict[TurnRef, _Members] = {}
+        self.by_conversation: dict[tuple[str, str], _Members] = {}
+        self.by_tenant: dict[str, _Members] = {}
+        self.by_response_id: dict[str, _Members] = {}
+        self.by_tool: dict[str, _Members] = {}
+
+    def add(self, key: CallKey, tool: str) -> None:
+        _join(self.by_response, key.response_ref, key)
+        _join(self.by_turn, key.turn_ref, key)
+        _join(self.by_conversation, (key.tenant, key.conversation), key)
+        _join(self.by_tenant, key.tenant, key)
+        _join(self.by_response_id, key.response, key)
+        _join(self.by_tool, tool, key)
+
+    def remove(self, key: CallKey, tool: str) -> None:
+        _leave(self.by_response, key.response_ref, key)
+        _leave(self.by_turn, key.turn_ref, key)
+        _leave(self.by_conversation, (key.tenant, key.conversation), key)
+        _leave(self.by_tenant, key.tenant, key)
+        _leave(self.by_response_id, key.response, key)
+        _leave(self.by_tool, tool, key)
+
+
+G = TypeVar("G")
+
+
+def _join(index: dict[G, _Members], group: G, key: CallKey) -> None:
+    index.setdefault(group, {})[key] = None
+
+
+def _leave(index: dict[G, _Members], group: G, key: CallKey) -> None:
+    members = index.get(group)
+    if members is not None:
+        members.pop(key, None)
+        if not members:
+            del index[group]
+
+
+def _members(index: dict[G, _Members], group: G) -> list[CallKey]:
+    return list(index.get(group, ()))
+
+
+class CallFold:
+    """Folds the log into the state of every call and says what the actors must do."""
+
+    def __init__(
+        self, limits: CallLimits = DEFAULT_LIMITS, *, live: bool = False, process: str | None = None
+    ) -> None:
+        self.limits = limits
+        self.live = live
+        self.process = process
+        self._leases: dict[TurnRef, tuple[str, int]] = {}
+        self.position = 0
+        self.scope = Scope()
+        self.records: dict[CallKey, CallRecord] = {}
+        self._index = _Index()
+        self._resumable: dict[ResponseRef, int | None] = {}
+        self._resume_points: dict[ResponseRef, ResumePoint] = {}
+        self._by_stream: dict[str, CallKey | list[CallKey]] = {}
+
+    # --- reading the log ---
+
+    def apply(self, recorded_event: RecordedEvent) -> list[Work]:
+        """Fold one event of the log (the next by position); the work it gives the actors."""
+        self.position = recorded_event.position
+        event = recorded_event.event
+        if isinstance(event, Redacted):
+            if isinstance(event.remains, DECISION_TYPES):
+                return self._decision(recorded_event, event.remains)
+            return self._redacted(recorded_event)
+        if isinstance(event, DECISION_TYPES):
+            return self._decision(recorded_event, event)
+        if isinstance(event, TurnLeased):
+            return self._leased(event, recorded_event.version)
+        self.scope.apply(event)
+        self._note_stream(event)
+        work: list[Work] = []
+        for key in self._targets(event):
+            work.extend(self._deliver(key, recorded_event, event))
+        return work
+
+    def _note_stream(self, event: Event) -> None:
+        match event:
+            case StreamLost(response=response, resumable=True, last_sequence=last):
+                self._resumable[response] = last
+                point = self._resume_points.get(response)
+                # The same point recorded again (by a restart) keeps the calls as they were.
+                if point is None or point.after != last:
+                    self._resume_points[response] = ResumePoint(
+                        after=last,
+                        calls={
+                            state.key: ResumedState(
+                                next_sequence=state.next_sequence,
+                                offset=state.end,
+                                ended=state.phase is not Phase.COLLECTING,
+                            )
+                            for state in self.live_calls_of(response)
+                        },
+                    )
+            case StreamResumed(response=response):
+                self._resumable.pop(response, None)
+            case StreamLost(response=response) | ResponseEnded(response=response):
+                self._resumable.pop(response, None)
+                self._resume_points.pop(response, None)
+
+    def _targets(self, event: Event) -> Iterable[CallKey]:
+        index = self._index
+        match event:
+            case _ if isinstance(event, _ADDRESSED):
+                return (_key_of(event),)
+            case ResponseEnded(response=response) | StreamLost(response=response):
+                return _members(index.by_response, response)
+            case StreamResumed(response=response):
+                return _members(index.by_response, response)
+            case TurnStarted(turn=turn):
+                conversation = (turn.tenant, turn.conversation)
+                return [
+                    key
+                    for key in _members(index.by_conversation, conversation)
+                    if key.turn_ref != turn
+                ]
+            case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
+                return _members(index.by_turn, turn)
+            case ResponseQuarantined(response=response, tenant=tenant):
+                return [
+                    key
+                    for key in _members(index.by_response_id, response)
+                    if tenant is None or key.tenant == tenant
+                ]
+            case ToolDisabled(tool=tool, tenant=tenant):
+                return [
+                    key
+                    for key in _members(index.by_tool, tool)
+                    if tenant is None or key.tenant == tenant
+                ]
+            case TenantStopped(tenant=tenant):
+                return _members(index.by_tenant, tenant)
+        return ()
+
+    def _context(self, record: CallRecord, event: Event) -> CallContext:
+        # The record's key, not the event's: what it derives (its turn) is cached on it.
+        key = record.state.key
+        turn = self.scope.turn(key.turn_ref)
+        if not isinstance(event, CallOpened):
+            return CallContext(
+                turn=turn, blocked=self.scope.blocked(key, record.state.tool), limits=self.limits
+            )
+        # Live calls are counted only where the decider looks at them: at an opening.
+        live = record.state.live
+        return CallContext(
+            turn=turn,
+            blocked=self.scope.blocked(key, record.state.tool or event.tool),
+            limits=self.limits,
+            live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
+            live_in_tenant=len(self._index.by_tenant.get(key.tenant, ())) - live,
+        )
+
+    def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        record = self.records.get(key) or self._record(key)
+        if record.degraded:
+            return []
+        received = Input(
+            event=event,
+            position=recorded_event.position,
+            event_id=recorded_event.event_id,
+            at=recorded_event.recorded_at,
+        )
+        context = self._context(record, event)
+        if record.state.validating is not None or record.held:
+            record.held.append((received, context))
+            return []
+        return self._step(record, received, context)
+
+    def _step(
+        self, record: CallRecord, received: Input | ValidationOutcome, context: CallContext
+    ) -> list[Work]:
+        before = record.state
+        after, decisions = step(before, received, context)
+        record.state = after
+        self._reindex(before, after)
+        written = recorded(decisions)
+        record.expected.extend(written)
+        work: list[Work] = []
+        key = after.key
+        acting = self.live and self.owns(key.turn_ref)
+        if acting and written and not isinstance(received, ValidationOutcome):
+            work.append(AppendDecisions(key=key, decisions=tuple(written)))
+        for decision in decisions:
+            if isinstance(decision, ValidationRequested):
+                record.validation_context = context
+                if acting:
+                    work.append(RunValidation(key=key, request=decision, context=context))
+        if acting:
+            # Timers look the deadline up again when they fire, so only a deadline that is new
+            # or earlier than before needs scheduling; a later one is found by the earlier timer.
+            deadline = after.deadline(self.limits)
+            previous = before.deadline(self.limits)
+            if deadline is not None and (previous is None or deadline < previous):
+                work.append(ScheduleDeadline(key=key, at=deadline))
+        return work
+
+    def _reindex(self, before: CallState, after: CallState) -> None:
+        was, now = before.live, after.live
+        if was and not now:
+            self._index.remove(before.key, before.tool)
+        elif now and not was:
+            self._index.add(after.key, after.tool)
+
+    def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        key = _key_of(event)
+        record = self.records.get(key)
+        if record is None:
+            record = self._record(key)
+            record.degraded = True
+        record.version = recorded_event.version
+        cause = getattr(event, "cause", 0)
+        if record.degraded or cause <= record.trusted_through:
+            before = record.state
+            record.state = evolve(before, event)
+            if record.degraded:
+                record.expected.clear()
+            self._reindex(before, record.state)
+            if record.degraded and isinstance(event, CallValidated) and event.arguments:
+                # The validated arguments are recorded whole: what was lost can no longer
+                # matter.
+                parsed = parse_arguments(event.arguments, self.limits.arguments)
+                assert isinstance(parsed, ParsedArguments)
+                record.state = with_arguments(record.state, parsed)
+                self._recover_from_degradation(record, recorded_event.position)
+            elif record.degraded and record.state.terminal_phase:
+                self._recover_from_degradation(record, recorded_event.position)
+            return []
+        if record.expected:
+            wanted = record.expected.pop(0)
+            if not _recorded_as(wanted, recorded_event, event):
+                raise ReplayDivergence(
+                    key, recorded_event.position, _describe(wanted), _describe(event)
+                )
+            return []
+        validating = record.state.validating
+        if validating is not None and isinstance(event, CallValidated | CallFailed):
+            if event.cause != validating.cause:
+                raise ReplayDivergence(
+                    key,
+                    recorded_event.position,
+                    f"the answer to the validation of position {validating.cause}",
+                    _describe(event),
+                )
+            return self._answer(record, recorded_event, event)
+        raise ReplayDivergence(key, recorded_event.position, "no decision", _describe(event))
+
+    @staticmethod
+    def _recover_from_degradation(record: CallRecord, position: int) -> None:
+        # Later inputs are decided again; the answers to those that came meanwhile are taken as
+        # recorded.
+        record.degraded = False
+        record.trusted_through = position
+
+    def _answer(
+        self, record: CallRecord, recorded_event: RecordedEvent, event: CallValidated | CallFailed
+    ) -> list[Work]:
+        if isinstance(event, CallValidated):
+            result = ValidationResult(needs_confirmation=event.needs_confirmation)
+        else:
+            result = ValidationResult(failure=event.reason, detail=event.detail)
+        context = record.validation_context
+        assert context is not None
+        work = self._step(record, ValidationOutcome(result=result), context)
+        first = record.expected.pop(0) if record.expected else None
+        if first is None or not _recorded_as(first, recorded_event, event):
+            raise ReplayDivergence(
+                record.state.key,
+                recorded_event.position,
+                "no decision" if first is None else _describe(first),
+                _describe(event),
+            )
+        record.validation_context = None
+        while record.held and record.state.validating is None:
+            received, held_context = record.held.pop(0)
+            work.extend(self._step(record, received, held_context))
+        return work
+
+    def _record(self, key: CallKey) -> CallRecord:
+        record = self.records[key] = CallRecord(initial_state(key))
+        self._by_stream[key.stream] = key
+        self._by_stream.setdefault(key.response_ref.stream, [])
+        responses = self._by_stream[key.response_ref.stream]
+        assert isinstance(responses, list)
+        responses.append(key)
+        return record
+
+    def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
+        # A call whose input is gone can no longer be decided again: it takes its recorded
+        # decisions as they are from now on. What retention kept names the call; where it kept
+        # nothing, only the stream name is left.
+        assert isinstance(recorded_event.event, Redacted)
+        remains = recorded_event.event.remains
+        if remains is not None:
+            key = _key_of(remains)
+            record = self.records.get(key) or self._record(key)
+            if record.state.terminal_phase or record.state.phase is Phase.ABSENT:
+                # A terminal call, or one never opened, judges an input by identities and
+                # sequences alone, which retention keeps: what remains is decided as the whole
+                # input was.
+                return self._deliver(key, recorded_event, remains)
+            record.degraded = True
+            return []
+        found = self._by_stream.get(recorded_event.stream)
+        if isinstance(found, CallKey):
+            record = self.records[found]
+            record.version = recorded_event.version
+            if record.expected:
+                record.expected.pop(0)
+        elif found is not None:
+            for key in found:
+                self.records[key].degraded = True
+        return []
+
+    # --- going live ---
+
+    def go_live(self) -> list[Work]:
+        """End the replay: what the actors must still do for the calls found in the log.
+
+        Decisions made but never written (the process stopped before writing them) are
+        written now; validations never answered are asked again; deadlines are set.
+        """
+        self.live = True
+        work: list[Work] = []
+        for key, record in self.records.items():
+            if self.owns(key.turn_ref):
+                work.extend(self._resume(key, record))
+        return work
+
+    def _resume(self, key: CallKey, record: CallRecord) -> list[Work]:
+        """What the call's actor must do when this process starts acting for the call."""
+        work: list[Work] = []
+        if record.expected and not record.degraded:
+            work.append(AppendDecisions(key=key, decisions=tuple(record.expected)))
+        validating = record.state.validating
+        if validating is not None and record.validation_context is not None:
+            work.append(
+                RunValidation(key=key, request=validating, context=record.validation_context)
+            )
+        deadline = record.state.deadline(self.limits)
+        if deadline is not None:
+            work.append(ScheduleDeadline(key=key, at=deadline))
+        return work
+
+    # --- processes sharing the log ---
+
+    def owns(self, turn: TurnRef) -> bool:
+        """Whether this process decides for the turn's calls: always when it is alone on the
+        log (``process`` is ``None``); else when it holds the turn's lease, or when nobody
+        does (a turn unknown here, or started before processes shared the log): then every
+        process answers, the first answer is written and the others are refused by the call
+        stream's version."""
+        if self.process is None:
+            return True
+        lease = self._leases.get(turn)
+        return lease is None or lease[0] == self.process
+
+    def lease(self, turn: TurnRef) -> tuple[str, int] | None:
+        """The owner of the turn and the version of its lease stream, if it was leased."""
+        return self._leases.get(turn)
+
+    def leases(self) -> dict[TurnRef, tuple[str, int]]:
+        return dict(self._leases)
+
+    def _leased(self, event: TurnLeased, version: int) -> list[Work]:
+        gained = (
+            self.live
+            and self.process is not None
+            and event.owner == self.process
+            and not self.owns(event.turn)
+        )
+        self._leases[event.turn] = (event.owner, version)
+        if not gained:
+            return []
+        # Taken over: what the former owner decided but never wrote, validations it never
+        # answered and deadlines it watched are this process's now.
+        work: list[Work] = []
+        for key, record in self.records.items():
+            if key.turn_ref == event.turn:
+                work.extend(self._resume(key, record))
+        return work
+
+    def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
+        """The responses of ``turn`` whose stream was lost and can be resumed, each with the last
+        provider sequence number its feeder saw."""
+        return {
+            response: last
+            for response, last in self._resumable.items()
+            if response.turn_ref == turn
+        }
+
+    def resume_point(self, response: ResponseRef) -> ResumePoint | None:
+        """Where a response that was lost and resumable can be taken up again: after the
+        sequence its loss recorded, with its calls as the log held them then (what came after
+        it, the continuation sends again)."""
+        return self._resume_points.get(response)
+
+    def interrupted_responses(self) -> list[ResponseRef]:
+        """Responses with calls still assembling whose stream cannot be resumed.
+
+        After a restart nothing feeds them any more: the runtime records them as lost.
+        """
+        return [
+            response
+            for response, keys in self._index.by_response.items()
+            if response not in self._resumable
+            and any(self.records[key].state.needs_stream for key in keys)
+        ]
+
+    # --- looking ---
+
+    def state(self, key: CallKey) -> CallState | None:
+        record = self.records.get(key)
+        return None if record is None else record.state
+
+    def live_calls_of(self, response: ResponseRef) -> list[CallState]:
+        """The calls of a response that are opened and not terminal, in the order they opened."""
+        return [
+            self.records[key].state
+            for key in _members(self._index.by_response, response)
+            if self.records[key].state.live
+        ]
+
+    def response_settled(self, response: ResponseRef) -> bool:
+        """Whether no call seen in the response is still live (opened and not terminal)."""
+        found = self._by_stream.get(response.stream)
+        assert not isinstance(found, CallKey)
+        return all(not self.records[key].state.live for key in found or ())
+
+    def live_keys(self) -> list[CallKey]:
+        return [key for key, record in self.records.items() if record.state.live]
+
+
+def _key_of(event: Event) -> CallKey:
+    key = getattr(event, "key", None)
+    assert isinstance(key, CallKey)
+    return key
+
+
+def _describe(event: Event) -> str:
+    return f"{event.TAG} {attrs.asdict(event, recurse=False, filter=_no_bytes)}"
+
+
+def _no_bytes(attribute: attrs.Attribute[object], value: object) -> bool:
+    return not isinstance(value, bytes)
+
+
+def _recorded_as(wanted: Event, recorded_event: RecordedEvent, event: Event) -> bool:
+    """Whether the decision found in the log is the one wanted (as retention left it)."""
+    if isinstance(recorded_event.event, Redacted):
+        return without_sensitive(wanted) == event
+    return wanted == event

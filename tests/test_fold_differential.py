@@ -1,0 +1,152 @@
+"""The call fold against its reference: every golden log and simulator seeds, live and on replay.
+
+``reference_fold.CallFold`` is the fold as it was before the slot fold, kept as the oracle.
+Both fold the same recorded events; after every event they must give the actors the same work
+(decisions to write, validations to run, deadlines to watch) or raise the same divergence, and
+at the end hold the same calls and answer the runtime's questions alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import reference_fold
+import trio
+from conftest import RUN_COUNTS
+from golden_logs import golden_paths, load
+
+from inert import DEFAULT_CODEC, InertError, RecordedEvent, TurnRef
+from inert.actors import CallFold
+from inert.events._records import StoredRecord, decode_record
+from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
+from inert.testing._simulator import _read, _run_once, demo_check
+from inert.testing._workload import make_plan
+
+PATHS = golden_paths()
+SEEDS = range(4)
+
+
+def _work(items: Sequence[Any]) -> list[tuple[object, ...]]:
+    """Work for the actors as plain values: its kind, its call and what it carries."""
+    described: list[tuple[object, ...]] = []
+    for item in items:
+        kind = type(item).__name__
+        match kind:
+            case "AppendDecisions":
+                described.append((kind, item.key, item.decisions))
+            case "RunValidation":
+                described.append((kind, item.key, item.request, item.context))
+            case "ScheduleDeadline":
+                described.append((kind, item.key, item.at))
+            case _:
+                raise AssertionError(f"unknown work {kind}")
+    return described
+
+
+def _call(state: Any) -> tuple[object, ...]:
+    """What the fold knows of one call, as the runtime and the router read it."""
+    return (
+        state.key,
+        state.phase,
+        state.tool,
+        state.fragments,
+        state.size,
+        state.next_sequence,
+        state.end,
+        state.terminal,
+        state.arguments_digest,
+        state.tool_digest,
+        state.needs_confirmation,
+        state.confirmation_expires,
+        state.confirmed,
+        state.claim_id,
+        state.reason,
+        state.live,
+        state.ready,
+        state.needs_stream,
+        state.awaiting_confirmation,
+        state.deadline(SIMULATION_LIMITS),
+        state.validating,
+    )
+
+
+def _folded(fold: Any, turns: set[TurnRef]) -> dict[str, object]:
+    """What the runtime asks a fold, beyond its calls."""
+    return {
+        "position": fold.position,
+        "calls": {key: _call(fold.state(key)) for key in fold.records},
+        "live": fold.live_keys(),
+        "interrupted": fold.interrupted_responses(),
+        "leases": fold.leases(),
+        "resumable": {turn: fold.resumable_streams(turn) for turn in sorted(turns, key=str)},
+    }
+
+
+def _step(apply: Callable[[RecordedEvent], list[Any]], recorded: RecordedEvent) -> object:
+    try:
+        return _work(apply(recorded))
+    except InertError as error:
+        return (type(error).__name__, str(error))
+
+
+def compare(records: Sequence[RecordedEvent], *, live: bool, limits: Any = None) -> None:
+    """Fold ``records`` through both folds; they must agree at every event and at the end."""
+    options: dict[str, Any] = {"live": live}
+    if limits is not None:
+        options["limits"] = limits
+    reference = reference_fold.CallFold(**options)
+    fold = CallFold(**options)
+    turns = set()
+    for recorded in records:
+        key = getattr(recorded.kept, "key", None)
+        if key is not None:
+            turns.add(key.turn_ref)
+        expected = _step(reference.apply, recorded)
+        found = _step(fold.apply, recorded)
+        assert found == expected, f"position {recorded.position}: {recorded.event_type}"
+        if isinstance(expected, tuple):
+            # Both stopped: a divergence ends a fold.
+            return
+    if live:
+        assert _work(fold.go_live()) == _work(reference.go_live())
+    assert _folded(fold, turns) == _folded(reference, turns)
+
+
+def _decoded(rows: Sequence[StoredRecord]) -> list[RecordedEvent]:
+    return [decode_record(DEFAULT_CODEC, row) for row in rows]
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
+@pytest.mark.parametrize("path", PATHS, ids=[path.stem for path in PATHS])
+def test_every_golden_log_folds_as_the_reference_folds_it(path: Path, live: bool) -> None:
+    """A golden log gives the same work, divergences and calls through both folds."""
+    golden = load(path)
+    compare(_decoded(golden.rows), live=live, limits=golden.limits)
+    RUN_COUNTS["golden logs folded by both folds"] = (
+        RUN_COUNTS.get("golden logs folded by both folds", 0) + 1
+    )
+
+
+def _simulated(seed: int) -> list[RecordedEvent]:
+    plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
+    run = _run_once(
+        seed,
+        plan=plan,
+        tools=DEMO_TOOLS,
+        check=demo_check,
+        limits=SIMULATION_LIMITS,
+        retention=RETENTIONS["default"],
+    )
+    records: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
+    return records
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_simulator_logs_fold_as_the_reference_folds_them(seed: int, live: bool) -> None:
+    """The log a simulator seed wrote gives the same work and calls through both folds."""
+    compare(_simulated(seed), live=live, limits=SIMULATION_LIMITS)
