@@ -34,7 +34,9 @@ from inert import (
     TurnRef,
     registered_event_types,
 )
+from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
+from inert.events._structure import GIVE_UP, fast_structure
 
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
 # change has to be made here too, on purpose.
@@ -324,6 +326,34 @@ def test_a_payload_the_codec_accepts_is_one_it_would_write(
                 check_accepted_payload_is_canonical(
                     tag, {**fields, name: {**fields[name], part: value}}
                 )
+
+
+@pytest.mark.parametrize(("tag", "name"), FIELDS, ids=[f"{tag}.{name}" for tag, name in FIELDS])
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_the_generated_structuring_builds_what_the_converter_builds(
+    tag: str, name: str, data: st.DataObject
+) -> None:
+    """The generated fast path reads a payload as written, and any spoilt one either exactly as
+    the converter does or not at all (leaving it to the converter)."""
+    cls = EVENT_TYPES[tag]
+    fast = fast_structure(cls)
+    assert fast is not None, f"{cls.__name__} has a field type the generator does not know"
+    fields = unpack(DEFAULT_CODEC.encode(data.draw(events(cls), label="event"))[2])
+    assert fast(fields) == CONVERTER.structure(fields, cls)
+    for value in [*PLAIN_WRONG_VALUES, data.draw(msgpack_values, label="value")]:
+        spoilt = [
+            {**fields, name: value},
+            {other: kept for other, kept in fields.items() if other != name},
+            {**fields, f"{name}_": value},
+        ]
+        if isinstance(fields[name], dict):
+            spoilt.extend({**fields, name: {**fields[name], part: value}} for part in fields[name])
+        for payload in spoilt:
+            built = fast(payload)
+            if built is not GIVE_UP:
+                assert type(built) is cls
+                assert built == CONVERTER.structure(payload, cls), payload
 
 
 def test_the_strategies_cover_the_boundaries_of_the_validators() -> None:

@@ -26,8 +26,8 @@ from inert import (
     Retention,
     open_runtime,
 )
-from inert.events._codec import micros_to_datetime
 from inert.events._records import decode_record, redacted
+from inert.events._times import micros_to_datetime
 
 PATHS = golden_paths()
 MIN_LOGS = 50

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import typing
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 import cattrs
@@ -23,29 +23,10 @@ import msgpack
 
 from ._base import Event, Upcaster, registered_event_types
 from ._errors import CodecError
-from ._identity import CallKey
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from ._structure import GIVE_UP, Structure, fast_structure
+from ._times import datetime_to_micros, micros_to_datetime
 
 T = TypeVar("T")
-
-
-def datetime_to_micros(value: datetime) -> int:
-    """Microseconds since the Unix epoch of an aware datetime."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise CodecError(f"naive datetime {value.isoformat()} cannot be stored; give it a tzinfo")
-    try:
-        value.astimezone(UTC)
-    except OverflowError:
-        raise CodecError(
-            f"datetime {value.isoformat()} is outside the range of UTC datetimes"
-        ) from None
-    return (value - _EPOCH) // timedelta(microseconds=1)
-
-
-def micros_to_datetime(value: int) -> datetime:
-    """The UTC datetime of a count of microseconds since the Unix epoch."""
-    return _EPOCH + timedelta(microseconds=value)
 
 
 def _strict(expected: type[T]) -> Callable[[object, type[T]], T]:
@@ -91,36 +72,6 @@ def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
     return cls(value)
 
 
-_KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
-_KEY_CACHE_SIZE = 65536
-
-
-class _CallKeys:
-    """Call keys decoded before, by their components: one object per call, not per event.
-
-    Most events name a call seen a moment ago; handing back the same object skips its
-    validation, and lets what it caches (its hash, turn, streams) serve every later event.
-    Anything unusual takes cattrs' checked path. Bounded by dropping the cache whole.
-    """
-
-    def __init__(self, structure: Callable[[Any, Any], CallKey]) -> None:
-        self._structure = structure
-        self._known: dict[tuple[object, ...], CallKey] = {}
-
-    def __call__(self, value: object, cls: type[CallKey]) -> CallKey:
-        if type(value) is dict and len(value) == len(_KEY_FIELDS):
-            components = tuple(value.get(name) for name in _KEY_FIELDS)
-            known = self._known.get(components)
-            if known is not None:
-                return known
-            key = self._structure(value, cls)
-            if len(self._known) >= _KEY_CACHE_SIZE:
-                self._known.clear()
-            self._known[components] = key
-            return key
-        return self._structure(value, cls)
-
-
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
     # Single-dispatch hooks win over cattrs' own primitive hooks (which coerce: str(5) == "5").
@@ -132,9 +83,6 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(datetime, _structure_datetime)
     converter.register_structure_hook(enum.StrEnum, _structure_enum)
     converter.register_structure_hook_func(_is_tuple, _structure_tuple)
-    converter.register_structure_hook(
-        CallKey, _CallKeys(converter.gen_structure_attrs_fromdict(CallKey))
-    )
     return converter
 
 
@@ -178,6 +126,20 @@ class Codec:
         self._unstructure = {
             cls: CONVERTER.get_unstructure_hook(cls) for cls in self._types.values()
         }
+        self._last_time = (0, micros_to_datetime(0))
+        self._structure: dict[type[Event], Structure | None] = {
+            cls: fast_structure(cls) for cls in self._types.values()
+        }
+
+    def time(self, micros: int) -> datetime:
+        """The datetime of a stored time; events appended together share it, so the last one is
+        kept rather than built again for each."""
+        last = self._last_time
+        if last[0] == micros:
+            return last[1]
+        at = micros_to_datetime(micros)
+        self._last_time = (micros, at)
+        return at
 
     @property
     def event_types(self) -> Mapping[str, type[Event]]:
@@ -243,6 +205,11 @@ class Codec:
                 raise CodecError(
                     f"upcaster of {tag!r} from version {version} failed: {type(error).__name__}"
                 ) from error
+        fast = self._structure[cls]
+        if fast is not None:
+            event = fast(fields)
+            if event is not GIVE_UP:
+                return typing.cast(Event, event)
         try:
             return CONVERTER.structure(fields, cls)
         except Exception as error:

@@ -37,7 +37,7 @@ import attrs
 import trio
 
 from ._base import Event, registered_event_types
-from ._codec import DEFAULT_CODEC, Codec, datetime_to_micros
+from ._codec import DEFAULT_CODEC, Codec
 from ._errors import InertError, LogError
 from ._records import (
     NewEvent,
@@ -50,6 +50,7 @@ from ._records import (
     plan_appends,
     redacted,
 )
+from ._times import datetime_to_micros
 
 Clock = Callable[[], datetime]
 

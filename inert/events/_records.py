@@ -19,7 +19,7 @@ import attrs
 from attrs import field, frozen, validators
 
 from ._base import Event, TraceContext, registered_event_types
-from ._codec import Codec, micros_to_datetime
+from ._codec import Codec
 from ._errors import ConflictError, DuplicateEventError, InertError, LogError
 
 NO_STREAM = 0
@@ -357,7 +357,7 @@ def decode_record(codec: Codec, row: StoredRecord, known: Event | None = None) -
         event_id=row.event_id,
         stream=row.stream,
         version=row.version,
-        recorded_at=micros_to_datetime(row.recorded_at),
+        recorded_at=codec.time(row.recorded_at),
         event_type=row.event_type,
         schema_version=row.schema_version,
         trace=trace,

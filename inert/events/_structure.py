@@ -1,0 +1,208 @@
+"""Structuring of decoded payloads by code generated once per event class: the fast path.
+
+cattrs dispatches every field of every event through its hook machinery; on replay that is the
+largest single cost of reading an event. For each attrs class an event is made of, this module
+writes one plain function that checks each field's exact type inline and calls the class once.
+
+The fast path only ever accepts what the checked path (the codec's cattrs converter) accepts
+and builds the same value: any payload it is not sure of (a missing or extra field, a type that
+is not exactly the one declared, a validator that refuses) makes it give up, and the codec then
+structures the payload through the converter, which builds the value or says what is wrong.
+Identities (call keys, turns, responses, offered tools) are interned by their exact fields:
+most events name an identity seen a moment ago, and handing back the same object skips its
+validation and lets what it caches (hash, streams) serve every later event.
+"""
+
+from __future__ import annotations
+
+import enum
+import typing
+from collections.abc import Callable
+from datetime import datetime
+from types import NoneType, UnionType
+from typing import Any
+
+import attrs
+
+from ._times import micros_to_datetime
+
+Structure = Callable[[object], Any]
+"""Structures a payload map into its class, or returns ``GIVE_UP``."""
+
+GIVE_UP: Any = object()
+"""What a fast structuring function returns where the checked path must decide."""
+
+_INTERNED_LIMIT = 65536
+
+
+class _Unsupported(Exception):
+    """A field type the generator does not write code for: the class takes the checked path."""
+
+
+class _Interned:
+    """Values of one identity class by their exact payload fields, bounded by dropping all."""
+
+    def __init__(self, build: Structure) -> None:
+        self._build = build
+        self._known: dict[tuple[tuple[object, object], ...], object] = {}
+
+    def __call__(self, value: object) -> Any:
+        if type(value) is not dict:
+            return GIVE_UP
+        try:
+            fields = tuple(value.items())
+            known = self._known.get(fields)
+        except TypeError:
+            return GIVE_UP
+        if known is not None:
+            return known
+        built = self._build(value)
+        if built is not GIVE_UP:
+            if len(self._known) >= _INTERNED_LIMIT:
+                self._known.clear()
+            self._known[fields] = built
+        return built
+
+
+def _is_identity(cls: type) -> bool:
+    # Hashable classes of strings alone: equal payload fields are then the same value (an int
+    # field would let ``True`` find what ``1`` built), and every hot path keys dicts on them.
+    fields = attrs.fields(cls)
+    hashable = getattr(cls, "__hash__", None) not in (None, object.__hash__)
+    return hashable and all(field.type is str for field in fields)
+
+
+class _Generator:
+    def __init__(self) -> None:
+        self._functions: dict[type, Structure] = {}
+
+    def function(self, cls: type) -> Structure:
+        found = self._functions.get(cls)
+        if found is None:
+            found = self._write(cls)
+            if _is_identity(cls):
+                found = _Interned(found)
+            self._functions[cls] = found
+        return found
+
+    def _write(self, cls: type) -> Structure:
+        attrs.resolve_types(cls)
+        fields = attrs.fields(cls)
+        names: dict[str, object] = {
+            "GIVE_UP": GIVE_UP,
+            "cls": cls,
+            "MISSING": _MISSING,
+            "micros_to_datetime": micros_to_datetime,
+        }
+        lines = [
+            "def structure(value):",
+            "    if type(value) is not dict:",
+            "        return GIVE_UP",
+        ]
+        lines.append("    found = 0")
+        required: list[str] = []
+        optional: list[str] = []
+        for index, field in enumerate(fields):
+            if not field.init or field.alias != field.name:
+                raise _Unsupported(f"{cls.__name__}.{field.name}")
+            local = f"v{index}"
+            has_default = field.default is not attrs.NOTHING
+            lines.append(f"    {local} = value.get({field.name!r}, MISSING)")
+            lines.append(f"    if {local} is MISSING:")
+            lines.append("        pass" if has_default else "        return GIVE_UP")
+            lines.append("    else:")
+            lines.append("        found += 1")
+            lines.extend(
+                f"        {line}" for line in self._check(local, field.type, names, f"t{index}")
+            )
+            (optional if has_default else required).append(field.name)
+        lines.append("    if found != len(value):")
+        lines.append("        return GIVE_UP")
+        arguments = [f"{name}=v{_index_of(fields, name)}" for name in required]
+        if optional:
+            lines.append("    extra = {}")
+            for name in optional:
+                local = f"v{_index_of(fields, name)}"
+                lines.append(f"    if {local} is not MISSING:")
+                lines.append(f"        extra[{name!r}] = {local}")
+            arguments.append("**extra")
+        lines.append("    try:")
+        lines.append(f"        return cls({', '.join(arguments)})")
+        lines.append("    except Exception:")
+        lines.append("        return GIVE_UP")
+        namespace: dict[str, Any] = {}
+        exec(compile("\n".join(lines), f"<structure {cls.__qualname__}>", "exec"), names, namespace)
+        return typing.cast(Structure, namespace["structure"])
+
+    def _check(self, local: str, kind: object, names: dict[str, object], name: str) -> list[str]:
+        """Lines that check ``local`` against ``kind`` and replace it by its structured value,
+        returning ``GIVE_UP`` where it does not fit."""
+        if kind in (str, int, bool, bytes):
+            names[name] = kind
+            return [f"if type({local}) is not {name}:", "    return GIVE_UP"]
+        if kind is float:
+            return [
+                f"if type({local}) is int:",
+                f"    {local} = float({local})",
+                f"elif type({local}) is not float:",
+                "    return GIVE_UP",
+            ]
+        if kind is datetime:
+            return [
+                f"if type({local}) is not int:",
+                "    return GIVE_UP",
+                "try:",
+                f"    {local} = micros_to_datetime({local})",
+                "except OverflowError:",
+                "    return GIVE_UP",
+            ]
+        if isinstance(kind, type) and issubclass(kind, enum.StrEnum):
+            names[name] = kind
+            return [
+                f"if type({local}) is not str:",
+                "    return GIVE_UP",
+                "try:",
+                f"    {local} = {name}({local})",
+                "except ValueError:",
+                "    return GIVE_UP",
+            ]
+        if isinstance(kind, type) and attrs.has(kind):
+            names[name] = self.function(kind)
+            return [f"{local} = {name}({local})", f"if {local} is GIVE_UP:", "    return GIVE_UP"]
+        arguments = typing.get_args(kind)
+        if isinstance(kind, UnionType) and len(arguments) == 2 and NoneType in arguments:
+            (inner,) = (argument for argument in arguments if argument is not NoneType)
+            nested = self._check(local, inner, names, name)
+            return [f"if {local} is not None:", *(f"    {line}" for line in nested)]
+        if typing.get_origin(kind) is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
+            item = f"{name}_item"
+            nested = self._check(item, arguments[0], names, f"{name}_of")
+            return [
+                f"if type({local}) is not list:",
+                "    return GIVE_UP",
+                f"{name}_items = []",
+                f"for {item} in {local}:",
+                *(f"    {line}" for line in nested),
+                f"    {name}_items.append({item})",
+                f"{local} = tuple({name}_items)",
+            ]
+        raise _Unsupported(repr(kind))
+
+
+_MISSING = object()
+
+
+def _index_of(fields: tuple[attrs.Attribute[Any], ...], name: str) -> int:
+    return next(index for index, field in enumerate(fields) if field.name == name)
+
+
+_GENERATOR = _Generator()
+
+
+def fast_structure(cls: type) -> Structure | None:
+    """The generated structuring function of an attrs class; ``None`` where some field type has
+    no generated check (the class then always takes the checked path)."""
+    try:
+        return _GENERATOR.function(cls)
+    except _Unsupported:
+        return None
