@@ -111,6 +111,13 @@ def compare(records: Sequence[RecordedEvent], *, live: bool, limits: Any = None)
         if isinstance(expected, tuple):
             # Both stopped: a divergence ends a fold.
             return
+        if key is not None:
+            # Retention and resumption ask these of the call's response after each event.
+            response = key.response_ref
+            assert fold.response_settled(response) == reference.response_settled(response)
+            assert [state.key for state in fold.live_calls_of(response)] == [
+                state.key for state in reference.live_calls_of(response)
+            ]
     if live:
         assert _work(fold.go_live()) == _work(reference.go_live())
     assert _folded(fold, turns) == _folded(reference, turns)

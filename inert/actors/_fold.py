@@ -15,9 +15,10 @@ on replay the decisions it makes are found in the log already, and are checked a
   decider, and the held inputs follow: a replay never asks the validator again.
 - A payload dropped by retention (``Redacted``) cannot be decided again; a call that missed one
   takes its recorded decisions as they are.
-- Live calls (opened, not terminal) are indexed by response, turn, conversation, tenant,
-  response id and tool, so that turn, tenant and operator events reach exactly the calls they
-  concern, and the limits on live calls per turn and per tenant are counted in log order.
+- Live calls (opened, not terminal) are indexed by turn alone (with a count per tenant), so
+  that turn, response, tenant and operator events reach exactly the calls they concern, in the
+  order the calls became live, and the limits on live calls per turn and per tenant are counted
+  in log order. A finished call leaves every index.
 
 Pure: no trio, no storage. The actors and the runtime do the writing.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TypeVar
+from urllib.parse import unquote
 
 import attrs
 from attrs import define, frozen
@@ -239,50 +241,81 @@ _Members = dict[CallKey, None]
 
 
 class _Index:
-    """Keys of live calls by what turn, tenant and operator events address."""
+    """The live calls: all of them in the order they became live, by turn, and the turns with
+    live calls by conversation; counts per tenant (for its limit) and per provider response id
+    of a tenant (a response's ingress stream, which no turn bounds).
+
+    Every group an event addresses is found from these: a response's calls among its turn's
+    (a turn holds at most ``max_live_per_turn``), and the calls a rare operator control
+    concerns (a response id in any turn, a tool, a tenant) by one pass over the live calls.
+    Each group keeps the order in which its calls became live.
+    """
 
     def __init__(self) -> None:
-        self.by_response: dict[ResponseRef, _Members] = {}
+        self.live: _Members = {}
         self.by_turn: dict[TurnRef, _Members] = {}
-        self.by_conversation: dict[tuple[str, str], _Members] = {}
-        self.by_tenant: dict[str, _Members] = {}
-        self.by_response_id: dict[str, _Members] = {}
-        self.by_tool: dict[str, _Members] = {}
+        self.turns: dict[tuple[str, str], dict[TurnRef, None]] = {}
+        self.in_tenant: dict[str, int] = {}
+        self.in_response_stream: dict[tuple[str, str], int] = {}
 
-    def add(self, key: CallKey, tool: str) -> None:
-        _join(self.by_response, key.response_ref, key)
-        _join(self.by_turn, key.turn_ref, key)
-        _join(self.by_conversation, (key.tenant, key.conversation), key)
-        _join(self.by_tenant, key.tenant, key)
-        _join(self.by_response_id, key.response, key)
-        _join(self.by_tool, tool, key)
+    def add(self, key: CallKey) -> None:
+        self.live[key] = None
+        turn = key.turn_ref
+        members = self.by_turn.get(turn)
+        if members is None:
+            members = self.by_turn[turn] = {}
+            self.turns.setdefault((key.tenant, key.conversation), {})[turn] = None
+        members[key] = None
+        _count(self.in_tenant, key.tenant, 1)
+        _count(self.in_response_stream, (key.tenant, key.response), 1)
 
-    def remove(self, key: CallKey, tool: str) -> None:
-        _leave(self.by_response, key.response_ref, key)
-        _leave(self.by_turn, key.turn_ref, key)
-        _leave(self.by_conversation, (key.tenant, key.conversation), key)
-        _leave(self.by_tenant, key.tenant, key)
-        _leave(self.by_response_id, key.response, key)
-        _leave(self.by_tool, tool, key)
+    def remove(self, key: CallKey) -> None:
+        del self.live[key]
+        turn = key.turn_ref
+        members = self.by_turn[turn]
+        del members[key]
+        if not members:
+            del self.by_turn[turn]
+            conversation = (key.tenant, key.conversation)
+            turns = self.turns[conversation]
+            del turns[turn]
+            if not turns:
+                del self.turns[conversation]
+        _count(self.in_tenant, key.tenant, -1)
+        _count(self.in_response_stream, (key.tenant, key.response), -1)
+
+    def of_turn(self, turn: TurnRef) -> list[CallKey]:
+        return list(self.by_turn.get(turn, ()))
+
+    def of_response(self, response: ResponseRef) -> list[CallKey]:
+        wanted = response.response
+        return [key for key in self.by_turn.get(response.turn_ref, ()) if key.response == wanted]
+
+    def of_conversation_but(self, turn: TurnRef) -> list[CallKey]:
+        """The live calls of the turn's conversation in its other turns."""
+        others = [
+            other for other in self.turns.get((turn.tenant, turn.conversation), ()) if other != turn
+        ]
+        if len(others) == 1:
+            return list(self.by_turn[others[0]])
+        # Calls of several turns, in the order they became live across them.
+        wanted = set(others)
+        return [key for key in self.live if key.turn_ref in wanted] if wanted else []
+
+    def responses(self) -> dict[ResponseRef, None]:
+        """The responses with live calls, in the order their first live call became live."""
+        return {key.response_ref: None for key in self.live}
 
 
 G = TypeVar("G")
 
 
-def _join(index: dict[G, _Members], group: G, key: CallKey) -> None:
-    index.setdefault(group, {})[key] = None
-
-
-def _leave(index: dict[G, _Members], group: G, key: CallKey) -> None:
-    members = index.get(group)
-    if members is not None:
-        members.pop(key, None)
-        if not members:
-            del index[group]
-
-
-def _members(index: dict[G, _Members], group: G) -> list[CallKey]:
-    return list(index.get(group, ()))
+def _count(counts: dict[G, int], group: G, change: int) -> None:
+    left = counts.get(group, 0) + change
+    if left:
+        counts[group] = left
+    else:
+        del counts[group]
 
 
 class CallFold:
@@ -301,7 +334,6 @@ class CallFold:
         self._index = _Index()
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
-        self._by_stream: dict[str, CallKey | list[CallKey]] = {}
 
     # --- reading the log ---
 
@@ -385,32 +417,28 @@ class CallFold:
             case _ if isinstance(event, _ADDRESSED):
                 return (_key_of(event),)
             case ResponseEnded(response=response) | StreamLost(response=response):
-                return _members(index.by_response, response)
+                return index.of_response(response)
             case StreamResumed(response=response):
-                return _members(index.by_response, response)
+                return index.of_response(response)
             case TurnStarted(turn=turn):
-                conversation = (turn.tenant, turn.conversation)
-                return [
-                    key
-                    for key in _members(index.by_conversation, conversation)
-                    if key.turn_ref != turn
-                ]
+                return index.of_conversation_but(turn)
             case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
-                return _members(index.by_turn, turn)
+                return index.of_turn(turn)
             case ResponseQuarantined(response=response, tenant=tenant):
                 return [
                     key
-                    for key in _members(index.by_response_id, response)
-                    if tenant is None or key.tenant == tenant
+                    for key in index.live
+                    if key.response == response and (tenant is None or key.tenant == tenant)
                 ]
             case ToolDisabled(tool=tool, tenant=tenant):
+                records = self.records
                 return [
                     key
-                    for key in _members(index.by_tool, tool)
-                    if tenant is None or key.tenant == tenant
+                    for key in index.live
+                    if records[key].tool == tool and (tenant is None or key.tenant == tenant)
                 ]
             case TenantStopped(tenant=tenant):
-                return _members(index.by_tenant, tenant)
+                return [key for key in index.live if key.tenant == tenant]
         return ()
 
     def _context(self, slot: Slot, event: Event) -> CallContext:
@@ -428,7 +456,7 @@ class CallFold:
             blocked=self.scope.blocked(key, slot.tool or event.tool),
             limits=self.limits,
             live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
-            live_in_tenant=len(self._index.by_tenant.get(key.tenant, ())) - live,
+            live_in_tenant=self._index.in_tenant.get(key.tenant, 0) - live,
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -453,11 +481,11 @@ class CallFold:
         key = slot.key
         acting = self.live and self.owns(key.turn_ref)
         previous = slot.deadline(self.limits) if acting else None
-        was_live, tool = slot.live, slot.tool
+        was_live = slot.live
         decisions = decide(slot, received, context)
         for decision in decisions:
             slot.absorb(decision)
-        self._reindex(slot, was_live, tool)
+        self._reindex(slot, was_live)
         written = recorded(decisions)
         slot.expected.extend(written)
         work: list[Work] = []
@@ -476,13 +504,13 @@ class CallFold:
                 work.append(ScheduleDeadline(key=key, at=deadline))
         return work
 
-    def _reindex(self, slot: Slot, was_live: bool, tool: str) -> None:
-        """Index a call that became live, drop one that ended (by the tool it had then)."""
+    def _reindex(self, slot: Slot, was_live: bool) -> None:
+        """Index a call that became live, drop one that ended."""
         now_live = slot.live
         if was_live and not now_live:
-            self._index.remove(slot.key, tool)
+            self._index.remove(slot.key)
         elif now_live and not was_live:
-            self._index.add(slot.key, slot.tool)
+            self._index.add(slot.key)
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         key = _key_of(event)
@@ -493,11 +521,11 @@ class CallFold:
         slot.version = recorded_event.version
         cause = getattr(event, "cause", 0)
         if slot.degraded or cause <= slot.trusted_through:
-            was_live, tool = slot.live, slot.tool
+            was_live = slot.live
             slot.absorb(event)
             if slot.degraded:
                 slot.expected.clear()
-            self._reindex(slot, was_live, tool)
+            self._reindex(slot, was_live)
             if slot.degraded and isinstance(event, CallValidated) and event.arguments:
                 # The validated arguments are recorded whole: what was lost can no longer
                 # matter.
@@ -560,11 +588,6 @@ class CallFold:
 
     def _record(self, key: CallKey) -> Slot:
         slot = self.records[key] = Slot(key)
-        self._by_stream[key.stream] = key
-        self._by_stream.setdefault(key.response_ref.stream, [])
-        responses = self._by_stream[key.response_ref.stream]
-        assert isinstance(responses, list)
-        responses.append(key)
         return slot
 
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
@@ -583,15 +606,18 @@ class CallFold:
                 return self._deliver(key, recorded_event, remains)
             slot.degraded = True
             return []
-        found = self._by_stream.get(recorded_event.stream)
-        if isinstance(found, CallKey):
-            slot = self.records[found]
-            slot.version = recorded_event.version
-            if slot.expected:
-                slot.expected.pop(0)
-        elif found is not None:
-            for key in found:
-                self.records[key].degraded = True
+        kind, names = _stream_names(recorded_event.stream)
+        if kind == "call" and len(names) == len(_CALL_KEY_FIELDS):
+            named = self.records.get(CallKey(**dict(zip(_CALL_KEY_FIELDS, names, strict=True))))
+            if named is not None:
+                named.version = recorded_event.version
+                if named.expected:
+                    named.expected.pop(0)
+        elif kind == "response" and len(names) == 2:
+            tenant, response = names
+            for key, record in self.records.items():
+                if key.tenant == tenant and key.response == response:
+                    record.degraded = True
         return []
 
     # --- going live ---
@@ -682,9 +708,9 @@ class CallFold:
         """
         return [
             response
-            for response, keys in self._index.by_response.items()
+            for response in self._index.responses()
             if response not in self._resumable
-            and any(self.records[key].needs_stream for key in keys)
+            and any(self.records[key].needs_stream for key in self._index.of_response(response))
         ]
 
     # --- looking ---
@@ -695,20 +721,26 @@ class CallFold:
 
     def live_calls_of(self, response: ResponseRef) -> list[Slot]:
         """The calls of a response that are opened and not terminal, in the order they opened."""
-        return [
-            self.records[key]
-            for key in _members(self._index.by_response, response)
-            if self.records[key].live
-        ]
+        return [self.records[key] for key in self._index.of_response(response)]
 
     def response_settled(self, response: ResponseRef) -> bool:
-        """Whether no call seen in the response is still live (opened and not terminal)."""
-        found = self._by_stream.get(response.stream)
-        assert not isinstance(found, CallKey)
-        return all(not self.records[key].live for key in found or ())
+        """Whether no call of the response's ingress stream (its provider response id, under
+        any turn of the tenant) is still live (opened and not terminal)."""
+        return (response.tenant, response.response) not in self._index.in_response_stream
 
     def live_keys(self) -> list[CallKey]:
         return [key for key, slot in self.records.items() if slot.live]
+
+
+_CALL_KEY_FIELDS = tuple(attribute.name for attribute in attrs.fields(CallKey))
+
+
+def _stream_names(stream: str) -> tuple[str, list[str]]:
+    """A stream name's kind and the identity components it was built of (each percent-encoded
+    in it): the calls a redacted event names are found from its stream rather than by a table
+    of every stream seen."""
+    kind, _, rest = stream.partition("/")
+    return kind, [unquote(part) for part in rest.split("/")]
 
 
 def _key_of(event: Event) -> CallKey:
