@@ -19,6 +19,7 @@ import json
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -88,9 +89,10 @@ class ToolDeclaration:
     (no ``additionalProperties`` or ``unevaluatedProperties``, or ``true``); a choice about
     registering, not part of the declaration's digest."""
 
-    @property
+    @cached_property
     def digest(self) -> str:
-        """``sha256:`` and the hex digest of the canonical JSON of the declaration."""
+        """``sha256:`` and the hex digest of the canonical JSON of the declaration (computed
+        once: every turn that offers the tool binds it)."""
         document: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
