@@ -8,24 +8,36 @@ state with one digest.
 
 from datetime import timedelta
 
-from ..events import RecordedEvent
+from ..events import Event, RecordedEvent
 from ._audit import CONTROL_TYPES, Audit, AuditEntry
 from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 from ._dispatch import DispatchQueue
-from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow, Transition
+from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger
+from ._routing import Handler, Routes
+from ._rows import LedgerRow, Transition
 from ._status import Status, StatusCue
+
+_PARTS = frozenset({"audit", "ledger", "queue", "status"})
 
 
 class Projections:
     """One ledger, one dispatch queue, one status and one audit, fed the same records."""
 
-    __slots__ = ("audit", "ledger", "queue", "status")
+    __slots__ = ("_routes", "audit", "ledger", "queue", "status")
+
+    _routes: Routes
 
     def __init__(self, *, ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
         self.ledger = Ledger(horizon=ledger_horizon)
         self.queue = DispatchQueue()
         self.status = Status()
         self.audit = Audit()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in _PARTS:
+            # The routes hold the handlers of the projections they were chosen for.
+            super().__setattr__("_routes", Routes(self._handlers))
 
     @property
     def position(self) -> int:
@@ -37,14 +49,38 @@ class Projections:
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Fold one recorded event into every projection."""
-        self.ledger.apply(recorded)
-        self.queue.apply(recorded)
-        self.status.apply(recorded)
-        self.audit.apply(recorded)
+        ledger, queue, status, audit = self.ledger, self.queue, self.status, self.audit
+        position = recorded.position
+        in_step = ledger._position == queue._position == status._position == audit._position
+        if position <= ledger._position or not in_step:
+            # Folded already, or one of them was fed on its own: each judges for itself.
+            ledger.apply(recorded)
+            queue.apply(recorded)
+            status.apply(recorded)
+            audit.apply(recorded)
+            return
+        # What each one's apply does, once for all four: the handlers of all of them that the
+        # event's class can concern, found with one lookup.
+        ledger._position = queue._position = status._position = audit._position = position
+        due = ledger._due
+        if due is not None and due < recorded.recorded_at:
+            ledger._age_out(recorded.recorded_at)
+        event = recorded.event
+        for handler in self._routes[type(event)]:
+            handler(recorded, event)
 
     def digest(self) -> str:
         """The state digest of the projections together."""
         return state_digest(self.ledger, self.queue, self.status, self.audit)
+
+    def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
+        # In the order each was applied on its own.
+        return (
+            *self.ledger._handlers(kind, redacted),
+            *self.queue._handlers(kind, redacted),
+            *self.status._handlers(kind, redacted),
+            *self.audit._handlers(kind, redacted),
+        )
 
 
 __all__ = [

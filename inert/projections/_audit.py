@@ -22,9 +22,12 @@ from ..events import (
     ToolEnabled,
 )
 from ._digest import JSON, Snapshot, key_json
+from ._routing import Handler, Routes
 
 CONTROL_TYPES = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
 """The operator controls the audit records."""
+
+Control = ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed
 
 
 @define
@@ -65,11 +68,12 @@ def _scope(event: Event) -> dict[str, str | None]:
 class Audit:
     """Every control in log order, with the call keys each ended."""
 
-    __slots__ = ("_entries", "_position")
+    __slots__ = ("_entries", "_position", "_routes")
 
     def __init__(self) -> None:
         self._position = 0
         self._entries: dict[int, AuditEntry] = {}
+        self._routes = Routes(self._handlers)
 
     @property
     def position(self) -> int:
@@ -77,23 +81,13 @@ class Audit:
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Fold one recorded event; a record at or before ``position`` was folded already."""
-        if recorded.position <= self._position:
+        position = recorded.position
+        if position <= self._position:
             return
-        self._position = recorded.position
+        self._position = position
         event = recorded.event
-        if isinstance(event, CONTROL_TYPES):
-            self._entries[recorded.position] = AuditEntry(
-                position=recorded.position,
-                control=event.TAG,
-                operator=event.operator,
-                reason=event.reason,
-                scope=_scope(event),
-                recorded_at=recorded.recorded_at.isoformat(),
-            )
-        elif isinstance(event, CallCancelled):
-            entry = self._entries.get(event.cause)
-            if entry is not None:
-                entry.ended.append(event.key)
+        for handler in self._routes[type(event)]:
+            handler(recorded, event)
 
     def entries(self) -> list[AuditEntry]:
         """The controls in the order the log holds them."""
@@ -104,3 +98,31 @@ class Audit:
             "position": self._position,
             "controls": [entry.to_json() for entry in self._entries.values()],
         }
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
+        # A control or a cancellation is recorded as the log holds it: never from what
+        # retention left of a payload.
+        if redacted:
+            return ()
+        if issubclass(kind, CONTROL_TYPES):
+            return (self._control,)
+        if issubclass(kind, CallCancelled):
+            return (self._cancelled,)
+        return ()
+
+    def _control(self, recorded: RecordedEvent, event: Control) -> None:
+        self._entries[recorded.position] = AuditEntry(
+            position=recorded.position,
+            control=event.TAG,
+            operator=event.operator,
+            reason=event.reason,
+            scope=_scope(event),
+            recorded_at=recorded.recorded_at.isoformat(),
+        )
+
+    def _cancelled(self, recorded: RecordedEvent, event: CallCancelled) -> None:
+        entry = self._entries.get(event.cause)
+        if entry is not None:
+            entry.ended.append(event.key)

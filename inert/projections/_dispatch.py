@@ -17,17 +17,17 @@ from ..events import (
     CallFailed,
     CallKey,
     CallValidated,
+    Event,
     RecordedEvent,
 )
 from ._digest import JSON, Snapshot, key_json
-
-_ADMITTING = (CallValidated, CallAwaitingConfirmation, CallConfirmed)
+from ._routing import Handler, Routes
 
 
 class DispatchQueue:
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
-    __slots__ = ("_awaiting", "_ended", "_position", "_ready")
+    __slots__ = ("_awaiting", "_ended", "_position", "_ready", "_routes")
 
     def __init__(self) -> None:
         self._position = 0
@@ -35,6 +35,7 @@ class DispatchQueue:
         self._ready: dict[CallKey, None] = {}
         self._awaiting: dict[CallKey, None] = {}
         self._ended: set[CallKey] = set()
+        self._routes = Routes(self._handlers)
 
     @property
     def position(self) -> int:
@@ -59,36 +60,67 @@ class DispatchQueue:
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Fold one recorded event; a record at or before ``position`` was folded already."""
-        if recorded.position <= self._position:
+        position = recorded.position
+        if position <= self._position:
             return
-        self._position = recorded.position
-        event = recorded.kept
-        if event is None:
-            return
-        if isinstance(event, CallDispatched | CallCancelled | CallFailed):
-            self._ready.pop(event.key, None)
-            self._awaiting.pop(event.key, None)
-            self._ended.add(event.key)
-            return
-        # Terminal is absorbing: nothing recorded after a call's end puts it back.
-        if not isinstance(event, _ADMITTING) or event.key in self._ended:
-            return
-        key = event.key
-        if isinstance(event, CallConfirmed):
-            # Only a call seen waiting becomes ready by a confirmation: a confirmation alone
-            # never puts a call in front of an executor.
-            if key in self._awaiting:
-                del self._awaiting[key]
-                self._ready[key] = None
-        elif isinstance(event, CallAwaitingConfirmation) or event.needs_confirmation:
-            # Waiting for a person outranks any earlier readiness: the safer reading wins.
-            self._ready.pop(key, None)
-            self._awaiting.setdefault(key, None)
-        elif key not in self._awaiting:
-            self._ready[key] = None
+        self._position = position
+        event = recorded.event
+        for handler in self._routes[type(event)]:
+            handler(recorded, event)
 
     def snapshot(self) -> Snapshot:
         """Position, ready keys and awaiting keys as JSON, in queue order."""
         ready: list[JSON] = [key_json(key) for key in self._ready]
         awaiting: list[JSON] = [key_json(key) for key in self._awaiting]
         return {"position": self._position, "ready": ready, "awaiting": awaiting}
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
+        if issubclass(kind, CallDispatched | CallCancelled | CallFailed):
+            return (self._ended_call,)
+        if issubclass(kind, CallConfirmed):
+            return (self._confirmed,)
+        if issubclass(kind, CallAwaitingConfirmation):
+            return (self._awaiting_confirmation,)
+        if issubclass(kind, CallValidated):
+            return (self._validated,)
+        return ()
+
+    def _ended_call(
+        self, recorded: RecordedEvent, event: CallDispatched | CallCancelled | CallFailed
+    ) -> None:
+        key = event.key
+        self._ready.pop(key, None)
+        self._awaiting.pop(key, None)
+        self._ended.add(key)
+
+    # Terminal is absorbing: nothing recorded after a call's end puts it back.
+
+    def _confirmed(self, recorded: RecordedEvent, event: CallConfirmed) -> None:
+        key = event.key
+        # Only a call seen waiting becomes ready by a confirmation: a confirmation alone never
+        # puts a call in front of an executor.
+        if key not in self._ended and key in self._awaiting:
+            del self._awaiting[key]
+            self._ready[key] = None
+
+    def _awaiting_confirmation(
+        self, recorded: RecordedEvent, event: CallAwaitingConfirmation
+    ) -> None:
+        if event.key not in self._ended:
+            self._wait(event.key)
+
+    def _validated(self, recorded: RecordedEvent, event: CallValidated) -> None:
+        key = event.key
+        if key in self._ended:
+            return
+        if event.needs_confirmation:
+            self._wait(key)
+        elif key not in self._awaiting:
+            self._ready[key] = None
+
+    def _wait(self, key: CallKey) -> None:
+        # Waiting for a person outranks any earlier readiness: the safer reading wins.
+        self._ready.pop(key, None)
+        self._awaiting.setdefault(key, None)

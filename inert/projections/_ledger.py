@@ -10,190 +10,36 @@ row and no transition holds an argument value, only counts, sizes, digests and r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Literal
-
-import attrs
-from attrs import frozen
+from functools import partial
 
 from ..events import (
     OUTCOME_TYPES,
-    TRANSITION_TYPES,
     ArgumentsAppended,
-    CallAwaitingConfirmation,
-    CallCancelled,
     CallCollecting,
-    CallConfirmed,
-    CallDispatched,
-    CallFailed,
     CallKey,
-    CallTerminalCandidate,
-    CallValidated,
+    Event,
     EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
-    FailReason,
     RecordedEvent,
-    Redacted,
-    TerminalRef,
+)
+from ._calls import (
+    RULES,
+    TERMINAL_STATES,
+    Call,
+    Decision,
+    Received,
+    Row,
+    Rule,
+    Step,
+    rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
-
-State = Literal[
-    "collecting", "terminal_candidate", "validated", "dispatched", "cancelled", "failed"
-]
-Dispatch = Literal["inert", "await_confirmation", "ready", "dispatched", "reject"]
-Outcome = Literal["completed", "failed", "unknown"]
-
-TERMINAL_STATES: frozenset[str] = frozenset({"dispatched", "cancelled", "failed"})
-
-_VALIDATION_FAILURES = frozenset(
-    {
-        FailReason.SCHEMA_INVALID,
-        FailReason.BUSINESS_INVALID,
-        FailReason.PERMISSION_DENIED,
-        FailReason.VALIDATION_TIMEOUT,
-        FailReason.VALIDATOR_ERROR,
-        FailReason.UNKNOWN_TOOL,
-    }
-)
-
-Decision = (
-    CallCollecting
-    | CallTerminalCandidate
-    | CallValidated
-    | CallAwaitingConfirmation
-    | CallConfirmed
-    | CallDispatched
-    | CallCancelled
-    | CallFailed
-)
-
-
-@frozen(kw_only=True)
-class LedgerRow:
-    """The latest state of one call, in the seed's columns; never an argument value."""
-
-    tenant: str
-    conversation: str
-    turn: str
-    response: str
-    item: str
-    call: str
-    tool: str
-    state: State
-    fragments: int
-    bytes: int
-    terminal_event: str | None = None
-    terminal_reason: str | None = None
-    parse: str | None = None
-    validation: str | None = None
-    dispatch: Dispatch = "inert"
-    outcome: Outcome | None = None
-
-    @classmethod
-    def opened(cls, key: CallKey, *, tool: str, fragments: int, size: int) -> LedgerRow:
-        """The row of a call that has just appeared in the ledger."""
-        return cls(
-            tenant=key.tenant,
-            conversation=key.conversation,
-            turn=key.turn,
-            response=key.response,
-            item=key.item,
-            call=key.call,
-            tool=tool,
-            state="collecting",
-            fragments=fragments,
-            bytes=size,
-        )
-
-    @property
-    def key(self) -> CallKey:
-        """The call key the row belongs to."""
-        return CallKey(
-            tenant=self.tenant,
-            conversation=self.conversation,
-            turn=self.turn,
-            response=self.response,
-            item=self.item,
-            call=self.call,
-        )
-
-    def to_json(self) -> Snapshot:
-        """The row as a JSON object, in column order."""
-        return attrs.asdict(self)
-
-
-@frozen(kw_only=True)
-class Transition:
-    """One recorded step in a call's history: what was decided or reported, and why."""
-
-    position: int
-    event_type: str
-    state: State | None
-    detail: str
-
-    def to_json(self) -> Snapshot:
-        """The transition as a JSON object."""
-        return attrs.asdict(self)
-
-
-def terminal_label(terminal: TerminalRef) -> str:
-    """How the ledger names a provider terminal event: by sequence where there is one."""
-    if terminal.sequence is not None:
-        return f"sequence {terminal.sequence}"
-    return f"digest {terminal.digest}"
-
-
-class _Received:
-    """Fragment counts and sizes of one call not yet at its terminal candidate, by position.
-
-    Kept per position because the actor's answer to a fragment comes later in the log: a
-    fragment it rejects (a duplicate delivery, a stale turn) is taken back out. A fragment with
-    an offset counts the bytes it adds to the ranges seen, so that a delivery chunked otherwise
-    is not counted twice.
-    """
-
-    __slots__ = ("by_position", "covered", "fragments", "size")
-
-    def __init__(self) -> None:
-        self.by_position: dict[int, tuple[int, int]] = {}
-        self.covered: list[tuple[int, int]] = []
-        self.fragments = 0
-        self.size = 0
-
-    def cover(self, offset: int, length: int) -> int:
-        """Take the range in; how many of its bytes no range seen held."""
-        start, stop = offset, offset + length
-        covered = self.covered
-        if not covered or start >= covered[-1][1]:
-            # In order, the usual case: the range extends the last one or follows it.
-            if covered and start == covered[-1][1]:
-                covered[-1] = (covered[-1][0], stop)
-            elif length:
-                covered.append((start, stop))
-            return length
-        seen = sum(max(0, min(stop, high) - max(start, low)) for low, high in covered)
-        merged: list[tuple[int, int]] = []
-        for low, high in sorted([*covered, (start, stop)]):
-            if merged and low <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], high))
-            else:
-                merged.append((low, high))
-        self.covered = merged
-        return length - seen
-
-    def add(self, position: int, fragments: int, size: int) -> None:
-        self.by_position[position] = (fragments, size)
-        self.fragments += fragments
-        self.size += size
-
-    def drop(self, position: int) -> None:
-        fragments, size = self.by_position.pop(position, (0, 0))
-        self.fragments -= fragments
-        self.size -= size
-
+from ._routing import Handler, Routes
+from ._rows import LedgerRow, Outcome, State, Transition
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""
@@ -209,25 +55,28 @@ class Ledger:
     """
 
     __slots__ = (
-        "_claims",
+        "_calls",
+        "_due",
         "_finished",
         "_histories",
         "_horizon",
         "_position",
-        "_received",
+        "_routes",
         "_rows",
     )
 
     def __init__(self, *, horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
         self._horizon = horizon
-        # Finished calls in the order they finished, with the log's time of it.
-        self._finished: dict[CallKey, datetime] = {}
         self._position = 0
-        self._rows: dict[CallKey, LedgerRow] = {}
-        self._histories: dict[CallKey, list[Transition]] = {}
-        self._received: dict[CallKey, _Received] = {}
-        # An outcome counts only for the claim that dispatched the call: at most one exists.
-        self._claims: dict[CallKey, str] = {}
+        self._calls: dict[CallKey, Call] = {}
+        # The calls with a row, and those with a history, each in the order it first appeared.
+        self._rows: dict[CallKey, tuple[Call, Row]] = {}
+        self._histories: dict[CallKey, list[Step]] = {}
+        # Finished calls in the order they finished, with the log's time they age out at, and
+        # that time of the first of them: a record before it ages nothing out.
+        self._finished: dict[CallKey, datetime] = {}
+        self._due: datetime | None = None
+        self._routes = Routes(self._handlers)
 
     @property
     def position(self) -> int:
@@ -236,193 +85,154 @@ class Ledger:
 
     def rows(self) -> list[LedgerRow]:
         """The latest row of every call, in the order the calls first appeared."""
-        return [self._current(key, row) for key, row in self._rows.items()]
+        return [call.read(row) for call, row in self._rows.values()]
 
     def row(self, key: CallKey) -> LedgerRow | None:
         """The latest row of one call, or ``None`` if it has none."""
-        row = self._rows.get(key)
-        return None if row is None else self._current(key, row)
+        call = self._calls.get(key)
+        if call is None or call.row is None:
+            return None
+        return call.read(call.row)
 
     def history(self, key: CallKey) -> list[Transition]:
         """The transitions of one call in log order (empty if nothing was recorded for it)."""
-        return list(self._histories.get(key, ()))
+        return _transitions(self._histories.get(key, ()))
 
     def histories(self) -> dict[CallKey, list[Transition]]:
         """The transitions of every call, in the order the calls first appeared."""
-        return {key: list(transitions) for key, transitions in self._histories.items()}
+        return {key: _transitions(steps) for key, steps in self._histories.items()}
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Fold one recorded event; a record at or before ``position`` was folded already."""
         # Skipping what was applied makes resuming a read at the checkpoint harmless.
-        if recorded.position <= self._position:
+        position = recorded.position
+        if position <= self._position:
             return
-        self._position = recorded.position
-        self._age_out(recorded.recorded_at)
-        event = recorded.kept
-        if event is None:
-            return
-        if isinstance(event, ArgumentsAppended):
-            # A redacted fragment's size is gone; the decision that ended its call has it.
-            if not isinstance(recorded.event, Redacted):
-                self._fragment(event, recorded.position)
-        elif isinstance(event, TRANSITION_TYPES):
-            self._decision(event, recorded)
-        elif isinstance(event, EventRejected):
-            self._rejected(event, recorded)
-        elif isinstance(event, OUTCOME_TYPES):
-            self._outcome(event, recorded)
+        self._position = position
+        due = self._due
+        if due is not None and due < recorded.recorded_at:
+            self._age_out(recorded.recorded_at)
+        event = recorded.event
+        for handler in self._routes[type(event)]:
+            handler(recorded, event)
 
     def snapshot(self) -> Snapshot:
         """Position, rows and histories as JSON, in the order the calls first appeared."""
         rows: list[JSON] = [row.to_json() for row in self.rows()]
         histories: list[JSON] = [
             {"key": key_json(key), "transitions": [step.to_json() for step in transitions]}
-            for key, transitions in self._histories.items()
+            for key, transitions in self.histories().items()
         ]
         return {"position": self._position, "rows": rows, "histories": histories}
 
     # --- folding ---------------------------------------------------------------------------
 
-    def _record(
-        self, key: CallKey, recorded: RecordedEvent, state: State | None, detail: str
-    ) -> None:
-        transition = Transition(
-            position=recorded.position, event_type=recorded.event_type, state=state, detail=detail
-        )
-        self._histories.setdefault(key, []).append(transition)
+    def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
+        if issubclass(kind, ArgumentsAppended):
+            # A redacted fragment's size is gone; the decision that ended its call has it.
+            return () if redacted else (self._fragment,)
+        for rule in RULES:
+            if issubclass(kind, rule.kind):
+                return (partial(self._decision, rule),)
+        if issubclass(kind, EventRejected):
+            return (self._rejected,)
+        if issubclass(kind, OUTCOME_TYPES):
+            return (self._outcome,)
+        return ()
 
-    def _fragment(self, event: ArgumentsAppended, position: int) -> None:
-        key = event.key
-        row = self._rows.get(key)
+    def _call(self, key: CallKey) -> Call:
+        call = self._calls[key] = Call(key)
+        return call
+
+    def _record(
+        self, call: Call, recorded: RecordedEvent, state: State | None, detail: str
+    ) -> None:
+        history = call.history
+        if history is None:
+            history = call.history = self._histories[call.key] = []
+        history.append((recorded.position, recorded.event_type, state, detail))
+
+    def _fragment(self, recorded: RecordedEvent, event: ArgumentsAppended) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        row = call.row
         # A fragment for a call past collecting is the actor's to reject or fail on; it is
         # never part of the call's data. One before the call's row may still be (the actor's
         # answer to the opening can land after the first fragments).
         if row is not None and row.state != "collecting":
             return
-        received = self._received.setdefault(key, _Received())
+        received = call.received
+        if received is None:
+            received = call.received = Received()
         size = len(event.data)
         if event.offset is not None:
             size = received.cover(event.offset, size)
-        received.add(position, event.fragments, size)
+        received.add(recorded.position, event.fragments, size)
+        call.public = None
 
-    def _current(self, key: CallKey, row: LedgerRow) -> LedgerRow:
-        # A collecting row's counts are read from what was received when the row is read, not
-        # copied into it on every fragment.
-        received = self._received.get(key)
-        if received is None or row.state != "collecting":
-            return row
-        return attrs.evolve(row, fragments=received.fragments, bytes=received.size)
-
-    def _decision(self, event: Decision, recorded: RecordedEvent) -> None:
-        key = event.key
-        detail = _describe(event)
-        row = self._rows.get(key)
-        if row is not None:
-            row = self._current(key, row)
+    def _decision(self, rule: Rule, recorded: RecordedEvent, event: Decision) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        row = call.row
         if row is not None and row.state in TERMINAL_STATES:
             # Terminal is absorbing: the entry shows the anomaly, the row keeps the truth.
-            self._record(key, recorded, row.state, f"{detail}; ignored: the call is {row.state}")
+            detail = f"{rule.detail(event)}; ignored: the call is {row.state}"
+            self._record(call, recorded, row.state, detail)
             return
+        received = call.received
+        # The opening's answer can land after fragments that follow the opening: they all
+        # count, and so do those of a collecting row up to this decision.
+        fragments, size = (0, 0) if received is None else (received.fragments, received.size)
         if row is None:
             tool = event.tool if isinstance(event, CallCollecting) else ""
-            # The opening's answer can land after fragments that follow the opening: they all
-            # count.
-            fragments, size = self._counted(key)
-            row = LedgerRow.opened(key, tool=tool, fragments=fragments, size=size)
-        row = self._evolve(row, event)
-        if row.state != "collecting":
-            self._received.pop(key, None)
-        if row.state in ("cancelled", "failed"):
-            self._finish(key, recorded.recorded_at)
-        self._rows[key] = row
-        self._record(key, recorded, row.state, detail)
+            row = call.row = Row(tool, fragments, size)
+            self._rows[call.key] = (call, row)
+        elif received is not None:
+            row.fragments, row.bytes = fragments, size
+        rule.change(call, row, event)
+        state = row.state
+        if state != "collecting":
+            call.received = None
+        if state in ("cancelled", "failed"):
+            self._finish(call, recorded.recorded_at)
+        call.public = None
+        self._record(call, recorded, state, rule.detail(event))
 
-    def _finish(self, key: CallKey, at: datetime) -> None:
-        self._finished.pop(key, None)
-        self._finished[key] = at
-
-    def _age_out(self, now: datetime) -> None:
+    def _finish(self, call: Call, at: datetime) -> None:
         if self._horizon is None:
             return
-        cutoff = now - self._horizon
+        finished = self._finished
+        finished.pop(call.key, None)
+        finished[call.key] = at + self._horizon
+        self._due = next(iter(finished.values()))
+
+    def _age_out(self, now: datetime) -> None:
         finished = self._finished
         while finished:
-            key, at = next(iter(finished.items()))
-            if at >= cutoff:
+            key, due = next(iter(finished.items()))
+            if due >= now:
+                self._due = due
                 return
             del finished[key]
-            for table in (self._rows, self._histories, self._received, self._claims):
-                table.pop(key, None)
+            del self._calls[key]
+            self._rows.pop(key, None)
+            self._histories.pop(key, None)
+        self._due = None
 
-    def _counted(self, key: CallKey) -> tuple[int, int]:
-        received = self._received.get(key)
-        return (0, 0) if received is None else (received.fragments, received.size)
-
-    def _evolve(self, row: LedgerRow, event: Decision) -> LedgerRow:
-        match event:
-            case CallCollecting(tool=tool):
-                return attrs.evolve(row, tool=tool, state="collecting", dispatch="inert")
-            case CallTerminalCandidate():
-                return attrs.evolve(
-                    row,
-                    state="terminal_candidate",
-                    fragments=event.fragments,
-                    bytes=event.size,
-                    terminal_event=terminal_label(event.terminal),
-                    parse="ok",
-                    dispatch="inert",
-                )
-            case CallValidated(needs_confirmation=needs_confirmation):
-                return attrs.evolve(
-                    row,
-                    state="validated",
-                    validation="ok, needs confirmation" if needs_confirmation else "ok",
-                    dispatch="await_confirmation" if needs_confirmation else "ready",
-                )
-            case CallAwaitingConfirmation():
-                return attrs.evolve(row, state="validated", dispatch="await_confirmation")
-            case CallConfirmed():
-                # As in the dispatch queue: only a call seen waiting is made ready by it.
-                ready = row.dispatch == "await_confirmation"
-                return attrs.evolve(row, dispatch="ready") if ready else row
-            case CallDispatched(claim_id=claim_id):
-                self._claims[row.key] = claim_id
-                return attrs.evolve(row, state="dispatched", dispatch="dispatched")
-            case CallCancelled(reason=reason):
-                return self._ended(row, "cancelled", reason.value, event)
-            case CallFailed(reason=reason, detail=detail):
-                row = self._ended(row, "failed", reason.value, event)
-                parse = _parse_problem(reason, detail)
-                if parse is not None:
-                    row = attrs.evolve(row, parse=parse)
-                if reason in _VALIDATION_FAILURES:
-                    row = attrs.evolve(row, validation=reason.value)
-                return row
-
-    def _ended(
-        self, row: LedgerRow, state: State, reason: str, event: CallCancelled | CallFailed
-    ) -> LedgerRow:
-        if row.state == "collecting":
-            # The decision's own counts, not the fragments seen here: retention may have
-            # redacted those.
-            row = attrs.evolve(row, fragments=event.fragments or 0, bytes=event.size or 0)
-        return attrs.evolve(row, state=state, terminal_reason=reason, dispatch="reject")
-
-    def _rejected(self, event: EventRejected, recorded: RecordedEvent) -> None:
-        key = event.key
-        row = self._rows.get(key)
-        received = self._received.get(key)
+    def _rejected(self, recorded: RecordedEvent, event: EventRejected) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        received = call.received
         if event.rejected_type == ArgumentsAppended.TAG and received is not None:
             received.drop(event.cause)
-        self._record(key, recorded, None if row is None else row.state, _describe(event))
+            call.public = None
+        row = call.row
+        self._record(call, recorded, None if row is None else row.state, rejected_detail(event))
 
     def _outcome(
         self,
-        event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown,
         recorded: RecordedEvent,
+        event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown,
     ) -> None:
-        key = event.key
-        row = self._rows.get(key)
+        call = self._calls.get(event.key) or self._call(event.key)
+        row = call.row
         outcome: Outcome
         match event:
             case ExecutionCompleted():
@@ -434,57 +244,23 @@ class Ledger:
                 )
             case ExecutionOutcomeUnknown():
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
-        if row is None or row.state != "dispatched" or self._claims.get(key) != event.claim_id:
+        if row is None or row.state != "dispatched" or call.claim != event.claim_id:
             # An outcome never makes a call look as if it ran: only its dispatch does.
             state = None if row is None else row.state
-            self._record(key, recorded, state, f"{detail}; ignored: no dispatch of this claim")
+            self._record(call, recorded, state, f"{detail}; ignored: no dispatch of this claim")
             return
         if row.outcome is not None and row.outcome != "unknown":
             # The executor's first word stands; an unknown never hides a known outcome.
-            self._record(key, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
+            self._record(call, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
             return
-        self._rows[key] = attrs.evolve(row, outcome=outcome)
-        self._finish(key, recorded.recorded_at)
-        self._record(key, recorded, row.state, detail)
+        row.outcome = outcome
+        call.public = None
+        self._finish(call, recorded.recorded_at)
+        self._record(call, recorded, row.state, detail)
 
 
-def _parse_problem(reason: FailReason, detail: str) -> str | None:
-    """The parse problem code of a failure, if the failure is a parse failure."""
-    # The decider's parse failures start their detail with the problem code; a byte limit
-    # passed while fragments were still arriving is not a parse and names no code.
-    if reason is FailReason.MALFORMED_ARGUMENTS:
-        return detail.split(maxsplit=1)[0].rstrip(":") if detail.strip() else reason.value
-    if reason is FailReason.TOO_LARGE and detail.startswith(FailReason.TOO_LARGE.value):
-        return FailReason.TOO_LARGE.value
-    return None
-
-
-def _describe(event: Decision | EventRejected) -> str:
-    """The detail of a transition: identities, counts, digests and reasons, never values."""
-    match event:
-        case CallCollecting(tool=tool):
-            return f"tool {tool}"
-        case CallTerminalCandidate():
-            return (
-                f"{terminal_label(event.terminal)}, {event.fragments} fragments,"
-                f" {event.size} bytes, arguments {event.arguments_digest}"
-            )
-        case CallValidated():
-            confirmation = ", needs confirmation" if event.needs_confirmation else ""
-            return (
-                f"tool {event.tool} {event.tool_digest},"
-                f" arguments {event.arguments_digest}{confirmation}"
-            )
-        case CallAwaitingConfirmation(expires_at=expires_at):
-            return f"until {expires_at.isoformat()}"
-        case CallConfirmed():
-            return f"by {event.principal}, confirmation {event.confirmation_event_id}"
-        case CallDispatched():
-            return f"claim {event.claim_id} by {event.executor}"
-        case CallCancelled(reason=reason):
-            return reason.value
-        case CallFailed(reason=reason, detail=detail):
-            return f"{reason.value}: {detail}" if detail else reason.value
-        case EventRejected():
-            text = f"{event.rejected_type} {event.rejected_event_id} {event.reason.value}"
-            return f"{text}: {event.detail}" if event.detail else text
+def _transitions(steps: Iterable[Step]) -> list[Transition]:
+    return [
+        Transition(position=position, event_type=event_type, state=state, detail=detail)
+        for position, event_type, state, detail in steps
+    ]

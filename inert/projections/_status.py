@@ -10,10 +10,9 @@ dispatch changes nothing.
 from __future__ import annotations
 
 import enum
+from functools import partial
 
 from ..events import (
-    OUTCOME_TYPES,
-    TRANSITION_TYPES,
     CallAwaitingConfirmation,
     CallCancelled,
     CallCollecting,
@@ -24,6 +23,7 @@ from ..events import (
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
+    Event,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
@@ -32,6 +32,7 @@ from ..events import (
     TextReceived,
 )
 from ._digest import JSON, Snapshot, key_json, response_json
+from ._routing import Handler, Routes
 
 
 class StatusCue(enum.StrEnum):
@@ -54,32 +55,56 @@ _BY_OPERATORS = frozenset(
 )
 """Cancellations an operator's control caused: the person is told so, and what to do."""
 
-# Cues after the call's end: no later decision may change them (a dispatched call must never
-# read "nothing was done").
-_ENDED = frozenset(
-    {
-        StatusCue.RUNNING,
-        StatusCue.DONE,
-        StatusCue.ACTION_FAILED,
-        StatusCue.UNKNOWN,
-        StatusCue.CANCELLED,
-        StatusCue.STOPPED,
-        StatusCue.FAILED,
-    }
+# Enum members as module constants: reading one off its class is a slow attribute lookup.
+_PREPARING = StatusCue.PREPARING
+_NEEDS_CONFIRMATION = StatusCue.NEEDS_CONFIRMATION
+_READY = StatusCue.READY
+_RUNNING = StatusCue.RUNNING
+_DONE = StatusCue.DONE
+_CANCELLED = StatusCue.CANCELLED
+_STOPPED = StatusCue.STOPPED
+_FAILED = StatusCue.FAILED
+_ACTION_FAILED = StatusCue.ACTION_FAILED
+_UNKNOWN = StatusCue.UNKNOWN
+
+# Cues before the call's end; every other cue comes after it, and no later decision may change
+# it (a dispatched call must never read "nothing was done").
+_OPEN = frozenset({_PREPARING, _NEEDS_CONFIRMATION, _READY})
+
+
+Decision = (
+    CallCollecting
+    | CallTerminalCandidate
+    | CallValidated
+    | CallAwaitingConfirmation
+    | CallConfirmed
+    | CallDispatched
+    | CallCancelled
+    | CallFailed
 )
+
+
+class _Call:
+    """What the status holds of one call: its cue and the claim it was dispatched to."""
+
+    __slots__ = ("claim", "cue")
+
+    def __init__(self, cue: StatusCue) -> None:
+        self.cue = cue
+        # Only the outcome of this claim may be shown.
+        self.claim: str | None = None
 
 
 class Status:
     """Per call key its cue, per response the number of text characters received."""
 
-    __slots__ = ("_claims", "_cues", "_position", "_text")
+    __slots__ = ("_calls", "_position", "_routes", "_text")
 
     def __init__(self) -> None:
         self._position = 0
-        self._cues: dict[CallKey, StatusCue] = {}
-        # The claim a call was dispatched to: only its outcome may be shown.
-        self._claims: dict[CallKey, str] = {}
+        self._calls: dict[CallKey, _Call] = {}
         self._text: dict[ResponseRef, int] = {}
+        self._routes = Routes(self._handlers)
 
     @property
     def position(self) -> int:
@@ -88,11 +113,12 @@ class Status:
 
     def of(self, key: CallKey) -> StatusCue | None:
         """The cue of one call, or ``None`` if nothing may be shown about it."""
-        return self._cues.get(key)
+        call = self._calls.get(key)
+        return None if call is None else call.cue
 
     def calls(self) -> dict[CallKey, StatusCue]:
         """The cue of every call, in the order the calls first appeared."""
-        return dict(self._cues)
+        return {key: call.cue for key, call in self._calls.items()}
 
     def text_characters(self, response: ResponseRef) -> int:
         """The number of text characters the response has carried so far."""
@@ -100,34 +126,18 @@ class Status:
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Fold one recorded event; a record at or before ``position`` was folded already."""
-        if recorded.position <= self._position:
+        position = recorded.position
+        if position <= self._position:
             return
-        self._position = recorded.position
-        event = recorded.kept
-        if event is None:
-            return
-        if isinstance(event, TextReceived):
-            self._text[event.response] = self._text.get(event.response, 0) + event.characters
-        elif isinstance(event, TRANSITION_TYPES):
-            current = self._cues.get(event.key)
-            if current in _ENDED:
-                return
-            cue = _decided(event, current)
-            if cue is not None:
-                self._cues[event.key] = cue
-            if isinstance(event, CallDispatched):
-                self._claims[event.key] = event.claim_id
-        elif isinstance(event, OUTCOME_TYPES):
-            if self._claims.get(event.key) != event.claim_id:
-                return
-            cue = _reported(event, self._cues[event.key])
-            if cue is not None:
-                self._cues[event.key] = cue
+        self._position = position
+        event = recorded.event
+        for handler in self._routes[type(event)]:
+            handler(recorded, event)
 
     def snapshot(self) -> Snapshot:
         """Position, cues and text counts as JSON, in the order they first appeared."""
         calls: list[JSON] = [
-            {"key": key_json(key), "cue": cue.value} for key, cue in self._cues.items()
+            {"key": key_json(key), "cue": call.cue.value} for key, call in self._calls.items()
         ]
         text: list[JSON] = [
             {"response": response_json(response), "characters": characters}
@@ -135,49 +145,94 @@ class Status:
         ]
         return {"position": self._position, "calls": calls, "text": text}
 
+    # --- folding ---------------------------------------------------------------------------
 
-def _decided(
-    event: CallCollecting
-    | CallTerminalCandidate
-    | CallValidated
-    | CallAwaitingConfirmation
-    | CallConfirmed
-    | CallDispatched
-    | CallCancelled
-    | CallFailed,
-    current: StatusCue | None,
-) -> StatusCue | None:
-    """The cue after a decision of the call's actor (``None``: unchanged)."""
-    match event:
-        case CallCollecting() | CallTerminalCandidate():
-            return StatusCue.PREPARING
-        case CallValidated(needs_confirmation=True) | CallAwaitingConfirmation():
-            return StatusCue.NEEDS_CONFIRMATION
-        case CallValidated():
-            # A confirmation already asked for is never dropped by a later word.
-            return None if current is StatusCue.NEEDS_CONFIRMATION else StatusCue.READY
-        case CallConfirmed():
-            return StatusCue.READY if current is StatusCue.NEEDS_CONFIRMATION else None
-        case CallDispatched():
-            return StatusCue.RUNNING
-        case CallCancelled(reason=reason) if reason in _BY_OPERATORS:
-            return StatusCue.STOPPED
-        case CallCancelled():
-            return StatusCue.CANCELLED
-        case CallFailed():
-            return StatusCue.FAILED
+    def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
+        if issubclass(kind, TextReceived):
+            return (self._text_received,)
+        if issubclass(kind, CallCollecting | CallTerminalCandidate):
+            return (partial(self._decided, _PREPARING),)
+        if issubclass(kind, CallValidated):
+            return (self._validated,)
+        if issubclass(kind, CallAwaitingConfirmation):
+            return (partial(self._decided, _NEEDS_CONFIRMATION),)
+        if issubclass(kind, CallConfirmed):
+            return (self._confirmed,)
+        if issubclass(kind, CallDispatched):
+            return (self._dispatched,)
+        if issubclass(kind, CallCancelled):
+            return (self._cancelled,)
+        if issubclass(kind, CallFailed):
+            return (partial(self._decided, _FAILED),)
+        if issubclass(kind, ExecutionCompleted):
+            return (self._completed,)
+        if issubclass(kind, ExecutionFailed):
+            return (self._action_failed,)
+        if issubclass(kind, ExecutionOutcomeUnknown):
+            return (self._outcome_unknown,)
+        return ()
 
+    def _text_received(self, recorded: RecordedEvent, event: TextReceived) -> None:
+        self._text[event.response] = self._text.get(event.response, 0) + event.characters
 
-def _reported(
-    event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown, current: StatusCue
-) -> StatusCue | None:
-    """The cue after the executor's report on a dispatched call (``None``: unchanged)."""
-    # The first known outcome stands; an unknown one never hides a known one.
-    match event:
-        case ExecutionCompleted() if current in (StatusCue.RUNNING, StatusCue.UNKNOWN):
-            return StatusCue.DONE
-        case ExecutionFailed() if current in (StatusCue.RUNNING, StatusCue.UNKNOWN):
-            return StatusCue.ACTION_FAILED
-        case ExecutionOutcomeUnknown() if current is StatusCue.RUNNING:
-            return StatusCue.UNKNOWN
-    return None
+    # After a decision of the call's actor.
+
+    def _decided(self, cue: StatusCue, recorded: RecordedEvent, event: Decision) -> None:
+        call = self._calls.get(event.key)
+        if call is None:
+            self._calls[event.key] = _Call(cue)
+        elif call.cue in _OPEN:
+            call.cue = cue
+
+    def _validated(self, recorded: RecordedEvent, event: CallValidated) -> None:
+        if event.needs_confirmation:
+            self._decided(_NEEDS_CONFIRMATION, recorded, event)
+            return
+        call = self._calls.get(event.key)
+        if call is None:
+            self._calls[event.key] = _Call(_READY)
+        elif call.cue is _PREPARING or call.cue is _READY:
+            # Not once a confirmation was asked for: no later word drops it.
+            call.cue = _READY
+
+    def _confirmed(self, recorded: RecordedEvent, event: CallConfirmed) -> None:
+        call = self._calls.get(event.key)
+        if call is not None and call.cue is _NEEDS_CONFIRMATION:
+            call.cue = _READY
+
+    def _dispatched(self, recorded: RecordedEvent, event: CallDispatched) -> None:
+        call = self._calls.get(event.key)
+        if call is None:
+            call = self._calls[event.key] = _Call(_RUNNING)
+        elif call.cue in _OPEN:
+            call.cue = _RUNNING
+        else:
+            return
+        call.claim = event.claim_id
+
+    def _cancelled(self, recorded: RecordedEvent, event: CallCancelled) -> None:
+        self._decided(_STOPPED if event.reason in _BY_OPERATORS else _CANCELLED, recorded, event)
+
+    # After the executor's report on a dispatched call: the first known outcome stands; an
+    # unknown one never hides a known one.
+
+    def _dispatched_to(
+        self, event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown
+    ) -> _Call | None:
+        call = self._calls.get(event.key)
+        return call if call is not None and call.claim == event.claim_id else None
+
+    def _completed(self, recorded: RecordedEvent, event: ExecutionCompleted) -> None:
+        call = self._dispatched_to(event)
+        if call is not None and (call.cue is _RUNNING or call.cue is _UNKNOWN):
+            call.cue = _DONE
+
+    def _action_failed(self, recorded: RecordedEvent, event: ExecutionFailed) -> None:
+        call = self._dispatched_to(event)
+        if call is not None and (call.cue is _RUNNING or call.cue is _UNKNOWN):
+            call.cue = _ACTION_FAILED
+
+    def _outcome_unknown(self, recorded: RecordedEvent, event: ExecutionOutcomeUnknown) -> None:
+        call = self._dispatched_to(event)
+        if call is not None and call.cue is _RUNNING:
+            call.cue = _UNKNOWN

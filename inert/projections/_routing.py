@@ -1,0 +1,54 @@
+"""Routes: per class of event, the handlers of the projections that the class can change.
+
+Folding a long log is mostly asking, for each record, which of a projection's rules apply to it.
+A chain of ``isinstance`` checks answers that again for every record; a route answers it once
+per class (with the same checks, in the same order, so a subclass of an event goes where it
+went before) and then costs one dict lookup. A route lists only handlers that may change state,
+so a record no projection cares about costs nothing beyond its lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+from ..events import Event, RecordedEvent, Redacted
+
+Handler: TypeAlias = Callable[[RecordedEvent, Any], None]
+"""A projection's rule for one kind of event: the record and what it kept of the event."""
+
+Choose: TypeAlias = Callable[[type[Event], bool], tuple[Handler, ...]]
+"""A projection's handlers for a class of event, given whether the record's payload was
+redacted (``()`` for a class that cannot change its state)."""
+
+
+class Routes(dict[type[Event] | type[Redacted], tuple[Handler, ...]]):
+    """The handlers for each class of ``RecordedEvent.event``, chosen on its first record.
+
+    A redacted record is routed by the class of what retention kept of it, to the handlers
+    chosen for a redacted payload of that class (a projection may not trust, or may not see,
+    what was taken out).
+    """
+
+    __slots__ = ("_choose", "_remains")
+
+    def __init__(self, choose: Choose) -> None:
+        super().__init__()
+        self._choose = choose
+        self._remains: dict[type[Event], tuple[Handler, ...]] = {}
+
+    def __missing__(self, kind: type[Event] | type[Redacted]) -> tuple[Handler, ...]:
+        handlers = (self._redacted,) if issubclass(kind, Redacted) else self._choose(kind, False)
+        self[kind] = handlers
+        return handlers
+
+    def _redacted(self, recorded: RecordedEvent, redacted: Redacted) -> None:
+        remains = redacted.remains
+        if remains is None:
+            return
+        kind = type(remains)
+        handlers = self._remains.get(kind)
+        if handlers is None:
+            handlers = self._remains[kind] = self._choose(kind, True)
+        for handler in handlers:
+            handler(recorded, remains)

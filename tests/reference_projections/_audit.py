@@ -1,0 +1,107 @@
+"""The audit: every operator control, who gave it, why, in what scope, and the calls it ended.
+
+A control is recorded once, as the log holds it; the calls it ended are the ``cancelled``
+decisions whose cause is the control's position (an actor cancels a call at the first input
+that sees the control, which is the control itself for every call alive at that moment). Like
+every projection it holds no argument value.
+"""
+
+from __future__ import annotations
+
+from attrs import define, field
+
+from inert.events import (
+    CallCancelled,
+    CallKey,
+    Event,
+    RecordedEvent,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+)
+
+from ._digest import JSON, Snapshot, key_json
+
+CONTROL_TYPES = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
+"""The operator controls the audit records."""
+
+
+@define
+class AuditEntry:
+    """One control as the audit shows it."""
+
+    position: int
+    control: str
+    operator: str
+    reason: str
+    scope: dict[str, str | None]
+    recorded_at: str
+    ended: list[CallKey] = field(factory=list)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "position": self.position,
+            "control": self.control,
+            "operator": self.operator,
+            "reason": self.reason,
+            "scope": dict(self.scope),
+            "recorded_at": self.recorded_at,
+            "ended": [key_json(key) for key in self.ended],
+        }
+
+
+def _scope(event: Event) -> dict[str, str | None]:
+    match event:
+        case ResponseQuarantined(response=response, tenant=tenant):
+            return {"response": response, "tenant": tenant}
+        case ToolDisabled(tool=tool, tenant=tenant) | ToolEnabled(tool=tool, tenant=tenant):
+            return {"tool": tool, "tenant": tenant}
+        case TenantStopped(tenant=tenant) | TenantResumed(tenant=tenant):
+            return {"tenant": tenant}
+    raise AssertionError(f"not a control: {type(event).__name__}")
+
+
+class Audit:
+    """Every control in log order, with the call keys each ended."""
+
+    __slots__ = ("_entries", "_position")
+
+    def __init__(self) -> None:
+        self._position = 0
+        self._entries: dict[int, AuditEntry] = {}
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def apply(self, recorded: RecordedEvent) -> None:
+        """Fold one recorded event; a record at or before ``position`` was folded already."""
+        if recorded.position <= self._position:
+            return
+        self._position = recorded.position
+        event = recorded.event
+        if isinstance(event, CONTROL_TYPES):
+            self._entries[recorded.position] = AuditEntry(
+                position=recorded.position,
+                control=event.TAG,
+                operator=event.operator,
+                reason=event.reason,
+                scope=_scope(event),
+                recorded_at=recorded.recorded_at.isoformat(),
+            )
+        elif isinstance(event, CallCancelled):
+            entry = self._entries.get(event.cause)
+            if entry is not None:
+                entry.ended.append(event.key)
+
+    def entries(self) -> list[AuditEntry]:
+        """The controls in the order the log holds them."""
+        return list(self._entries.values())
+
+    def snapshot(self) -> Snapshot:
+        return {
+            "position": self._position,
+            "controls": [entry.to_json() for entry in self._entries.values()],
+        }

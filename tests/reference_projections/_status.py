@@ -1,0 +1,184 @@
+"""The user-visible status: per call a cue a person may be shown, per response its text so far.
+
+Cues are words for a person, never something a program should act on: an executor finds work in
+the dispatch queue and claims it through the call's actor. The status is written to be honest
+above all: it says an action may have run only once a dispatch was recorded, it says nothing was
+done for a call that ended without one, and an outcome reported for a call without a matching
+dispatch changes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from inert.events import (
+    OUTCOME_TYPES,
+    TRANSITION_TYPES,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallFailed,
+    CallKey,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    RecordedEvent,
+    ResponseRef,
+    TextReceived,
+)
+
+from ._digest import JSON, Snapshot, key_json, response_json
+
+
+class StatusCue(enum.StrEnum):
+    """What a person may be told about one call."""
+
+    PREPARING = "preparing request"
+    NEEDS_CONFIRMATION = "needs your confirmation"
+    READY = "about to run"
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled: nothing was done"
+    STOPPED = "stopped by an operator: nothing was done; retry later or hand off"
+    FAILED = "failed: nothing was done; retry or hand off"
+    ACTION_FAILED = "the action reported an error"
+    UNKNOWN = "interrupted: it may or may not have run; check before retrying"
+
+
+_BY_OPERATORS = frozenset(
+    {CancelReason.RESPONSE_QUARANTINED, CancelReason.TOOL_DISABLED, CancelReason.TENANT_STOPPED}
+)
+"""Cancellations an operator's control caused: the person is told so, and what to do."""
+
+# Cues after the call's end: no later decision may change them (a dispatched call must never
+# read "nothing was done").
+_ENDED = frozenset(
+    {
+        StatusCue.RUNNING,
+        StatusCue.DONE,
+        StatusCue.ACTION_FAILED,
+        StatusCue.UNKNOWN,
+        StatusCue.CANCELLED,
+        StatusCue.STOPPED,
+        StatusCue.FAILED,
+    }
+)
+
+
+class Status:
+    """Per call key its cue, per response the number of text characters received."""
+
+    __slots__ = ("_claims", "_cues", "_position", "_text")
+
+    def __init__(self) -> None:
+        self._position = 0
+        self._cues: dict[CallKey, StatusCue] = {}
+        # The claim a call was dispatched to: only its outcome may be shown.
+        self._claims: dict[CallKey, str] = {}
+        self._text: dict[ResponseRef, int] = {}
+
+    @property
+    def position(self) -> int:
+        """The position of the last record applied (0 before any)."""
+        return self._position
+
+    def of(self, key: CallKey) -> StatusCue | None:
+        """The cue of one call, or ``None`` if nothing may be shown about it."""
+        return self._cues.get(key)
+
+    def calls(self) -> dict[CallKey, StatusCue]:
+        """The cue of every call, in the order the calls first appeared."""
+        return dict(self._cues)
+
+    def text_characters(self, response: ResponseRef) -> int:
+        """The number of text characters the response has carried so far."""
+        return self._text.get(response, 0)
+
+    def apply(self, recorded: RecordedEvent) -> None:
+        """Fold one recorded event; a record at or before ``position`` was folded already."""
+        if recorded.position <= self._position:
+            return
+        self._position = recorded.position
+        event = recorded.kept
+        if event is None:
+            return
+        if isinstance(event, TextReceived):
+            self._text[event.response] = self._text.get(event.response, 0) + event.characters
+        elif isinstance(event, TRANSITION_TYPES):
+            current = self._cues.get(event.key)
+            if current in _ENDED:
+                return
+            cue = _decided(event, current)
+            if cue is not None:
+                self._cues[event.key] = cue
+            if isinstance(event, CallDispatched):
+                self._claims[event.key] = event.claim_id
+        elif isinstance(event, OUTCOME_TYPES):
+            if self._claims.get(event.key) != event.claim_id:
+                return
+            cue = _reported(event, self._cues[event.key])
+            if cue is not None:
+                self._cues[event.key] = cue
+
+    def snapshot(self) -> Snapshot:
+        """Position, cues and text counts as JSON, in the order they first appeared."""
+        calls: list[JSON] = [
+            {"key": key_json(key), "cue": cue.value} for key, cue in self._cues.items()
+        ]
+        text: list[JSON] = [
+            {"response": response_json(response), "characters": characters}
+            for response, characters in self._text.items()
+        ]
+        return {"position": self._position, "calls": calls, "text": text}
+
+
+def _decided(
+    event: CallCollecting
+    | CallTerminalCandidate
+    | CallValidated
+    | CallAwaitingConfirmation
+    | CallConfirmed
+    | CallDispatched
+    | CallCancelled
+    | CallFailed,
+    current: StatusCue | None,
+) -> StatusCue | None:
+    """The cue after a decision of the call's actor (``None``: unchanged)."""
+    match event:
+        case CallCollecting() | CallTerminalCandidate():
+            return StatusCue.PREPARING
+        case CallValidated(needs_confirmation=True) | CallAwaitingConfirmation():
+            return StatusCue.NEEDS_CONFIRMATION
+        case CallValidated():
+            # A confirmation already asked for is never dropped by a later word.
+            return None if current is StatusCue.NEEDS_CONFIRMATION else StatusCue.READY
+        case CallConfirmed():
+            return StatusCue.READY if current is StatusCue.NEEDS_CONFIRMATION else None
+        case CallDispatched():
+            return StatusCue.RUNNING
+        case CallCancelled(reason=reason) if reason in _BY_OPERATORS:
+            return StatusCue.STOPPED
+        case CallCancelled():
+            return StatusCue.CANCELLED
+        case CallFailed():
+            return StatusCue.FAILED
+
+
+def _reported(
+    event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown, current: StatusCue
+) -> StatusCue | None:
+    """The cue after the executor's report on a dispatched call (``None``: unchanged)."""
+    # The first known outcome stands; an unknown one never hides a known one.
+    match event:
+        case ExecutionCompleted() if current in (StatusCue.RUNNING, StatusCue.UNKNOWN):
+            return StatusCue.DONE
+        case ExecutionFailed() if current in (StatusCue.RUNNING, StatusCue.UNKNOWN):
+            return StatusCue.ACTION_FAILED
+        case ExecutionOutcomeUnknown() if current is StatusCue.RUNNING:
+            return StatusCue.UNKNOWN
+    return None

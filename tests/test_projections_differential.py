@@ -1,0 +1,416 @@
+"""The projections against their reference: golden logs, simulator seeds and generated logs.
+
+``reference_projections`` is the package as it was before the fast path, kept as the oracle.
+Both fold the same recorded events and must show the same ledger (every column of every row,
+every history), dispatch queue, status, audit, snapshots and digest: read along the way (reading
+is part of what is checked, as rows are made when read) and at the end. Ledger horizons from
+none to zero make calls age out in the middle of the logs; generated logs put events in orders
+no runtime writes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import cache, partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import reference_projections
+import trio
+from conftest import RUN_COUNTS
+from golden_logs import golden_paths, load
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inert import DEFAULT_CODEC, CallKey, RecordedEvent, ResponseRef
+from inert.events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallFailed,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    ClaimRequested,
+    Event,
+    EventRejected,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    FailReason,
+    Redacted,
+    RejectReason,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    TerminalRef,
+    TextReceived,
+    ToolDisabled,
+    ToolEnabled,
+)
+from inert.events._records import decode_record
+from inert.projections import DEFAULT_LEDGER_HORIZON, DispatchQueue, Projections
+from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
+from inert.testing._simulator import _read, _run_once, demo_check
+from inert.testing._workload import make_plan
+
+PATHS = golden_paths()
+SEEDS = range(4)
+HORIZONS: dict[str, timedelta | None] = {
+    "30-days": DEFAULT_LEDGER_HORIZON,
+    "none": None,
+    "10-seconds": timedelta(seconds=10),
+    "zero": timedelta(0),
+}
+
+Fold = Any
+"""``Projections`` of either package."""
+
+_PACKAGES = ("inert.projections", "reference_projections")
+
+
+def _plain(value: Any) -> object:
+    """A value of either package as plain data that compares alike: the classes of the
+    projections (rows, transitions, audit entries, cues) by name and content, dicts as ordered
+    pairs (their order is part of the API); identities and the rest as they are."""
+    kind = type(value)
+    if kind is dict:
+        return [(key, _plain(item)) for key, item in value.items()]
+    if kind is list:
+        return [_plain(item) for item in value]
+    if not kind.__module__.startswith(_PACKAGES):
+        return value
+    if isinstance(value, enum.Enum):
+        return (kind.__name__, value.value)
+    return (kind.__name__, tuple(_plain(getattr(value, f.name)) for f in attrs.fields(kind)))
+
+
+def _shown(
+    projections: Fold, keys: Sequence[CallKey], responses: Sequence[ResponseRef]
+) -> dict[str, object]:
+    """Everything the projections show through their public API."""
+    ledger, queue, status, audit = (
+        projections.ledger,
+        projections.queue,
+        projections.status,
+        projections.audit,
+    )
+    shown = {
+        "position": projections.position,
+        "positions": [ledger.position, queue.position, status.position, audit.position],
+        "rows": ledger.rows(),
+        "row": {key: ledger.row(key) for key in keys},
+        "histories": ledger.histories(),
+        "history": {key: ledger.history(key) for key in keys},
+        "ready": queue.ready(),
+        "awaiting": queue.awaiting(),
+        "length": len(queue),
+        "contains": {key: key in queue for key in keys},
+        "calls": status.calls(),
+        "of": {key: status.of(key) for key in keys},
+        "text": {response: status.text_characters(response) for response in responses},
+        "entries": audit.entries(),
+        "snapshots": [part.snapshot() for part in (ledger, queue, status, audit)],
+        "digest": projections.digest(),
+    }
+    return {view: _plain(value) for view, value in shown.items()}
+
+
+class Pair:
+    """The reference and the new projections, fed alike, with the identities they saw."""
+
+    def __init__(self, horizon: timedelta | None) -> None:
+        self.reference: Fold = reference_projections.Projections(ledger_horizon=horizon)
+        self.projections = Projections(ledger_horizon=horizon)
+        self.keys: dict[CallKey, None] = {}
+        self.responses: dict[ResponseRef, None] = {}
+
+    def feed(self, recorded: RecordedEvent, apply: Callable[[Fold, RecordedEvent], None]) -> None:
+        kept = recorded.kept
+        key = getattr(kept, "key", None)
+        if isinstance(key, CallKey):
+            self.keys[key] = None
+            self.responses[key.response_ref] = None
+        response = getattr(kept, "response", None)
+        if isinstance(response, ResponseRef):
+            self.responses[response] = None
+        apply(self.reference, recorded)
+        apply(self.projections, recorded)
+        if isinstance(key, CallKey):
+            # As a materialized ledger reads it, after each event of the call.
+            expected = _plain(self.reference.ledger.row(key))
+            assert _plain(self.projections.ledger.row(key)) == expected, recorded.position
+
+    def check(self, where: str) -> None:
+        keys, responses = list(self.keys), list(self.responses)
+        expected = _shown(self.reference, keys, responses)
+        found = _shown(self.projections, keys, responses)
+        # Name what differs rather than have pytest diff the whole state.
+        differ = [view for view, value in expected.items() if found[view] != value]
+        assert not differ, f"{where}: {differ} differ"
+
+
+def _together(projections: Fold, recorded: RecordedEvent) -> None:
+    projections.apply(recorded)
+
+
+def _apart(projections: Fold, recorded: RecordedEvent) -> None:
+    for part in (projections.ledger, projections.queue, projections.status, projections.audit):
+        part.apply(recorded)
+
+
+def compare(
+    records: Sequence[RecordedEvent],
+    *,
+    horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+    every: int = 1,
+    apply: Callable[[Fold, RecordedEvent], None] = _together,
+) -> None:
+    """Feed ``records`` to both, comparing the row of each event's call after it, everything
+    every ``every`` records, at the end, and after the last records are applied again (a
+    resumed read)."""
+    pair = Pair(horizon)
+    for index, recorded in enumerate(records, start=1):
+        pair.feed(recorded, apply)
+        if index % every == 0:
+            pair.check(f"after position {recorded.position} ({recorded.event_type})")
+    pair.check("at the end")
+    for recorded in records[-every - 3 :]:
+        pair.feed(recorded, apply)
+    pair.check("after applying the last records again")
+
+
+def _golden(path: Path) -> list[RecordedEvent]:
+    return [decode_record(DEFAULT_CODEC, row) for row in load(path).rows]
+
+
+@cache
+def _simulated(seed: int, retention: str) -> list[RecordedEvent]:
+    plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
+    run = _run_once(
+        seed,
+        plan=plan,
+        tools=DEMO_TOOLS,
+        check=demo_check,
+        limits=SIMULATION_LIMITS,
+        retention=RETENTIONS[retention],
+    )
+    records: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
+    return records
+
+
+@pytest.mark.parametrize("horizon", ["30-days", "zero"])
+@pytest.mark.parametrize("path", PATHS, ids=[path.stem for path in PATHS])
+def test_every_golden_log_projects_as_the_reference_projects_it(path: Path, horizon: str) -> None:
+    """A golden log shows the same ledger, queue, status, audit and digest after every event."""
+    compare(_golden(path), horizon=HORIZONS[horizon])
+    RUN_COUNTS["golden logs projected by both"] = (
+        RUN_COUNTS.get("golden logs projected by both", 0) + 1
+    )
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[path.stem for path in PATHS])
+def test_projections_fed_one_by_one_show_what_the_reference_shows(path: Path) -> None:
+    """Each projection applied on its own, as a materialized ledger is, folds like the reference."""
+    compare(_golden(path), apply=_apart)
+
+
+@pytest.mark.parametrize("horizon", list(HORIZONS))
+@pytest.mark.parametrize("retention", ["default", "none"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_simulator_logs_project_as_the_reference_projects_them(
+    seed: int, retention: str, horizon: str
+) -> None:
+    """A simulator seed's log, redacted or not, shows the same state along the way and at the
+    end, whatever the ledger's horizon."""
+    compare(_simulated(seed, retention), horizon=HORIZONS[horizon], every=100)
+
+
+@pytest.mark.parametrize("horizon", ["30-days", "10-seconds"])
+def test_a_simulator_log_fed_one_by_one_shows_what_the_reference_shows(horizon: str) -> None:
+    """Each projection applied on its own over a simulator log folds like the reference."""
+    compare(_simulated(0, "default"), horizon=HORIZONS[horizon], every=100, apply=_apart)
+
+
+def test_a_ledger_fed_ahead_of_the_others_is_caught_up_as_the_reference_is() -> None:
+    """Records the ledger alone has seen are skipped by it, and only by it, afterwards."""
+    records = _simulated(1, "default")
+    pair = Pair(timedelta(seconds=10))
+    for recorded in records[: len(records) // 3]:
+        pair.feed(recorded, _together)
+    for recorded in records[len(records) // 3 : len(records) // 2]:
+        pair.feed(recorded, lambda projections, recorded: projections.ledger.apply(recorded))
+    pair.check("with the ledger ahead")
+    for recorded in records[len(records) // 3 :]:
+        pair.feed(recorded, _together)
+    pair.check("at the end")
+
+
+def test_a_projection_replaced_midway_is_fed_as_the_reference_feeds_it() -> None:
+    """A dispatch queue put in place of another, at the same position, takes the records that
+    follow, and the queue it replaced takes none."""
+    records = _simulated(2, "none")
+    middle = len(records) // 2
+    pair = Pair(DEFAULT_LEDGER_HORIZON)
+    replaced: list[Any] = []
+    for index, recorded in enumerate(records):
+        if index == middle:
+            for side, queue in (
+                (pair.reference, reference_projections.DispatchQueue()),
+                (pair.projections, DispatchQueue()),
+            ):
+                for earlier in records[:middle]:
+                    queue.apply(earlier)
+                replaced.append(side.queue)
+                side.queue = queue
+        pair.feed(recorded, _together)
+        if index % 100 == 0:
+            pair.check(f"after position {recorded.position}")
+    pair.check("at the end")
+    assert replaced[0].snapshot() == replaced[1].snapshot()
+    assert [queue.position for queue in replaced] == [records[middle - 1].position] * 2
+
+
+# --- generated logs: orders no runtime writes, which the projections must still fold alike ------
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+KEYS = [
+    CallKey(tenant="acme", conversation="c", turn="t", response=response, item="0", call=call)
+    for response, call in (("r1", "call_0"), ("r1", "call_1"), ("r2", "call_0"))
+]
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> Event:
+    """Any event a projection reads, for one of a few calls, with few enough values that
+    decisions and claims meet; fragments, openings and rejections the most, as a collecting
+    row changes most with them. Causes are placed by the log (``_logs``)."""
+    key = draw(st.sampled_from(KEYS))
+    claim = draw(st.sampled_from(["claim-1", "claim-2"]))
+
+    def counts() -> dict[str, int | None]:
+        return {
+            "fragments": draw(st.none() | st.integers(0, 3)),
+            "size": draw(st.none() | st.integers(0, 9)),
+        }
+
+    frequent: list[Callable[[], Event]] = [
+        lambda: ArgumentsAppended(
+            key=key,
+            data=b"x" * draw(st.integers(0, 4)),
+            offset=draw(st.none() | st.integers(0, 8)),
+            fragments=draw(st.integers(1, 3)),
+        ),
+        lambda: CallCollecting(key=key, cause=1, tool=draw(st.sampled_from(["t1", "t2"]))),
+        lambda: EventRejected(
+            key=key,
+            cause=1,
+            rejected_event_id="e",
+            rejected_type=draw(st.sampled_from([ArgumentsAppended.TAG, ClaimRequested.TAG])),
+            reason=draw(st.sampled_from(RejectReason)),
+            detail=draw(st.sampled_from(["", "late"])),
+        ),
+    ]
+    decisions: list[Callable[[], Event]] = [
+        lambda: CallTerminalCandidate(
+            key=key,
+            cause=1,
+            terminal=draw(st.sampled_from([TerminalRef(sequence=3), TerminalRef(digest="d")])),
+            fragments=draw(st.integers(0, 3)),
+            size=draw(st.integers(0, 9)),
+            arguments_digest="a",
+        ),
+        lambda: CallValidated(
+            key=key,
+            cause=1,
+            tool="t1",
+            tool_digest="td",
+            arguments=b"{}",
+            arguments_digest="a",
+            needs_confirmation=draw(st.booleans()),
+        ),
+        lambda: CallAwaitingConfirmation(key=key, cause=1, arguments_digest="a", expires_at=T0),
+        lambda: CallConfirmed(key=key, cause=1, principal="p", confirmation_event_id="e"),
+        lambda: CallDispatched(key=key, cause=1, claim_id=claim, executor="x"),
+        lambda: CallCancelled(
+            key=key, cause=1, reason=draw(st.sampled_from(CancelReason)), **counts()
+        ),
+        lambda: CallFailed(
+            key=key,
+            cause=1,
+            reason=draw(st.sampled_from(FailReason)),
+            detail=draw(st.sampled_from(["", "unexpected_eof: at 3", "too_large: 9 bytes"])),
+            **counts(),
+        ),
+        lambda: ExecutionCompleted(key=key, claim_id=claim),
+        lambda: ExecutionFailed(key=key, claim_id=claim, error=draw(st.sampled_from(["", "e"]))),
+        lambda: ExecutionOutcomeUnknown(key=key, claim_id=claim),
+    ]
+    others: list[Callable[[], Event]] = [
+        lambda: TextReceived(response=key.response_ref, characters=draw(st.integers(0, 5))),
+        lambda: ClaimRequested(key=key, claim_id=claim, executor="x"),
+        lambda: ResponseQuarantined(response=key.response, tenant=None, operator="o", reason="r"),
+        lambda: ToolDisabled(tool="t1", tenant=key.tenant, operator="o", reason="r"),
+        lambda: ToolEnabled(tool="t1", tenant=None, operator="o", reason="r"),
+        lambda: TenantStopped(tenant=key.tenant, operator="o", reason="r"),
+        lambda: TenantResumed(tenant=key.tenant, operator="o", reason="r"),
+    ]
+    return draw(st.sampled_from(frequent * 10 + decisions * 2 + others))()
+
+
+@st.composite
+def _logs(draw: st.DrawFn) -> list[RecordedEvent]:
+    """A log of such events, some redacted (with or without what retention keeps), at times
+    that let a short horizon age calls out."""
+    records: list[RecordedEvent] = []
+    at = T0
+    positions: dict[CallKey, list[int]] = {}
+    for position, drawn in enumerate(draw(st.lists(_events(), min_size=15, max_size=60)), 1):
+        at += timedelta(seconds=draw(st.integers(0, 3)))
+        event: Any = drawn
+        key: Any = getattr(event, "key", None)
+        if hasattr(event, "cause"):
+            # Often an earlier event of its own call (a fragment the decision rejects), else
+            # any (a control the cancellation answers).
+            earlier = positions.get(key, [1])[-3:]
+            cause = draw(st.sampled_from(earlier) | st.integers(1, position))
+            event = attrs.evolve(event, cause=cause)
+        if isinstance(key, CallKey):
+            positions.setdefault(key, []).append(position)
+        kept: Event | Redacted = event
+        if draw(st.sampled_from([False] * 7 + [True])):
+            kept = Redacted(length=1, digest="d", remains=draw(st.sampled_from([None, event])))
+        records.append(
+            RecordedEvent(
+                position=position,
+                event_id=f"event-{position}",
+                stream="test",
+                version=position,
+                recorded_at=at,
+                event_type=event.TAG,
+                schema_version=1,
+                trace=None,
+                event=kept,
+            )
+        )
+    return records
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=_logs(),
+    horizon=st.sampled_from([None, timedelta(0), timedelta(seconds=5)]),
+    apart=st.booleans(),
+)
+def test_generated_logs_project_as_the_reference_projects_them(
+    records: list[RecordedEvent], horizon: timedelta | None, apart: bool
+) -> None:
+    """Events of a few calls in any order, redacted or not, fold alike after every event."""
+    compare(records, horizon=horizon, apply=_apart if apart else _together)
