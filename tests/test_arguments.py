@@ -107,6 +107,16 @@ def test_depth_limit_counts_brackets_outside_strings_only() -> None:
     assert isinstance(parse_arguments(b'{"a":"\\"[[[["}', limits), ParsedArguments)
 
 
+def test_depth_limit_holds_at_its_boundary() -> None:
+    """Nesting exactly at the limit is accepted and one level past it refused, however few
+    brackets the text holds besides."""
+    limits = ArgumentLimits(max_depth=2)
+    assert isinstance(parse_arguments(b'{"a":{"b":1}}', limits), ParsedArguments)
+    refused = parse_arguments(b'{"a":{"b":[1]}}', limits)
+    assert isinstance(refused, RejectedArguments)
+    assert refused.problem is P.TOO_DEEP
+
+
 def test_good_arguments_are_immutable_and_canonical() -> None:
     """Accepted arguments are a read-only value with RFC 8785 bytes and their SHA-256 digest."""
     result = parse_arguments(b'{ "units": "metric", "city": "Paris", "days": [1, 2.50] }')

@@ -107,6 +107,10 @@ class _Refused(Exception):
 
 
 def _depth_exceeds(text: str, max_depth: int) -> bool:
+    # Nesting never goes deeper than the brackets that open it, counted in C; only arguments
+    # with more of them than the limit (inside strings or not) are walked character by character.
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
     depth = 0
     in_string = escaped = False
     for character in text:
