@@ -104,6 +104,48 @@ def test_mutated_real_events_never_raise(provider: str, data: st.DataObject) -> 
     assert all(isinstance(event, Event) for event in produced)
 
 
+UNHASHABLE: tuple[Any, ...] = ([], {}, ["tool_use"], {"type": "tool_use"})
+"""JSON values a set of known kinds cannot even look up."""
+
+
+def _paths(value: Any, depth: int = 2) -> list[tuple[str, ...]]:
+    """The keys of an event and of the objects inside it, ``depth`` levels down."""
+    if not isinstance(value, dict) or depth < 0:
+        return []
+    found: list[tuple[str, ...]] = []
+    for key, inner in value.items():
+        found.append((key,))
+        found.extend((key, *rest) for rest in _paths(inner, depth - 1))
+    return found
+
+
+def _replaced(event: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    copy: dict[str, Any] = json.loads(json.dumps(event))
+    target = copy
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return copy
+
+
+@pytest.mark.parametrize("provider", sorted(ADAPTERS))
+def test_any_field_holding_a_list_or_an_object_is_judged_not_raised(provider: str) -> None:
+    """Every field of the first events of a real stream, replaced in its place by a list or an
+    object, ends as events of the protocol, never as an exception out of the adapter."""
+    stream = SEEDS[provider][:48]
+    for index, event in enumerate(stream):
+        for path in _paths(event):
+            for value in UNHASHABLE:
+                adapter = ADAPTERS[provider]()
+                fed = [*stream[:index], _replaced(event, path, value), *stream[index + 1 :]]
+                produced: list[Event] = []
+                for each in fed:
+                    if provider != "bedrock" or len(each) == 1:
+                        produced += adapter.feed_event(each)
+                produced += adapter.close()
+                assert all(isinstance(item, Event) for item in produced), (index, path)
+
+
 @pytest.mark.parametrize("provider", sorted(ADAPTERS))
 @settings(max_examples=60, deadline=None)
 @given(body=st.binary(max_size=300))

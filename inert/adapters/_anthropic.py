@@ -28,7 +28,7 @@ from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._json_stream import JSONEventStream, ProtocolBreak
-from ._tracker import JSONObject, ResponseCalls, event_digest
+from ._tracker import JSONObject, ResponseCalls, event_digest, kind_of
 
 _STOP_REASONS = {
     "end_turn": ResponseEndReason.COMPLETED,
@@ -126,7 +126,7 @@ class AnthropicAdapter(JSONEventStream):
         if slot in self._started:
             raise ProtocolBreak(f"block {slot} started again while open")
         self._started.add(slot)
-        kind = block.get("type")
+        kind = kind_of(block)
         if kind == "tool_use" or kind in _SERVER_BLOCKS:
             call, name = block.get("id"), block.get("name")
             if not isinstance(call, str) or not call or not isinstance(name, str) or not name:

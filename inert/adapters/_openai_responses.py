@@ -87,7 +87,14 @@ from attrs import define, field
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._sse import ServerSentEvent, SSEDecoder
-from ._tracker import JSONObject, ResponseCalls, ResumedCall, as_object, event_digest
+from ._tracker import (
+    JSONObject,
+    ResponseCalls,
+    ResumedCall,
+    as_object,
+    event_digest,
+    kind_of,
+)
 
 _FUNCTION = "function_call"
 _CUSTOM = "custom_tool_call"
@@ -402,7 +409,7 @@ class OpenAIResponsesAdapter:
     def _item_done(self, response: _Response, payload: JSONObject, events: list[Event]) -> None:
         index = _index(payload)
         done = _item_object(payload)
-        kind = done.get("type")
+        kind = kind_of(done)
         identity = done.get("id")
         bound = response.at.get(index)
         if kind not in _CALL_KINDS:

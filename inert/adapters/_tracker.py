@@ -59,6 +59,13 @@ class StreamAdapter(Protocol):
     def close(self) -> list[Event]: ...
 
 
+def kind_of(value: JSONObject) -> str | None:
+    """An object's ``type`` where it is a string, else ``None``: a provider's JSON may put any
+    value there, and a list or an object cannot even be looked up in a set of known kinds."""
+    kind = value.get("type")
+    return kind if isinstance(kind, str) else None
+
+
 def as_object(event: object) -> JSONObject:
     """An event as the JSON object the provider sent: SDK models are dumped as on the wire."""
     if isinstance(event, Mapping):
