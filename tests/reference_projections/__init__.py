@@ -1,6 +1,7 @@
 """The reference projections: ``inert/projections`` as it was before the fast path, the oracle.
 
-A verbatim copy of the package (only its imports of ``inert.events`` made absolute), folding
+A verbatim copy of the package (only its imports of ``inert.events`` made absolute; the state
+digest, which the fast path did not change, is the package's own), folding
 each projection on its own with ``isinstance`` chains and frozen rows evolved per event.
 ``test_projections_differential`` feeds every golden log and simulator seeds through it and
 through ``inert.projections.Projections`` and requires the same ledger, queue, status, audit
@@ -16,9 +17,9 @@ position and proves their state with one digest.
 from datetime import timedelta
 
 from inert.events import RecordedEvent
+from inert.projections._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 
 from ._audit import CONTROL_TYPES, Audit, AuditEntry
-from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 from ._dispatch import DispatchQueue
 from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow, Transition
 from ._status import Status, StatusCue

@@ -21,8 +21,7 @@ from inert.events import (
     ToolDisabled,
     ToolEnabled,
 )
-
-from ._digest import JSON, Snapshot, key_json
+from inert.projections._digest import JSON, Snapshot, key_json
 
 CONTROL_TYPES = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
 """The operator controls the audit records."""

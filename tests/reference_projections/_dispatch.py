@@ -19,8 +19,7 @@ from inert.events import (
     CallValidated,
     RecordedEvent,
 )
-
-from ._digest import JSON, Snapshot, key_json
+from inert.projections._digest import JSON, Snapshot, key_json
 
 _ADMITTING = (CallValidated, CallAwaitingConfirmation, CallConfirmed)
 

@@ -38,8 +38,7 @@ from inert.events import (
     Redacted,
     TerminalRef,
 )
-
-from ._digest import JSON, Snapshot, key_json
+from inert.projections._digest import JSON, Snapshot, key_json
 
 State = Literal[
     "collecting", "terminal_candidate", "validated", "dispatched", "cancelled", "failed"

@@ -31,8 +31,7 @@ from inert.events import (
     ResponseRef,
     TextReceived,
 )
-
-from ._digest import JSON, Snapshot, key_json, response_json
+from inert.projections._digest import JSON, Snapshot, key_json, response_json
 
 
 class StatusCue(enum.StrEnum):
