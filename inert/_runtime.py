@@ -33,6 +33,7 @@ from ._collector import DEFAULT_COLLECTOR, CollectorSettings
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
+from ._retirement import retire_idle_turns
 from .actors import (
     DEFAULT_LIMITS,
     CallFold,
@@ -174,6 +175,9 @@ def trio_clock() -> Callable[[], datetime]:
     return lambda: wall + timedelta(seconds=clock.current_time() - origin)
 
 
+_SWEEP_REPORTED_AT_LEAST = 1024
+
+
 class Runtime:
     """The embedding API. Open one with :func:`open_runtime`."""
 
@@ -203,7 +207,11 @@ class Runtime:
         self._requests: dict[str, _Request] = {}
         self._answers: dict[int, _Request] = {}
         self._ingress = Ingress(log, max_pending_bytes=held_bytes)
-        self._reported: set[str] = set()
+        # Claims whose outcome was reported, with their call, until the fold forgets the call
+        # (a report of a forgotten call is refused as one that was never dispatched).
+        self._reported: dict[str, CallKey] = {}
+        self._sweep_reported_at = _SWEEP_REPORTED_AT_LEAST
+        self._horizon = ledger_horizon
         self.spans: CallSpans | None = None
         self._live = False
         self.operators: OperatorAuthorizer = frozenset[str]().__contains__
@@ -601,7 +609,11 @@ class Runtime:
             raise RefusedError(f"{dispatch.key.stream!r} was not dispatched to this claim")
         if dispatch.claim_id in self._reported:
             raise RefusedError(f"the outcome of claim {dispatch.claim_id!r} is recorded already")
-        self._reported.add(dispatch.claim_id)
+        self._reported[dispatch.claim_id] = dispatch.key
+        if len(self._reported) > self._sweep_reported_at:
+            records = self._fold.records
+            self._reported = {claim: key for claim, key in self._reported.items() if key in records}
+            self._sweep_reported_at = max(2 * len(self._reported), _SWEEP_REPORTED_AT_LEAST)
         await self.log.append([NewEvent(stream=dispatch.key.request_stream, event=event)])
 
     async def execute(
@@ -882,6 +894,14 @@ async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIt
             await nursery.start(runtime._router.run, nursery)
             nursery.start_soon(runtime._ingress.run)
             nursery.start_soon(runtime._retain)
+            if runtime._horizon is not None:
+                nursery.start_soon(
+                    retire_idle_turns,
+                    runtime.log,
+                    runtime._fold,
+                    runtime._horizon,
+                    runtime._caught_up,
+                )
             if runtime.peers is not None:
                 nursery.start_soon(runtime._keep_company, runtime.peers)
             try:

@@ -48,6 +48,9 @@ from inert.events import (
     ConfirmationGiven,
     DeadlineReached,
     Event,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
     InertError,
     RecordedEvent,
     Redacted,
@@ -64,6 +67,7 @@ from inert.events import (
     TurnCancelled,
     TurnLeased,
     TurnRef,
+    TurnRetired,
     TurnStarted,
     TurnSuperseded,
     without_sensitive,
@@ -194,6 +198,12 @@ class Scope:
             case TenantResumed(tenant=tenant):
                 self._stopped.discard(tenant)
 
+    def retire(self, turn: TurnRef) -> None:
+        del self._turns[turn]
+        conversation = (turn.tenant, turn.conversation)
+        if self._latest.get(conversation) == turn:
+            del self._latest[conversation]
+
     def _set_status(self, turn: TurnRef, status: TurnStatus) -> None:
         known = self._turns.get(turn)
         if known is not None and known.view.status is TurnStatus.ACTIVE:
@@ -309,6 +319,7 @@ class CallFold:
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
         self._by_stream: dict[str, CallKey | list[CallKey]] = {}
+        self._outcomes: set[CallKey] = set()
 
     # --- reading the log ---
 
@@ -324,6 +335,14 @@ class CallFold:
             return self._decision(recorded_event, event)
         if isinstance(event, TurnLeased):
             return self._leased(event, recorded_event.version)
+        if isinstance(event, TurnRetired):
+            self._retire(event.turn)
+            return []
+        if isinstance(event, ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown):
+            record = self.records.get(event.key)
+            if record is not None and record.state.claim_id == event.claim_id:
+                self._outcomes.add(event.key)
+            return []
         self.scope.apply(event)
         self._note_stream(event)
         work: list[Work] = []
@@ -462,6 +481,8 @@ class CallFold:
         key = _key_of(event)
         record = self.records.get(key)
         if record is None:
+            if self.scope.turn(key.turn_ref) is None:
+                return []
             record = self._record(key)
             record.degraded = True
         record.version = recorded_event.version
@@ -488,6 +509,7 @@ class CallFold:
                 raise ReplayDivergence(
                     key, recorded_event.position, _describe(wanted), _describe(event)
                 )
+            self._forget_if_stray(record)
             return []
         validating = record.state.validating
         if validating is not None and isinstance(event, CallValidated | CallFailed):
@@ -541,6 +563,50 @@ class CallFold:
         responses.append(key)
         return record
 
+    def _forget_if_stray(self, record: CallRecord) -> None:
+        """A call never opened, of a turn unknown, with nothing pending, is forgotten."""
+        state = record.state
+        if (
+            state.phase is Phase.ABSENT
+            and not record.expected
+            and not record.held
+            and not record.degraded
+            and state.validating is None
+            and self.scope.turn(state.key.turn_ref) is None
+        ):
+            self._forget([state.key])
+
+    def _forget(self, keys: list[CallKey]) -> None:
+        for key in keys:
+            del self.records[key]
+            self._outcomes.discard(key)
+            del self._by_stream[key.stream]
+            responses = self._by_stream[key.response_ref.stream]
+            assert isinstance(responses, list)
+            responses.remove(key)
+            if not responses:
+                del self._by_stream[key.response_ref.stream]
+
+    def _retire(self, turn: TurnRef) -> None:
+        if self.scope.turn(turn) is None or any(
+            key.turn_ref == turn
+            and (
+                record.state.live
+                or (record.state.phase is Phase.DISPATCHED and key not in self._outcomes)
+            )
+            for key, record in self.records.items()
+        ):
+            return
+        self._forget([key for key in self.records if key.turn_ref == turn])
+        self.scope.retire(turn)
+        self._leases.pop(turn, None)
+        for response in list(self._resumable):
+            if response.turn_ref == turn:
+                del self._resumable[response]
+        for response in list(self._resume_points):
+            if response.turn_ref == turn:
+                del self._resume_points[response]
+
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
         # A call whose input is gone can no longer be decided again: it takes its recorded
         # decisions as they are from now on. What retention kept names the call; where it kept
@@ -563,6 +629,7 @@ class CallFold:
             record.version = recorded_event.version
             if record.expected:
                 record.expected.pop(0)
+                self._forget_if_stray(record)
         elif found is not None:
             for key in found:
                 self.records[key].degraded = True

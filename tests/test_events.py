@@ -61,6 +61,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "operator.tenant_resumed": (inert.TenantResumed, 1),
     "process.turn_leased": (inert.TurnLeased, 1),
     "process.heartbeat": (inert.ProcessHeartbeat, 1),
+    "process.turn_retired": (inert.TurnRetired, 1),
     "request.claim": (inert.ClaimRequested, 1),
     "request.deadline": (inert.DeadlineReached, 1),
     "decision.collecting": (inert.CallCollecting, 1),

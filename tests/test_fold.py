@@ -50,6 +50,7 @@ from inert.events import (
     DeadlineReached,
     Event,
     EventRejected,
+    ExecutionCompleted,
     FailReason,
     OfferedTool,
     RecordedEvent,
@@ -65,6 +66,7 @@ from inert.events import (
     ToolDisabled,
     TurnCancelled,
     TurnRef,
+    TurnRetired,
     TurnStarted,
     TurnSuperseded,
     control_stream,
@@ -119,13 +121,19 @@ def stream_of(event: Event) -> str:
             | EventRejected()
         ):
             return event.key.stream
-        case ClaimRequested() | ConfirmationGiven() | ConfirmationDenied() | DeadlineReached():
+        case (
+            ClaimRequested()
+            | ConfirmationGiven()
+            | ConfirmationDenied()
+            | DeadlineReached()
+            | ExecutionCompleted()
+        ):
             return event.key.request_stream
         case CallOpened() | ArgumentsAppended() | CallEnded():
             return event.key.response_ref.stream
         case ResponseEnded() | StreamLost() | StreamResumed():
             return event.response.stream
-        case TurnStarted() | TurnCancelled() | TurnSuperseded():
+        case TurnStarted() | TurnCancelled() | TurnSuperseded() | TurnRetired():
             return event.turn.stream
         case ResponseQuarantined() | ToolDisabled():
             return control_stream(event.tenant)
@@ -817,3 +825,137 @@ def test_responses_are_listed_by_reference() -> None:
         tenant="acme", conversation="conv-1", turn="turn-1", response="resp-1"
     )
     assert response.turn_ref == TurnRef(tenant="acme", conversation="conv-1", turn="turn-1")
+
+
+# --- forgetting ------------------------------------------------------------------------------
+
+
+def _finished(actors: Actors, key: CallKey = KEY, *, outcome: bool = True) -> None:
+    """Open, end, validate and dispatch the call; record its outcome, unless told not to."""
+    actors.collect(key)
+    actors.end(key)
+    actors.end_response(key)
+    actors.validate(key)
+    actors.claim(key)
+    assert actors.fold.state(key).phase is Phase.DISPATCHED  # type: ignore[union-attr]
+    if outcome:
+        actors.feed(ExecutionCompleted(key=key, claim_id="claim-1"))
+
+
+def test_a_retired_turn_and_its_calls_are_forgotten_and_judged_unknown_after() -> None:
+    """After ``TurnRetired`` of an idle turn, neither it nor its calls are held, and a claim of
+    one of its calls is rejected as for a turn never started."""
+    actors = Actors()
+    actors.turn()
+    _finished(actors)
+    other = key_of("call_1")
+    actors.feed(ClaimRequested(key=other, claim_id="claim-x", executor="worker-1"))
+    assert actors.fold.state(other) is not None
+    actors.feed(TurnRetired(turn=KEY.turn_ref))
+    assert actors.fold.state(KEY) is None
+    assert actors.fold.state(other) is None
+    assert actors.fold.scope.turn(KEY.turn_ref) is None
+    assert actors.fold.idle_turns(T0 + timedelta(days=1)) == []
+    work = actors.claim(KEY, claim_id="claim-2")
+    [rejected] = appended(work)
+    assert isinstance(rejected, EventRejected)
+    assert rejected.reason is RejectReason.UNKNOWN_TURN
+    # Read back, the rejection leaves nothing behind: the turn is unknown.
+    assert actors.fold.records == {}
+    assert replay(actors.log.records).records == {}
+
+
+def test_a_retirement_of_a_turn_with_a_live_call_is_void() -> None:
+    """A turn with a live call is not retired: the call goes on as before."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.feed(TurnRetired(turn=KEY.turn_ref))
+    assert actors.fold.scope.turn(KEY.turn_ref) is not None
+    actors.end()
+    actors.end_response()
+    actors.validate(KEY)
+    assert actors.fold.state(KEY).phase is Phase.VALIDATED  # type: ignore[union-attr]
+
+
+def test_a_retirement_of_an_unknown_turn_changes_nothing() -> None:
+    """Retiring a turn never started, or one retired already, is harmless."""
+    actors = Actors()
+    actors.turn()
+    _finished(actors)
+    actors.feed(TurnRetired(turn=key_of(turn="turn-9").turn_ref))
+    assert actors.fold.state(KEY) is not None
+    actors.feed(TurnRetired(turn=KEY.turn_ref))
+    actors.feed(TurnRetired(turn=KEY.turn_ref))
+    assert actors.fold.records == {}
+
+
+def test_calls_of_made_up_turns_are_forgotten_once_their_rejections_are_read_back() -> None:
+    """Inputs addressed to calls of turns never started leave no call behind, and a call made
+    again after being forgotten does not claim to know its stream's version."""
+    actors = Actors()
+    for index in range(50):
+        key = key_of(f"call_{index}", turn=f"made-up-{index}")
+        work = actors.feed(CallOpened(key=key, tool=LOOKUP.name, sequence=0))
+        [rejected] = appended(work)
+        assert isinstance(rejected, EventRejected)
+        assert rejected.reason is RejectReason.UNKNOWN_TURN
+    assert actors.fold.records == {}
+    stray = key_of("call_0", turn="made-up-0")
+    actors.fold.apply(actors.log.add(CallOpened(key=stray, tool=LOOKUP.name, sequence=0)))
+    assert actors.fold.state(stray).version is None  # type: ignore[union-attr]
+
+
+def test_a_call_rejected_before_its_turn_started_asks_its_version_once_it_opens() -> None:
+    """A call whose stream holds a rejection written before its turn started, and forgotten
+    since, opens once the turn starts without trusting a version of 0."""
+    actors = Actors()
+    actors.feed(CallOpened(key=KEY, tool=LOOKUP.name, sequence=0))
+    assert actors.fold.records == {}
+    actors.turn()
+    actors.fold.apply(actors.log.add(CallOpened(key=KEY, tool=LOOKUP.name, sequence=1)))
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    assert slot.phase is Phase.COLLECTING
+    assert slot.version is None
+
+
+def test_idle_turns_are_listed_longest_idle_first_until_a_call_goes_live() -> None:
+    """A turn is idle from its start and from the end of its last live call, never while a
+    call of it is live."""
+    actors = Actors()
+    first, second = key_of(turn="turn-1"), key_of(turn="turn-2", conversation="conv-2")
+    actors.turn(first)
+    actors.turn(second)
+    later = T0 + timedelta(days=1)
+    assert actors.fold.idle_turns(later) == [first.turn_ref, second.turn_ref]
+    actors.collect(first)
+    assert actors.fold.idle_turns(later) == [second.turn_ref]
+    actors.end(first)
+    actors.end_response(first)
+    actors.validate(first)
+    actors.claim(first)
+    actors.feed(ExecutionCompleted(key=first, claim_id="claim-1"))
+    assert actors.fold.idle_turns(later) == [second.turn_ref, first.turn_ref]
+    since = actors.fold.idle_since(first.turn_ref)
+    assert since is not None
+    assert actors.fold.idle_turns(since - timedelta(microseconds=1)) == [second.turn_ref]
+    assert actors.fold.next_idle_after(since - timedelta(microseconds=1)) == since
+
+
+def test_a_dispatched_call_keeps_its_turn_from_idling_until_its_outcome() -> None:
+    """While an executor runs a call (dispatched, no outcome yet), its turn is not idle and a
+    retirement is void; the outcome of that very claim makes the turn idle."""
+    actors = Actors()
+    actors.turn()
+    _finished(actors, outcome=False)
+    later = T0 + timedelta(days=1)
+    assert actors.fold.idle_turns(later) == []
+    actors.feed(TurnRetired(turn=KEY.turn_ref))
+    assert actors.fold.state(KEY) is not None
+    actors.fold.apply(actors.log.add(ExecutionCompleted(key=KEY, claim_id="another-claim")))
+    assert actors.fold.idle_turns(later) == []
+    actors.fold.apply(actors.log.add(ExecutionCompleted(key=KEY, claim_id="claim-1")))
+    assert actors.fold.idle_turns(later) == [KEY.turn_ref]
+    actors.feed(TurnRetired(turn=KEY.turn_ref))
+    assert actors.fold.records == {}

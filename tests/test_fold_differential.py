@@ -9,6 +9,7 @@ at the end hold the same calls and answer the runtime's questions alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from golden_logs import golden_paths, load
 from inert import DEFAULT_CODEC, InertError, RecordedEvent, TurnRef
 from inert.actors import CallFold
 from inert.events._records import StoredRecord, decode_record
+from inert.projections import DEFAULT_LEDGER_HORIZON
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check
 from inert.testing._workload import make_plan
@@ -138,7 +140,7 @@ def test_every_golden_log_folds_as_the_reference_folds_it(path: Path, live: bool
     )
 
 
-def _simulated(seed: int) -> list[RecordedEvent]:
+def _simulated(seed: int, horizon: timedelta = DEFAULT_LEDGER_HORIZON) -> list[RecordedEvent]:
     plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
     run = _run_once(
         seed,
@@ -147,6 +149,7 @@ def _simulated(seed: int) -> list[RecordedEvent]:
         check=demo_check,
         limits=SIMULATION_LIMITS,
         retention=RETENTIONS["default"],
+        horizon=horizon,
     )
     records: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
     return records
@@ -157,3 +160,13 @@ def _simulated(seed: int) -> list[RecordedEvent]:
 def test_simulator_logs_fold_as_the_reference_folds_them(seed: int, live: bool) -> None:
     """The log a simulator seed wrote gives the same work and calls through both folds."""
     compare(_simulated(seed), live=live, limits=SIMULATION_LIMITS)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_simulator_logs_with_retired_turns_fold_as_the_reference_folds_them(
+    seed: int, live: bool
+) -> None:
+    """With a horizon of a second, turns are retired while the seed runs (some retirements void,
+    inputs arriving for calls already forgotten): both folds forget the same calls."""
+    compare(_simulated(seed, timedelta(seconds=1)), live=live, limits=SIMULATION_LIMITS)

@@ -95,6 +95,17 @@ def test_every_seed_keeps_every_invariant_and_runs_the_same_twice() -> None:
     RUN_COUNTS["simulator calls dispatched"] = states["dispatched"]
 
 
+@pytest.mark.parametrize("seconds", [0.5, 3.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_seeds_whose_turns_are_retired_while_they_run_keep_every_invariant(
+    seed: int, seconds: float
+) -> None:
+    """With a horizon of seconds, turns are retired under the plan's feet (late inputs, claims
+    and cancellations of forgotten turns): no invariant breaks, replay agrees, twice alike."""
+    result = simulate(seed, keys=KEYS, horizon=timedelta(seconds=seconds))
+    assert result.violations == ()
+
+
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_each_planted_bug_is_caught_within_the_seed_budget(name: str) -> None:
     """Each planted bug breaks the invariant it is about within the seed budget."""

@@ -64,7 +64,10 @@ Rules:
    call waiting for confirmation is cancelled when the confirmation lifetime ends. Both are
    judged when a ``DeadlineReached`` request is in the log, at the time the log recorded it.
 10. Terminal is absorbing. Events addressed to a terminal call are rejected (``call_terminal``);
-    events that merely concern it (its response, turn, tenant) are ignored.
+    events that merely concern it (its response, turn, tenant) are ignored. This holds while
+    the call's turn is known: a turn the runtime retired (``TurnRetired``, once idle for its
+    horizon) is forgotten with its calls, and what is addressed to them afterwards meets a call
+    key that starts ``absent`` in an unknown turn (rule 2: ``unknown_turn``).
 
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``.

@@ -19,6 +19,16 @@ on replay the decisions it makes are found in the log already, and are checked a
   that turn, response, tenant and operator events reach exactly the calls they concern, in the
   order the calls became live, and the limits on live calls per turn and per tenant are counted
   in log order. A finished call leaves every index.
+- Nothing is kept for ever. A finished call is kept, small, as long as its turn is known: what
+  is addressed to it later is judged against it (``call_terminal``). The runtime retires a turn
+  that has had no live call, and no dispatched call waiting for its outcome, for its horizon
+  (``TurnRetired``, in the log, so that a replay
+  forgets exactly what the live fold forgot); the turn and every call of it are then forgotten,
+  and anything addressed to them is judged as for a turn never started (``unknown_turn``). A
+  call that was never opened in a turn unknown here is forgotten as soon as its rejections are
+  read back, so that events addressed to made-up turns leave nothing behind. A call whose slot
+  is made again after it was forgotten does not know its stream's version
+  (``Slot.version`` is ``None``): its actor asks the log before writing.
 
 Pure: no trio, no storage. The actors and the runtime do the writing.
 """
@@ -47,6 +57,9 @@ from ..events import (
     ConfirmationGiven,
     DeadlineReached,
     Event,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
     InertError,
     RecordedEvent,
     Redacted,
@@ -63,6 +76,7 @@ from ..events import (
     TurnCancelled,
     TurnLeased,
     TurnRef,
+    TurnRetired,
     TurnStarted,
     TurnSuperseded,
     without_sensitive,
@@ -86,6 +100,7 @@ from ._decider import (
 from ._slot import Slot
 
 _DECISION_TYPES = frozenset(DECISION_TYPES)
+_OUTCOME_TYPES = frozenset((ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown))
 
 _ADDRESSED = (
     CallOpened,
@@ -212,6 +227,13 @@ class Scope:
             case TenantResumed(tenant=tenant):
                 self._stopped.discard(tenant)
 
+    def retire(self, turn: TurnRef) -> None:
+        """Forget the turn: from here on it is unknown."""
+        del self._turns[turn]
+        conversation = (turn.tenant, turn.conversation)
+        if self._latest.get(conversation) == turn:
+            del self._latest[conversation]
+
     def _set_status(self, turn: TurnRef, status: TurnStatus) -> None:
         known = self._turns.get(turn)
         if known is not None and known.view.status is TurnStatus.ACTIVE:
@@ -334,6 +356,20 @@ class CallFold:
         self._index = _Index()
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
+        # Every call with a slot, by turn: what a retirement forgets.
+        self._calls_of_turn: dict[TurnRef, _Members] = {}
+        # Dispatched calls whose outcome is not recorded yet (an executor runs them), and their
+        # count per turn: a turn is not idle while one of its calls runs.
+        self._running: _Members = {}
+        self._running_in: dict[TurnRef, int] = {}
+        # Known turns without a live or running call, in the order they became so, with the
+        # log's time then.
+        self._idle: dict[TurnRef, datetime] = {}
+        # Turns (by hash) of which a slot was forgotten while the turn was unknown: a slot made
+        # again in one of them may have a stream with events already. A false positive costs a
+        # read of the stream's version, never a different decision.
+        self._forgotten_in = bytearray(_FORGOTTEN_BITS // 8)
+        self._at: datetime | None = None
 
     # --- reading the log ---
 
@@ -354,6 +390,15 @@ class CallFold:
             return self._decision(recorded_event, event)
         if isinstance(event, TurnLeased):
             return self._leased(event, recorded_event.version)
+        self._at = recorded_event.recorded_at
+        if kind is TurnRetired:
+            self._retire(event.turn)  # type: ignore[attr-defined]
+            return []
+        if kind in _OUTCOME_TYPES:
+            self._outcome(event)  # type: ignore[arg-type]
+            return []
+        if kind is TurnStarted and self.scope.turn(event.turn) is None:  # type: ignore[attr-defined]
+            self._idle[event.turn] = recorded_event.recorded_at  # type: ignore[attr-defined]
         self.scope.apply(event)
         self._note_stream(event)
         work: list[Work] = []
@@ -505,17 +550,53 @@ class CallFold:
         return work
 
     def _reindex(self, slot: Slot, was_live: bool) -> None:
-        """Index a call that became live, drop one that ended."""
+        """Index a call that became live, drop one that ended; note when a turn goes idle."""
         now_live = slot.live
         if was_live and not now_live:
-            self._index.remove(slot.key)
+            key = slot.key
+            self._index.remove(key)
+            turn = key.turn_ref
+            if slot.phase is Phase.DISPATCHED:
+                self._running[key] = None
+                _count(self._running_in, turn, 1)
+            else:
+                self._note_if_idle(turn)
         elif now_live and not was_live:
-            self._index.add(slot.key)
+            key = slot.key
+            self._idle.pop(key.turn_ref, None)
+            self._index.add(key)
+
+    def _note_if_idle(self, turn: TurnRef) -> None:
+        if (
+            turn not in self._index.by_turn
+            and turn not in self._running_in
+            and self.scope.turn(turn) is not None
+        ):
+            assert self._at is not None
+            self._idle[turn] = self._at
+
+    def _outcome(
+        self, event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown
+    ) -> None:
+        """The outcome of a dispatch: its call no longer runs."""
+        key = event.key
+        slot = self.records.get(key)
+        if key not in self._running or slot is None or slot.claim_id != event.claim_id:
+            return
+        del self._running[key]
+        turn = key.turn_ref
+        _count(self._running_in, turn, -1)
+        self._note_if_idle(turn)
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        self._at = recorded_event.recorded_at
         key = _key_of(event)
         slot = self.records.get(key)
         if slot is None:
+            if self.scope.turn(key.turn_ref) is None:
+                # A call of a retired turn, or of one never started: nothing of it is judged
+                # any more.
+                return []
             slot = self._record(key)
             slot.degraded = True
         slot.version = recorded_event.version
@@ -542,6 +623,8 @@ class CallFold:
                 raise ReplayDivergence(
                     key, recorded_event.position, _describe(wanted), _describe(event)
                 )
+            if slot.phase is Phase.ABSENT:
+                self._forget_if_stray(slot)
             return []
         validating = slot.validating
         if validating is not None and isinstance(event, CallValidated | CallFailed):
@@ -588,7 +671,49 @@ class CallFold:
 
     def _record(self, key: CallKey) -> Slot:
         slot = self.records[key] = Slot(key)
+        turn = key.turn_ref
+        members = self._calls_of_turn.get(turn)
+        if members is None:
+            members = self._calls_of_turn[turn] = {}
+        members[key] = None
+        byte, bit = _bit_of(turn)
+        if self.scope.turn(turn) is None or self._forgotten_in[byte] & bit:
+            slot.version = None
         return slot
+
+    def _forget_if_stray(self, slot: Slot) -> None:
+        """Forget a call never opened whose turn is unknown, once nothing of it is pending."""
+        key = slot.key
+        turn = key.turn_ref
+        if (
+            slot.expected
+            or slot.held
+            or slot.degraded
+            or slot.validating is not None
+            or self.scope.turn(turn) is not None
+        ):
+            return
+        del self.records[key]
+        members = self._calls_of_turn[turn]
+        del members[key]
+        if not members:
+            del self._calls_of_turn[turn]
+        byte, bit = _bit_of(turn)
+        self._forgotten_in[byte] |= bit
+
+    def _retire(self, turn: TurnRef) -> None:
+        """Forget a turn without a live call, and every call of it (``TurnRetired``)."""
+        if self.scope.turn(turn) is None or turn in self._index.by_turn or turn in self._running_in:
+            return
+        records = self.records
+        for key in self._calls_of_turn.pop(turn, ()):
+            del records[key]
+        self.scope.retire(turn)
+        self._idle.pop(turn, None)
+        self._leases.pop(turn, None)
+        for responses in (self._resumable, self._resume_points):
+            for response in [response for response in responses if response.turn_ref == turn]:
+                del responses[response]
 
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
         # A call whose input is gone can no longer be decided again: it takes its recorded
@@ -613,6 +738,8 @@ class CallFold:
                 named.version = recorded_event.version
                 if named.expected:
                     named.expected.pop(0)
+                    if named.phase is Phase.ABSENT:
+                        self._forget_if_stray(named)
         elif kind == "response" and len(names) == 2:
             tenant, response = names
             for key, record in self.records.items():
@@ -686,6 +813,27 @@ class CallFold:
                 work.extend(self._resume(key, slot))
         return work
 
+    def idle_turns(self, until: datetime) -> list[TurnRef]:
+        """The known turns without a live call since ``until`` or earlier, the longest idle
+        first: those a runtime may retire (with ``TurnRetired``) once its horizon has passed."""
+        idle: list[TurnRef] = []
+        for turn, since in self._idle.items():
+            if since > until:
+                break
+            idle.append(turn)
+        return idle
+
+    def next_idle_after(self, until: datetime) -> datetime | None:
+        """The earliest time after ``until`` at which a known turn became idle, if any."""
+        for since in self._idle.values():
+            if since > until:
+                return since
+        return None
+
+    def idle_since(self, turn: TurnRef) -> datetime | None:
+        """When the turn last became idle (no live call), if it is known and idle."""
+        return self._idle.get(turn)
+
     def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
         """The responses of ``turn`` whose stream was lost and can be resumed, each with the last
         provider sequence number its feeder saw."""
@@ -733,6 +881,14 @@ class CallFold:
 
 
 _CALL_KEY_FIELDS = tuple(attribute.name for attribute in attrs.fields(CallKey))
+
+_FORGOTTEN_BITS = 1 << 16
+
+
+def _bit_of(turn: TurnRef) -> tuple[int, int]:
+    """The byte and the bit standing for the turn in ``_forgotten_in``."""
+    index = hash(turn) & (_FORGOTTEN_BITS - 1)
+    return index >> 3, 1 << (index & 7)
 
 
 def _stream_names(stream: str) -> tuple[str, list[str]]:

@@ -58,6 +58,7 @@ Listener = Callable[[RecordedEvent], None]
 DEFAULT_INBOX_SIZE = 64
 DEFAULT_VALIDATION_TIMEOUT = 0.1
 READ_PAGE = 4096
+_SWEEP_AT_LEAST = 1024
 
 
 class CallRouter:
@@ -81,7 +82,10 @@ class CallRouter:
         self._inbox_size = inbox_size
         self._nursery: trio.Nursery | None = None
         self._actors: dict[CallKey, trio.MemorySendChannel[Work]] = {}
+        # The version of a call's stream after this router's last write to it, until the fold
+        # has read that write back.
         self._written: dict[CallKey, int] = {}
+        self._sweep_at = _SWEEP_AT_LEAST
         self._deadlines: list[tuple[datetime, int, CallKey]] = []
         self._deadline_counter = 0
         self._deadline_wake = trio.Event()
@@ -207,7 +211,10 @@ class CallRouter:
         version = self._written.get(key)
         if version is None:
             record = self._fold.records.get(key)
-            version = record.version if record is not None else 0
+            version = record.version if record is not None else None
+            if version is None:
+                # A call this fold forgot, or never knew: its stream may hold events.
+                version = await self._log.stream_version(key.stream)
         expected = {key.stream: version}
         if self._fold.process is None:
             await self._log.append(events, expected)
@@ -225,7 +232,21 @@ class CallRouter:
             except ConflictError:
                 self._written.pop(key, None)
                 return
-        self._written[key] = version + len(events)
+        written = self._written
+        written[key] = version + len(events)
+        if len(written) > self._sweep_at:
+            self._sweep_written()
+
+    def _sweep_written(self) -> None:
+        """Drop the versions written that the fold has read back (or whose call it forgot):
+        the fold's own then holds. Run when the table has doubled, so it stays as small as
+        the calls with writes not yet read back, at a constant cost per write."""
+        records = self._fold.records
+        for key, version in list(self._written.items()):
+            record = records.get(key)
+            if record is None or (record.version is not None and record.version >= version):
+                del self._written[key]
+        self._sweep_at = max(2 * len(self._written), _SWEEP_AT_LEAST)
 
     async def _validate(self, key: CallKey, work: RunValidation) -> None:
         result = ValidationResult(

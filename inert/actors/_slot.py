@@ -73,8 +73,9 @@ class Slot(CallView):
         self.confirmed = False
         self.claim_id = ""
         self.reason = ""
-        self.version = 0
-        """Events of the call's stream seen in the log."""
+        self.version: int | None = 0
+        """Events of the call's stream seen in the log; ``None`` when the stream may hold events
+        this fold forgot (the call's actor asks the log)."""
         self.expected: list[Event] = []
         """Decisions made and not yet seen in the log, in order."""
         self.held: list[tuple[Input, CallContext]] = []

@@ -46,6 +46,7 @@ from ._catalog import (
     ToolEnabled,
     TurnCancelled,
     TurnLeased,
+    TurnRetired,
     TurnStarted,
     TurnSuperseded,
 )
@@ -145,6 +146,7 @@ __all__ = [
     "TurnCancelled",
     "TurnLeased",
     "TurnRef",
+    "TurnRetired",
     "TurnStarted",
     "TurnSuperseded",
     "Upcaster",

@@ -375,6 +375,18 @@ class ProcessHeartbeat(Event):
     process: str = field(validator=validators.min_len(1))
 
 
+@event_type("process.turn_retired")
+@frozen(kw_only=True)
+class TurnRetired(Event):
+    """The turn has had no live call, and no dispatched call without an outcome, for the
+    runtime's horizon (its ``ledger_horizon``): it is over, and what the runtime held of it and
+    of its calls is forgotten. From here on, anything addressed to the turn or to one of its
+    calls is judged as for a turn never started. Void (ignored) if a call of the turn is live or
+    running again by the time it is folded."""
+
+    turn: TurnRef
+
+
 # --- requests to a call's actor ------------------------------------------------------------
 
 

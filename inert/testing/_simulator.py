@@ -65,7 +65,7 @@ from ..events import (
     StreamResumed,
 )
 from ..events._records import StoredRecord, decode_record
-from ..projections import Projections
+from ..projections import DEFAULT_LEDGER_HORIZON, Projections
 from ._checker import Observation, Violation, check_log
 from ._plants import planted
 from ._workload import (
@@ -269,6 +269,7 @@ class _Life:
     phases: dict[CallKey, Phase]
     rows: tuple[StoredRecord, ...]
     limits: CallLimits
+    horizon: timedelta | None
 
 
 class _Stop(Exception):
@@ -283,6 +284,8 @@ class _Run:
     limits: CallLimits
     seed: int
     retention: Retention
+    horizon: timedelta | None = DEFAULT_LEDGER_HORIZON
+    """The runtime's ledger horizon, after which an idle turn is retired."""
     keep_lives: bool = True
     """Record each runtime's end state (``lives``) for I8; a run made only to compare its log
     with another's does without."""
@@ -327,6 +330,7 @@ class _Run:
             validation_timeout=VALIDATION_TIMEOUT,
             operators=[OPERATOR],
             retention=self.retention,
+            ledger_horizon=self.horizon,
         ) as runtime:
             yield runtime
 
@@ -366,6 +370,7 @@ class _Run:
                             # A copy: retention goes on redacting the log in the next life.
                             rows=tuple(self.store.rows),
                             limits=self.limits,
+                            horizon=self.horizon,
                         )
                     )
         except* Exception as group:
@@ -407,7 +412,13 @@ class _Run:
                         tools=tools,
                     )
             case CancelTurn(turn=turn):
-                await runtime.cancel_turn(turn, principal=conversation.principal)
+                # Refused only for a turn retired (idle for the horizon) before the plan
+                # cancels it.
+                try:
+                    await runtime.cancel_turn(turn, principal=conversation.principal)
+                except RefusedError as error:
+                    if "is unknown" not in str(error):
+                        raise
             case Feed(events=events, pause=pause):
                 if pause:
                     await trio.sleep(pause)
@@ -572,7 +583,7 @@ def _crash(group: BaseExceptionGroup[Exception]) -> Violation:
 def _replay_violations(records: Sequence[RecordedEvent], life: _Life) -> list[Violation]:
     """I8: a fresh fold of the log as a runtime left it reaches that runtime's digest and the
     phase it gave every call."""
-    projections = Projections()
+    projections = Projections(ledger_horizon=life.horizon)
     fold = CallFold(life.limits)
     for recorded in records:
         projections.apply(recorded)
@@ -641,6 +652,7 @@ def _run_once(
     check: Check | None,
     limits: CallLimits,
     retention: Retention,
+    horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
     keep_lives: bool = True,
 ) -> _Run:
     run = _Run(
@@ -650,6 +662,7 @@ def _run_once(
         limits=limits,
         seed=seed,
         retention=retention,
+        horizon=horizon,
         keep_lives=keep_lives,
     )
     with seeded_scheduling(seed):
@@ -665,19 +678,28 @@ def simulate(
     tools: Sequence[SimulatedTool] = DEMO_TOOLS,
     check: Check | None = demo_check,
     retention: Retention = DEFAULT_RETENTION,
+    horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
     twice: bool = True,
 ) -> SimulationResult:
     """Run one seed against the real runtime, check every invariant, and run it again.
 
     ``tools`` and ``check`` are what the runtime is opened with (your own declarations, each
     with example arguments, and your business check); ``plant`` runs it against a planted bug
-    (``PLANTS``); ``retention`` is the runtime's retention policy (its default, unless given).
+    (``PLANTS``); ``retention`` is the runtime's retention policy (its default, unless given);
+    ``horizon`` its ledger horizon (a short one retires turns while the plan runs).
     Call it outside a Trio run: it runs its own.
     """
     plan = make_plan(seed, keys, tools, SIMULATION_LIMITS)
     limits = SIMULATION_LIMITS
     once = partial(
-        _run_once, seed, plan=plan, tools=tools, check=check, limits=limits, retention=retention
+        _run_once,
+        seed,
+        plan=plan,
+        tools=tools,
+        check=check,
+        limits=limits,
+        retention=retention,
+        horizon=horizon,
     )
     with planted(plant):
         run = once()
