@@ -45,9 +45,12 @@ from inert.events import (
     TerminalRef,
     TextReceived,
     TurnCancelled,
+    TurnRef,
+    TurnRetired,
     TurnStarted,
 )
 from inert.projections import (
+    DEFAULT_LEDGER_HORIZON,
     DispatchQueue,
     Ledger,
     LedgerRow,
@@ -93,7 +96,7 @@ def stream_of(event: Event) -> str:
             return event.key.response_ref.stream
         case ResponseEnded() | TextReceived():
             return event.response.stream
-        case TurnStarted() | TurnCancelled():
+        case TurnStarted() | TurnCancelled() | TurnRetired():
             return event.turn.stream
     raise AssertionError(f"no stream for {type(event).__name__}")
 
@@ -260,6 +263,10 @@ class Script:
                 key=key, cause=cause, reason=reason, detail=detail, fragments=fragments, size=size
             )
         )
+
+    def retire(self, turn: TurnRef = KEY.turn_ref) -> int:
+        """The runtime retires the turn (it had no live call for the horizon)."""
+        return self.add(TurnRetired(turn=turn))
 
     def reject(self, cause: int, reason: RejectReason, *, key: CallKey = KEY) -> int:
         """The call's actor refuses the input at ``cause``."""
@@ -1023,3 +1030,230 @@ def test_a_finished_call_ages_out_of_the_ledger_after_the_horizon() -> None:
     for recorded in [*events, later, much_later]:
         keeping.apply(recorded)
     assert keeping.row(KEY) is not None
+
+
+# --- retired turns ---------------------------------------------------------------------------
+
+OTHER_TURN = attrs.evolve(KEY, turn="turn-2")
+
+
+def held(projections: Projections) -> dict[str, int]:
+    """The size of every structure in which a projection holds something per call, response or
+    turn: what a retirement must free."""
+    ledger, queue, status = projections.ledger, projections.queue, projections.status
+    return {
+        "ledger calls": len(ledger._calls),
+        "ledger rows": len(ledger._rows),
+        "ledger histories": len(ledger._histories),
+        "ledger finished": len(ledger._finished),
+        "ledger turns": len(ledger._turns),
+        "queue ready": len(queue._ready),
+        "queue awaiting": len(queue._awaiting),
+        "queue ended": len(queue._ended),
+        "queue ended turns": len(queue._ended_turns),
+        "status calls": len(status._calls),
+        "status call turns": len(status._call_turns),
+        "status text": len(status._text),
+        "status text turns": len(status._text_turns),
+    }
+
+
+def parts(projections: Projections) -> list[Projection]:
+    """The four projections of the bundle."""
+    return [projections.ledger, projections.queue, projections.status, projections.audit]
+
+
+def finish_turn(script: Script, turn: str = KEY.turn) -> list[CallKey]:
+    """Append a turn none of whose calls is live: one completed, one dispatched with no outcome
+    yet, one cancelled, one failed, and a key that only ever drew rejections; with text on two
+    responses. Its keys, in the order they first appear."""
+    completed, running, cancelled, failed = (
+        attrs.evolve(KEY, turn=turn, call=call)
+        for call in ("call_0", "call_running", "call_cancelled", "call_failed")
+    )
+    junk = attrs.evolve(KEY, turn=turn, response="resp-junk", call="call_junk")
+    script.turn(completed)
+    for key in (completed, running, cancelled, failed):
+        script.open(key)
+        script.fragment(key)
+    for key in (completed, running):
+        script.end(key)
+        script.validate(key)
+        script.dispatch(key)
+    script.add(ExecutionCompleted(key=completed, claim_id="claim-1"))
+    script.cancel(cancelled, received=(1, len(ARGUMENTS)))
+    too_much = script.fragment(failed)
+    script.fail(FailReason.TOO_LARGE, key=failed, cause=too_much, received=(1, len(ARGUMENTS)))
+    for _ in range(2):
+        late = script.fragment(junk)
+        script.reject(late, RejectReason.STALE_TURN, key=junk)
+    script.add(TextReceived(response=completed.response_ref, characters=12))
+    script.add(TextReceived(response=junk.response_ref, characters=3))
+    return [completed, running, cancelled, failed, junk]
+
+
+def test_a_retired_turn_is_forgotten_by_every_projection() -> None:
+    """Retiring a turn with no live call leaves nothing of it or of its calls (finished,
+    running without an outcome, or only rejected) in rows, histories, queue, status or text."""
+    script = Script()
+    keys = finish_turn(script)
+    before = fold(script.records)
+    assert len(before.ledger.histories()) == len(keys)
+    assert len(before.status.calls()) == len(keys) - 1
+    assert held(before) == {
+        "ledger calls": 5,
+        "ledger rows": 4,
+        "ledger histories": 5,
+        "ledger finished": 4,
+        "ledger turns": 1,
+        "queue ready": 0,
+        "queue awaiting": 0,
+        "queue ended": 4,
+        "queue ended turns": 1,
+        "status calls": 4,
+        "status call turns": 1,
+        "status text": 2,
+        "status text turns": 1,
+    }
+    script.retire()
+    projections = fold(script.records)
+    assert projections.ledger.rows() == []
+    assert projections.ledger.histories() == {}
+    for key in keys:
+        assert projections.ledger.row(key) is None
+        assert projections.ledger.history(key) == []
+        assert projections.status.of(key) is None
+        assert projections.status.text_characters(key.response_ref) == 0
+    assert (projections.queue.ready(), projections.queue.awaiting()) == ([], [])
+    assert projections.status.calls() == {}
+    assert held(projections) == dict.fromkeys(held(projections), 0)
+    fresh = Projections()
+    for part, empty in zip(parts(projections), parts(fresh), strict=True):
+        assert {**part.snapshot(), "position": 0} == empty.snapshot()
+
+
+def test_a_turn_of_rejections_only_is_forgotten() -> None:
+    """Junk keys that only ever drew rejections, the one thing an attacker can feed without
+    end, are gone from the ledger once their turn is retired."""
+    junk = [attrs.evolve(KEY, call=f"call_junk_{n}") for n in range(5)]
+    script = Script()
+    for key in junk:
+        late = script.fragment(key, data=b"x")
+        script.reject(late, RejectReason.UNKNOWN_TURN, key=key)
+    ledger = fold(script.records).ledger
+    assert (ledger.rows(), list(ledger.histories())) == ([], junk)
+    script.retire()
+    ledger = fold(script.records).ledger
+    assert ledger.histories() == {}
+    assert (len(ledger._calls), len(ledger._turns)) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("stage", "needs_confirmation"),
+    [
+        ("collecting", False),
+        ("terminal_candidate", False),
+        ("validated", False),
+        ("validated", True),
+        ("confirmed", True),
+    ],
+)
+def test_a_live_call_survives_the_retirement_of_its_turn(
+    stage: str, needs_confirmation: bool
+) -> None:
+    """A retirement that races with a call still live keeps that call as it was (row, history,
+    queue place, cue, its response's text) and forgets the rest of the turn; once the call ends,
+    the next retirement forgets it too."""
+    script = life(stage, needs_confirmation=needs_confirmation)
+    finished, quiet = other_key("call_done"), other_key("call_0", response="resp-2")
+    opened = script.add(CallOpened(key=finished, tool="no_such_tool"))
+    script.fail(FailReason.UNKNOWN_TOOL, key=finished, cause=opened)
+    script.add(TextReceived(response=KEY.response_ref, characters=7))
+    script.add(TextReceived(response=quiet.response_ref, characters=9))
+    before = fold(script.records)
+    script.retire()
+    after = fold(script.records)
+    assert after.ledger.row(KEY) == before.ledger.row(KEY)
+    assert after.ledger.rows() == [before.ledger.row(KEY)]
+    assert after.ledger.histories() == {KEY: before.ledger.history(KEY)}
+    assert (after.queue.ready(), after.queue.awaiting()) == (
+        before.queue.ready(),
+        before.queue.awaiting(),
+    )
+    assert after.status.calls() == {KEY: before.status.of(KEY)}
+    assert after.status.text_characters(KEY.response_ref) == 7
+    assert after.status.text_characters(quiet.response_ref) == 0
+    script.cancel(KEY)
+    script.retire()
+    assert held(fold(script.records)) == dict.fromkeys(held(after), 0)
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        OTHER_TURN.turn_ref,
+        TurnRef(tenant=KEY.tenant, conversation="conv-2", turn=KEY.turn),
+        TurnRef(tenant="other-tenant", conversation=KEY.conversation, turn=KEY.turn),
+    ],
+    ids=["never started", "same turn id in another conversation", "another tenant"],
+)
+def test_retiring_a_turn_never_seen_changes_nothing(turn: TurnRef) -> None:
+    """A retirement of a turn the projections know nothing of, however alike its names, leaves
+    every projection as it was but for its position."""
+    script = busy_script()
+    before = fold(script.records)
+    script.retire(turn)
+    script.retire(turn)
+    after = fold(script.records)
+    assert after.position == before.position + 2
+    for part, earlier in zip(parts(after), parts(before), strict=True):
+        assert {**part.snapshot(), "position": 0} == {**earlier.snapshot(), "position": 0}
+    assert held(after) == held(before)
+
+
+def test_a_retired_turn_leaves_other_turns_and_the_horizon_alone() -> None:
+    """Retiring one turn keeps every call of another; the other's finished rows still age out
+    of the ledger after the horizon, and only a retirement frees the rest of it."""
+    script = Script()
+    finish_turn(script)
+    others = finish_turn(script, OTHER_TURN.turn)
+    running, junk = others[1], others[-1]
+    script.retire()
+    projections = Projections(ledger_horizon=timedelta(days=30))
+    for recorded in script.records:
+        projections.apply(recorded)
+    assert list(projections.ledger.histories()) == others
+    assert list(projections.status.calls()) == others[:-1]
+    much_later = attrs.evolve(
+        record(len(script.records) + 1, TurnRetired(turn=KEY.turn_ref)),
+        recorded_at=T0 + timedelta(days=31),
+    )
+    projections.apply(much_later)
+    # A dispatched call awaiting its outcome never finishes, so never ages out; a key that
+    # only drew rejections ages out as a finished call does.
+    assert [row.key for row in projections.ledger.rows()] == [running]
+    assert list(projections.ledger.histories()) == [running]
+    assert junk not in projections.ledger.histories()
+    assert list(projections.status.calls()) == others[:-1]
+    projections.apply(record(much_later.position + 1, TurnRetired(turn=OTHER_TURN.turn_ref)))
+    assert held(projections) == dict.fromkeys(held(projections), 0)
+
+
+@pytest.mark.parametrize("horizon", [None, DEFAULT_LEDGER_HORIZON], ids=["no horizon", "30 days"])
+def test_retiring_every_turn_keeps_the_projections_from_growing(
+    horizon: timedelta | None,
+) -> None:
+    """Turn after turn, each retired once its calls are over, leave nothing behind: before each
+    retirement the projections hold only the last turn, and after the last one nothing."""
+    projections = Projections(ledger_horizon=horizon)
+    script = Script()
+    for n in range(200):
+        keys = finish_turn(script, f"turn-{n}")
+        for recorded in script.records[projections.position :]:
+            projections.apply(recorded)
+        assert list(projections.ledger.histories()) == keys
+        assert held(projections)["ledger turns"] == 1
+        script.retire(keys[0].turn_ref)
+    projections.apply(script.records[-1])
+    assert held(projections) == dict.fromkeys(held(projections), 0)
+    assert projections.ledger._due is None

@@ -5,7 +5,9 @@ Both fold the same recorded events and must show the same ledger (every column o
 every history), dispatch queue, status, audit, snapshots and digest: read along the way (reading
 is part of what is checked, as rows are made when read) and at the end. Ledger horizons from
 none to zero make calls age out in the middle of the logs; generated logs put events in orders
-no runtime writes.
+no runtime writes. Turn retirements are put into simulator logs (in the middle of each turn and
+after its end) and drawn into generated logs (for turns with live calls, with finished ones,
+never seen, and again), so that what the projections forget is checked as what they keep is.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from golden_logs import golden_paths, load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inert import DEFAULT_CODEC, CallKey, RecordedEvent, ResponseRef
+from inert import DEFAULT_CODEC, CallKey, RecordedEvent, ResponseRef, TurnRef
 from inert.events import (
     ArgumentsAppended,
     CallAwaitingConfirmation,
@@ -54,9 +56,11 @@ from inert.events import (
     TextReceived,
     ToolDisabled,
     ToolEnabled,
+    TurnRetired,
 )
 from inert.events._records import decode_record
-from inert.projections import DEFAULT_LEDGER_HORIZON, DispatchQueue, Projections
+from inert.projections import DEFAULT_LEDGER_HORIZON, DispatchQueue, Projections, StatusCue
+from inert.projections._turns import ByTurn
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check
 from inert.testing._workload import make_plan
@@ -123,6 +127,41 @@ def _shown(
     return {view: _plain(value) for view, value in shown.items()}
 
 
+def _held(projections: Fold) -> dict[str, set[Any]]:
+    """The identities each projection holds anything of, read from the internals of either
+    package: what the projections forget must be freed alike, not only hidden alike."""
+    ledger, queue, status = projections.ledger, projections.queue, projections.status
+    if isinstance(projections, Projections):
+        return {
+            "ledger": set(ledger._calls),
+            "ended": set(queue._ended),
+            "status": set(status._calls),
+            "text": set(status._text),
+        }
+    tables = (ledger._rows, ledger._histories, ledger._received, ledger._claims, ledger._finished)
+    return {
+        "ledger": set().union(*tables),
+        "ended": set(queue._ended),
+        "status": set(status._cues) | set(status._claims),
+        "text": set(status._text),
+    }
+
+
+def _filed(projections: Projections) -> dict[str, set[Any]]:
+    """The identities the projections have filed under their turns, as ``_held`` names them:
+    every one held, and nothing else, or a retirement would miss some or keep others alive."""
+    filings: dict[str, ByTurn[Any]] = {
+        "ledger": projections.ledger._turns,
+        "ended": projections.queue._ended_turns,
+        "status": projections.status._call_turns,
+        "text": projections.status._text_turns,
+    }
+    return {
+        name: {identity for filed in filing._turns.values() for identity in filed}
+        for name, filing in filings.items()
+    }
+
+
 class Pair:
     """The reference and the new projections, fed alike, with the identities they saw."""
 
@@ -155,6 +194,9 @@ class Pair:
         # Name what differs rather than have pytest diff the whole state.
         differ = [view for view, value in expected.items() if found[view] != value]
         assert not differ, f"{where}: {differ} differ"
+        held = _held(self.projections)
+        assert held == _held(self.reference), f"{where}: they hold different identities"
+        assert _filed(self.projections) == held, f"{where}: not filed by turn as held"
 
 
 def _together(projections: Fold, recorded: RecordedEvent) -> None:
@@ -174,12 +216,12 @@ def compare(
     apply: Callable[[Fold, RecordedEvent], None] = _together,
 ) -> None:
     """Feed ``records`` to both, comparing the row of each event's call after it, everything
-    every ``every`` records, at the end, and after the last records are applied again (a
-    resumed read)."""
+    every ``every`` records and after each retirement, at the end, and after the last records
+    are applied again (a resumed read)."""
     pair = Pair(horizon)
     for index, recorded in enumerate(records, start=1):
         pair.feed(recorded, apply)
-        if index % every == 0:
+        if index % every == 0 or isinstance(recorded.kept, TurnRetired):
             pair.check(f"after position {recorded.position} ({recorded.event_type})")
     pair.check("at the end")
     for recorded in records[-every - 3 :]:
@@ -278,20 +320,120 @@ def test_a_projection_replaced_midway_is_fed_as_the_reference_feeds_it() -> None
     assert [queue.position for queue in replaced] == [records[middle - 1].position] * 2
 
 
+def _turn_of(event: Event | None) -> TurnRef | None:
+    """The turn an event is about, if it names one."""
+    for name in ("key", "response", "turn"):
+        identity = getattr(event, name, None)
+        if isinstance(identity, CallKey | ResponseRef):
+            return identity.turn_ref
+        if isinstance(identity, TurnRef):
+            return identity
+    return None
+
+
+def _spaced(event: Event | Redacted) -> Event | Redacted:
+    """The event with the position it answers doubled, as ``_retiring`` doubles positions."""
+    if isinstance(event, Redacted):
+        remains = event.remains
+        return attrs.evolve(event, remains=None if remains is None else _spaced_cause(remains))
+    return _spaced_cause(event)
+
+
+def _spaced_cause(event: Event) -> Event:
+    cause = getattr(event, "cause", None)
+    changed: Any = event
+    spaced: Event = changed if cause is None else attrs.evolve(changed, cause=2 * cause)
+    return spaced
+
+
+def _retiring(records: Sequence[RecordedEvent]) -> list[RecordedEvent]:
+    """The log with every turn retired halfway through its records (while calls of it may be
+    live) and after its last record, and every turn and one never started retired at the end
+    (again): positions doubled, each retirement at the odd position after a record."""
+    indexes: dict[TurnRef, list[int]] = {}
+    for index, recorded in enumerate(records):
+        turn = _turn_of(recorded.kept)
+        if turn is not None:
+            indexes.setdefault(turn, []).append(index)
+    retiring: dict[int, list[TurnRef]] = {}
+    for turn, seen in indexes.items():
+        for index in {seen[len(seen) // 2], seen[-1]}:
+            retiring.setdefault(index, []).append(turn)
+    never = TurnRef(tenant="acme", conversation="never", turn="started")
+    retiring.setdefault(len(records) - 1, []).extend([*indexes, never])
+    spaced: list[RecordedEvent] = []
+    for index, recorded in enumerate(records):
+        position = 2 * recorded.position
+        spaced.append(attrs.evolve(recorded, position=position, event=_spaced(recorded.event)))
+        for turn in retiring.get(index, ()):
+            position += 1
+            retired = TurnRetired(turn=turn)
+            spaced.append(
+                attrs.evolve(
+                    recorded,
+                    position=position,
+                    event_id=f"retired-{position}",
+                    stream=turn.stream,
+                    event_type=retired.TAG,
+                    trace=None,
+                    event=retired,
+                )
+            )
+    return spaced
+
+
+@pytest.mark.parametrize("horizon", ["30-days", "zero"])
+@pytest.mark.parametrize("retention", ["default", "none"])
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_simulator_logs_with_retired_turns_project_as_the_reference_projects_them(
+    seed: int, retention: str, horizon: str
+) -> None:
+    """Retirements in the middle and after the end of each turn of a simulator log make both
+    forget the same calls, and leave nothing of a call that is not live at the end."""
+    records = _retiring(_simulated(seed, retention))
+    assert sum(isinstance(recorded.event, TurnRetired) for recorded in records) > 40
+    compare(records, horizon=HORIZONS[horizon], every=100)
+    projections = Projections(ledger_horizon=HORIZONS[horizon])
+    for recorded in records:
+        projections.apply(recorded)
+    assert all(
+        row.state not in ("dispatched", "cancelled", "failed") for row in projections.ledger.rows()
+    )
+    assert set(projections.ledger.histories()) <= {row.key for row in projections.ledger.rows()}
+    assert all(
+        cue in (StatusCue.PREPARING, StatusCue.NEEDS_CONFIRMATION, StatusCue.READY)
+        for cue in projections.status.calls().values()
+    )
+
+
 # --- generated logs: orders no runtime writes, which the projections must still fold alike ------
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 KEYS = [
-    CallKey(tenant="acme", conversation="c", turn="t", response=response, item="0", call=call)
-    for response, call in (("r1", "call_0"), ("r1", "call_1"), ("r2", "call_0"))
+    CallKey(tenant="acme", conversation="c", turn=turn, response=response, item="0", call=call)
+    for turn, response, call in (
+        ("t", "r1", "call_0"),
+        ("t", "r1", "call_1"),
+        ("t", "r2", "call_0"),
+        # Another turn, with the same response and call ids: retiring one leaves the other.
+        ("u", "r1", "call_0"),
+    )
+]
+TURNS = [
+    KEYS[0].turn_ref,
+    KEYS[-1].turn_ref,
+    # Turns no call belongs to: one of another conversation with the same turn id.
+    TurnRef(tenant="acme", conversation="other", turn="t"),
+    TurnRef(tenant="acme", conversation="c", turn="never"),
 ]
 
 
 @st.composite
 def _events(draw: st.DrawFn) -> Event:
-    """Any event a projection reads, for one of a few calls, with few enough values that
-    decisions and claims meet; fragments, openings and rejections the most, as a collecting
-    row changes most with them. Causes are placed by the log (``_logs``)."""
+    """Any event a projection reads, for one of a few calls of two turns, with few enough values
+    that decisions and claims meet; fragments, openings and rejections the most, as a collecting
+    row changes most with them; retirements of those turns and of turns never seen, often enough
+    to meet calls live, finished and only rejected. Causes are placed by the log (``_logs``)."""
     key = draw(st.sampled_from(KEYS))
     claim = draw(st.sampled_from(["claim-1", "claim-2"]))
 
@@ -362,7 +504,10 @@ def _events(draw: st.DrawFn) -> Event:
         lambda: TenantStopped(tenant=key.tenant, operator="o", reason="r"),
         lambda: TenantResumed(tenant=key.tenant, operator="o", reason="r"),
     ]
-    return draw(st.sampled_from(frequent * 10 + decisions * 2 + others))()
+    retirements: list[Callable[[], Event]] = [
+        lambda: TurnRetired(turn=draw(st.sampled_from(TURNS))),
+    ]
+    return draw(st.sampled_from(frequent * 10 + decisions * 2 + others + retirements * 4))()
 
 
 @st.composite

@@ -182,9 +182,11 @@ async def test_a_restart_and_a_replay_forget_what_the_live_runtime_forgot(
     assert set(fold.records) == {new}
 
 
-async def test_inputs_addressed_to_made_up_turns_leave_nothing_behind() -> None:
-    """Calls of turns never started are rejected and forgotten: a flood of them holds no
-    memory once it has been answered."""
+async def test_inputs_addressed_to_made_up_turns_leave_nothing_behind(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Calls of turns never started are rejected and forgotten by the fold at once, and by the
+    ledger after the horizon: a flood of them leaves no memory behind."""
     store = MemoryStore()
     async with running(store) as runtime:
         for index in range(200):
@@ -192,6 +194,11 @@ async def test_inputs_addressed_to_made_up_turns_leave_nothing_behind() -> None:
             await runtime.feed(whole_call(key))  # type: ignore[arg-type]
         await runtime.settle()
         assert runtime._fold.records == {}
+        await trio.sleep(2 * HORIZON.total_seconds())
+        await runtime.start_turn(tenant="acme", conversation="c9", turn="t9", principal=PRINCIPAL)
+        await runtime.settle()
+        assert runtime.ledger.histories() == {}
+        assert runtime.ledger._calls == {}
         rejected = [
             event
             for row in store.rows

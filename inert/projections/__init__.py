@@ -4,6 +4,13 @@ Each projection folds recorded events in position order into a state it can desc
 JSON; none of them does I/O, imports trio or holds an argument value. ``Projections`` feeds one
 of each from the same records, so that a runtime keeps them at one position and proves their
 state with one digest.
+
+A runtime lives long and sees calls without end, some of them made up by whoever feeds a stream,
+so no projection may keep something for every call it ever saw. When a turn is retired
+(``TurnRetired``, written once the turn has had no live call for the horizon), each projection
+forgets the turn and every call of it that is not live in its own view, at a cost of the calls
+of that turn; a live call is kept as it is. The ledger also ages finished calls out after its
+horizon; the audit, a record of operator actions, keeps its entries.
 """
 
 from datetime import timedelta

@@ -4,6 +4,11 @@ A control is recorded once, as the log holds it; the calls it ended are the ``ca
 decisions whose cause is the control's position (an actor cancels a call at the first input
 that sees the control, which is the control itself for every call alive at that moment). Like
 every projection it holds no argument value.
+
+Unlike the other projections, the audit keeps what it holds when a turn is retired
+(``TurnRetired``): an entry is the record of an operator's action, not the history of a call, and
+the calls it lists are what that action ended, which stays true once their turn is forgotten. It
+grows with what operators do, not with the calls the runtime sees.
 """
 
 from __future__ import annotations

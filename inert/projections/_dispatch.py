@@ -5,6 +5,13 @@ confirmed; it leaves when it is dispatched, cancelled or failed. The queue is a 
 executors to find work, never a permission: a claim still goes through the call's actor, which
 checks everything again in log order. Calls waiting for confirmation are kept apart, in the order
 they started waiting, so that a person can be asked about them.
+
+The queue remembers which calls ended, so that nothing recorded after a call's end puts it back;
+kept forever, that memory would grow with every call the runtime ever saw. A retired turn
+(``TurnRetired``) lets the queue forget its ended calls: the runtime retires a turn only once it
+has had no live call for the horizon, and from then on judges its calls as never started, so no
+late decision of an ended call is left for the memory to stop. A ready or waiting call of the
+turn is live and stays.
 """
 
 from __future__ import annotations
@@ -19,15 +26,17 @@ from ..events import (
     CallValidated,
     Event,
     RecordedEvent,
+    TurnRetired,
 )
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routes
+from ._turns import ByTurn
 
 
 class DispatchQueue:
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
-    __slots__ = ("_awaiting", "_ended", "_position", "_ready", "_routes")
+    __slots__ = ("_awaiting", "_ended", "_ended_turns", "_position", "_ready", "_routes")
 
     def __init__(self) -> None:
         self._position = 0
@@ -35,6 +44,7 @@ class DispatchQueue:
         self._ready: dict[CallKey, None] = {}
         self._awaiting: dict[CallKey, None] = {}
         self._ended: set[CallKey] = set()
+        self._ended_turns: ByTurn[CallKey] = ByTurn()
         self._routes = Routes(self._handlers)
 
     @property
@@ -85,6 +95,8 @@ class DispatchQueue:
             return (self._awaiting_confirmation,)
         if issubclass(kind, CallValidated):
             return (self._validated,)
+        if issubclass(kind, TurnRetired):
+            return (self._retired,)
         return ()
 
     def _ended_call(
@@ -93,7 +105,15 @@ class DispatchQueue:
         key = event.key
         self._ready.pop(key, None)
         self._awaiting.pop(key, None)
-        self._ended.add(key)
+        ended = self._ended
+        if key not in ended:
+            ended.add(key)
+            self._ended_turns.add(key)
+
+    def _retired(self, recorded: RecordedEvent, event: TurnRetired) -> None:
+        ended = self._ended
+        for key in self._ended_turns.take(event.turn):
+            ended.remove(key)
 
     # Terminal is absorbing: nothing recorded after a call's end puts it back.
 

@@ -6,6 +6,15 @@ decision was and what the executor reported. Rows follow the decisions of the ca
 word is final, never second-guessed); while a call is still collecting, its row also counts the
 argument fragments of the response stream. Fragments are counted and measured, never kept: no
 row and no transition holds an argument value, only counts, sizes, digests and reasons.
+
+A long-running ledger must not grow with every call it ever saw, including keys that only ever
+drew rejections (anyone who can feed a stream can make those up). So when a turn is retired
+(``TurnRetired``: no live call for the horizon), the ledger forgets every call of the turn whose
+row is not live, that is every call with no row or a row that ended (dispatched, cancelled or
+failed); a live row, which a new call of the turn may have opened since, is kept as it is. Apart
+from that, a finished call's row ages out ``horizon`` after it finished, and so does a call that
+only ever drew rejections (its turn may never be retired: it may never have been started),
+``horizon`` after its last one, unless it opens meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from ..events import (
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     RecordedEvent,
+    TurnRetired,
 )
 from ._calls import (
     RULES,
@@ -40,6 +50,7 @@ from ._calls import (
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routes
 from ._rows import LedgerRow, Outcome, State, Transition
+from ._turns import ByTurn
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""
@@ -51,7 +62,7 @@ class Ledger:
     A call's row and history age out ``horizon`` after the call finished (cancelled, failed, or
     its outcome reported), measured by the times the log recorded: so a replay drops exactly
     what the live ledger dropped, and a long-running ledger stays bounded. ``None`` keeps
-    every row.
+    every row until its turn is retired.
     """
 
     __slots__ = (
@@ -63,12 +74,15 @@ class Ledger:
         "_position",
         "_routes",
         "_rows",
+        "_turns",
     )
 
     def __init__(self, *, horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
         self._horizon = horizon
         self._position = 0
         self._calls: dict[CallKey, Call] = {}
+        # The same calls by turn, for a retirement to find its own.
+        self._turns: ByTurn[CallKey] = ByTurn()
         # The calls with a row, and those with a history, each in the order it first appeared.
         self._rows: dict[CallKey, tuple[Call, Row]] = {}
         self._histories: dict[CallKey, list[Step]] = {}
@@ -138,10 +152,13 @@ class Ledger:
             return (self._rejected,)
         if issubclass(kind, OUTCOME_TYPES):
             return (self._outcome,)
+        if issubclass(kind, TurnRetired):
+            return (self._retired,)
         return ()
 
     def _call(self, key: CallKey) -> Call:
         call = self._calls[key] = Call(key)
+        self._turns.add(key)
         return call
 
     def _record(
@@ -185,6 +202,7 @@ class Ledger:
             tool = event.tool if isinstance(event, CallCollecting) else ""
             row = call.row = Row(tool, fragments, size)
             self._rows[call.key] = (call, row)
+            self._finished.pop(call.key, None)
         elif received is not None:
             row.fragments, row.bytes = fragments, size
         rule.change(call, row, event)
@@ -212,10 +230,26 @@ class Ledger:
                 self._due = due
                 return
             del finished[key]
-            del self._calls[key]
-            self._rows.pop(key, None)
-            self._histories.pop(key, None)
+            self._turns.remove(key)
+            self._forget(key)
         self._due = None
+
+    def _retired(self, recorded: RecordedEvent, event: TurnRetired) -> None:
+        turns, calls, finished = self._turns, self._calls, self._finished
+        for key in turns.take(event.turn):
+            row = calls[key].row
+            if row is not None and row.state not in TERMINAL_STATES:
+                turns.add(key)
+                continue
+            finished.pop(key, None)
+            self._forget(key)
+        # The first to age out may have been forgotten.
+        self._due = next(iter(finished.values()), None)
+
+    def _forget(self, key: CallKey) -> None:
+        del self._calls[key]
+        self._rows.pop(key, None)
+        self._histories.pop(key, None)
 
     def _rejected(self, recorded: RecordedEvent, event: EventRejected) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
@@ -224,6 +258,10 @@ class Ledger:
             received.drop(event.cause)
             call.public = None
         row = call.row
+        if row is None:
+            # A call never opened (whatever was addressed to it was rejected, as for a made-up
+            # turn) ages out like a finished one, unless it opens meanwhile.
+            self._finish(call, recorded.recorded_at)
         self._record(call, recorded, None if row is None else row.state, rejected_detail(event))
 
     def _outcome(

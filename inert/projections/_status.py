@@ -5,6 +5,12 @@ the dispatch queue and claims it through the call's actor. The status is written
 above all: it says an action may have run only once a dispatch was recorded, it says nothing was
 done for a call that ended without one, and an outcome reported for a call without a matching
 dispatch changes nothing.
+
+What a person may be told about a turn matters while the turn goes on, not forever: when a turn is
+retired (``TurnRetired``), the status forgets the cue of every call of the turn that is no longer
+open (running, done, cancelled, failed and the rest), and the text counts of the turn's responses,
+but for a response that carries a call still open. An open call, which a new call of the turn may
+be, is kept as it is, and so is its response's text.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from ..events import (
     RecordedEvent,
     ResponseRef,
     TextReceived,
+    TurnRetired,
 )
 from ._digest import JSON, Snapshot, key_json, response_json
 from ._routing import Handler, Routes
+from ._turns import ByTurn
 
 
 class StatusCue(enum.StrEnum):
@@ -98,12 +106,15 @@ class _Call:
 class Status:
     """Per call key its cue, per response the number of text characters received."""
 
-    __slots__ = ("_calls", "_position", "_routes", "_text")
+    __slots__ = ("_call_turns", "_calls", "_position", "_routes", "_text", "_text_turns")
 
     def __init__(self) -> None:
         self._position = 0
         self._calls: dict[CallKey, _Call] = {}
         self._text: dict[ResponseRef, int] = {}
+        # The same calls and responses by turn, for a retirement to find its own.
+        self._call_turns: ByTurn[CallKey] = ByTurn()
+        self._text_turns: ByTurn[ResponseRef] = ByTurn()
         self._routes = Routes(self._handlers)
 
     @property
@@ -170,17 +181,47 @@ class Status:
             return (self._action_failed,)
         if issubclass(kind, ExecutionOutcomeUnknown):
             return (self._outcome_unknown,)
+        if issubclass(kind, TurnRetired):
+            return (self._retired,)
         return ()
 
     def _text_received(self, recorded: RecordedEvent, event: TextReceived) -> None:
-        self._text[event.response] = self._text.get(event.response, 0) + event.characters
+        response, text = event.response, self._text
+        characters = text.get(response)
+        if characters is None:
+            text[response] = event.characters
+            self._text_turns.add(response)
+        else:
+            text[response] = characters + event.characters
+
+    def _retired(self, recorded: RecordedEvent, event: TurnRetired) -> None:
+        turn, calls, call_turns = event.turn, self._calls, self._call_turns
+        # The turn's responses that carry an open call, by their id.
+        speaking: set[str] = set()
+        for key in call_turns.take(turn):
+            if calls[key].cue in _OPEN:
+                call_turns.add(key)
+                speaking.add(key.response)
+            else:
+                del calls[key]
+        text, text_turns = self._text, self._text_turns
+        for response in text_turns.take(turn):
+            if response.response in speaking:
+                text_turns.add(response)
+            else:
+                del text[response]
+
+    def _open(self, key: CallKey, cue: StatusCue) -> _Call:
+        call = self._calls[key] = _Call(cue)
+        self._call_turns.add(key)
+        return call
 
     # After a decision of the call's actor.
 
     def _decided(self, cue: StatusCue, recorded: RecordedEvent, event: Decision) -> None:
         call = self._calls.get(event.key)
         if call is None:
-            self._calls[event.key] = _Call(cue)
+            self._open(event.key, cue)
         elif call.cue in _OPEN:
             call.cue = cue
 
@@ -190,7 +231,7 @@ class Status:
             return
         call = self._calls.get(event.key)
         if call is None:
-            self._calls[event.key] = _Call(_READY)
+            self._open(event.key, _READY)
         elif call.cue is _PREPARING or call.cue is _READY:
             # Not once a confirmation was asked for: no later word drops it.
             call.cue = _READY
@@ -203,7 +244,7 @@ class Status:
     def _dispatched(self, recorded: RecordedEvent, event: CallDispatched) -> None:
         call = self._calls.get(event.key)
         if call is None:
-            call = self._calls[event.key] = _Call(_RUNNING)
+            call = self._open(event.key, _RUNNING)
         elif call.cue in _OPEN:
             call.cue = _RUNNING
         else:

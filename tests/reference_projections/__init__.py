@@ -2,7 +2,9 @@
 
 A verbatim copy of the package (only its imports of ``inert.events`` made absolute; the state
 digest, which the fast path did not change, is the package's own), folding
-each projection on its own with ``isinstance`` chains and frozen rows evolved per event.
+each projection on its own with ``isinstance`` chains and frozen rows evolved per event. Turn
+retirement (``TurnRetired``) is written in the same plain style: each projection scans all it
+holds for the calls of the retired turn, where the package finds them filed by turn.
 ``test_projections_differential`` feeds every golden log and simulator seeds through it and
 through ``inert.projections.Projections`` and requires the same ledger, queue, status, audit
 and digest.

@@ -3,7 +3,8 @@
 A control is recorded once, as the log holds it; the calls it ended are the ``cancelled``
 decisions whose cause is the control's position (an actor cancels a call at the first input
 that sees the control, which is the control itself for every call alive at that moment). Like
-every projection it holds no argument value.
+every projection it holds no argument value. A retired turn changes nothing here: an entry is the
+record of an operator's action, not the history of a call.
 """
 
 from __future__ import annotations

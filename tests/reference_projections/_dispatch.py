@@ -5,6 +5,9 @@ confirmed; it leaves when it is dispatched, cancelled or failed. The queue is a 
 executors to find work, never a permission: a claim still goes through the call's actor, which
 checks everything again in log order. Calls waiting for confirmation are kept apart, in the order
 they started waiting, so that a person can be asked about them.
+
+When a turn is retired, the queue forgets which of the turn's calls ended; its ready and waiting
+calls are live and stay.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from inert.events import (
     CallKey,
     CallValidated,
     RecordedEvent,
+    TurnRetired,
 )
 from inert.projections._digest import JSON, Snapshot, key_json
 
@@ -64,6 +68,9 @@ class DispatchQueue:
         self._position = recorded.position
         event = recorded.kept
         if event is None:
+            return
+        if isinstance(event, TurnRetired):
+            self._ended = {key for key in self._ended if key.turn_ref != event.turn}
             return
         if isinstance(event, CallDispatched | CallCancelled | CallFailed):
             self._ready.pop(event.key, None)

@@ -6,6 +6,9 @@ decision was and what the executor reported. Rows follow the decisions of the ca
 word is final, never second-guessed); while a call is still collecting, its row also counts the
 argument fragments of the response stream. Fragments are counted and measured, never kept: no
 row and no transition holds an argument value, only counts, sizes, digests and reasons.
+
+When a turn is retired, the ledger forgets every call of the turn that has no row or a row that
+ended (dispatched, cancelled or failed); a live row is kept as it is.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from inert.events import (
     RecordedEvent,
     Redacted,
     TerminalRef,
+    TurnRef,
+    TurnRetired,
 )
 from inert.projections._digest import JSON, Snapshot, key_json
 
@@ -271,6 +276,8 @@ class Ledger:
             self._rejected(event, recorded)
         elif isinstance(event, OUTCOME_TYPES):
             self._outcome(event, recorded)
+        elif isinstance(event, TurnRetired):
+            self._retired(event.turn)
 
     def snapshot(self) -> Snapshot:
         """Position, rows and histories as JSON, in the order the calls first appeared."""
@@ -329,6 +336,7 @@ class Ledger:
             # count.
             fragments, size = self._counted(key)
             row = LedgerRow.opened(key, tool=tool, fragments=fragments, size=size)
+            self._finished.pop(key, None)
         row = self._evolve(row, event)
         if row.state != "collecting":
             self._received.pop(key, None)
@@ -352,6 +360,16 @@ class Ledger:
                 return
             del finished[key]
             for table in (self._rows, self._histories, self._received, self._claims):
+                table.pop(key, None)
+
+    def _retired(self, turn: TurnRef) -> None:
+        tables = (self._rows, self._histories, self._received, self._claims, self._finished)
+        held: set[CallKey] = set().union(*tables)
+        for key in held:
+            row = self._rows.get(key)
+            if key.turn_ref != turn or (row is not None and row.state not in TERMINAL_STATES):
+                continue
+            for table in tables:
                 table.pop(key, None)
 
     def _counted(self, key: CallKey) -> tuple[int, int]:
@@ -414,6 +432,8 @@ class Ledger:
         received = self._received.get(key)
         if event.rejected_type == ArgumentsAppended.TAG and received is not None:
             received.drop(event.cause)
+        if row is None:
+            self._finish(key, recorded.recorded_at)
         self._record(key, recorded, None if row is None else row.state, _describe(event))
 
     def _outcome(

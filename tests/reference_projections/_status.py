@@ -5,6 +5,9 @@ the dispatch queue and claims it through the call's actor. The status is written
 above all: it says an action may have run only once a dispatch was recorded, it says nothing was
 done for a call that ended without one, and an outcome reported for a call without a matching
 dispatch changes nothing.
+
+When a turn is retired, the status forgets the cue (and claim) of every call of the turn whose cue
+is no longer open, and the text counts of the turn's responses but those carrying an open call.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from inert.events import (
     RecordedEvent,
     ResponseRef,
     TextReceived,
+    TurnRef,
+    TurnRetired,
 )
 from inert.projections._digest import JSON, Snapshot, key_json, response_json
 
@@ -123,6 +128,20 @@ class Status:
             cue = _reported(event, self._cues[event.key])
             if cue is not None:
                 self._cues[event.key] = cue
+        elif isinstance(event, TurnRetired):
+            self._retired(event.turn)
+
+    def _retired(self, turn: TurnRef) -> None:
+        ended = {key for key, cue in self._cues.items() if key.turn_ref == turn and cue in _ENDED}
+        self._cues = {key: cue for key, cue in self._cues.items() if key not in ended}
+        self._claims = {key: claim for key, claim in self._claims.items() if key not in ended}
+        # Of the retired turn, only open calls are left.
+        carrying = {key.response_ref for key in self._cues}
+        self._text = {
+            response: characters
+            for response, characters in self._text.items()
+            if response.turn_ref != turn or response in carrying
+        }
 
     def snapshot(self) -> Snapshot:
         """Position, cues and text counts as JSON, in the order they first appeared."""
