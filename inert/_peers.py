@@ -19,8 +19,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from .events import (
+    CallDispatched,
     ClaimRequested,
     Event,
+    EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
@@ -42,6 +44,9 @@ class Peers:
         self.lease_time = lease_time
         self._seen: dict[str, datetime] = {}
         self._claimers: dict[str, str] = {}
+        # Claims not answered yet, by the position of their request: a refused claim leaves
+        # nothing behind (executors racing for a call would otherwise add one entry each).
+        self._asked: dict[int, str] = {}
         self._buried: set[str] = set()
         self.gained: list[TurnRef] = []
 
@@ -57,6 +62,13 @@ class Peers:
                     self.gained.append(turn)
             case ClaimRequested(claim_id=claim_id, process=process) if process is not None:
                 self._claimers[claim_id] = process
+                self._asked[recorded.position] = claim_id
+            case CallDispatched(cause=cause):
+                self._asked.pop(cause, None)
+            case EventRejected(cause=cause, rejected_type=ClaimRequested.TAG):
+                refused = self._asked.pop(cause, None)
+                if refused is not None:
+                    self._claimers.pop(refused, None)
             case ExecutionCompleted() | ExecutionFailed() | ExecutionOutcomeUnknown():
                 self._claimers.pop(event.claim_id, None)
 

@@ -85,10 +85,14 @@ class RetentionPlan:
         if not isinstance(key, CallKey):
             return
         state = fold.state(key)
-        if state is None or state.live:
+        # A call the fold holds no state of (forgotten with its turn, or never opened in a turn
+        # unknown) can need nothing: its payloads are due like those of a call that ended.
+        if state is not None and state.live:
             return
         if self.policy.arguments and (
-            state.phase is not Phase.DISPATCHED or isinstance(recorded.kept, _OUTCOMES)
+            state is None
+            or state.phase is not Phase.DISPATCHED
+            or isinstance(recorded.kept, _OUTCOMES)
         ):
             self._make_due(key.stream, ARGUMENT_TYPES)
         if self.policy.fragments and fold.response_settled(key.response_ref):

@@ -351,6 +351,9 @@ class CallFold:
         return work
 
     def _note_stream(self, event: Event) -> None:
+        response = getattr(event, "response", None)
+        if isinstance(response, ResponseRef) and self.scope.turn(response.turn_ref) is None:
+            return
         match event:
             case StreamLost(response=response, resumable=True, last_sequence=last):
                 self._resumable[response] = last

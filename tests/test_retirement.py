@@ -6,8 +6,9 @@ has finished."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import trio
@@ -29,6 +30,7 @@ from inert import (
     ResponseEnded,
     ResponseEndReason,
     Runtime,
+    StreamLost,
     TerminalRef,
     ToolDeclaration,
     TurnRetired,
@@ -194,6 +196,8 @@ async def test_inputs_addressed_to_made_up_turns_leave_nothing_behind(
             await runtime.feed(whole_call(key))  # type: ignore[arg-type]
         await runtime.settle()
         assert runtime._fold.records == {}
+        # Their fragments are redacted as those of any call that ended: nothing is kept to do.
+        assert runtime._retention._unredacted == {}
         await trio.sleep(2 * HORIZON.total_seconds())
         await runtime.start_turn(tenant="acme", conversation="c9", turn="t9", principal=PRINCIPAL)
         await runtime.settle()
@@ -243,3 +247,47 @@ async def test_a_runtime_that_finished_many_turns_holds_its_horizon_only(
         assert len(runtime._router._written) <= 1024 + 33
         assert len(runtime._reported) <= 1024 + 33
         assert len(retirements(store)) >= 109
+
+
+async def test_lost_streams_of_made_up_responses_leave_nothing_behind() -> None:
+    """A resumable loss of a response whose turn was never started keeps no resume point."""
+    store = MemoryStore()
+    async with running(store) as runtime:
+        for index in range(50):
+            response = key_of(f"made-up-{index}").response_ref
+            await runtime.feed([StreamLost(response=response, resumable=True, last_sequence=3)])
+        await runtime.settle()
+        assert runtime._fold._resumable == {}
+        assert runtime._fold._resume_points == {}
+
+
+async def test_refused_claims_leave_no_claimer_behind(tmp_path: Path) -> None:
+    """Where processes share the log, executors racing for a call leave one claimer: the one
+    dispatched, until its outcome is recorded."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    async with open_runtime(log=url, tools=[TOOL], limits=LIMITS, process="p1") as runtime:
+        key = key_of("t1")
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL)
+        await runtime.feed(whole_call(key))  # type: ignore[arg-type]
+        await runtime.feed(
+            [
+                ResponseEnded(
+                    response=key.response_ref,
+                    reason=ResponseEndReason.COMPLETED,
+                    terminal=TerminalRef(sequence=3),
+                )
+            ]
+        )
+        await runtime.settle()
+        dispatches = []
+        for index in range(5):
+            with suppress(ClaimRefused):
+                dispatches.append(await runtime.claim(key, executor=f"worker-{index}"))
+        await runtime.settle()
+        assert runtime.peers is not None
+        assert len(dispatches) == 1
+        assert list(runtime.peers._claimers) == [dispatches[0].claim_id]
+        assert runtime.peers._asked == {}
+        await runtime.complete(dispatches[0])
+        await runtime.settle()
+        assert runtime.peers._claimers == {}

@@ -433,6 +433,11 @@ class CallFold:
         return True
 
     def _note_stream(self, event: Event) -> None:
+        response = getattr(event, "response", None)
+        if isinstance(response, ResponseRef) and self.scope.turn(response.turn_ref) is None:
+            # A response of a turn unknown here has no call to resume: nothing is kept of it
+            # (made-up responses would otherwise stay for good).
+            return
         match event:
             case StreamLost(response=response, resumable=True, last_sequence=last):
                 self._resumable[response] = last
