@@ -404,3 +404,18 @@ def test_event_classes_are_frozen_slotted_and_keyword_only(
     with pytest.raises(TypeError, match="positional argument"):
         construct(*values.values())
     assert construct(**values) == instance
+
+
+def test_an_identity_written_in_another_field_order_is_not_taken_for_a_known_one() -> None:
+    """Identities are interned by their values only in the codec's field order: the same
+    values under other fields build the identity those fields say."""
+    structure = fast_structure(CallKey)
+    assert structure is not None
+    names = ("tenant", "conversation", "turn", "response", "item", "call")
+    values = ("a", "b", "c", "d", "e", "f")
+    known = structure(dict(zip(names, values, strict=True)))
+    assert known == CallKey(**dict(zip(names, values, strict=True)))
+    assert structure(dict(zip(names, values, strict=True))) is known
+    swapped = structure(dict(zip(reversed(names), values, strict=True)))
+    assert swapped == CallKey(**dict(zip(reversed(names), values, strict=True)))
+    assert swapped.tenant == "f"

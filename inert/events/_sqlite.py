@@ -298,6 +298,9 @@ class SQLiteLog(GroupCommitLog):
         self, connection: sqlite3.Connection, names: list[str]
     ) -> dict[str, tuple[int, int]]:
         found: dict[str, tuple[int, int]] = {}
+        # Keyed by the callers' own name objects rather than the copies SQLite returns: the
+        # cache then holds no second copy of every stream name the runtime holds already.
+        asked = {name: name for name in names}
         for chunk in _chunks(names):
             marks = ",".join("?" * len(chunk))
             for name, stream_id, version in connection.execute(
@@ -306,7 +309,7 @@ class SQLiteLog(GroupCommitLog):
                 " GROUP BY s.stream_id",
                 chunk,
             ):
-                found[name] = (stream_id, version)
+                found[asked.get(name, name)] = (stream_id, version)
         return found
 
     def _write_group(

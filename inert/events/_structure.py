@@ -40,18 +40,26 @@ class _Unsupported(Exception):
 
 
 class _Interned:
-    """Values of one identity class by their exact payload fields, bounded by dropping all."""
+    """Values of one identity class by their payload's values, bounded by dropping all.
 
-    def __init__(self, build: Structure) -> None:
+    Only a payload holding exactly the class's fields, in the order the codec writes them, is
+    looked up (its values then say everything): any other is built without being kept. Keyed
+    by the values alone, an identity costs one small tuple here rather than a pair per field.
+    """
+
+    def __init__(self, build: Structure, names: tuple[str, ...]) -> None:
         self._build = build
-        self._known: dict[tuple[tuple[object, object], ...], object] = {}
+        self._names = names
+        self._known: dict[tuple[object, ...], object] = {}
 
     def __call__(self, value: object) -> Any:
         if type(value) is not dict:
             return GIVE_UP
+        if tuple(value) != self._names:
+            return self._build(value)
         try:
-            fields = tuple(value.items())
-            known = self._known.get(fields)
+            values = tuple(value.values())
+            known = self._known.get(values)
         except TypeError:
             return GIVE_UP
         if known is not None:
@@ -60,7 +68,7 @@ class _Interned:
         if built is not GIVE_UP:
             if len(self._known) >= _INTERNED_LIMIT:
                 self._known.clear()
-            self._known[fields] = built
+            self._known[values] = built
         return built
 
 
@@ -81,7 +89,7 @@ class _Generator:
         if found is None:
             found = self._write(cls)
             if _is_identity(cls):
-                found = _Interned(found)
+                found = _Interned(found, tuple(field.name for field in attrs.fields(cls)))
             self._functions[cls] = found
         return found
 
