@@ -3,8 +3,11 @@ validation, confirmation and dispatch, controls; no argument value anywhere; non
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
+import trio
+import trio.testing
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -15,12 +18,14 @@ from inert import (
     CallKey,
     CallOpened,
     Event,
+    MemoryLog,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
     ToolDeclaration,
     TraceContext,
     open_runtime,
+    trio_clock,
 )
 from inert.tracing import read_trace_headers
 
@@ -165,3 +170,40 @@ async def test_a_refused_header_starts_a_new_trace_that_says_why() -> None:
     assert turn.parent is None
     assert turn.attributes is not None
     assert turn.attributes["inert.trace.refused"] == "traceparent refused: version ff is invalid"
+
+
+async def test_a_retired_turn_ends_its_span_and_made_up_calls_keep_no_links(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An active turn's span ends when the turn is retired, and links fed for calls that never
+    open (made-up identities) are dropped once those calls are rejected."""
+    tracer_provider, exporter = provider()
+    tools = [ToolDeclaration(name="send")]
+    log = MemoryLog(clock=trio_clock())
+    async with open_runtime(
+        log=log, tools=tools, tracer_provider=tracer_provider, ledger_horizon=timedelta(hours=1)
+    ) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="user:a")
+        spans = runtime.spans
+        assert spans is not None
+        for index in range(20):
+            made_up = CallKey(
+                tenant="acme",
+                conversation="c9",
+                turn=f"never-{index}",
+                response="r",
+                item="fc",
+                call="c",
+            )
+            await runtime.feed(
+                [CallOpened(key=made_up, tool="send", sequence=0)],
+                trace=TraceContext(traceparent=STREAM),
+            )
+        await runtime.settle()
+        assert spans._links == {}
+        await trio.sleep(2 * 3600)
+        await runtime.settle()
+        assert spans._turns == {}
+        [turn] = named(exporter.get_finished_spans(), "inert.turn")
+        assert turn.attributes is not None
+        assert turn.attributes["inert.turn.ended"] == "process.turn_retired"

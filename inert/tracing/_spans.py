@@ -32,6 +32,7 @@ from ..events import (
     CallOpened,
     CallTerminalCandidate,
     CallValidated,
+    EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
@@ -44,6 +45,7 @@ from ..events import (
     TraceContext,
     TurnCancelled,
     TurnRef,
+    TurnRetired,
     TurnStarted,
     TurnSuperseded,
 )
@@ -116,6 +118,12 @@ class CallSpans:
                 if span is not None:
                     span.set_attribute("inert.turn.ended", event.TAG)
                     span.end(end_time=at)
+            case TurnRetired(turn=turn):
+                self._retired(turn, at)
+            case EventRejected(key=key) if key not in self._calls:
+                # Links gathered for a call that never opened (a made-up identity, a call of a
+                # retired turn) would otherwise wait for good for a span to go to.
+                self._links.pop(key, None)
             case CallOpened(key=key) | ArgumentsAppended(key=key) | CallEnded(key=key):
                 self._link(key, recorded.trace)
             case CallCollecting(key=key, tool=tool):
@@ -150,6 +158,18 @@ class CallSpans:
                 self._end_call(key, at, "dispatched", None, "unknown")
             case _ if isinstance(event, _CONTROLS):
                 self._control(event, recorded.position, at)
+
+    def _retired(self, turn: TurnRef, at: int) -> None:
+        """A retired turn's span ends (an active turn's lasts until then); nothing of its calls
+        is kept. Only calls with an open span or links are held, so the scan stays small."""
+        span = self._turns.pop(turn, None)
+        if span is not None:
+            span.set_attribute("inert.turn.ended", TurnRetired.TAG)
+            span.end(end_time=at)
+        for key in [key for key in {**self._links, **self._calls} if key.turn_ref == turn]:
+            self._end_phase(key, at, "the turn was retired")
+            self._end_call(key, at, "retired", None)
+        self._trace_problems.pop(turn, None)
 
     def note_trace_problem(self, turn: TurnRef, problem: str) -> None:
         """What was wrong with the headers a turn came with: its span will say so."""
