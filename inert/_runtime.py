@@ -840,24 +840,28 @@ async def open_runtime(
 
     ``check`` validates each call further once its declaration is known (business rules,
     permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay
-    never asks again. ``operators`` says who holds the operator role: a function of the
-    operator principal, or the principals themselves (none by default: every control is
-    refused). The ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it
-    finished, by the log's times. ``retention`` says which argument payloads are redacted from
-    the log once nothing can need them (by default fragments and validated arguments, see
+    never asks again. ``operators`` says who holds the operator role: a function of the operator
+    principal, or the principals themselves (none by default: every control is refused). The
+    ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it finished, by the
+    log's times, and a turn idle that long is retired (see :mod:`inert._retirement`).
+    ``inbox_size`` bounds the work waiting for one call's actor (at least 1; the router waits
+    when it is full). ``retention`` says which argument payloads are redacted from the log once
+    nothing can need them (by default fragments and validated arguments, see
     :class:`Retention`). Where several runtime processes share one log, each names itself
     (``process``): it owns the turns it starts, and takes over the turns of a process silent for
     ``lease_time`` seconds (see :mod:`inert._peers`). With a ``tracer_provider``
-    (OpenTelemetry), turns, calls, validations,
-    confirmations, dispatches and controls become spans, made from the log once the runtime is
-    live, never on replay. Once everything is rebuilt from the log, the garbage collector is set
-    as ``collector`` says (the objects alive frozen, higher thresholds; ``None`` leaves it
-    alone, see :mod:`inert._collector`); the runtime stops when the block ends. Fragments fed
-    are held for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of
-    fragments waits until the writer has made room.
+    (OpenTelemetry), turns, calls, validations, confirmations, dispatches and controls become
+    spans, made from the log once the runtime is live, never on replay. Once everything is
+    rebuilt from the log, the garbage collector is set as ``collector`` says (the objects alive
+    frozen, higher thresholds; ``None`` leaves it alone, see :mod:`inert._collector`); the
+    runtime stops when the block ends. Fragments fed are held for the next append of the log:
+    past ``held_bytes`` of them (16 MiB) a feed of fragments waits until the writer has made
+    room.
     """
     if held_bytes < 1:
         raise ConfigurationError(f"held_bytes must be at least 1, not {held_bytes}")
+    if inbox_size < 1:
+        raise ConfigurationError(f"inbox_size must be at least 1, not {inbox_size}")
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
     async with AsyncExitStack() as stack:

@@ -21,6 +21,7 @@ from inert import (
     CallLimits,
     CallOpened,
     ClaimRefused,
+    ConfigurationError,
     EventRejected,
     MemoryLog,
     MemoryStore,
@@ -291,3 +292,26 @@ async def test_refused_claims_leave_no_claimer_behind(tmp_path: Path) -> None:
         await runtime.complete(dispatches[0])
         await runtime.settle()
         assert runtime.peers._claimers == {}
+
+
+async def test_an_inbox_of_one_still_delivers_every_decision_in_order() -> None:
+    """With room for one piece of work per actor the router waits for each actor, and every
+    call still reaches its end; an inbox below one is refused."""
+    with pytest.raises(ConfigurationError, match="inbox_size"):
+        async with open_runtime(log="memory://", inbox_size=0):
+            pass
+    log = MemoryLog(MemoryStore(), clock=trio_clock())
+    async with open_runtime(log=log, tools=[TOOL], limits=LIMITS, inbox_size=1) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL)
+        keys = [key_of("t1", f"call_{index}") for index in range(20)]
+        events = [event for key in keys for event in whole_call(key)]
+        events.append(
+            ResponseEnded(
+                response=keys[0].response_ref,
+                reason=ResponseEndReason.COMPLETED,
+                terminal=TerminalRef(sequence=3),
+            )
+        )
+        await runtime.feed(events)  # type: ignore[arg-type]
+        await runtime.settle()
+        assert [runtime.phase(key) for key in keys] == [Phase.VALIDATED] * 20

@@ -20,6 +20,7 @@ is decided in log order like everything else.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
@@ -81,7 +82,12 @@ class CallRouter:
         self._validation_timeout = validation_timeout
         self._inbox_size = inbox_size
         self._nursery: trio.Nursery | None = None
-        self._actors: dict[CallKey, trio.MemorySendChannel[Work]] = {}
+        # The inbox of each call with an actor: work in order, taken by the actor a batch at a
+        # time. A deque rather than a memory channel: the router hands work without a schedule
+        # point per item, so a page of the log is folded and handed out in one go.
+        self._actors: dict[CallKey, deque[Work]] = {}
+        self._room = trio.Event()
+        self._waiting_for_room = 0
         # The version of a call's stream after this router's last write to it, until the fold
         # has read that write back.
         self._written: dict[CallKey, int] = {}
@@ -91,6 +97,7 @@ class CallRouter:
         self._deadline_wake = trio.Event()
         self._requested: set[CallKey] = set()
         self._progress = trio.Event()
+        self._awaiting_progress = 0
         self._idle = trio.Event()
         self.position = 0
 
@@ -137,8 +144,10 @@ class CallRouter:
                 if deadline is not None:
                     self._schedule(key, deadline)
             self.position = recorded_event.position
-            self._progress.set()
-            self._progress = trio.Event()
+            if self._awaiting_progress:
+                # Only when someone waits: a new event per event folded costs the replay.
+                self._progress.set()
+                self._progress = trio.Event()
             for item in produced:
                 await self._hand(item)
 
@@ -157,7 +166,11 @@ class CallRouter:
     async def wait_for(self, position: int) -> None:
         """Until the router has folded the event at ``position``."""
         while self.position < position:
-            await self._progress.wait()
+            self._awaiting_progress += 1
+            try:
+                await self._progress.wait()
+            finally:
+                self._awaiting_progress -= 1
 
     # --- actors ---
 
@@ -165,19 +178,32 @@ class CallRouter:
         if isinstance(work, ScheduleDeadline):
             self._schedule(work.key, work.at)
             return
-        inbox = self._actors.get(work.key)
-        if inbox is None:
-            assert self._nursery is not None
-            inbox, outbox = trio.open_memory_channel[Work](self._inbox_size)
-            self._actors[work.key] = inbox
-            self._nursery.start_soon(self._actor, work.key, outbox)
-        await inbox.send(work)
-
-    async def _actor(self, key: CallKey, inbox: trio.MemoryReceiveChannel[Work]) -> None:
+        key = work.key
         while True:
+            inbox = self._actors.get(key)
+            if inbox is None:
+                assert self._nursery is not None
+                inbox = self._actors[key] = deque()
+                self._nursery.start_soon(self._actor, key, inbox)
+                inbox.append(work)
+                # A new actor gets to start before the router goes on: calls then write their
+                # first decisions in the order the log gave their inputs.
+                await trio.lowlevel.checkpoint()
+                return
+            if len(inbox) < self._inbox_size:
+                break
+            # The inbox is bounded: the router waits for the actor to take a batch (and looks
+            # the inbox up again: the actor may have passivated meanwhile).
+            self._waiting_for_room += 1
             try:
-                first = inbox.receive_nowait()
-            except trio.WouldBlock:
+                await self._room.wait()
+            finally:
+                self._waiting_for_room -= 1
+        inbox.append(work)
+
+    async def _actor(self, key: CallKey, inbox: deque[Work]) -> None:
+        while True:
+            if not inbox:
                 # Nothing is queued and no checkpoint lies between this check and the removal,
                 # so no work can slip in between: the actor passivates.
                 del self._actors[key]
@@ -185,12 +211,11 @@ class CallRouter:
                     self._idle.set()
                     self._idle = trio.Event()
                 return
-            batch = [first]
-            while True:
-                try:
-                    batch.append(inbox.receive_nowait())
-                except trio.WouldBlock:
-                    break
+            batch = list(inbox)
+            inbox.clear()
+            if self._waiting_for_room:
+                self._room.set()
+                self._room = trio.Event()
             await self._work_through(key, batch)
             await trio.lowlevel.checkpoint()
 
