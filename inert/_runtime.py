@@ -929,7 +929,14 @@ async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIt
                     runtime.spans.close(runtime.log.now())
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        raise _sole_inert_error(group) from None
+        stopped = _sole_inert_error(group)
+        if body_error is None or isinstance(body_error, trio.Cancelled):
+            raise stopped from None
+        # The block failed too (its own error, or a write of the runtime's start, such as an
+        # unknown outcome it records): both are said, neither is lost.
+        raise BaseExceptionGroup(
+            "the runtime stopped, and the block it ran failed", [stopped, body_error]
+        ) from None
     if body_error is not None:
         raise body_error
 
