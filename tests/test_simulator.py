@@ -50,7 +50,7 @@ from inert.testing import (
     simulate_many,
 )
 
-SEEDS = int(os.environ.get("INERT_SIMULATION_SEEDS", "100"))
+SEEDS = int(os.environ.get("INERT_SIMULATION_SEEDS", "1000"))
 """Seeds per test run, each run twice; ``INERT_SIMULATION_SEEDS`` asks for more."""
 KEYS = 200
 WORKERS = 2
