@@ -35,10 +35,10 @@ from ._fold import (
     ReplayDivergence,
     RunValidation,
     ScheduleDeadline,
-    Scope,
     Work,
 )
 from ._router import CallRouter, Validator
+from ._scope import Scope
 from ._slot import Slot
 from ._tools import (
     BusinessValidator,

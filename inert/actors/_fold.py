@@ -22,13 +22,13 @@ on replay the decisions it makes are found in the log already, and are checked a
 - Nothing is kept for ever. A finished call is kept, small, as long as its turn is known: what
   is addressed to it later is judged against it (``call_terminal``). The runtime retires a turn
   that has had no live call, and no dispatched call waiting for its outcome, for its horizon
-  (``TurnRetired``, in the log, so that a replay
-  forgets exactly what the live fold forgot); the turn and every call of it are then forgotten,
-  and anything addressed to them is judged as for a turn never started (``unknown_turn``). A
-  call that was never opened in a turn unknown here is forgotten as soon as its rejections are
-  read back, so that events addressed to made-up turns leave nothing behind. A call whose slot
-  is made again after it was forgotten does not know its stream's version
-  (``Slot.version`` is ``None``): its actor asks the log before writing.
+  (``TurnRetired``, in the log, so that a replay forgets exactly what the live fold forgot);
+  the turn and every call of it are then forgotten, and anything addressed to them is judged
+  as for a turn never started (``unknown_turn``). A call that was never opened in a turn
+  unknown here is forgotten as soon as its rejections are read back, so that events addressed
+  to made-up turns leave nothing behind. A call whose slot is made again after it was
+  forgotten does not know its stream's version (``Slot.version`` is ``None``): its actor asks
+  the log before writing.
 
 Pure: no trio, no storage. The actors and the runtime do the writing.
 """
@@ -37,11 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TypeVar
 from urllib.parse import unquote
 
 import attrs
-from attrs import define, frozen
+from attrs import frozen
 
 from ..events import (
     DECISION_TYPES,
@@ -51,7 +50,6 @@ from ..events import (
     CallKey,
     CallOpened,
     CallValidated,
-    CancelReason,
     ClaimRequested,
     ConfirmationDenied,
     ConfirmationGiven,
@@ -69,10 +67,8 @@ from ..events import (
     ServerToolCalled,
     StreamLost,
     StreamResumed,
-    TenantResumed,
     TenantStopped,
     ToolDisabled,
-    ToolEnabled,
     TurnCancelled,
     TurnLeased,
     TurnRef,
@@ -89,7 +85,6 @@ from ._decider import (
     Input,
     Phase,
     TurnStatus,
-    TurnView,
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
@@ -97,6 +92,7 @@ from ._decider import (
     decide,
     recorded,
 )
+from ._scope import LiveIndex, Members, Scope, count
 from ._slot import Slot
 
 _DECISION_TYPES = frozenset(DECISION_TYPES)
@@ -179,167 +175,6 @@ class ScheduleDeadline:
 Work = AppendDecisions | RunValidation | ScheduleDeadline
 
 
-# --- turns and controls ----------------------------------------------------------------------
-
-
-@define
-class _Turn:
-    view: TurnView
-
-
-class Scope:
-    """The turns and operator controls as of a log position."""
-
-    def __init__(self) -> None:
-        self._turns: dict[TurnRef, _Turn] = {}
-        self._latest: dict[tuple[str, str], TurnRef] = {}
-        self._quarantined: set[tuple[str | None, str]] = set()
-        self._disabled: set[tuple[str | None, str]] = set()
-        self._stopped: set[str] = set()
-
-    def apply(self, event: Event) -> None:
-        match event:
-            case TurnStarted(turn=turn, principal=principal, tools=tools):
-                if turn in self._turns:
-                    return
-                conversation = (turn.tenant, turn.conversation)
-                previous = self._latest.get(conversation)
-                if previous is not None:
-                    self._set_status(previous, TurnStatus.SUPERSEDED)
-                self._latest[conversation] = turn
-                offered = {tool.name: tool for tool in tools}
-                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered))
-            case TurnSuperseded(turn=turn):
-                self._set_status(turn, TurnStatus.SUPERSEDED)
-            case TurnCancelled(turn=turn, principal=principal):
-                known = self._turns.get(turn)
-                # Only the person the turn belongs to (through the agent server) cancels it.
-                if known is not None and known.view.principal == principal:
-                    self._set_status(turn, TurnStatus.CANCELLED)
-            case ResponseQuarantined(response=response, tenant=tenant):
-                self._quarantined.add((tenant, response))
-            case ToolDisabled(tool=tool, tenant=tenant):
-                self._disabled.add((tenant, tool))
-            case ToolEnabled(tool=tool, tenant=tenant):
-                self._disabled.discard((tenant, tool))
-            case TenantStopped(tenant=tenant):
-                self._stopped.add(tenant)
-            case TenantResumed(tenant=tenant):
-                self._stopped.discard(tenant)
-
-    def retire(self, turn: TurnRef) -> None:
-        """Forget the turn: from here on it is unknown."""
-        del self._turns[turn]
-        conversation = (turn.tenant, turn.conversation)
-        if self._latest.get(conversation) == turn:
-            del self._latest[conversation]
-
-    def _set_status(self, turn: TurnRef, status: TurnStatus) -> None:
-        known = self._turns.get(turn)
-        if known is not None and known.view.status is TurnStatus.ACTIVE:
-            known.view = attrs.evolve(known.view, status=status)
-
-    def turn(self, turn: TurnRef) -> TurnView | None:
-        known = self._turns.get(turn)
-        return None if known is None else known.view
-
-    def blocked(self, key: CallKey, tool: str) -> CancelReason | None:
-        """The operator control that forbids this call now, if any (the widest first)."""
-        if key.tenant in self._stopped:
-            return CancelReason.TENANT_STOPPED
-        quarantined = self._quarantined
-        if (None, key.response) in quarantined or (key.tenant, key.response) in quarantined:
-            return CancelReason.RESPONSE_QUARANTINED
-        if tool and ((None, tool) in self._disabled or (key.tenant, tool) in self._disabled):
-            return CancelReason.TOOL_DISABLED
-        return None
-
-
-# --- calls -----------------------------------------------------------------------------------
-
-
-_Members = dict[CallKey, None]
-"""Keys in the order they were added (a dict, so that iteration never depends on hashing)."""
-
-
-class _Index:
-    """The live calls: all of them in the order they became live, by turn, and the turns with
-    live calls by conversation; counts per tenant (for its limit) and per provider response id
-    of a tenant (a response's ingress stream, which no turn bounds).
-
-    Every group an event addresses is found from these: a response's calls among its turn's
-    (a turn holds at most ``max_live_per_turn``), and the calls a rare operator control
-    concerns (a response id in any turn, a tool, a tenant) by one pass over the live calls.
-    Each group keeps the order in which its calls became live.
-    """
-
-    def __init__(self) -> None:
-        self.live: _Members = {}
-        self.by_turn: dict[TurnRef, _Members] = {}
-        self.turns: dict[tuple[str, str], dict[TurnRef, None]] = {}
-        self.in_tenant: dict[str, int] = {}
-        self.in_response_stream: dict[tuple[str, str], int] = {}
-
-    def add(self, key: CallKey) -> None:
-        self.live[key] = None
-        turn = key.turn_ref
-        members = self.by_turn.get(turn)
-        if members is None:
-            members = self.by_turn[turn] = {}
-            self.turns.setdefault((key.tenant, key.conversation), {})[turn] = None
-        members[key] = None
-        _count(self.in_tenant, key.tenant, 1)
-        _count(self.in_response_stream, (key.tenant, key.response), 1)
-
-    def remove(self, key: CallKey) -> None:
-        del self.live[key]
-        turn = key.turn_ref
-        members = self.by_turn[turn]
-        del members[key]
-        if not members:
-            del self.by_turn[turn]
-            conversation = (key.tenant, key.conversation)
-            turns = self.turns[conversation]
-            del turns[turn]
-            if not turns:
-                del self.turns[conversation]
-        _count(self.in_tenant, key.tenant, -1)
-        _count(self.in_response_stream, (key.tenant, key.response), -1)
-
-    def of_turn(self, turn: TurnRef) -> list[CallKey]:
-        return list(self.by_turn.get(turn, ()))
-
-    def of_response(self, response: ResponseRef) -> list[CallKey]:
-        wanted = response.response
-        return [key for key in self.by_turn.get(response.turn_ref, ()) if key.response == wanted]
-
-    def of_conversation_but(self, turn: TurnRef) -> list[CallKey]:
-        """The live calls of the turn's conversation in its other turns."""
-        others = [
-            other for other in self.turns.get((turn.tenant, turn.conversation), ()) if other != turn
-        ]
-        if len(others) == 1:
-            return list(self.by_turn[others[0]])
-        # Calls of several turns, in the order they became live across them.
-        wanted = set(others)
-        return [key for key in self.live if key.turn_ref in wanted] if wanted else []
-
-    def responses(self) -> dict[ResponseRef, None]:
-        """The responses with live calls, in the order their first live call became live."""
-        return {key.response_ref: None for key in self.live}
-
-
-G = TypeVar("G")
-
-
-def _count(counts: dict[G, int], group: G, change: int) -> None:
-    left = counts.get(group, 0) + change
-    if left:
-        counts[group] = left
-    else:
-        del counts[group]
-
-
 class CallFold:
     """Folds the log into the state of every call and says what the actors must do."""
 
@@ -353,14 +188,14 @@ class CallFold:
         self.position = 0
         self.scope = Scope()
         self.records: dict[CallKey, Slot] = {}
-        self._index = _Index()
+        self._index = LiveIndex()
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
         # Every call with a slot, by turn: what a retirement forgets.
-        self._calls_of_turn: dict[TurnRef, _Members] = {}
+        self._calls_of_turn: dict[TurnRef, Members] = {}
         # Dispatched calls whose outcome is not recorded yet (an executor runs them), and their
         # count per turn: a turn is not idle while one of its calls runs.
-        self._running: _Members = {}
+        self._running: Members = {}
         self._running_in: dict[TurnRef, int] = {}
         # Known turns without a live or running call, in the order they became so, with the
         # log's time then.
@@ -563,7 +398,7 @@ class CallFold:
             turn = key.turn_ref
             if slot.phase is Phase.DISPATCHED:
                 self._running[key] = None
-                _count(self._running_in, turn, 1)
+                count(self._running_in, turn, 1)
             else:
                 self._note_if_idle(turn)
         elif now_live and not was_live:
@@ -590,7 +425,7 @@ class CallFold:
             return
         del self._running[key]
         turn = key.turn_ref
-        _count(self._running_in, turn, -1)
+        count(self._running_in, turn, -1)
         self._note_if_idle(turn)
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -819,8 +654,9 @@ class CallFold:
         return work
 
     def idle_turns(self, until: datetime) -> list[TurnRef]:
-        """The known turns without a live call since ``until`` or earlier, the longest idle
-        first: those a runtime may retire (with ``TurnRetired``) once its horizon has passed."""
+        """The known turns without a live or running call since ``until`` or earlier, the
+        longest idle first: those a runtime may retire (``TurnRetired``) once its horizon has
+        passed."""
         idle: list[TurnRef] = []
         for turn, since in self._idle.items():
             if since > until:
