@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from inert import DEFAULT_CODEC, CallKey, RecordedEvent, ResponseRef, TurnRef
 from inert.events import (
     ArgumentsAppended,
+    ByTurn,
     CallAwaitingConfirmation,
     CallCancelled,
     CallCollecting,
@@ -60,7 +61,6 @@ from inert.events import (
 )
 from inert.events._records import decode_record
 from inert.projections import DEFAULT_LEDGER_HORIZON, DispatchQueue, Projections, StatusCue
-from inert.projections._turns import ByTurn
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check
 from inert.testing._workload import make_plan

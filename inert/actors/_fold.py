@@ -45,6 +45,7 @@ from attrs import frozen
 from ..events import (
     DECISION_TYPES,
     ArgumentsAppended,
+    ByTurn,
     CallEnded,
     CallFailed,
     CallKey,
@@ -192,7 +193,7 @@ class CallFold:
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
         # Every call with a slot, by turn: what a retirement forgets.
-        self._calls_of_turn: dict[TurnRef, Members] = {}
+        self._calls_of_turn: ByTurn[CallKey] = ByTurn()
         # Dispatched calls whose outcome is not recorded yet (an executor runs them), and their
         # count per turn: a turn is not idle while one of its calls runs.
         self._running: Members = {}
@@ -511,11 +512,8 @@ class CallFold:
 
     def _record(self, key: CallKey) -> Slot:
         slot = self.records[key] = Slot(key)
+        self._calls_of_turn.add(key)
         turn = key.turn_ref
-        members = self._calls_of_turn.get(turn)
-        if members is None:
-            members = self._calls_of_turn[turn] = {}
-        members[key] = None
         byte, bit = _bit_of(turn)
         if self.scope.turn(turn) is None or self._forgotten_in[byte] & bit:
             slot.version = None
@@ -534,10 +532,7 @@ class CallFold:
         ):
             return
         del self.records[key]
-        members = self._calls_of_turn[turn]
-        del members[key]
-        if not members:
-            del self._calls_of_turn[turn]
+        self._calls_of_turn.remove(key)
         byte, bit = _bit_of(turn)
         self._forgotten_in[byte] |= bit
 
@@ -546,7 +541,7 @@ class CallFold:
         if self.scope.turn(turn) is None or turn in self._index.by_turn or turn in self._running_in:
             return
         records = self.records
-        for key in self._calls_of_turn.pop(turn, ()):
+        for key in self._calls_of_turn.take(turn):
             del records[key]
         self.scope.retire(turn)
         self._idle.pop(turn, None)

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from ._base import Event, TraceContext, Upcaster, event_type, registered_event_types
+from ._by_turn import ByTurn as ByTurn
 from ._catalog import (
     DECISION_TYPES,
     INGRESS_TYPES,

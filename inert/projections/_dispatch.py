@@ -17,6 +17,7 @@ turn is live and stays.
 from __future__ import annotations
 
 from ..events import (
+    ByTurn,
     CallAwaitingConfirmation,
     CallCancelled,
     CallConfirmed,
@@ -30,7 +31,6 @@ from ..events import (
 )
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routes
-from ._turns import ByTurn
 
 
 class DispatchQueue:

@@ -26,6 +26,7 @@ from functools import partial
 from ..events import (
     OUTCOME_TYPES,
     ArgumentsAppended,
+    ByTurn,
     CallCollecting,
     CallKey,
     Event,
@@ -50,7 +51,6 @@ from ._calls import (
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routes
 from ._rows import LedgerRow, Outcome, State, Transition
-from ._turns import ByTurn
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""

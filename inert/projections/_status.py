@@ -19,6 +19,7 @@ import enum
 from functools import partial
 
 from ..events import (
+    ByTurn,
     CallAwaitingConfirmation,
     CallCancelled,
     CallCollecting,
@@ -40,7 +41,6 @@ from ..events import (
 )
 from ._digest import JSON, Snapshot, key_json, response_json
 from ._routing import Handler, Routes
-from ._turns import ByTurn
 
 
 class StatusCue(enum.StrEnum):

@@ -1,11 +1,12 @@
-"""Per turn, the identities a projection holds something of: what a retired turn lets go.
+"""Identities filed under their turn: what a retired turn lets go.
 
-A turn's retirement (``TurnRetired``) makes each projection forget the turn's calls that are not
-live in its view. Finding them by scanning every call held would make each retirement cost the
-whole state, and a long-running runtime retires turns all the time; so each projection files an
-identity under its turn when it first holds something of it (never per event), and a retirement
-costs the identities of its own turn. Turns are filed by their three names as a tuple: a call's
-``turn_ref`` would build and validate a ``TurnRef`` for every new key of a replay.
+A turn's retirement (``TurnRetired``) makes the fold forget the turn's calls, and each projection
+forget the turn's calls that are not live in its view. Finding them by scanning every call held
+would make each retirement cost the whole state, and a long-running runtime retires turns all
+the time; so each holder files an identity under its turn when it first holds something of it
+(never per event), and a retirement costs the identities of its own turn. Turns are filed by
+their three names as a tuple: a call's ``turn_ref`` would build and validate a ``TurnRef`` for
+every new key of a replay.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from ..events import TurnRef
+from ._identity import TurnRef
 
 
 class _OfTurn(Hashable, Protocol):
