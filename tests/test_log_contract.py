@@ -29,10 +29,13 @@ from inert import (
     NewEvent,
     RecordedEvent,
     Redacted,
+    SnapshotPayload,
     SQLiteLog,
+    StoredSnapshot,
     TraceContext,
 )
 from inert.events import PostgresLog
+from inert.events._snapshots import state_digest
 
 OpenLog = Callable[[], AbstractAsyncContextManager[Log]]
 
@@ -141,6 +144,36 @@ def new(stream: str, event_id: str, data: bytes = b"x", sequence: int = 0) -> Ne
 
 def shape(events: list[RecordedEvent]) -> list[tuple[int, str, str, int]]:
     return [(e.position, e.event_id, e.stream, e.version) for e in events]
+
+
+Part = tuple[str, str] | tuple[str, str, int]
+"""A snapshot payload for a test: its part, its stream and, if not 1, its first version."""
+
+
+def snapshot(name: str, *parts: Part, state: bytes = b"state") -> StoredSnapshot:
+    """A snapshot with one payload per (part, stream) pair, from version 1 unless a third item
+    says, its data naming both."""
+    return StoredSnapshot(
+        name=name,
+        position=7,
+        stamp="stamp-1",
+        state=state,
+        digest=state_digest(state),
+        payloads=tuple(
+            SnapshotPayload(
+                part=part[0],
+                stream=part[1],
+                first_version=part[2] if len(part) == 3 else 1,
+                data=f"{part[0]}|{part[1]}".encode(),
+            )
+            for part in parts
+        ),
+    )
+
+
+def payload_streams(stored: StoredSnapshot | None) -> list[tuple[str, str]]:
+    assert stored is not None
+    return [(p.part, p.stream) for p in stored.payloads]
 
 
 # --- append and read ---------------------------------------------------------------------
@@ -524,6 +557,94 @@ async def test_redacted_events_stay_idempotent(log: Log) -> None:
         await log.append([new("s", "e1", data=b"other")])
 
 
+# --- snapshots ---------------------------------------------------------------------------
+
+
+async def test_a_snapshot_reads_back_as_written(log: Log) -> None:
+    """A stored snapshot reads back equal, its payloads in the order written, and intact."""
+    written = snapshot("", ("c2", "r2"), ("c1", "r1"), ("c1", "r3"), state=b"\x00state\xff")
+    await log.write_snapshot(written)
+    stored = await log.read_snapshot("")
+    assert stored == written
+    assert stored.intact()
+
+
+async def test_a_snapshot_replaces_only_the_one_of_its_name(log: Log) -> None:
+    """Writing a snapshot replaces the one of the same name whole and leaves other names'."""
+    first = snapshot("p1", ("c1", "r1"), ("c2", "r2"), state=b"first")
+    other = snapshot("p2", ("c1", "r1"), state=b"other")
+    await log.write_snapshot(first)
+    await log.write_snapshot(other)
+    second = attrs.evolve(snapshot("p1", ("c3", "r3"), state=b"second"), position=9)
+    await log.write_snapshot(second)
+    assert await log.read_snapshot("p1") == second
+    assert await log.read_snapshot("p2") == other
+
+
+async def test_no_snapshot_reads_as_none(log: Log) -> None:
+    """A name no snapshot was written under reads as None."""
+    await log.write_snapshot(snapshot("p1"))
+    assert await log.read_snapshot("") is None
+    assert await log.read_snapshot("p2") is None
+
+
+async def test_redacting_a_stream_deletes_the_snapshot_payloads_stored_under_it(
+    log: Log,
+) -> None:
+    """Redaction deletes every snapshot payload of its stream from the versions it reaches, under
+    every name, even when its event types match no event, and leaves the other payloads (those
+    of later versions too)."""
+    await log.append([new("r1", "e1"), new("r1", "e2")])
+    pairs: list[Part] = [("a1", "r1"), ("a2", "r1", 2), ("r1", "r2"), ("a4", "r3"), ("a5", "r1", 3)]
+    await log.write_snapshot(snapshot("p1", *pairs))
+    await log.write_snapshot(snapshot("p2", ("a2", "r1")))
+    assert await log.redact("r1", 2, event_types={CallOpened.TAG}) == 0
+    assert payload_streams(await log.read_snapshot("p1")) == [
+        ("r1", "r2"),
+        ("a4", "r3"),
+        ("a5", "r1"),
+    ]
+    assert payload_streams(await log.read_snapshot("p2")) == []
+    assert (await log.read_stream("r1"))[0].event == fragment(b"x")
+
+
+async def test_a_snapshot_written_after_a_redaction_drops_the_redacted_streams_payloads(
+    log: Log,
+) -> None:
+    """A payload whose versions of its stream hold a redacted event is not stored again; one
+    from a later version is."""
+    await log.append([new("c1", "e1"), new("r9", "e2"), new("c2", "e3"), new("c2", "e4")])
+    await log.redact("c1", 1)
+    await log.redact("r9", 1)
+    await log.redact("c2", 1, event_types={CallOpened.TAG})
+    pairs: list[Part] = [
+        ("a1", "c1"),
+        ("a2", "r2"),
+        ("a3", "r9"),
+        ("a4", "c2"),
+        ("a5", "r4"),
+        ("a6", "c1", 2),
+    ]
+    await log.write_snapshot(snapshot("", *pairs, state=b"after"))
+    stored = await log.read_snapshot("")
+    assert payload_streams(stored) == [("a2", "r2"), ("a4", "c2"), ("a5", "r4"), ("a6", "c1")]
+    assert stored is not None
+    assert stored.state == b"after"
+    assert stored.intact()
+
+
+async def test_a_snapshot_survives_reopening_the_log(backend: Backend) -> None:
+    """A log closed and opened again holds its snapshots and what redaction left of them."""
+    written = snapshot("", ("a1", "r1"), ("a2", "r2"))
+    async with backend.open() as first:
+        await first.write_snapshot(written)
+        await first.redact("r1", 1)
+    async with backend.open() as second:
+        assert await second.read_snapshot("") == attrs.evolve(
+            written, payloads=written.payloads[1:]
+        )
+
+
 # --- lifecycle ---------------------------------------------------------------------------
 
 
@@ -548,3 +669,13 @@ async def test_a_closed_log_refuses_work(backend: Backend) -> None:
         await opened.append([new("s", "e1")])
     with pytest.raises(LogError, match="closed"):
         await opened.read()
+
+
+async def test_a_closed_log_refuses_snapshots(backend: Backend) -> None:
+    """Writing or reading a snapshot of a closed log is a LogError."""
+    async with backend.open() as opened:
+        await opened.write_snapshot(snapshot(""))
+    with pytest.raises(LogError, match="closed"):
+        await opened.write_snapshot(snapshot("", ("c1", "r1")))
+    with pytest.raises(LogError, match="closed"):
+        await opened.read_snapshot("")

@@ -23,6 +23,8 @@ from inert import (
     LogError,
     NewEvent,
     RecordedEvent,
+    SnapshotPayload,
+    StoredSnapshot,
     open_log,
 )
 from inert.events import PostgresLog, _postgres
@@ -425,6 +427,28 @@ async def test_an_older_schema_is_upgraded_by_its_migrations(
         assert [e.event_id for e in await log.read()] == ["e1"]
     assert applied == [current]
     assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(current + 1,)]
+
+
+async def test_a_schema_1_log_is_upgraded_to_store_snapshots(schema: str) -> None:
+    """A log of schema version 1 (no snapshot tables) opens, keeps its events and stores a
+    snapshot."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1")])
+    query(f"DROP TABLE {schema}.snapshot_payloads, {schema}.snapshots")
+    query(f"UPDATE {schema}.inert_meta SET schema_version = 1")
+    written = StoredSnapshot(
+        name="",
+        position=1,
+        stamp="stamp",
+        state=b"state",
+        payloads=(SnapshotPayload(part="p", stream="s", first_version=1, data=b"{}"),),
+    )
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert [e.event_id for e in await log.read()] == ["e1"]
+        await log.write_snapshot(written)
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(2,)]
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert await log.read_snapshot("") == written
 
 
 async def test_an_older_schema_without_a_migration_is_refused(

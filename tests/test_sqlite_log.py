@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from inert import (
+    DEFAULT_CODEC,
     ArgumentsAppended,
     CallKey,
     CodecError,
@@ -16,7 +17,9 @@ from inert import (
     LogError,
     MemoryLog,
     NewEvent,
+    SnapshotPayload,
     SQLiteLog,
+    StoredSnapshot,
     open_log,
 )
 from inert.events import _sqlite
@@ -123,6 +126,72 @@ async def test_an_older_schema_without_a_migration_is_refused(
         async with SQLiteLog.open(path):
             pass
     assert pragma(path, "user_version") == current
+
+
+# The tables of schema version 1, as inert wrote them before snapshots were stored.
+SCHEMA_1 = """
+CREATE TABLE streams (
+    stream_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL UNIQUE,
+    stream_id INTEGER NOT NULL REFERENCES streams (stream_id),
+    version INTEGER NOT NULL CHECK (version >= 1),
+    recorded_at INTEGER NOT NULL,
+    event_type TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    payload BLOB,
+    payload_length INTEGER NOT NULL,
+    payload_digest BLOB,
+    traceparent TEXT,
+    tracestate TEXT,
+    UNIQUE (stream_id, version)
+);
+"""
+
+
+def snapshot_tables(path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as connection:
+        return connection.execute(
+            "SELECT name, sql FROM sqlite_master WHERE tbl_name LIKE 'snapshot%' ORDER BY name"
+        ).fetchall()
+
+
+async def test_a_schema_1_file_is_upgraded_to_store_snapshots(tmp_path: Path) -> None:
+    """A log written by schema version 1 opens, keeps its events, gains the snapshot tables of a
+    new file and stores a snapshot."""
+    path = tmp_path / "schema-1.db"
+    event = ArgumentsAppended(key=KEY, data=b"{}")
+    tag, version, payload = DEFAULT_CODEC.encode(event)
+    with sqlite3.connect(path) as connection:
+        connection.executescript(SCHEMA_1)
+        connection.execute("INSERT INTO streams VALUES (1, 's')")
+        connection.execute(
+            "INSERT INTO events VALUES (1, 'e1', 1, 1, 0, ?, ?, ?, ?, NULL, NULL, NULL)",
+            (tag, version, payload, len(payload)),
+        )
+        connection.execute(f"PRAGMA application_id = {_sqlite.APPLICATION_ID}")
+        connection.execute("PRAGMA user_version = 1")
+    written = StoredSnapshot(
+        name="",
+        position=1,
+        stamp="stamp",
+        state=b"state",
+        payloads=(SnapshotPayload(part="p", stream="s", first_version=1, data=b"{}"),),
+    )
+    async with SQLiteLog.open(path) as log:
+        [recorded] = await log.read()
+        assert (recorded.event_id, recorded.stream, recorded.event) == ("e1", "s", event)
+        await log.write_snapshot(written)
+    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION == 2
+    async with SQLiteLog.open(path) as log:
+        assert await log.read_snapshot("") == written
+        assert await log.append([new("e2")]) == [2]
+    async with SQLiteLog.open(tmp_path / "new.db"):
+        pass
+    assert snapshot_tables(path) == snapshot_tables(tmp_path / "new.db") != []
 
 
 async def test_a_corrupt_stored_payload_reads_as_a_codec_error(tmp_path: Path) -> None:

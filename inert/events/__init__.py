@@ -74,6 +74,7 @@ from ._records import (
     new_event_id,
     without_sensitive,
 )
+from ._snapshots import SnapshotPayload, StoredSnapshot
 from ._sqlite import SQLiteLog
 from ._url import open_log
 
@@ -134,6 +135,8 @@ __all__ = [
     "ResponseRef",
     "SQLiteLog",
     "ServerToolCalled",
+    "SnapshotPayload",
+    "StoredSnapshot",
     "StreamLost",
     "StreamResumed",
     "Subscription",

@@ -19,6 +19,13 @@ optimistic concurrency.
 - ``redact(stream, up_to_version, event_types=None)`` replaces payloads by their length and
   digest and keeps the envelopes; an event type that names its sensitive fields keeps the rest of
   its event (``Redacted.remains``). ``event_types`` limits it to events of those tags.
+- A log keeps one snapshot per name beside its events (:mod:`._snapshots`).
+  ``write_snapshot`` replaces the one of the same name atomically: a reader sees the old one or
+  the new one whole. Redaction is final: a snapshot write drops, silently, each payload whose
+  versions of its stream (``first_version`` on) hold a redacted event, and ``redact(stream,
+  up_to_version, ...)`` deletes every payload of that stream from that version or before,
+  whatever its event types, in the transaction of its events.
+  ``read_snapshot`` returns the snapshot with the payloads it still holds, in the order written.
 
 A log remembers the events this process appended last (``RECENT_APPENDS`` of them) and hands
 the same objects to its subscriptions instead of decoding their payloads again: they are what
@@ -50,6 +57,7 @@ from ._records import (
     plan_appends,
     redacted,
 )
+from ._snapshots import StoredSnapshot, kept_payloads, payload_streams
 from ._times import datetime_to_micros
 
 Clock = Callable[[], datetime]
@@ -141,6 +149,17 @@ class Log(abc.ABC):
             stream, up_to_version, None if event_types is None else frozenset(event_types)
         )
 
+    async def write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        """Store a snapshot in place of the one of its name, without the payloads stored under a
+        stream that holds a redacted event."""
+        self._check_open()
+        await self._write_snapshot(snapshot)
+
+    async def read_snapshot(self, name: str) -> StoredSnapshot | None:
+        """The snapshot stored under ``name``, with the payloads it still holds, or None."""
+        self._check_open()
+        return await self._read_snapshot(name)
+
     async def head(self) -> int:
         """The position of the last event, 0 for an empty log."""
         self._check_open()
@@ -197,6 +216,12 @@ class Log(abc.ABC):
     ) -> int: ...
 
     @abc.abstractmethod
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None: ...
+
+    @abc.abstractmethod
+    async def _read_snapshot(self, name: str) -> StoredSnapshot | None: ...
+
+    @abc.abstractmethod
     async def _head(self) -> int: ...
 
     @abc.abstractmethod
@@ -245,12 +270,14 @@ class Subscription:
 
 
 class MemoryStore:
-    """The rows of a memory log; outlives the logs opened on it, so a test can reopen it."""
+    """The rows and snapshots of a memory log; outlives the logs opened on it, so a test can
+    reopen it."""
 
     def __init__(self) -> None:
         self.rows: list[StoredRecord] = []
         self.by_id: dict[str, StoredRecord] = {}
         self.streams: dict[str, list[int]] = {}
+        self.snapshots: dict[str, StoredSnapshot] = {}
 
     def append(self, rows: list[StoredRecord]) -> None:
         for row in rows:
@@ -316,7 +343,33 @@ class MemoryLog(Log):
                 done = redacted(row, self.codec)
                 self.store.rows[position - 1] = self.store.by_id[row.event_id] = done
                 count += 1
+        snapshots = self.store.snapshots
+        for name, snapshot in list(snapshots.items()):
+            kept = tuple(payload for _, payload in kept_payloads(snapshot, {stream: up_to_version}))
+            if len(kept) < len(snapshot.payloads):
+                snapshots[name] = attrs.evolve(snapshot, payloads=kept)
         return count
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        await trio.lowlevel.checkpoint()
+        store = self.store
+        redacted = {
+            stream: max(versions)
+            for stream in payload_streams(snapshot)
+            if (
+                versions := [
+                    version
+                    for version, position in enumerate(store.streams.get(stream, ()), 1)
+                    if store.rows[position - 1].digest is not None
+                ]
+            )
+        }
+        kept = tuple(payload for _, payload in kept_payloads(snapshot, redacted))
+        store.snapshots[snapshot.name] = attrs.evolve(snapshot, payloads=kept)
+
+    async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
+        await trio.lowlevel.checkpoint()
+        return self.store.snapshots.get(name)
 
     async def _head(self) -> int:
         await trio.lowlevel.checkpoint()

@@ -36,7 +36,7 @@ import hashlib
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -49,15 +49,14 @@ from ._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redaction
+from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
 
 APPLICATION = "inert-log"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 Connection = psycopg.Connection[tuple[Any, ...]]
 Migration = Callable[[Connection, str], None]
 """A step from schema version N to N + 1, given a connection in a transaction and the schema."""
-
-# Steps from schema version N to N + 1; empty while schema 1 is the only one ever written.
-MIGRATIONS: dict[int, Migration] = {}
+_T = TypeVar("_T")
 
 DEFAULT_SCHEMA = "inert"
 DEFAULT_MAX_BATCH_EVENTS = 4096
@@ -70,6 +69,29 @@ process's appends, so the server ends its session and the lock goes with it."""
 # Lower case, so that the name means the same quoted or not, and short enough that the
 # notification channel named after it fits PostgreSQL's 63-byte identifiers.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,52}")
+
+
+def _snapshot_sql(schema: str) -> str:
+    # Payloads are indexed by stream, which redaction deletes them by.
+    return f"""
+CREATE TABLE {schema}.snapshots (
+    name text PRIMARY KEY,
+    position bigint NOT NULL,
+    stamp text NOT NULL,
+    state bytea NOT NULL,
+    digest text NOT NULL
+);
+CREATE TABLE {schema}.snapshot_payloads (
+    name text NOT NULL,
+    ordinal integer NOT NULL,
+    part text NOT NULL,
+    stream text NOT NULL,
+    first_version integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (name, ordinal)
+);
+CREATE INDEX ON {schema}.snapshot_payloads (stream);
+"""
 
 
 def _schema_sql(schema: str) -> str:
@@ -104,7 +126,15 @@ CREATE TABLE {schema}.events (
     UNIQUE (stream_id, version)
 );
 INSERT INTO {schema}.head (position) VALUES (0);
-"""
+{_snapshot_sql(schema)}"""
+
+
+def _add_snapshots(connection: Connection, schema: str) -> None:
+    connection.execute(_snapshot_sql(schema))
+
+
+# Steps from schema version N to N + 1.
+MIGRATIONS: dict[int, Migration] = {1: _add_snapshots}
 
 
 @attrs.frozen
@@ -125,6 +155,13 @@ class _Statements:
     stream_version: str
     to_redact: str
     redact: str
+    lock_snapshots: str
+    redact_snapshots: str
+    redacted_streams: str
+    delete_snapshot_payloads: str
+    write_snapshot: str
+    write_snapshot_payload: str
+    read_snapshot: str
 
     @classmethod
     def of(cls, schema: str) -> _Statements:
@@ -168,6 +205,33 @@ class _Statements:
             redact=(
                 f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
                 " payload_digest = %s WHERE position = %s"
+            ),
+            # Taken by redactions and snapshot writes, and by nothing else: one that waits for
+            # the other then sees what it committed (a payload to delete, or a redacted stream).
+            lock_snapshots=f"LOCK TABLE {schema}.snapshot_payloads IN SHARE ROW EXCLUSIVE MODE",
+            redact_snapshots=(
+                f"DELETE FROM {schema}.snapshot_payloads WHERE stream = %s AND first_version <= %s"
+            ),
+            redacted_streams=(
+                f"SELECT s.name, max(e.version) FROM {schema}.streams AS s"
+                f" JOIN {schema}.events AS e ON e.stream_id = s.stream_id"
+                " WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL GROUP BY s.name"
+            ),
+            delete_snapshot_payloads=f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s",
+            write_snapshot=(
+                f"INSERT INTO {schema}.snapshots VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
+                " stamp = excluded.stamp, state = excluded.state, digest = excluded.digest"
+            ),
+            write_snapshot_payload=(
+                f"INSERT INTO {schema}.snapshot_payloads VALUES (%s, %s, %s, %s, %s, %s)"
+            ),
+            # One statement, so that it sees one snapshot whole even while a write replaces it.
+            read_snapshot=(
+                f"SELECT 0, position, stamp, digest, 0, state FROM {schema}.snapshots"
+                " WHERE name = %s UNION ALL"
+                " SELECT 1, ordinal, part, stream, first_version, data"
+                f" FROM {schema}.snapshot_payloads WHERE name = %s ORDER BY 1, 2"
             ),
         )
 
@@ -529,37 +593,81 @@ class PostgresLog(GroupCommitLog):
     ) -> int:
         self._check_accepting("nothing was redacted")
         return await trio.to_thread.run_sync(
-            self._redact_in_thread, stream, up_to_version, event_types
+            self._in_own_transaction,
+            "redaction",
+            lambda connection: self._redact_in(connection, stream, up_to_version, event_types),
         )
 
-    def _redact_in_thread(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    def _redact_in(
+        self,
+        connection: Connection,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
     ) -> int:
+        sql = self._sql
+        connection.execute(sql.lock_snapshots)
+        payloads = [
+            (position, event_type, version, payload)
+            for position, event_type, version, payload in connection.execute(
+                sql.to_redact, (stream, up_to_version)
+            )
+            if event_types is None or event_type in event_types
+        ]
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                sql.redact,
+                [
+                    (*redaction(self.codec, event_type, version, payload), position)
+                    for position, event_type, version, payload in payloads
+                ],
+            )
+        connection.execute(sql.redact_snapshots, (stream, up_to_version))
+        return len(payloads)
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        self._check_accepting("the snapshot was not written")
+        await trio.to_thread.run_sync(
+            self._in_own_transaction,
+            "snapshot write",
+            lambda connection: self._write_snapshot_in(connection, snapshot),
+        )
+
+    def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
+        sql = self._sql
+        name = snapshot.name
+        connection.execute(sql.lock_snapshots)
+        redacted: dict[str, int] = dict(
+            connection.execute(sql.redacted_streams, (list(payload_streams(snapshot)),))
+        )
+        connection.execute(sql.delete_snapshot_payloads, (name,))
+        connection.execute(
+            sql.write_snapshot,
+            (name, snapshot.position, snapshot.stamp, snapshot.state, snapshot.digest),
+        )
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                sql.write_snapshot_payload,
+                [
+                    (name, ordinal, p.part, p.stream, p.first_version, p.data)
+                    for ordinal, p in kept_payloads(snapshot, redacted)
+                ],
+            )
+
+    def _in_own_transaction(self, what: str, work: Callable[[Connection], _T]) -> _T:
         # The writer connection belongs to the write loop, which may be committing right now;
-        # redaction is rare, so it pays for a connection of its own.
+        # redactions and snapshots are rare, so they pay for a connection of their own.
         connection = self._open_connection(autocommit=False)
         try:
             with connection.transaction():
-                payloads = [
-                    (position, event_type, version, payload)
-                    for position, event_type, version, payload in connection.execute(
-                        self._sql.to_redact, (stream, up_to_version)
-                    )
-                    if event_types is None or event_type in event_types
-                ]
-                with connection.cursor() as cursor:
-                    cursor.executemany(
-                        self._sql.redact,
-                        [
-                            (*redaction(self.codec, event_type, version, payload), position)
-                            for position, event_type, version, payload in payloads
-                        ],
-                    )
-            return len(payloads)
+                return work(connection)
         except psycopg.Error as error:
-            raise LogError(f"PostgreSQL redaction in {self.url} failed: {_reason(error)}") from None
+            raise LogError(f"PostgreSQL {what} in {self.url} failed: {_reason(error)}") from None
         finally:
             connection.close()
+
+    async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
+        return snapshot_from_rows(name, await self._query(self._sql.read_snapshot, (name, name)))
 
     # --- notifications ---
 

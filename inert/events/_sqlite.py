@@ -21,7 +21,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, TypeVar
 
 import trio
 
@@ -30,14 +30,13 @@ from ._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redaction
+from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
 
 APPLICATION_ID = 0x696E7274  # "inrt"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 Synchronous = Literal["FULL", "NORMAL"]
 Migration = Callable[[sqlite3.Connection], None]
-
-# Steps from schema version N to N + 1; empty while schema 1 is the only one ever written.
-MIGRATIONS: dict[int, Migration] = {}
+_T = TypeVar("_T")
 
 DEFAULT_MAX_BATCH_EVENTS = 4096
 DEFAULT_POLL_INTERVAL = 1.0
@@ -48,6 +47,27 @@ _SELECT = (
     " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
     " e.tracestate FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
 )
+
+# Payloads are indexed by stream, which redaction deletes them by.
+_SNAPSHOT_SCHEMA = """
+CREATE TABLE snapshots (
+    name TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    stamp TEXT NOT NULL,
+    state BLOB NOT NULL,
+    digest TEXT NOT NULL
+);
+CREATE TABLE snapshot_payloads (
+    name TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    part TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    first_version INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (name, ordinal)
+);
+CREATE INDEX snapshot_payloads_stream ON snapshot_payloads (stream);
+"""
 
 # Streams are numbered: an index of (integer, version) is far cheaper to keep up on every insert
 # than one of (stream name, version).
@@ -71,9 +91,32 @@ CREATE TABLE events (
     tracestate TEXT,
     UNIQUE (stream_id, version)
 );
+{_SNAPSHOT_SCHEMA}
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+
+# One statement, so that it sees one snapshot whole even while a write replaces it.
+_READ_SNAPSHOT = (
+    "SELECT 0, position, stamp, digest, 0, state FROM snapshots WHERE name = ?"
+    " UNION ALL SELECT 1, ordinal, part, stream, first_version, data FROM snapshot_payloads"
+    " WHERE name = ? ORDER BY 1, 2"
+)
+
+
+def _execute_script(connection: sqlite3.Connection, script: str) -> None:
+    # Statement by statement: executescript would commit the transaction it runs in.
+    for statement in script.split(";"):
+        if statement.strip():
+            connection.execute(statement)
+
+
+def _add_snapshots(connection: sqlite3.Connection) -> None:
+    _execute_script(connection, _SNAPSHOT_SCHEMA)
+
+
+# Steps from schema version N to N + 1.
+MIGRATIONS: dict[int, Migration] = {1: _add_snapshots}
 
 DEFAULT_STREAM_CACHE_SIZE = 65536
 
@@ -242,9 +285,7 @@ class SQLiteLog(GroupCommitLog):
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if application_id == 0 and version == 0 and tables == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        connection.execute(statement)
+                _execute_script(connection, _SCHEMA)
             elif application_id != APPLICATION_ID:
                 raise LogError(
                     f"{self.path!r} is an SQLite file of another program (application id"
@@ -414,45 +455,100 @@ class SQLiteLog(GroupCommitLog):
     ) -> int:
         self._check_accepting("nothing was redacted")
         return await trio.to_thread.run_sync(
-            self._redact_in_thread, stream, up_to_version, event_types
+            self._in_own_transaction,
+            "redaction",
+            lambda connection: self._redact_in(connection, stream, up_to_version, event_types),
         )
 
-    def _redact_in_thread(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    def _redact_in(
+        self,
+        connection: sqlite3.Connection,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
     ) -> int:
-        # The writer connection belongs to the write loop, which may be committing right now;
-        # redaction is rare, so it pays for a connection of its own.
-        connection = self._open_connection()
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                payloads = [
-                    (position, event_type, version, payload)
-                    for position, event_type, version, payload in connection.execute(
-                        "SELECT e.position, e.event_type, e.schema_version, e.payload"
-                        " FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
-                        " WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL",
-                        (stream, up_to_version),
-                    )
-                    if event_types is None or event_type in event_types
-                ]
-                connection.executemany(
-                    "UPDATE events SET schema_version = ?, payload = ?, payload_digest = ?"
-                    " WHERE position = ?",
-                    [
-                        (*redaction(self.codec, event_type, version, payload), position)
-                        for position, event_type, version, payload in payloads
-                    ],
+        payloads = [
+            (position, event_type, version, payload)
+            for position, event_type, version, payload in connection.execute(
+                "SELECT e.position, e.event_type, e.schema_version, e.payload"
+                " FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
+                " WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL",
+                (stream, up_to_version),
+            )
+            if event_types is None or event_type in event_types
+        ]
+        connection.executemany(
+            "UPDATE events SET schema_version = ?, payload = ?, payload_digest = ?"
+            " WHERE position = ?",
+            [
+                (*redaction(self.codec, event_type, version, payload), position)
+                for position, event_type, version, payload in payloads
+            ],
+        )
+        connection.execute(
+            "DELETE FROM snapshot_payloads WHERE stream = ? AND first_version <= ?",
+            (stream, up_to_version),
+        )
+        return len(payloads)
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        self._check_accepting("the snapshot was not written")
+        await trio.to_thread.run_sync(
+            self._in_own_transaction,
+            "snapshot write",
+            lambda connection: self._write_snapshot_in(connection, snapshot),
+        )
+
+    def _write_snapshot_in(self, connection: sqlite3.Connection, snapshot: StoredSnapshot) -> None:
+        redacted: dict[str, int] = {}
+        for chunk in _chunks(sorted(payload_streams(snapshot))):
+            marks = ",".join("?" * len(chunk))
+            redacted.update(
+                (name, version)
+                for name, version in connection.execute(
+                    f"SELECT s.name, max(e.version) FROM streams AS s"
+                    " JOIN events AS e ON e.stream_id = s.stream_id"
+                    f" WHERE s.name IN ({marks}) AND e.payload_digest IS NOT NULL"
+                    " GROUP BY s.name",
+                    chunk,
                 )
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            return len(payloads)
+            )
+        name = snapshot.name
+        connection.execute("DELETE FROM snapshot_payloads WHERE name = ?", (name,))
+        connection.execute(
+            "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?)",
+            (name, snapshot.position, snapshot.stamp, snapshot.state, snapshot.digest),
+        )
+        connection.executemany(
+            "INSERT INTO snapshot_payloads VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (name, ordinal, p.part, p.stream, p.first_version, p.data)
+                for ordinal, p in kept_payloads(snapshot, redacted)
+            ],
+        )
+
+    def _in_own_transaction(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        # The writer connection belongs to the write loop, which may be committing right now;
+        # redactions and snapshots are rare, so they pay for a connection of their own.
+        try:
+            connection = self._open_connection()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(connection)
+                    connection.execute("COMMIT")
+                except BaseException:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                    raise
+                return result
+            finally:
+                connection.close()
         except sqlite3.Error as error:
-            raise LogError(f"SQLite redaction in {self.path!r} failed: {error}") from error
-        finally:
-            connection.close()
+            raise LogError(f"SQLite {what} in {self.path!r} failed: {error}") from error
+
+    async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
+        return snapshot_from_rows(name, await self._query(_READ_SNAPSHOT, (name, name)))
 
     async def _wait_for_appends(self, since: trio.Event) -> None:
         # Another process may append to the same file; polling bounds how late it is seen.

@@ -46,7 +46,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from ..events import Log, LogError, MemoryStore, RecordedEvent, Subscription
+from ..events import Log, LogError, MemoryStore, RecordedEvent, StoredSnapshot, Subscription
 from ..events._records import PendingRecord, StoredRecord
 
 
@@ -270,6 +270,12 @@ class FaultyLog(Log):
 
     async def _stream_version(self, stream: str) -> int:
         return await self.inner._stream_version(stream)
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        await self.inner._write_snapshot(snapshot)
+
+    async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
+        return await self.inner._read_snapshot(name)
 
     async def _wait_for_appends(self, since: trio.Event) -> None:
         await since.wait()
