@@ -72,6 +72,12 @@ class Peers:
             case ExecutionCompleted() | ExecutionFailed() | ExecutionOutcomeUnknown():
                 self._claimers.pop(event.claim_id, None)
 
+    def forget_actions(self) -> None:
+        """Forget what this process did with what it heard (the processes it reported dead,
+        the turns it gained), as a process that only replayed the log knows nothing of it."""
+        self._buried.clear()
+        self.gained.clear()
+
     def claimer(self, claim_id: str) -> str | None:
         """The process whose executor made the claim, if it named one."""
         return self._claimers.get(claim_id)

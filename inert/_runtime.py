@@ -5,6 +5,10 @@ a stopped process left undone, and then follows the log. The agent server starts
 portable ingress events of its provider streams, cancels turns and passes confirmations on; an
 executor takes ready calls, claims each through its actor, runs it and reports the outcome.
 
+A runtime writes a snapshot of what it rebuilt every ``snapshot_every`` events it folds, and a
+restart loads the newest one that its code and configuration made and folds only the events
+after it (see :mod:`inert._snapshot`).
+
 Restart: calls that were assembling when the previous process stopped cannot be fed any more
 (their stream went with it) and are cancelled with ``connection_lost``, unless their stream was
 recorded as lost and resumable once (a background response): then it is lost and resumable
@@ -34,6 +38,15 @@ from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from ._retirement import retire_idle_turns
+from ._snapshot import (
+    DEFAULT_SNAPSHOT_EVERY,
+    Configuration,
+    RuntimeState,
+    SnapshotUnusable,
+    capture,
+    restore,
+    stamp,
+)
 from .actors import (
     DEFAULT_LIMITS,
     CallFold,
@@ -75,6 +88,7 @@ from .events import (
     RequestRefused,
     ResponseQuarantined,
     ResponseRef,
+    StoredSnapshot,
     StreamLost,
     TenantResumed,
     TenantStopped,
@@ -192,6 +206,7 @@ class Runtime:
         process: str | None = None,
         lease_time: float = DEFAULT_LEASE_TIME,
         held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
         **router_options: Any,
     ) -> None:
         self.log = log
@@ -219,6 +234,21 @@ class Runtime:
         self._retention = RetentionPlan(retention)
         self._retention_due = trio.Event()
         self._redacting = False
+        self._snapshot_every = snapshot_every
+        self._snapshot_stamp = stamp(
+            Configuration(
+                limits=limits,
+                ledger_horizon=ledger_horizon,
+                retention=retention,
+                process=process,
+                lease_time=lease_time,
+            )
+        )
+        self._snapshot_due = snapshot_every or 0
+        self._snapshot: StoredSnapshot | None = None
+        self._snapshot_taken = trio.Event()
+        self.restored_from: int | None = None
+        """The position of the snapshot this runtime started from (``None``: the whole log)."""
 
     # --- views ---
 
@@ -262,6 +292,8 @@ class Runtime:
                 answered.done.set()
         self._changed.set()
         self._changed = trio.Event()
+        if self._live and self._snapshot_every and recorded.position >= self._snapshot_due:
+            self._take_snapshot(recorded.position)
 
     async def _caught_up(self) -> None:
         """Until the fold has seen everything in the log now."""
@@ -666,6 +698,71 @@ class Runtime:
             changed = self._changed
             await changed.wait()
 
+    # --- snapshots ---
+
+    async def _restore(self) -> None:
+        """Start from the newest usable snapshot of this runtime, if there is one."""
+        if not self._snapshot_every:
+            return
+        snapshot = await self.log.read_snapshot(self._snapshot_name)
+        if snapshot is None:
+            return
+        try:
+            state = restore(snapshot, stamp=self._snapshot_stamp)
+        except SnapshotUnusable:
+            # The log is the truth: replayed from the start, it makes the next one.
+            return
+        self._fold = state.fold
+        self.projections = state.projections
+        self._retention = state.retention
+        self.peers = state.peers
+        self._router.start_at(state.fold, state.position)
+        self.restored_from = state.position
+        self._snapshot_due = self._next_snapshot_after(state.position)
+
+    def _take_snapshot(self, position: int) -> None:
+        """Capture the state now (synchronously: it changes at the next event) for the writer."""
+        self._snapshot = self._capture(position)
+        self._snapshot_taken.set()
+
+    def _capture(self, position: int) -> StoredSnapshot:
+        state = RuntimeState(
+            position=position,
+            fold=self._fold,
+            projections=self.projections,
+            retention=self._retention,
+            peers=self.peers,
+        )
+        self._snapshot_due = self._next_snapshot_after(position)
+        return capture(state, name=self._snapshot_name, stamp=self._snapshot_stamp)
+
+    def _next_snapshot_after(self, position: int) -> int:
+        # At whole multiples: runtimes on one log snapshot at the same positions, however they
+        # started.
+        assert self._snapshot_every
+        return (position // self._snapshot_every + 1) * self._snapshot_every
+
+    async def _snapshot_replay(self) -> None:
+        """After a replay of at least ``snapshot_every`` events, write a snapshot at once, before
+        anything else runs: the next restart starts from it."""
+        every = self._snapshot_every
+        position = self._router.position
+        if every and position - (self.restored_from or 0) >= every:
+            await self.log.write_snapshot(self._capture(position))
+
+    async def _write_snapshots(self) -> None:
+        """Write each snapshot taken; one taken while another is written replaces it."""
+        while True:
+            await self._snapshot_taken.wait()
+            self._snapshot_taken = trio.Event()
+            snapshot, self._snapshot = self._snapshot, None
+            if snapshot is not None:
+                await self.log.write_snapshot(snapshot)
+
+    @property
+    def _snapshot_name(self) -> str:
+        return self.process or ""
+
     # --- processes sharing the log ---
 
     async def _keep_company(self, peers: Peers) -> None:
@@ -835,6 +932,7 @@ async def open_runtime(
     tracer_provider: TracerProvider | None = None,
     collector: CollectorSettings | None = DEFAULT_COLLECTOR,
     held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+    snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
@@ -856,10 +954,15 @@ async def open_runtime(
     frozen, higher thresholds; ``None`` leaves it alone, see :mod:`inert._collector`); the
     runtime stops when the block ends. Fragments fed are held for the next append of the log:
     past ``held_bytes`` of them (16 MiB) a feed of fragments waits until the writer has made
-    room.
+    room. Every ``snapshot_every`` events folded (and once after a restart that folded at least
+    that many), the runtime writes a snapshot of its state beside the log, and a restart starts
+    from the newest one its code and configuration made (``None``: never; see
+    :mod:`inert._snapshot`).
     """
     if held_bytes < 1:
         raise ConfigurationError(f"held_bytes must be at least 1, not {held_bytes}")
+    if snapshot_every is not None and snapshot_every < 1:
+        raise ConfigurationError(f"snapshot_every must be at least 1 or None, not {snapshot_every}")
     if inbox_size < 1:
         raise ConfigurationError(f"inbox_size must be at least 1, not {inbox_size}")
     registry = ToolRegistry(tools, check=check)
@@ -879,6 +982,7 @@ async def open_runtime(
             process=process,
             lease_time=lease_time,
             held_bytes=held_bytes,
+            snapshot_every=snapshot_every,
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
         )
@@ -891,13 +995,16 @@ async def open_runtime(
 
 @asynccontextmanager
 async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
+    await runtime._restore()
     await runtime._router.catch_up()
+    await runtime._snapshot_replay()
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
             nursery.start_soon(runtime._ingress.run)
             nursery.start_soon(runtime._retain)
+            nursery.start_soon(runtime._write_snapshots)
             if runtime._horizon is not None:
                 nursery.start_soon(
                     retire_idle_turns,

@@ -103,6 +103,11 @@ class Buffer:
         """One past the furthest byte stored: the offset the next fragment in order takes."""
         return self.size
 
+    @property
+    def holds_bytes(self) -> bool:
+        """Whether it holds argument bytes (a buffer ``without_data`` holds only counts)."""
+        return False
+
     # The empty buffer takes the kind of the first fragment; the kinds override these.
 
     def fit(self, fragment: ArgumentsAppended) -> Fit:
@@ -230,6 +235,10 @@ class SequencedBuffer(Buffer):
     def positioned(self) -> bool:
         return False
 
+    @property
+    def holds_bytes(self) -> bool:
+        return bool(self.parts)
+
     def fit(self, fragment: ArgumentsAppended) -> Fit:
         numbered = fragment.first_sequence is not None
         if fragment.offset is not None or (self.numbered is not None and numbered != self.numbered):
@@ -306,6 +315,10 @@ class RangeBuffer(Buffer):
     @property
     def positioned(self) -> bool:
         return True
+
+    @property
+    def holds_bytes(self) -> bool:
+        return bool(self.data) or bool(self.held)
 
     @property
     def end(self) -> int:

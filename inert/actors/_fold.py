@@ -355,6 +355,8 @@ class CallFold:
             event_id=recorded_event.event_id,
             at=recorded_event.recorded_at,
         )
+        if slot.phase is Phase.ABSENT and recorded_event.stream == key.response_ref.stream:
+            slot.opened_version = recorded_event.version
         context = self._context(slot, event)
         if slot.validating is not None or slot.held:
             slot.held.append((received, context))

@@ -103,6 +103,12 @@ class CallRouter:
 
     # --- startup ---
 
+    def start_at(self, fold: CallFold, position: int) -> None:
+        """Start from a fold of the log up to ``position`` (a snapshot's) rather than from
+        nothing."""
+        self._fold = fold
+        self.position = position
+
     async def catch_up(self) -> int:
         """Fold everything stored (no actor runs meanwhile); the position reached."""
         while True:

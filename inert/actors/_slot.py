@@ -45,6 +45,7 @@ class Slot(CallView):
         "last_activity",
         "needs_confirmation",
         "opened_sequence",
+        "opened_version",
         "phase",
         "reason",
         "terminal",
@@ -73,6 +74,9 @@ class Slot(CallView):
         self.confirmed = False
         self.claim_id = ""
         self.reason = ""
+        self.opened_version = 1
+        """The version of its response's stream that opened it: every byte it holds came after
+        (what a snapshot stores its fragments from)."""
         self.version: int | None = 0
         """Events of the call's stream seen in the log; ``None`` when the stream may hold events
         this fold forgot (the call's actor asks the log)."""

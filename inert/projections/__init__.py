@@ -20,14 +20,14 @@ from ._audit import CONTROL_TYPES, Audit, AuditEntry
 from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 from ._dispatch import DispatchQueue
 from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger
-from ._routing import Handler, Routes
+from ._routing import Handler, Routed, Routes
 from ._rows import LedgerRow, Transition
 from ._status import Status, StatusCue
 
 _PARTS = frozenset({"audit", "ledger", "queue", "status"})
 
 
-class Projections:
+class Projections(Routed):
     """One ledger, one dispatch queue, one status and one audit, fed the same records."""
 
     __slots__ = ("_routes", "audit", "ledger", "queue", "status")

@@ -27,7 +27,7 @@ from ..events import (
     ToolEnabled,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._routing import Handler, Routes
+from ._routing import Handler, Routed, Routes
 
 CONTROL_TYPES = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
 """The operator controls the audit records."""
@@ -70,7 +70,7 @@ def _scope(event: Event) -> dict[str, str | None]:
     raise AssertionError(f"not a control: {type(event).__name__}")
 
 
-class Audit:
+class Audit(Routed):
     """Every control in log order, with the call keys each ended."""
 
     __slots__ = ("_entries", "_position", "_routes")

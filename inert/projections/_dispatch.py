@@ -30,10 +30,10 @@ from ..events import (
     TurnRetired,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._routing import Handler, Routes
+from ._routing import Handler, Routed, Routes
 
 
-class DispatchQueue:
+class DispatchQueue(Routed):
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
     __slots__ = ("_awaiting", "_ended", "_ended_turns", "_position", "_ready", "_routes")

@@ -49,14 +49,14 @@ from ._calls import (
     rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._routing import Handler, Routes
+from ._routing import Handler, Routed, Routes
 from ._rows import LedgerRow, Outcome, State, Transition
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""
 
 
-class Ledger:
+class Ledger(Routed):
     """Per call key the latest row and the list of its transitions, folded in log order.
 
     A call's row and history age out ``horizon`` after the call finished (cancelled, failed, or

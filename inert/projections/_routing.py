@@ -52,3 +52,26 @@ class Routes(dict[type[Event] | type[Redacted], tuple[Handler, ...]]):
             handlers = self._remains[kind] = self._choose(kind, True)
         for handler in handlers:
             handler(recorded, remains)
+
+
+class Routed:
+    """A projection with routes: its pickled state leaves them out (they hold its bound
+    methods, which are code, not state) and loading it chooses them again."""
+
+    __slots__ = ()
+
+    _routes: Routes
+    _handlers: Choose
+
+    def __getstate__(self) -> dict[str, object]:
+        return {
+            name: getattr(self, name)
+            for cls in type(self).__mro__
+            for name in getattr(cls, "__slots__", ())
+            if name != "_routes" and hasattr(self, name)
+        }
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_routes", Routes(self._handlers))

@@ -40,7 +40,7 @@ from ..events import (
     TurnRetired,
 )
 from ._digest import JSON, Snapshot, key_json, response_json
-from ._routing import Handler, Routes
+from ._routing import Handler, Routed, Routes
 
 
 class StatusCue(enum.StrEnum):
@@ -103,7 +103,7 @@ class _Call:
         self.claim: str | None = None
 
 
-class Status:
+class Status(Routed):
     """Per call key its cue, per response the number of text characters received."""
 
     __slots__ = ("_call_turns", "_calls", "_position", "_routes", "_text", "_text_turns")

@@ -96,6 +96,9 @@ RETENTIONS: dict[str, Retention] = {
 """Retention policies by name: the runtime's default, validated arguments only, nothing."""
 
 DRAIN = 60.0
+SNAPSHOT_EVERY = 500
+"""Events between a runtime's snapshots: a restart starts from one of a few hundred events
+ago."""
 """Virtual seconds given, after the last conversation finished, for deadlines to fire and
 executors to finish."""
 
@@ -289,6 +292,9 @@ class _Run:
     keep_lives: bool = True
     """Record each runtime's end state (``lives``) for I8; a run made only to compare its log
     with another's does without."""
+    from_snapshot: bool = True
+    """A restarted runtime starts from the snapshot its predecessor wrote; otherwise the
+    snapshot is dropped first and it replays the log from the start."""
     store: MemoryStore = field(factory=MemoryStore)
     appended: dict[int, Event] = field(factory=dict)
     cursors: dict[str, int] = field(factory=dict)
@@ -318,6 +324,8 @@ class _Run:
                 return
             if not last:
                 self.restarts += 1
+                if not self.from_snapshot:
+                    self.store.snapshots.clear()
 
     @asynccontextmanager
     async def _runtime(self) -> AsyncIterator[Runtime]:
@@ -331,6 +339,7 @@ class _Run:
             operators=[OPERATOR],
             retention=self.retention,
             ledger_horizon=self.horizon,
+            snapshot_every=SNAPSHOT_EVERY,
         ) as runtime:
             yield runtime
 
@@ -654,6 +663,7 @@ def _run_once(
     retention: Retention,
     horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
     keep_lives: bool = True,
+    from_snapshot: bool = True,
 ) -> _Run:
     run = _Run(
         plan=plan,
@@ -664,6 +674,7 @@ def _run_once(
         retention=retention,
         horizon=horizon,
         keep_lives=keep_lives,
+        from_snapshot=from_snapshot,
     )
     with seeded_scheduling(seed):
         trio.run(run.run, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -703,7 +714,9 @@ def simulate(
     )
     with planted(plant):
         run = once()
-        again = once(keep_lives=False) if twice else run
+        # The second run restarts by replaying the log from the start, the first from its
+        # snapshot: both must write the same log.
+        again = once(keep_lives=False, from_snapshot=False) if twice else run
         records = trio.run(_read, run.store.rows)
         # The code that wrote the log (planted bug included) must replay it to the same state.
         replayed = [
@@ -727,7 +740,10 @@ def simulate(
             Violation(
                 invariant="nondeterminism",
                 key="",
-                detail=f"two runs of the seed wrote different logs ({first} and {second})",
+                detail=(
+                    "two runs of the seed (restarted from a snapshot, and by a replay from the"
+                    f" start) wrote different logs ({first} and {second})"
+                ),
             )
         )
     states: dict[str, int] = {}

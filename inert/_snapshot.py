@@ -1,0 +1,328 @@
+"""Snapshots: what a replay of the log builds, kept at a position, so a restart folds the tail.
+
+A snapshot holds the fold (every turn and call it knows), the projections, the retention plan
+and, where processes share the log, what the log says of them: what replaying the log up to the
+snapshot's position builds, and nothing the running runtime holds beside it (actors, timers,
+requests waiting for an answer). The runtime writes one every ``snapshot_every`` events it
+folds, and once after a restart that folded at least that many; the log keeps the newest under
+the runtime's name (:mod:`inert.events._snapshots`). A restart loads it and folds only the
+events after its position.
+
+- **The log stays the truth.** A snapshot is a cache of a fold of the log, never the only copy
+  of anything. One that cannot be used (another stamp, a damaged or unreadable state) is
+  ignored: the runtime replays the log from the start and writes a new one. ``inert replay``
+  never reads one.
+- **The stamp.** A snapshot is loaded only by the code and configuration that wrote it: the
+  stamp hashes the snapshot format, the Python version, the source of every module whose
+  objects the state holds (the events, the decider, the fold, the projections, retention, the
+  peers) and what the fold depends on beside the log (limits, ledger horizon, retention policy,
+  process name, lease time).
+- **Argument payloads are stored apart**, in two parts per call that holds any, each under the
+  stream whose redaction takes it: the fragments (the buffer, inputs held back) under the
+  response's stream, the arguments (parsed arguments, a pending validation, decisions not yet
+  read back) under the call's. The log deletes a part when it redacts its stream. A part
+  missing at loading was redacted since, so its call was not live at the log's head (redaction
+  never reaches a live call). The call is loaded without those bytes (its decisions not yet
+  read back as retention leaves them), and where it could still decide on them (collecting or
+  holding inputs back; waiting for its response's end or its validation) it takes its recorded
+  decisions as they are, as a replay of the redacted log does (``Slot.degraded``).
+- **Loading is restricted.** The state is a pickle; only the classes of inert's pure modules and
+  a few value types of the standard library may be named in it. Anything else, like any other
+  failure to load, makes the snapshot unusable, never a program run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import sys
+from datetime import timedelta
+from functools import cache
+from importlib import import_module
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from ._peers import Peers
+from ._retention import Retention, RetentionPlan
+from .actors import CallFold, CallLimits, Phase
+from .actors._slot import Slot
+from .events import without_sensitive
+from .events._snapshots import SnapshotPayload, StoredSnapshot, state_digest
+from .projections import Projections
+
+SNAPSHOT_FORMAT = 1
+DEFAULT_SNAPSHOT_EVERY = 100_000
+
+# Packages whose modules make the state: their source is part of the stamp, and their classes
+# are what a snapshot may name.
+_STATE_PACKAGES = ("inert.events", "inert.actors", "inert.projections")
+_STATE_MODULES = ("inert._peers", "inert._retention", "inert._snapshot")
+# Modules of those packages that do I/O: nothing of them is state.
+_NOT_STATE = frozenset(
+    {
+        "inert.events._log",
+        "inert.events._sqlite",
+        "inert.events._postgres",
+        "inert.events._url",
+        "inert.events._group",
+        "inert.actors._router",
+        "inert.actors._tools",
+    }
+)
+_STANDARD = frozenset(
+    {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "bytearray"),
+        ("collections", "deque"),
+        ("datetime", "datetime"),
+        ("datetime", "timedelta"),
+        ("datetime", "timezone"),
+        ("copyreg", "_reconstructor"),
+    }
+)
+
+
+class SnapshotUnusable(Exception):
+    """A snapshot that cannot be loaded: the log is replayed from the start instead."""
+
+
+@attrs.define
+class RuntimeState:
+    """What a snapshot holds: the state replaying the log up to ``position`` builds."""
+
+    position: int
+    fold: CallFold
+    projections: Projections
+    retention: RetentionPlan
+    peers: Peers | None
+    apart: dict[str, tuple[str, str, bool]] = attrs.field(factory=dict)
+    """The payloads stored apart, by label: the call stream, the kind, and whether the call may
+    still decide on them."""
+
+
+@attrs.frozen(kw_only=True)
+class Configuration:
+    """What the fold depends on beside the log: part of every snapshot's stamp."""
+
+    limits: CallLimits
+    ledger_horizon: timedelta | None
+    retention: Retention
+    process: str | None
+    lease_time: float
+
+
+def stamp(configuration: Configuration) -> str:
+    """The stamp of snapshots this code writes, and the only one it loads, for a configuration."""
+    digest = hashlib.sha256(_code_stamp().encode())
+    digest.update(repr(configuration).encode())
+    return f"{SNAPSHOT_FORMAT}:{digest.hexdigest()}"
+
+
+@cache
+def _code_stamp() -> str:
+    digest = hashlib.sha256(f"{SNAPSHOT_FORMAT} {sys.version_info[:2]}".encode())
+    for name in sorted(_state_module_names()):
+        source = Path(import_module(name).__file__ or "").read_bytes()
+        digest.update(name.encode() + b"\0" + source)
+    return digest.hexdigest()
+
+
+@cache
+def _state_module_names() -> frozenset[str]:
+    names = set(_STATE_MODULES)
+    for package in _STATE_PACKAGES:
+        directory = Path(import_module(package).__file__ or "").parent
+        names.add(package)
+        names.update(f"{package}.{path.stem}" for path in directory.glob("*.py"))
+    names.discard("inert.events.__init__")
+    names.discard("inert.actors.__init__")
+    names.discard("inert.projections.__init__")
+    return frozenset(names - _NOT_STATE)
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Part:
+    """What a call holds of one kind of payload: its slot fields, and the stream whose redaction
+    takes them (the fragments are the response's, the arguments and decisions the call's)."""
+
+    kind: str
+    fields: tuple[str, ...]
+
+    def stream(self, slot: Slot) -> tuple[str, int]:
+        """The stream the bytes come from, and the first version of it they may come from."""
+        if self is FRAGMENTS:
+            return slot.key.response_ref.stream, slot.opened_version
+        return slot.key.stream, 1
+
+    def held_by(self, slot: Slot) -> bool:
+        if self is FRAGMENTS:
+            return slot._buffer.holds_bytes or bool(slot.held)
+        return bool(slot.arguments is not None or slot.validating is not None or slot.expected)
+
+    def needed_by(self, slot: Slot) -> bool:
+        """Whether the call may still decide on these payloads."""
+        if self is FRAGMENTS:
+            return slot.phase is Phase.COLLECTING or bool(slot.held)
+        # A validated call's arguments are hashed again when it is claimed.
+        return slot.phase in _DECIDED_ON_ARGUMENTS or slot.validating is not None
+
+    def strip(self, slot: Slot) -> None:
+        """Leave the call what it holds of this kind without a byte of argument."""
+        if self is FRAGMENTS:
+            slot._buffer = slot._buffer.without_data()
+            slot.held = []
+        else:
+            slot.arguments = None
+            slot.validating = None
+            slot.validation_context = None
+            # Decisions not yet read back stay, as retention leaves them: one found redacted
+            # in the log is compared so.
+            slot.expected = [without_sensitive(decision) for decision in slot.expected]
+
+
+_DECIDED_ON_ARGUMENTS = frozenset({Phase.TERMINAL_CANDIDATE, Phase.VALIDATED})
+FRAGMENTS = _Part("fragments", ("_buffer", "held"))
+ARGUMENTS = _Part("arguments", ("arguments", "validating", "validation_context", "expected"))
+_PARTS = {part.kind: part for part in (FRAGMENTS, ARGUMENTS)}
+
+
+def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
+    """The snapshot of a runtime's state, its payloads apart. Synchronous: the state must not
+    change meanwhile, and is as it was afterwards."""
+    payloads: list[SnapshotPayload] = []
+    taken: list[tuple[Slot, _Part, tuple[Any, ...]]] = []
+    apart: dict[str, tuple[str, str, bool]] = {}
+    dumps = _Dumper()
+    try:
+        for slot in state.fold.records.values():
+            for part in (FRAGMENTS, ARGUMENTS):
+                if not part.held_by(slot):
+                    continue
+                fields = tuple(getattr(slot, field) for field in part.fields)
+                label = f"{part.kind} {slot.key.stream}"
+                stream, first_version = part.stream(slot)
+                payloads.append(
+                    SnapshotPayload(
+                        part=label, stream=stream, first_version=first_version, data=dumps(fields)
+                    )
+                )
+                apart[label] = (slot.key.stream, part.kind, part.needed_by(slot))
+                taken.append((slot, part, fields))
+                part.strip(slot)
+        state.apart = apart
+        data = dumps(state)
+    finally:
+        for slot, part, fields in taken:
+            for field, value in zip(part.fields, fields, strict=True):
+                setattr(slot, field, value)
+        state.apart = {}
+    return StoredSnapshot(
+        name=name,
+        position=state.position,
+        stamp=stamp,
+        state=data,
+        payloads=tuple(payloads),
+        digest=state_digest(data),
+    )
+
+
+class _Dumper:
+    """Pickles values one after another, each a whole pickle of its own, with one pickler."""
+
+    def __init__(self) -> None:
+        self._out = io.BytesIO()
+        self._pickler = pickle.Pickler(self._out, protocol=pickle.HIGHEST_PROTOCOL)
+        # Parsed arguments are read-only mappings all the way down; pickle has no reduction of
+        # its own for them.
+        self._pickler.dispatch_table = {MappingProxyType: _reduce_proxy}
+
+    def __call__(self, value: object) -> bytes:
+        out = self._out
+        out.seek(0)
+        out.truncate()
+        self._pickler.clear_memo()
+        self._pickler.dump(value)
+        return out.getvalue()
+
+
+def _reduce_proxy(
+    proxy: MappingProxyType[Any, Any],
+) -> tuple[type[_ReadOnly], tuple[dict[Any, Any]]]:
+    return _ReadOnly, (dict(proxy),)
+
+
+class _ReadOnly:
+    """Makes a read-only mapping again: pickle cannot name the type of one, but names this."""
+
+    def __new__(cls, items: dict[Any, Any]) -> MappingProxyType[Any, Any]:  # type: ignore[misc]
+        return MappingProxyType(items)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def restore(snapshot: StoredSnapshot, *, stamp: str) -> RuntimeState:
+    """The state a snapshot holds, with its payloads back; ``SnapshotUnusable`` if it cannot
+    be used (another stamp, damaged, unreadable)."""
+    if snapshot.stamp != stamp:
+        raise SnapshotUnusable("written by another code or configuration")
+    if not snapshot.intact():
+        raise SnapshotUnusable("its state is damaged")
+    state = _load(snapshot.state)
+    if not isinstance(state, RuntimeState) or state.position != snapshot.position:
+        raise SnapshotUnusable("its state is not a runtime's")
+    slots = {slot.key.stream: slot for slot in state.fold.records.values()}
+    payloads = {payload.part: payload.data for payload in snapshot.payloads}
+    for label, (stream, kind, needed) in state.apart.items():
+        slot = slots.get(stream)
+        part = _PARTS.get(kind)
+        if slot is None or part is None:
+            raise SnapshotUnusable(f"its payload {label!r} is of no call of its state")
+        data = payloads.get(label)
+        if data is None:
+            # Redacted since: the call was not live at the log's head. One that could still
+            # decide on these bytes takes its recorded decisions as they are.
+            slot.degraded = slot.degraded or needed
+            continue
+        fields = _load(data)
+        if not isinstance(fields, tuple) or len(fields) != len(part.fields):
+            raise SnapshotUnusable(f"its payload {label!r} is not a call's")
+        for field, value in zip(part.fields, fields, strict=True):
+            setattr(slot, field, value)
+    state.apart = {}
+    state.fold.live = False
+    if state.peers is not None:
+        # What the running process did with what it heard (processes it buried, turns it
+        # gained) is not what a replay builds: it finds them again once live.
+        state.peers.forget_actions()
+    return state
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Names only classes of inert's pure modules and a few standard value types."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _STANDARD:
+            return super().find_class(module, name)
+        if module in _state_module_names() and not name.startswith("__"):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise SnapshotUnusable(f"it names {module}.{name}, which is not state")
+
+
+def _load(data: bytes) -> Any:
+    try:
+        return _StateUnpickler(io.BytesIO(data)).load()
+    except SnapshotUnusable:
+        raise
+    except Exception as error:
+        raise SnapshotUnusable(f"it cannot be read ({type(error).__name__}: {error})") from None

@@ -1,0 +1,293 @@
+"""Snapshots against a replay from the start: a state loaded and folded on must be the same.
+
+A snapshot is taken of the log as it was at a position (payloads unredacted), and loaded on the
+log as it is later (redacted since, where retention got to it): the fold, the work it gives the
+actors on going live, the projections' digest and the retention plan must be what folding the
+later log from the start gives.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from golden_logs import golden_paths, load
+from test_fold_differential import _decoded, _folded, _work
+
+from inert import RecordedEvent, Redacted, TurnRef
+from inert._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention, RetentionPlan
+from inert._snapshot import (
+    ARGUMENTS,
+    FRAGMENTS,
+    Configuration,
+    RuntimeState,
+    SnapshotUnusable,
+    capture,
+    restore,
+    stamp,
+)
+from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
+from inert.events import StoredSnapshot
+from inert.events._snapshots import state_digest
+from inert.projections import Projections
+from inert.testing import DEMO_TOOLS, SIMULATION_LIMITS
+from inert.testing._simulator import _as_appended, _read, _run_once, demo_check
+from inert.testing._workload import make_plan
+
+STAMP = "test-stamp"
+SEEDS = range(3)
+
+
+@attrs.define
+class Folded:
+    """A fold, the projections and the retention plan, fed the same records."""
+
+    fold: CallFold
+    projections: Projections
+    retention: RetentionPlan
+
+    @classmethod
+    def new(cls, limits: CallLimits, retention: Retention) -> Folded:
+        return cls(CallFold(limits), Projections(), RetentionPlan(retention))
+
+    def apply(self, records: Sequence[RecordedEvent]) -> None:
+        for recorded in records:
+            self.fold.apply(recorded)
+            self.projections.apply(recorded)
+            self.retention.heard(recorded, self.fold)
+
+    def state(self) -> RuntimeState:
+        return RuntimeState(
+            position=self.fold.position,
+            fold=self.fold,
+            projections=self.projections,
+            retention=self.retention,
+            peers=None,
+        )
+
+
+def _turns(records: Sequence[RecordedEvent]) -> set[TurnRef]:
+    return {key.turn_ref for r in records if (key := getattr(r.kept, "key", None)) is not None}
+
+
+def _as_stored_later(snapshot: StoredSnapshot, later: Sequence[RecordedEvent]) -> StoredSnapshot:
+    """The snapshot as a log holding ``later`` keeps it: payloads of redacted streams gone."""
+    redacted: dict[str, int] = {}
+    for r in later:
+        if isinstance(r.event, Redacted):
+            redacted[r.stream] = max(redacted.get(r.stream, 0), r.version)
+    kept = tuple(
+        payload
+        for payload in snapshot.payloads
+        if redacted.get(payload.stream, 0) < payload.first_version
+    )
+    return attrs.evolve(snapshot, payloads=kept)
+
+
+def compare_from_snapshot(
+    written: Sequence[RecordedEvent],
+    later: Sequence[RecordedEvent],
+    cut: int,
+    *,
+    limits: CallLimits,
+    retention: Retention,
+    live: bool,
+) -> None:
+    """Snapshot ``written[:cut]``, load it on ``later`` and fold the rest: as a full replay."""
+    full = Folded.new(limits, retention)
+    full.apply(later)
+    before = Folded.new(limits, retention)
+    before.fold.live = live
+    before.apply(written[:cut])
+    snapshot = capture(before.state(), name="", stamp=STAMP)
+    loaded = restore(_as_stored_later(snapshot, later), stamp=STAMP)
+    assert loaded.position == cut
+    after = Folded(loaded.fold, loaded.projections, loaded.retention)
+    after.apply(later[cut:])
+    turns = _turns(later)
+    assert _work(after.fold.go_live()) == _work(full.fold.go_live())
+    kept = _as_stored_later(snapshot, later).payloads
+    dropped = {_call_stream(p.part) for p in snapshot.payloads if p not in kept}
+    assert _without_counts(_folded(after.fold, turns), dropped) == _without_counts(
+        _folded(full.fold, turns), dropped
+    )
+    assert after.projections.digest() == full.projections.digest()
+    assert _effective(after.retention, later) == _effective(full.retention, later)
+
+
+def _call_stream(part: str) -> str:
+    return part.split(" ", 1)[1]
+
+
+def _effective(plan: RetentionPlan, log: Sequence[RecordedEvent]) -> set[tuple[str, int, str]]:
+    """The payloads of ``log`` the redactions due now would redact (a redaction due again for
+    payloads redacted since the snapshot redacts nothing)."""
+    due = plan.take()
+    return {
+        (r.stream, r.version, r.event_type)
+        for stream, version, types in due
+        for r in log
+        if r.stream == stream
+        and r.version <= version
+        and r.event_type in types
+        and not isinstance(r.event, Redacted)
+    }
+
+
+def _without_counts(folded: dict[str, Any], dropped: set[str]) -> dict[str, Any]:
+    """A fold's answers, where a call whose payload was redacted since the snapshot (not live by
+    then, judged by identities and phase alone) is compared without what it received (counts,
+    sequences, its end event): loaded, it keeps them; a replay of the redacted log, degraded
+    from the first redacted fragment, never took them in."""
+    calls = dict(folded["calls"])
+    for key, call in calls.items():
+        if key.stream in dropped:
+            assert not call[15], f"{key.stream} is {call[1].value}, yet redacted"
+            calls[key] = call[:3] + call[8:]
+    return {**folded, "calls": calls}
+
+
+def _cuts(count: int) -> list[int]:
+    return sorted({1, count // 5, count // 3, count // 2, (3 * count) // 4, count - 1, count})
+
+
+def _simulated(seed: int, retention: Retention) -> tuple[list[RecordedEvent], list[RecordedEvent]]:
+    """A seed's log as each event was written, and as the log holds it at the end."""
+    plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
+    run = _run_once(
+        seed,
+        plan=plan,
+        tools=DEMO_TOOLS,
+        check=demo_check,
+        limits=SIMULATION_LIMITS,
+        retention=retention,
+        horizon=timedelta(seconds=2),
+    )
+    later: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
+    return _as_appended(later, run.appended), later
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["replayed", "live"])
+@pytest.mark.parametrize("retention", ["default", "keep"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_snapshot_of_a_simulator_log_folds_on_as_a_full_replay(
+    seed: int, retention: str, live: bool
+) -> None:
+    """At every cut of a seed's log, redacted since or not, loading a snapshot and folding the
+    rest reaches the state, the work and the digest of folding the log from the start."""
+    policy = DEFAULT_RETENTION if retention == "default" else KEEP_EVERYTHING
+    written, later = _simulated(seed, policy)
+    for cut in _cuts(len(later)):
+        compare_from_snapshot(
+            written, later, cut, limits=SIMULATION_LIMITS, retention=policy, live=live
+        )
+
+
+@pytest.mark.parametrize("path", golden_paths(), ids=[path.stem for path in golden_paths()])
+def test_a_snapshot_of_a_golden_log_folds_on_as_a_full_replay(path: Path) -> None:
+    """Every golden log, cut anywhere, folds on from a snapshot as from the start."""
+    golden = load(path)
+    records = _decoded(golden.rows)
+    for cut in range(1, len(records) + 1):
+        compare_from_snapshot(
+            records, records, cut, limits=golden.limits, retention=DEFAULT_RETENTION, live=False
+        )
+
+
+def _some_state() -> tuple[Folded, StoredSnapshot]:
+    written, _ = _simulated(0, KEEP_EVERYTHING)
+    folded = Folded.new(SIMULATION_LIMITS, KEEP_EVERYTHING)
+    folded.apply(written[: len(written) // 3])
+    return folded, capture(folded.state(), name="", stamp=STAMP)
+
+
+def test_capturing_leaves_the_state_as_it_was() -> None:
+    """Payloads are taken out of the calls while the state is pickled and put back after."""
+    folded, snapshot = _some_state()
+    assert snapshot.payloads
+    turns = {key.turn_ref for key in folded.fold.records}
+    before = _folded(folded.fold, turns)
+    held = {key: _payload_fields(slot) for key, slot in folded.fold.records.items()}
+    capture(folded.state(), name="", stamp=STAMP)
+    assert _folded(folded.fold, turns) == before
+    for key, slot in folded.fold.records.items():
+        assert all(a is b for a, b in zip(_payload_fields(slot), held[key], strict=True))
+
+
+def _payload_fields(slot: Any) -> tuple[object, ...]:
+    return tuple(getattr(slot, name) for name in (*FRAGMENTS.fields, *ARGUMENTS.fields))
+
+
+def test_a_snapshot_of_another_stamp_is_not_loaded() -> None:
+    """Other code or configuration made it: unusable."""
+    _, snapshot = _some_state()
+    with pytest.raises(SnapshotUnusable, match="another code or configuration"):
+        restore(snapshot, stamp="another")
+
+
+def test_a_damaged_snapshot_is_not_loaded() -> None:
+    """A state that is not what was written is refused by its digest."""
+    _, snapshot = _some_state()
+    damaged = bytearray(snapshot.state)
+    damaged[len(damaged) // 2] ^= 0xFF
+    with pytest.raises(SnapshotUnusable, match="damaged"):
+        restore(attrs.evolve(snapshot, state=bytes(damaged)), stamp=STAMP)
+
+
+def test_a_snapshot_naming_code_outside_the_state_is_refused_without_running_it() -> None:
+    """A pickle that would call a function of the standard library never calls it."""
+
+    class Explode:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (print, ("ran",))
+
+    state = pickle.dumps(Explode())
+    forged = StoredSnapshot(
+        name="", position=1, stamp=STAMP, state=state, digest=state_digest(state)
+    )
+    with pytest.raises(SnapshotUnusable, match=r"builtins\.print, which is not state"):
+        restore(forged, stamp=STAMP)
+
+
+def test_a_payload_that_is_not_a_calls_is_refused() -> None:
+    """Payloads are loaded by the same rules, and must be a call's fields."""
+    _, snapshot = _some_state()
+    forged = attrs.evolve(snapshot.payloads[0], data=pickle.dumps((1, 2, 3)))
+    with pytest.raises(SnapshotUnusable, match="is not a call's"):
+        restore(attrs.evolve(snapshot, payloads=(forged, *snapshot.payloads[1:])), stamp=STAMP)
+
+
+def test_a_truncated_state_is_unreadable_not_an_error_of_pickle() -> None:
+    """Whatever pickle raises is said as an unusable snapshot."""
+    _, snapshot = _some_state()
+    cut = snapshot.state[: len(snapshot.state) // 2]
+    with pytest.raises(SnapshotUnusable, match="cannot be read"):
+        restore(attrs.evolve(snapshot, state=cut, digest=state_digest(cut)), stamp=STAMP)
+
+
+def test_the_stamp_changes_with_the_configuration_the_fold_depends_on() -> None:
+    """Limits, horizon, retention, process and lease time each make another stamp."""
+    base = Configuration(
+        limits=DEFAULT_LIMITS,
+        ledger_horizon=timedelta(days=30),
+        retention=DEFAULT_RETENTION,
+        process=None,
+        lease_time=10.0,
+    )
+    variants = [
+        attrs.evolve(base, limits=attrs.evolve(DEFAULT_LIMITS, max_live_per_turn=1)),
+        attrs.evolve(base, ledger_horizon=None),
+        attrs.evolve(base, retention=KEEP_EVERYTHING),
+        attrs.evolve(base, process="a"),
+        attrs.evolve(base, lease_time=11.0),
+    ]
+    stamps = {stamp(base), *(stamp(variant) for variant in variants)}
+    assert len(stamps) == len(variants) + 1
+    assert stamp(base) == stamp(attrs.evolve(base))
