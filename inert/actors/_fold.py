@@ -484,9 +484,11 @@ class CallFold:
     @staticmethod
     def _recover_from_degradation(slot: Slot, position: int) -> None:
         # Later inputs are decided again; the answers to those that came meanwhile are taken as
-        # recorded.
+        # recorded, inputs held back before it degraded included: held any longer, they would
+        # hold back every later one.
         slot.degraded = False
         slot.trusted_through = position
+        slot.held = []
 
     def _answer(
         self, slot: Slot, recorded_event: RecordedEvent, event: CallValidated | CallFailed
