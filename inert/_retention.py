@@ -70,6 +70,17 @@ class RetentionPlan:
         self._types = policy.types()
         self._unredacted: dict[str, int] = {}
         self._due: dict[str, tuple[int, frozenset[str]]] = {}
+        # Taken, and not yet reported made: a snapshot holds them as due, so that a process
+        # stopping between the two leaves them to the next one.
+        self._making: dict[tuple[str, int], frozenset[str]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        due = {
+            stream: (version, types)
+            for (stream, version), types in self._making.items()
+            if version > self._due.get(stream, (0, types))[0]
+        }
+        return {**self.__dict__, "_due": {**self._due, **due}, "_making": {}}
 
     @property
     def pending(self) -> bool:
@@ -99,10 +110,17 @@ class RetentionPlan:
             self._make_due(key.response_ref.stream, FRAGMENT_TYPES)
 
     def take(self) -> list[tuple[str, int, frozenset[str]]]:
-        """The redactions due now (stream, up to version, event types); each is given once."""
+        """The redactions due now (stream, up to version, event types); each is given once,
+        and is still due in a snapshot until it is reported ``made``."""
         due = [(stream, version, types) for stream, (version, types) in self._due.items()]
         self._due.clear()
+        for stream, version, types in due:
+            self._making[stream, version] = types
         return due
+
+    def made(self, stream: str, version: int) -> None:
+        """A redaction ``take`` gave is in the log."""
+        self._making.pop((stream, version), None)
 
     def _make_due(self, stream: str, types: frozenset[str]) -> None:
         version = self._unredacted.pop(stream, None)

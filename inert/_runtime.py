@@ -688,6 +688,7 @@ class Runtime:
             self._redacting = True
             for stream, version, types in self._retention.take():
                 await self.log.redact(stream, version, event_types=types)
+                self._retention.made(stream, version)
             self._redacting = False
             self._changed.set()
             self._changed = trio.Event()
@@ -715,6 +716,9 @@ class Runtime:
         self._fold = state.fold
         self.projections = state.projections
         self._retention = state.retention
+        if self._retention.pending:
+            # Redactions due when the snapshot was taken, perhaps never made: made now (again).
+            self._retention_due.set()
         self.peers = state.peers
         self._router.start_at(state.fold, state.position)
         self.restored_from = state.position

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 from test_runtime import (
     ARGUMENTS,
     PRINCIPAL,
@@ -206,3 +207,42 @@ async def test_a_restart_on_sqlite_starts_from_its_snapshot(tmp_path: Path) -> N
         assert runtime.phase(key) is Phase.DISPATCHED
     async with open_runtime(log=url, tools=TOOLS, snapshot_every=None) as runtime:
         assert runtime.digest() == digest
+
+
+class _StopsWhileRedacting(MemoryLog):
+    """A process that stops while it makes a redaction: left to the next one."""
+
+    snapshot_written = trio.Event()
+
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        await super()._write_snapshot(snapshot)
+        self.snapshot_written.set()
+        self.snapshot_written = trio.Event()
+
+
+async def test_a_redaction_not_made_when_the_snapshot_was_taken_is_made_after_the_restart() -> None:
+    """A redaction due, or taken and not yet made, when a snapshot was taken is due again when
+    a runtime restarts from it: the restart makes it and settles, and the bytes leave the log."""
+    store = MemoryStore()
+    key = key_of("a", response="a")
+    log = _StopsWhileRedacting(store, clock=trio_clock())
+    async with open_runtime(log=log, tools=TOOLS, snapshot_every=1) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+        await runtime.complete(await runtime.claim(key, executor="worker"))
+        with trio.fail_after(60):
+            while (snapshot := store.snapshots.get("")) is None or snapshot.position < len(
+                store.rows
+            ):
+                await log.snapshot_written.wait()
+    assert any(ARGUMENTS[:4] in (row.payload or b"") for row in store.rows)
+    async with running(store, snapshot_every=1) as runtime:
+        assert runtime.restored_from == len(store.rows)
+        await runtime.settle()
+    assert all(ARGUMENTS[:4] not in (row.payload or b"") for row in store.rows)
