@@ -6,8 +6,9 @@ thresholds (700 allocations for a young collection) the collector runs every few
 walks the long-lived objects again and again. So once the runtime is ready it freezes what it
 holds (``gc.freeze``: moved out of the collector's sight, still freed by reference counting)
 and raises the thresholds; when the last runtime of the process stops, the previous thresholds
-come back and the frozen objects are given back to the collector (unless the host had frozen
-objects of its own before: then they all stay frozen, as the host wanted its own).
+come back and the frozen objects are given back to the collector, which collects the whole
+process once then (unless the host had frozen objects of its own before: then they all stay
+frozen, as the host wanted its own).
 
 The settings are process-wide. A host that manages the collector itself opens its runtimes
 with ``open_runtime(collector=None)``.
@@ -66,4 +67,9 @@ def restore() -> None:
     gc.set_threshold(*_Applied.previous)
     if _Applied.froze and not _Applied.host_froze:
         gc.unfreeze()
+        # Unfrozen, they are counted as old, and the collector would look at the old
+        # generation again only once it grew by a quarter: the garbage among them (cycles
+        # frozen with the rest) would stay, runtime after runtime, in a process that opens
+        # many one after another.
+        gc.collect()
     _Applied.froze = False

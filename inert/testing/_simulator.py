@@ -34,6 +34,7 @@ import trio
 import trio.testing
 from attrs import define, field, frozen
 
+from .._collector import CollectorSettings
 from .._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
 from .._runtime import Runtime, open_runtime
 from ..actors import (
@@ -96,6 +97,8 @@ RETENTIONS: dict[str, Retention] = {
 """Retention policies by name: the runtime's default, validated arguments only, nothing."""
 
 DRAIN = 60.0
+_COLLECTOR = CollectorSettings(freeze=False)
+
 SNAPSHOT_EVERY = 500
 """Events between a runtime's snapshots: a restart starts from one of a few hundred events
 ago."""
@@ -340,6 +343,9 @@ class _Run:
             retention=self.retention,
             ledger_horizon=self.horizon,
             snapshot_every=SNAPSHOT_EVERY,
+            # Nothing to freeze: a seed's state is small, and a worker runs a runtime after
+            # another, whose every stop would then collect the whole process.
+            collector=_COLLECTOR,
         ) as runtime:
             yield runtime
 
