@@ -953,15 +953,15 @@ async def open_runtime(
     (``process``): it owns the turns it starts, and takes over the turns of a process silent for
     ``lease_time`` seconds (see :mod:`inert._peers`). With a ``tracer_provider``
     (OpenTelemetry), turns, calls, validations, confirmations, dispatches and controls become
-    spans, made from the log once the runtime is live, never on replay. Once everything is
-    rebuilt from the log, the garbage collector is set as ``collector`` says (the objects alive
-    frozen, higher thresholds; ``None`` leaves it alone, see :mod:`inert._collector`); the
-    runtime stops when the block ends. Fragments fed are held for the next append of the log:
-    past ``held_bytes`` of them (16 MiB) a feed of fragments waits until the writer has made
-    room. Every ``snapshot_every`` events folded (and once after a restart that folded at least
-    that many), the runtime writes a snapshot of its state beside the log, and a restart starts
-    from the newest one its code and configuration made (``None``: never; see
-    :mod:`inert._snapshot`).
+    spans, made from the log once the runtime is live, never on replay. The garbage collector
+    is set as ``collector`` says (higher thresholds from the start; the objects alive frozen
+    once a snapshot is loaded and once everything is rebuilt from the log; ``None`` leaves it
+    alone, see :mod:`inert._collector`); the runtime stops when the block ends. Fragments fed
+    are held for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of
+    fragments waits until the writer has made room. Every ``snapshot_every`` events folded (and
+    once after a restart that folded at least that many), the runtime writes a snapshot of its
+    state beside the log, and a restart starts from the newest one its code and configuration
+    made (``None``: never; see :mod:`inert._snapshot`).
     """
     if held_bytes < 1:
         raise ConfigurationError(f"held_bytes must be at least 1, not {held_bytes}")
@@ -999,7 +999,23 @@ async def open_runtime(
 
 @asynccontextmanager
 async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
+    if collector is None:
+        async with _running(runtime, None) as running:
+            yield running
+        return
+    _collector.apply(collector)
+    try:
+        async with _running(runtime, collector) as running:
+            yield running
+    finally:
+        _collector.restore()
+
+
+@asynccontextmanager
+async def _running(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
     await runtime._restore()
+    if collector is not None:
+        _collector.freeze(collector)
     await runtime._router.catch_up()
     await runtime._snapshot_replay()
     body_error: BaseException | None = None
@@ -1024,12 +1040,8 @@ async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIt
                 runtime._live = True
                 await runtime._recover()
                 if collector is not None:
-                    _collector.apply(collector)
-                try:
-                    yield runtime
-                finally:
-                    if collector is not None:
-                        _collector.restore()
+                    _collector.freeze(collector)
+                yield runtime
             except BaseException as error:
                 body_error = error
             finally:

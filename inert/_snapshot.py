@@ -26,6 +26,9 @@ events after its position.
   read back as retention leaves them), and where it could still decide on them (collecting or
   holding inputs back; waiting for its response's end or its validation) it takes its recorded
   decisions as they are, as a replay of the redacted log does (``Slot.degraded``).
+- **Redactions are never lost.** The retention plan holds, as due, every redaction due when the
+  snapshot was taken and every one under way then: a process that stops before the log made
+  them leaves them to the restart, as a replay from the start would find them due.
 - **Loading is restricted.** The state is a pickle; only the classes of inert's pure modules and
   a few value types of the standard library may be named in it. Anything else, like any other
   failure to load, makes the snapshot unusable, never a program run.
@@ -33,10 +36,13 @@ events after its position.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import pickle
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import cache
 from importlib import import_module
@@ -50,7 +56,7 @@ from ._peers import Peers
 from ._retention import Retention, RetentionPlan
 from .actors import CallFold, CallLimits, Phase
 from .actors._slot import Slot
-from .events import without_sensitive
+from .events import CallKey, without_sensitive
 from .events._snapshots import SnapshotPayload, StoredSnapshot, state_digest
 from .projections import Projections
 
@@ -100,9 +106,9 @@ class RuntimeState:
     projections: Projections
     retention: RetentionPlan
     peers: Peers | None
-    apart: dict[str, tuple[str, str, bool]] = attrs.field(factory=dict)
-    """The payloads stored apart, by label: the call stream, the kind, and whether the call may
-    still decide on them."""
+    apart: dict[str, tuple[CallKey, str, bool]] = attrs.field(factory=dict)
+    """The payloads stored apart, by label: the call, the kind, and whether the call may still
+    decide on them."""
 
 
 @attrs.frozen(kw_only=True)
@@ -199,7 +205,7 @@ def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
     change meanwhile, and is as it was afterwards."""
     payloads: list[SnapshotPayload] = []
     taken: list[tuple[Slot, _Part, tuple[Any, ...]]] = []
-    apart: dict[str, tuple[str, str, bool]] = {}
+    apart: dict[str, tuple[CallKey, str, bool]] = {}
     dumps = _Dumper()
     try:
         for slot in state.fold.records.values():
@@ -214,7 +220,7 @@ def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
                         part=label, stream=stream, first_version=first_version, data=dumps(fields)
                     )
                 )
-                apart[label] = (slot.key.stream, part.kind, part.needed_by(slot))
+                apart[label] = (slot.key, part.kind, part.needed_by(slot))
                 taken.append((slot, part, fields))
                 part.strip(slot)
         state.apart = apart
@@ -276,13 +282,26 @@ def restore(snapshot: StoredSnapshot, *, stamp: str) -> RuntimeState:
         raise SnapshotUnusable("written by another code or configuration")
     if not snapshot.intact():
         raise SnapshotUnusable("its state is damaged")
-    state = _load(snapshot.state)
-    if not isinstance(state, RuntimeState) or state.position != snapshot.position:
-        raise SnapshotUnusable("its state is not a runtime's")
-    slots = {slot.key.stream: slot for slot in state.fold.records.values()}
-    payloads = {payload.part: payload.data for payload in snapshot.payloads}
-    for label, (stream, kind, needed) in state.apart.items():
-        slot = slots.get(stream)
+    with _loading():
+        state = _StateUnpickler(io.BytesIO(snapshot.state)).load()
+        if not isinstance(state, RuntimeState) or state.position != snapshot.position:
+            raise SnapshotUnusable("its state is not a runtime's")
+        _put_back(state, snapshot.payloads)
+    state.apart = {}
+    state.fold.live = False
+    if state.peers is not None:
+        # What the running process did with what it heard (processes it buried, turns it
+        # gained) is not what a replay builds: it finds them again once live.
+        state.peers.forget_actions()
+    return state
+
+
+def _put_back(state: RuntimeState, stored: tuple[SnapshotPayload, ...]) -> None:
+    """Give each call the payloads the log still holds of it; degrade the others."""
+    records = state.fold.records
+    payloads = {payload.part: payload.data for payload in stored}
+    for label, (key, kind, needed) in state.apart.items():
+        slot = records.get(key) if isinstance(key, CallKey) else None
         part = _PARTS.get(kind)
         if slot is None or part is None:
             raise SnapshotUnusable(f"its payload {label!r} is of no call of its state")
@@ -292,18 +311,11 @@ def restore(snapshot: StoredSnapshot, *, stamp: str) -> RuntimeState:
             # decide on these bytes takes its recorded decisions as they are.
             slot.degraded = slot.degraded or needed
             continue
-        fields = _load(data)
+        fields = _StateUnpickler(io.BytesIO(data)).load()
         if not isinstance(fields, tuple) or len(fields) != len(part.fields):
             raise SnapshotUnusable(f"its payload {label!r} is not a call's")
         for field, value in zip(part.fields, fields, strict=True):
             setattr(slot, field, value)
-    state.apart = {}
-    state.fold.live = False
-    if state.peers is not None:
-        # What the running process did with what it heard (processes it buried, turns it
-        # gained) is not what a replay builds: it finds them again once live.
-        state.peers.forget_actions()
-    return state
 
 
 class _StateUnpickler(pickle.Unpickler):
@@ -319,10 +331,19 @@ class _StateUnpickler(pickle.Unpickler):
         raise SnapshotUnusable(f"it names {module}.{name}, which is not state")
 
 
-def _load(data: bytes) -> Any:
+@contextmanager
+def _loading() -> Iterator[None]:
+    """Unpickling: any failure makes the snapshot unusable, and no collection runs meanwhile
+    (loading makes millions of objects and frees none: the cyclic collector would walk them
+    again and again for nothing, which doubles the time of a large state)."""
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        return _StateUnpickler(io.BytesIO(data)).load()
+        yield
     except SnapshotUnusable:
         raise
     except Exception as error:
         raise SnapshotUnusable(f"it cannot be read ({type(error).__name__}: {error})") from None
+    finally:
+        if collecting:
+            gc.enable()

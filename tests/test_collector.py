@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import weakref
 
 import pytest
 
@@ -57,27 +56,3 @@ async def test_objects_the_host_froze_stay_frozen() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
-
-
-class _Cycle:
-    """Garbage only the cyclic collector frees: it refers to itself."""
-
-    def __init__(self) -> None:
-        self.itself = self
-
-
-async def test_garbage_frozen_with_a_runtime_is_freed_when_it_stops() -> None:
-    """Cycles left unreachable when a runtime froze what was alive are freed once the last
-    runtime stops: opening runtime after runtime does not pile them up."""
-    collected = gc.isenabled()
-    gc.disable()
-    try:
-        garbage = _Cycle()
-        freed = weakref.ref(garbage)
-        del garbage
-        async with open_runtime(log="memory://"):
-            assert freed() is not None
-    finally:
-        if collected:
-            gc.enable()
-    assert freed() is None
