@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.append_throughput
 	$(BIN)/python -m benchmarks.call_actors
 	$(BIN)/python -m benchmarks.history
+	$(BIN)/python -m benchmarks.restart
 	$(BIN)/python -m benchmarks.adapters
 	$(BIN)/python -m benchmarks.validation
 	$(BIN)/python -m benchmarks.tracing_overhead

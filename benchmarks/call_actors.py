@@ -1106,9 +1106,10 @@ def _unit_arguments(call: int) -> list[bytes]:
     return [text[start : start + step] for start in range(0, len(text), step)]
 
 
-async def record_unit() -> list[RecordedEvent]:
-    """The events a real runtime writes for one turn of four calls, claimed and completed; with
-    retention off, so that the fragments and arguments are there to copy."""
+async def record_unit(*, finished: bool = True) -> list[RecordedEvent]:
+    """The events a real runtime writes for one turn of four calls, claimed and completed (or,
+    not ``finished``, left ready to claim); with retention off, so that the fragments and
+    arguments are there to copy."""
     async with (
         open_log("memory://") as log,
         open_runtime(log=log, tools=[TOOL], retention=KEEP_PAYLOADS) as runtime,
@@ -1154,7 +1155,7 @@ async def record_unit() -> list[RecordedEvent]:
             ]
         )
         await runtime.settle()
-        for key in keys:
+        for key in keys if finished else ():
             dispatch = await runtime.claim(key, executor="bench-executor")
             await runtime.complete(dispatch)
         await runtime.settle()
