@@ -27,8 +27,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The tests spread over TEST_WORKERS processes (pytest-xdist), the slowest started first; idle
+# workers take queued tests from busy ones. TEST_WORKERS=0 runs them all in this process.
+TEST_WORKERS ?= 2
+
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest --numprocesses $(TEST_WORKERS) --dist worksteal
 
 # A benchmark that crashes or cannot complete a case exits non-zero, which stops `make bench`;
 # a stated target missed is reported in its output ("NOT met", "**no**"), not failed.

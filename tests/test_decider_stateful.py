@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import attrs
+import pytest
 from conftest import RUN_COUNTS
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -795,6 +796,7 @@ class DeciderMachine(RuleBasedStateMachine):
         )
 
 
+@pytest.mark.slow(seconds=50)
 def test_the_decider_keeps_its_invariants_under_random_inputs() -> None:
     """I1-I7 hold after every step of random inputs to two calls of one turn."""
     before = DeciderMachine.examples

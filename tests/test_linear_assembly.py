@@ -84,7 +84,7 @@ def assemble(events: list[Event]) -> tuple[CallState, float]:
     return state, time.process_time() - start
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=20)
 def test_a_256_kib_argument_of_one_character_deltas_assembles_in_linear_time() -> None:
     """Eight times the one-character deltas cost well under sixteen times the CPU time, in the
     adapter and in the call's decider alike, and the call is whole at its end."""

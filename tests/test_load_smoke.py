@@ -143,7 +143,7 @@ async def sample_memory(load: Load) -> None:
         await trio.sleep(1)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=80)
 async def test_load_with_faults_stays_bounded_and_safe(tmp_path: Path) -> None:
     """Many keys in flight on a faulty SQLite log: bounded memory, no duplicate dispatch, no
     dispatch before validation, no acknowledged event lost, every error an InertError."""

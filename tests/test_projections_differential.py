@@ -548,6 +548,7 @@ def _logs(draw: st.DrawFn) -> list[RecordedEvent]:
     return records
 
 
+@pytest.mark.slow(seconds=20)
 @settings(max_examples=300, deadline=None)
 @given(
     records=_logs(),

@@ -77,7 +77,7 @@ def _report(results: list[SimulationResult]) -> str:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=600)
 def test_every_seed_keeps_every_invariant_and_runs_the_same_twice() -> None:
     """Seeds of 200 concurrent call keys each break no invariant and write the same log twice."""
     results = simulate_many(range(SEEDS), keys=KEYS, retention=RETENTION, workers=WORKERS)
