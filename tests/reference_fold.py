@@ -34,6 +34,7 @@ from inert.actors._decider import (
     step,
     with_arguments,
 )
+from inert.actors._scope import ResponseTurns
 from inert.events import (
     DECISION_TYPES,
     ArgumentsAppended,
@@ -170,7 +171,7 @@ class Scope:
 
     def apply(self, event: Event) -> None:
         match event:
-            case TurnStarted(turn=turn, principal=principal, tools=tools):
+            case TurnStarted(turn=turn, principal=principal, tools=tools, rules=rules):
                 if turn in self._turns:
                     return
                 conversation = (turn.tenant, turn.conversation)
@@ -179,7 +180,7 @@ class Scope:
                     self._set_status(previous, TurnStatus.SUPERSEDED)
                 self._latest[conversation] = turn
                 offered = {tool.name: tool for tool in tools}
-                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered))
+                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered, rules=rules))
             case TurnSuperseded(turn=turn):
                 self._set_status(turn, TurnStatus.SUPERSEDED)
             case TurnCancelled(turn=turn, principal=principal):
@@ -314,6 +315,7 @@ class CallFold:
         self._leases: dict[TurnRef, tuple[str, int]] = {}
         self.position = 0
         self.scope = Scope()
+        self.responses = ResponseTurns()
         self.records: dict[CallKey, CallRecord] = {}
         self._index = _Index()
         self._resumable: dict[ResponseRef, int | None] = {}
@@ -344,11 +346,21 @@ class CallFold:
                 self._outcomes.add(event.key)
             return []
         self.scope.apply(event)
+        self._note_response(recorded_event, event)
         self._note_stream(event)
         work: list[Work] = []
         for key in self._targets(event):
             work.extend(self._deliver(key, recorded_event, event))
         return work
+
+    def _note_response(self, recorded_event: RecordedEvent, event: Event) -> None:
+        key = getattr(event, "key", None)
+        response = key.response_ref if isinstance(key, CallKey) else getattr(event, "response", 0)
+        if isinstance(response, ResponseRef):
+            known = self.scope.turn(response.turn_ref) is not None
+            self.responses.note(
+                recorded_event.stream, recorded_event.version, response, known=known
+            )
 
     def _note_stream(self, event: Event) -> None:
         response = getattr(event, "response", None)
@@ -411,7 +423,7 @@ class CallFold:
                 return _members(index.by_tenant, tenant)
         return ()
 
-    def _context(self, record: CallRecord, event: Event) -> CallContext:
+    def _context(self, record: CallRecord, event: Event, version: int | None = None) -> CallContext:
         # The record's key, not the event's: what it derives (its turn) is cached on it.
         key = record.state.key
         turn = self.scope.turn(key.turn_ref)
@@ -427,6 +439,9 @@ class CallFold:
             limits=self.limits,
             live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
             live_in_tenant=len(self._index.by_tenant.get(key.tenant, ())) - live,
+            response_elsewhere=self.responses.elsewhere(key.response_ref, version)
+            if record.state.phase is Phase.ABSENT
+            else "",
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -439,7 +454,7 @@ class CallFold:
             event_id=recorded_event.event_id,
             at=recorded_event.recorded_at,
         )
-        context = self._context(record, event)
+        context = self._context(record, event, recorded_event.version)
         if record.state.validating is not None or record.held:
             record.held.append((received, context))
             return []
@@ -602,6 +617,7 @@ class CallFold:
             return
         self._forget([key for key in self.records if key.turn_ref == turn])
         self.scope.retire(turn)
+        self.responses.retire(turn)
         self._leases.pop(turn, None)
         for response in list(self._resumable):
             if response.turn_ref == turn:
@@ -617,6 +633,7 @@ class CallFold:
         assert isinstance(recorded_event.event, Redacted)
         remains = recorded_event.event.remains
         if remains is not None:
+            self._note_response(recorded_event, remains)
             key = _key_of(remains)
             record = self.records.get(key) or self._record(key)
             if record.state.terminal_phase or record.state.phase is Phase.ABSENT:

@@ -8,6 +8,7 @@ what they would see from the provider.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -89,18 +90,23 @@ async def replay_server(
 
 
 @contextmanager
-def threaded_replay_server(body: bytes) -> Iterator[str]:
+def threaded_replay_server(body: bytes, *, fresh_id: bytes | None = None) -> Iterator[str]:
     """The same answer from a server on its own thread, for clients outside Trio (asyncio's);
-    its base URL."""
+    its base URL. With ``fresh_id``, each answer gets that response id made unique, as a
+    provider's are (the same id in two turns is a replayed response, which never acts)."""
+    answers = itertools.count(1)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            answer = body
+            if fresh_id is not None:
+                answer = body.replace(fresh_id, fresh_id + b"%d" % next(answers))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(answer)
 
         def log_message(self, *_: object) -> None:
             """Quiet: tests read what the client made of the body."""

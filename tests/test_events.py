@@ -34,6 +34,7 @@ from inert import (
     TurnRef,
     registered_event_types,
 )
+from inert.events import RULES_VERSION
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
 from inert.events._structure import GIVE_UP, fast_structure
@@ -41,7 +42,7 @@ from inert.events._structure import GIVE_UP, fast_structure
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
 # change has to be made here too, on purpose.
 EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
-    "ingress.turn_started": (inert.TurnStarted, 1),
+    "ingress.turn_started": (inert.TurnStarted, 2),
     "ingress.call_opened": (inert.CallOpened, 1),
     "ingress.arguments_appended": (inert.ArgumentsAppended, 2),
     "ingress.call_ended": (inert.CallEnded, 1),
@@ -110,6 +111,11 @@ KNOWN_VALIDATORS: list[tuple[object, object, st.SearchStrategy[Any]]] = [
     (validators.optional(validators.ge(0)), int | None, st.none() | non_negative),
     (validators.min_len(1), str, non_empty_texts),
     (_identity_component, str, identity_components),
+    (
+        validators.and_(validators.ge(1), validators.le(RULES_VERSION)),
+        int,
+        st.integers(min_value=1, max_value=RULES_VERSION),
+    ),
 ]
 
 # Constraints across fields (checked in __attrs_post_init__): the fields named are drawn together.

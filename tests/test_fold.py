@@ -615,7 +615,7 @@ def test_an_answer_to_another_validation_stops_the_replay() -> None:
 def test_a_new_turn_supersedes_the_calls_of_the_previous_one() -> None:
     """A new turn supersedes the live calls of the previous one; its late openings are stale."""
     actors = Actors()
-    old, other = key_of("call_0"), key_of("call_0", conversation="conv-2")
+    old, other = key_of("call_0"), key_of("call_0", conversation="conv-2", response="resp-2")
     actors.turn(old)
     actors.turn(other)
     actors.collect(old)
@@ -643,7 +643,7 @@ def test_a_new_turn_supersedes_the_calls_of_the_previous_one() -> None:
 def test_a_turn_superseded_event_cancels_the_calls_of_that_turn() -> None:
     """An explicit TurnSuperseded cancels the live calls of that turn only."""
     actors = Actors()
-    first, second = key_of("call_0"), key_of("call_0", conversation="conv-2")
+    first, second = key_of("call_0"), key_of("call_0", conversation="conv-2", response="resp-2")
     actors.turn(first)
     actors.turn(second)
     actors.collect(first)

@@ -30,9 +30,8 @@ def test_a_readme_example_runs(
     with ExitStack() as stack:
         if "anthropic.AsyncAnthropic()" in EXAMPLES[index]:
             body = recorded_body(FIXTURES / "anthropic" / "text-then-tool-use.sse")
-            monkeypatch.setenv(
-                "ANTHROPIC_BASE_URL", stack.enter_context(threaded_replay_server(body))
-            )
+            served = threaded_replay_server(body, fresh_id=b"msg_019Q1hrJbZG26Fb9BQhrkHEr")
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", stack.enter_context(served))
             monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
         exec(compile(EXAMPLES[index], f"README example {index}", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out

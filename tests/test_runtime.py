@@ -452,7 +452,7 @@ async def test_live_calls_per_turn_are_limited() -> None:
         assert row.terminal_reason == "limit_exceeded"
         await runtime.cancel_turn(first.turn_ref, principal=PRINCIPAL)
         await start(runtime, "t2")
-        fourth = key_of("d", turn="t2")
+        fourth = key_of("d", turn="t2", response="r2")
         await runtime.feed([CallOpened(key=fourth, tool="get_weather")])
         await runtime.settle()
         assert runtime.phase(fourth) is Phase.COLLECTING

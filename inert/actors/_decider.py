@@ -13,17 +13,21 @@ it stays while everything addressed to it is rejected.
 Rules:
 
 1. Determinism. An input is judged against the state, the context as of the input's log
-   position (the turn, the operator controls, the limits) and the time the log recorded it.
+   position (the turn, the operator controls, the limits, the turn its response was first
+   seen under) and the time the log recorded it.
    Nothing else is consulted, so the same log gives the same decisions, live and on replay. The
    only answer from outside is a validation result, fed back as ``ValidationOutcome`` and
    recorded in the decision it produces, so that replay never asks for it again.
 2. Opening. A call opens only in a known, active turn; in a cancelled or superseded turn every
    event addressed to it is rejected (``stale_turn``) and it never leaves ``absent``; a request
-   for a call never opened is rejected (``unknown_call``). A tool the
-   turn did not offer fails the call at once. A call opened under an operator control is
-   cancelled at once. Fragments or an end event before the opening fail the call: its data can
-   no longer be whole. A call the provider ran itself (a server tool) is on record and cancelled
-   as it opens (``server_executed``): no tool of the turn makes it dispatchable.
+   for a call never opened is rejected (``unknown_call``). A provider response belongs to the
+   turn it was first seen under: a call opened in a response first seen under another turn (or
+   whose stream had events before, of a turn unknown now) fails at once
+   (``response_of_another_turn``), so that a response replayed into a new turn never acts again.
+   A tool the turn did not offer fails the call at once. A call opened under an operator control
+   is cancelled at once. Fragments or an end event before the opening fail the call: its data
+   can no longer be whole. A call the provider ran itself (a server tool) is on record and
+   cancelled as it opens (``server_executed``): no tool of the turn makes it dispatchable.
 3. Fragments are transport data. They go to a private buffer (``inert.actors._buffer``). A
    fragment with an offset is the call's bytes ``[offset, offset + len)``:
    a. a range wholly inside what is stored is a duplicate, however differently it was chunked:
@@ -84,6 +88,7 @@ import attrs
 from attrs import field, frozen, validators
 
 from ..events import (
+    RULES_VERSION,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -171,6 +176,8 @@ class TurnView:
     principal: str
     tools: Mapping[str, OfferedTool]
     status: TurnStatus = TurnStatus.ACTIVE
+    rules: int = RULES_VERSION
+    """The version of these rules the turn was started under (``TurnStarted.rules``)."""
 
 
 @frozen(kw_only=True)
@@ -204,6 +211,8 @@ class CallContext(NamedTuple):
     limits: CallLimits = DEFAULT_LIMITS
     live_in_turn: int = 0
     live_in_tenant: int = 0
+    response_elsewhere: str = ""
+    """Where the call's provider response was seen under another turn first, that turn."""
 
 
 class Input(NamedTuple):
@@ -512,6 +521,12 @@ def _open(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
         CallCollecting(key=judge.state.key, cause=judge.cause, tool=event.tool),
         Opened(sequence=event.sequence, at=_at(judge)),
     )
+    if context.response_elsewhere and context.turn.rules >= 2:
+        return opened + judge.fail(
+            FailReason.RESPONSE_OF_ANOTHER_TURN,
+            f"the provider response {judge.state.key.response!r} belongs to"
+            f" {context.response_elsewhere}",
+        )
     if event.tool not in context.turn.tools:
         return opened + judge.fail(
             FailReason.UNKNOWN_TOOL, f"the turn did not offer a tool named {event.tool!r}"

@@ -93,7 +93,7 @@ from ._decider import (
     decide,
     recorded,
 )
-from ._scope import LiveIndex, Members, Scope, count
+from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
 from ._slot import Slot
 
 _DECISION_TYPES = frozenset(DECISION_TYPES)
@@ -188,6 +188,7 @@ class CallFold:
         self._leases: dict[TurnRef, tuple[str, int]] = {}
         self.position = 0
         self.scope = Scope()
+        self.responses = ResponseTurns()
         self.records: dict[CallKey, Slot] = {}
         self._index = LiveIndex()
         self._resumable: dict[ResponseRef, int | None] = {}
@@ -236,6 +237,7 @@ class CallFold:
         if kind is TurnStarted and self.scope.turn(event.turn) is None:  # type: ignore[attr-defined]
             self._idle[event.turn] = recorded_event.recorded_at  # type: ignore[attr-defined]
         self.scope.apply(event)
+        self._note_response(recorded_event, event)
         self._note_stream(event)
         work: list[Work] = []
         for key in self._targets(event):
@@ -267,6 +269,15 @@ class CallFold:
         slot._buffer = slot._buffer.add(fragment)
         slot.last_activity = recorded_event.recorded_at
         return True
+
+    def _note_response(self, recorded_event: RecordedEvent, event: Event) -> None:
+        """The turn of a response stream's first event."""
+        if recorded_event.version != 1:
+            return
+        response = _response_of(event)
+        if response is not None:
+            known = self.scope.turn(response.turn_ref) is not None
+            self.responses.note(recorded_event.stream, 1, response, known=known)
 
     def _note_stream(self, event: Event) -> None:
         response = getattr(event, "response", None)
@@ -343,6 +354,9 @@ class CallFold:
             limits=self.limits,
             live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
             live_in_tenant=self._index.in_tenant.get(key.tenant, 0) - live,
+            response_elsewhere=self.responses.elsewhere(key.response_ref, slot.opened_version)
+            if slot.phase is Phase.ABSENT
+            else "",
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -548,6 +562,7 @@ class CallFold:
         for key in self._calls_of_turn.take(turn):
             del records[key]
         self.scope.retire(turn)
+        self.responses.retire(turn)
         self._idle.pop(turn, None)
         self._leases.pop(turn, None)
         for responses in (self._resumable, self._resume_points):
@@ -561,6 +576,7 @@ class CallFold:
         assert isinstance(recorded_event.event, Redacted)
         remains = recorded_event.event.remains
         if remains is not None:
+            self._note_response(recorded_event, remains)
             key = _key_of(remains)
             slot = self.records.get(key) or self._record(key)
             if slot.terminal_phase or slot.phase is Phase.ABSENT:
@@ -743,6 +759,15 @@ def _key_of(event: Event) -> CallKey:
     key = getattr(event, "key", None)
     assert isinstance(key, CallKey)
     return key
+
+
+def _response_of(event: Event) -> ResponseRef | None:
+    """The provider response an ingress event belongs to (None for any other event)."""
+    key = getattr(event, "key", None)
+    if isinstance(key, CallKey):
+        return key.response_ref
+    response = getattr(event, "response", None)
+    return response if isinstance(response, ResponseRef) else None
 
 
 def _describe(event: Event) -> str:

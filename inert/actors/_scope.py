@@ -1,6 +1,7 @@
 """What the fold holds beside the calls: the turns and operator controls as of a log position
-(``Scope``), and the index of the live calls (``LiveIndex``) that routes a turn, response,
-tenant or operator event to exactly the calls it concerns.
+(``Scope``), the turn each provider response belongs to (``ResponseTurns``), and the index of
+the live calls (``LiveIndex``) that routes a turn, response, tenant or operator event to exactly
+the calls it concerns.
 
 Pure: no trio, no storage.
 """
@@ -13,6 +14,7 @@ import attrs
 from attrs import define
 
 from ..events import (
+    ByTurn,
     CallKey,
     CancelReason,
     Event,
@@ -47,7 +49,7 @@ class Scope:
 
     def apply(self, event: Event) -> None:
         match event:
-            case TurnStarted(turn=turn, principal=principal, tools=tools):
+            case TurnStarted(turn=turn, principal=principal, tools=tools, rules=rules):
                 if turn in self._turns:
                     return
                 conversation = (turn.tenant, turn.conversation)
@@ -56,7 +58,7 @@ class Scope:
                     self._set_status(previous, TurnStatus.SUPERSEDED)
                 self._latest[conversation] = turn
                 offered = {tool.name: tool for tool in tools}
-                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered))
+                self._turns[turn] = _Turn(TurnView(principal=principal, tools=offered, rules=rules))
             case TurnSuperseded(turn=turn):
                 self._set_status(turn, TurnStatus.SUPERSEDED)
             case TurnCancelled(turn=turn, principal=principal):
@@ -101,6 +103,67 @@ class Scope:
         if tool and ((None, tool) in self._disabled or (key.tenant, tool) in self._disabled):
             return CancelReason.TOOL_DISABLED
         return None
+
+
+UNKNOWN_TURN_RESPONSES_KEPT = 65_536
+"""Responses first seen under a turn not started (yet) whose turn is remembered: the oldest
+is forgotten past this many, so that made-up turns cannot grow the fold without bound."""
+
+
+class ResponseTurns:
+    """The turn each provider response belongs to: the turn of the first event of its response
+    stream.
+
+    A response's stream is named by tenant and response id alone, so a response id that shows
+    up under another turn (a proxy or a provider replaying an old response into a new turn)
+    lands on the stream of the first. A call opened there is judged by where its response
+    belongs (``elsewhere``). A response is forgotten with its turn's retirement (or, first seen
+    under a turn not started then, once ``UNKNOWN_TURN_RESPONSES_KEPT`` newer ones were): a
+    stream that has events and no known turn is then one whose turn is unknown here, and a call
+    opened on it belongs elsewhere too.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, ResponseRef] = {}
+        self._of_turn: ByTurn[ResponseRef] = ByTurn()
+        self._of_unknown_turns: dict[ResponseRef, None] = {}
+
+    def note(self, stream: str, version: int, response: ResponseRef, *, known: bool) -> None:
+        """An ingress event of ``response`` at ``version`` of ``stream``; ``known``: its turn
+        is started."""
+        if version != 1 or stream != response.stream or stream in self._first:
+            return
+        self._first[stream] = response
+        self._of_turn.add(response)
+        if not known:
+            unknown = self._of_unknown_turns
+            unknown[response] = None
+            if len(unknown) > UNKNOWN_TURN_RESPONSES_KEPT:
+                oldest = next(iter(unknown))
+                del unknown[oldest]
+                self._forget(oldest)
+
+    def elsewhere(self, response: ResponseRef, version: int | None) -> str:
+        """Where a call opened at ``version`` of ``response``'s stream belongs to another turn,
+        that turn (or that it is unknown here); ``""`` where the response is its own turn's."""
+        first = self._first.get(response.stream)
+        if first is None:
+            if version is None or version <= 1:
+                return ""
+            return "a turn unknown here (its stream had events before this turn used it)"
+        if first == response:
+            return ""
+        return f"turn {first.turn_ref.stream!r}"
+
+    def retire(self, turn: TurnRef) -> None:
+        """Forget the responses of a retired turn."""
+        for response in self._of_turn.take(turn):
+            del self._first[response.stream]
+            self._of_unknown_turns.pop(response, None)
+
+    def _forget(self, response: ResponseRef) -> None:
+        del self._first[response.stream]
+        self._of_turn.remove(response)
 
 
 # --- calls -----------------------------------------------------------------------------------

@@ -73,6 +73,9 @@ class FailReason(enum.StrEnum):
     IDENTITY_CONFLICT = "identity_conflict"
     LIMIT_EXCEEDED = "limit_exceeded"
     PROTOCOL_VIOLATION = "protocol_violation"
+    RESPONSE_OF_ANOTHER_TURN = "response_of_another_turn"
+    """The call's provider response was seen under another turn first: a response replayed
+    into a new turn never acts again."""
 
 
 class RejectReason(enum.StrEnum):
@@ -117,14 +120,28 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-@event_type("ingress.turn_started")
+RULES_VERSION = 2
+"""The version of the decider's rules a turn started now is judged by. 2: a provider response
+belongs to the turn it was first seen under (a call of it under another turn fails
+``response_of_another_turn``). A turn is judged by the rules it was started under, so that a log
+written before a rule existed replays to the decisions it holds."""
+
+
+def _judged_by_the_first_rules(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 turns were started before the rules had versions: they are judged by the first."""
+    return {**fields, "rules": 1}
+
+
+@event_type("ingress.turn_started", schema_version=2, upcasters={1: _judged_by_the_first_rules})
 @frozen(kw_only=True)
 class TurnStarted(Event):
-    """The agent server started a turn for an authenticated principal with these tools."""
+    """The agent server started a turn for an authenticated principal with these tools, to be
+    judged by these rules (``RULES_VERSION``)."""
 
     turn: TurnRef
     principal: str = field(validator=validators.min_len(1))
     tools: tuple[OfferedTool, ...] = ()
+    rules: int = field(default=RULES_VERSION, validator=[_positive, validators.le(RULES_VERSION)])
 
 
 @event_type("ingress.call_opened")

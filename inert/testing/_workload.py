@@ -329,7 +329,10 @@ class _Planner:
             for part in range(responses):
                 share = in_turn // responses + (1 if part < in_turn % responses else 0)
                 if share:
-                    own.extend(self._response(turn, f"resp-{number}-{part}", share, keys))
+                    # A provider's response ids are unique: one reused in another turn is a
+                    # replayed response, which never acts (``response_of_another_turn``).
+                    response_id = f"resp-{name}-{number}-{part}"
+                    own.extend(self._response(turn, response_id, share, keys))
             if own and rng.random() < 0.05:
                 own.insert(rng.randrange(len(own) + 1), CancelTurn(turn))
             later: list[Action] = []
