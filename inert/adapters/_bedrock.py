@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
+from ._envelope import EnvelopeRefused, read_event_json
 from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
 
 _STOP_REASONS = {
@@ -65,7 +66,7 @@ def _headers(data: bytes) -> dict[str, object]:
     offset = 0
     while offset < len(data):
         length = data[offset]
-        name = data[offset + 1 : offset + 1 + length].decode("utf-8", "replace")
+        name = _text(data[offset + 1 : offset + 1 + length])
         offset += 1 + length
         if offset >= len(data):
             raise _ProtocolBreak("a frame header without a value")
@@ -74,7 +75,7 @@ def _headers(data: bytes) -> dict[str, object]:
         if kind in _SIZED:
             (size,) = struct.unpack_from(">H", data, offset)
             raw = data[offset + 2 : offset + 2 + size]
-            headers[name] = raw.decode("utf-8", "replace") if kind == 7 else raw
+            headers[name] = _text(raw) if kind == 7 else raw
             offset += 2 + size
         elif kind in _FIXED_WIDTHS:
             offset += _FIXED_WIDTHS[kind]
@@ -84,6 +85,13 @@ def _headers(data: bytes) -> dict[str, object]:
         if offset > len(data):
             raise _ProtocolBreak("a frame header longer than its frame")
     return headers
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _ProtocolBreak("a frame header whose bytes are not UTF-8") from None
 
 
 def _string_header(name: str, value: str) -> bytes:
@@ -213,8 +221,10 @@ class BedrockAdapter:
             name = headers.get(":error-code") or "error"
             return self._exception(str(name))
         try:
-            body = json.loads(payload) if payload else {}
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = read_event_json(payload) if payload else {}
+        except EnvelopeRefused as refused:
+            return self._violate(f"a {name} frame refused: {refused.msg}")
+        except json.JSONDecodeError:
             return self._violate(f"a {name} frame whose payload is not JSON")
         if kind == "exception":
             return self._exception(str(name))

@@ -52,19 +52,6 @@ _PATH_STEP = re.compile(
 DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ProtocolBreak("a chunk whose JSON repeats a key")
-        found[key] = value
-    return found
-
-
-def _no_constants(name: str) -> Any:
-    raise ProtocolBreak(f"a chunk whose JSON holds {name}")
-
-
 def _path(path: object) -> list[str | int]:
     if not isinstance(path, str) or not path.startswith("$"):
         raise ProtocolBreak("a partial argument without a JSON path")
@@ -193,10 +180,6 @@ class GeminiAdapter(JSONEventStream):
         if self._calls is not None and not self._calls.ended:
             return self._calls.lost(resumable=False)
         return []
-
-    def _decode(self, data: str) -> object:
-        # Strictly: a repeated name or NaN in the provider's JSON is refused, not resolved.
-        return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
 
     def _handle(self, chunk: JSONObject) -> list[Event]:
         try:

@@ -9,6 +9,7 @@ import abc
 import json
 
 from ..events import Event
+from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import ServerSentEvent, SSEDecoder
 from ._tracker import JSONObject, as_object
 
@@ -50,8 +51,15 @@ class JSONEventStream(abc.ABC):
     def _events(self, sent: list[ServerSentEvent]) -> list[Event]:
         events: list[Event] = []
         for message in sent:
+            if message.refused:
+                events += self._violate(message.refused)
+                continue
             try:
-                payload = self._decode(message.data)
+                payload = read_event_json(message.data)
+            except EnvelopeRefused as refused:
+                if message.complete:
+                    events += self._violate(refused.msg)
+                continue
             except json.JSONDecodeError:
                 # A last event cut off with the connection is a lost stream, which close()
                 # reports; anywhere else, data that is not JSON breaks the protocol.
@@ -66,9 +74,6 @@ class JSONEventStream(abc.ABC):
                 continue
             events += self._handle(payload)
         return events
-
-    def _decode(self, data: str) -> object:
-        return json.loads(data)
 
     @abc.abstractmethod
     def _handle(self, event: JSONObject) -> list[Event]:

@@ -40,13 +40,13 @@ Decoded chunks come as dicts or ``openai`` SDK objects (``ChatCompletionChunk``)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TypeGuard
 
 from attrs import define, field
 
 from ..events import CallKey, Event, ResponseEndReason, TerminalRef, TurnRef
+from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import ServerSentEvent, SSEDecoder
 from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
 
@@ -141,10 +141,16 @@ class OpenAIChatAdapter:
     # --- payloads ------------------------------------------------------------------------------
 
     def _sse(self, sse: ServerSentEvent) -> list[Event]:
+        if sse.refused:
+            return self._refused(sse.refused)
         if sse.event != "error" and sse.data.strip() == _DONE:
             return self._done()
         try:
-            payload: object = json.loads(sse.data)
+            payload: object = read_event_json(sse.data)
+        except EnvelopeRefused as refused:
+            if sse.complete and sse.event != "error":
+                return self._refused(refused.msg)
+            payload = None
         except ValueError:
             payload = None
         if sse.event == "error":
@@ -160,6 +166,12 @@ class OpenAIChatAdapter:
         if completion is None:
             return []
         return completion.calls.violate("a data payload that is not a JSON object")
+
+    def _refused(self, why: str) -> list[Event]:
+        completion = self._open_completion()
+        if completion is None:
+            return []
+        return completion.calls.violate(why)
 
     def _object(self, payload: JSONObject) -> list[Event]:
         # openai-python raises for any payload with a truthy top-level "error".

@@ -86,6 +86,7 @@ from collections.abc import Callable, Mapping
 from attrs import define, field
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
+from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import ServerSentEvent, SSEDecoder
 from ._tracker import (
     JSONObject,
@@ -251,11 +252,17 @@ class OpenAIResponsesAdapter:
     # --- payloads ------------------------------------------------------------------------------
 
     def _sse(self, sse: ServerSentEvent) -> list[Event]:
+        if sse.refused:
+            return self._violate(sse.refused)
         if sse.data.strip() == _DONE:
             # OpenAI-compatible servers may end the body like Chat Completions: nothing to read.
             return []
         try:
-            payload: object = json.loads(sse.data)
+            payload: object = read_event_json(sse.data)
+        except EnvelopeRefused as refused:
+            if sse.complete:
+                return self._violate(refused.msg)
+            payload = None
         except ValueError:
             payload = None
         if isinstance(payload, Mapping):

@@ -5,7 +5,9 @@ anywhere; the decoder keeps whatever is unfinished until the next chunk. Lines e
 or CR; a leading byte-order mark is dropped; ``:`` lines are comments; a blank line dispatches
 the event if it has data. At the end of the body an event with data but no blank line after it
 is handed out marked ``complete=False``: its payload may have been cut off, and the adapter
-decides (a payload that does not parse is then a lost connection, not a protocol error).
+decides (a payload that does not parse is then a lost connection, not a protocol error). Bytes
+that are not UTF-8 are refused, never replaced: the events before them are handed out, then a
+``refused`` event in place of the one they were in (dropped with the rest of that chunk).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import codecs
 from attrs import frozen
 
 _BOM = "\ufeff"
+_NOT_UTF8 = "an event whose bytes are not UTF-8"
 
 
 @frozen
@@ -25,13 +28,15 @@ class ServerSentEvent:
     data: str
     id: str | None = None
     complete: bool = True
+    refused: str = ""
+    """Why the bytes of this event were refused; it has no data then."""
 
 
 class SSEDecoder:
     """Incremental event-stream decoder: ``feed`` chunks as they come, ``close`` at the end."""
 
     def __init__(self) -> None:
-        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = codecs.getincrementaldecoder("utf-8")()
         self._pending = ""
         self._started = False
         self._event = ""
@@ -43,14 +48,30 @@ class SSEDecoder:
         """The events completed by ``chunk``."""
         if self._closed:
             raise ValueError("the event stream was closed")
-        text = self._text.decode(chunk) if isinstance(chunk, bytes) else chunk
+        if not isinstance(chunk, bytes):
+            return self._lines(chunk, final=False)
+        try:
+            text = self._text.decode(chunk)
+        except UnicodeDecodeError as error:
+            # What came before the bad bytes is whole text: its events stand.
+            valid = bytes(error.object[: error.start]).decode("utf-8")
+            self._text.reset()
+            events = self._lines(valid, final=False)
+            self._pending, self._event, self._data = "", "", []
+            return [*events, ServerSentEvent(event="", data="", refused=_NOT_UTF8)]
         return self._lines(text, final=False)
 
     def close(self) -> list[ServerSentEvent]:
         """The end of the body: the last unfinished event, if it has data (``complete=False``)."""
         if self._closed:
             return []
-        events = self._lines(self._text.decode(b"", final=True), final=True)
+        try:
+            text = self._text.decode(b"", final=True)
+        except UnicodeDecodeError:
+            # The body ended inside a character: the event it was in was cut off.
+            self._text.reset()
+            text = ""
+        events = self._lines(text, final=True)
         self._closed = True
         if self._data:
             events.append(self._dispatch(complete=False))
