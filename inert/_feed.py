@@ -23,6 +23,7 @@ from .adapters import (
     OpenAIResponsesAdapter,
     StreamAdapter,
 )
+from .adapters._envelope import read_event_json
 from .events import ConfigurationError, InertError, TurnRef
 
 
@@ -58,7 +59,8 @@ def read_stream(path: Path) -> StreamFile:
         if not line.strip():
             continue
         try:
-            events.append(json.loads(line))
+            # As strictly as an adapter reads the wire: a repeated key is not guessed at.
+            events.append(read_event_json(line))
         except json.JSONDecodeError as error:
             raise UnreadableInput(
                 f"{path} line {number} is not JSON ({error.msg}, column {error.colno})"
@@ -74,6 +76,8 @@ def read_tools(path: Path) -> list[ToolDeclaration]:
         raise UnreadableInput(f"cannot read {path}: {error.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UnreadableInput(f"{path} is not a JSON document: {error}") from None
+    except RecursionError:
+        raise UnreadableInput(f"{path} nests too deep to be read") from None
     try:
         return declarations_from_json(document)
     except ConfigurationError as error:

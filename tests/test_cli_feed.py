@@ -136,6 +136,12 @@ def test_json_lines_are_detected_and_read_as_decoded_events(
         ("tools not JSON", "is not a JSON document"),
         ("tools not a list", "tool declarations are a JSON list"),
         ("stream lines not JSON", "line 2 is not JSON"),
+        (
+            "a stream line that repeats a key",
+            "line 2 is not JSON (an event whose JSON repeats a key",
+        ),
+        ("a stream line nested too deep", "line 2 is not JSON (an event nested deeper than 64"),
+        ("tools nested too deep", "nests too deep to be read"),
     ],
 )
 def test_unreadable_input_exits_non_zero_with_what_is_wrong(
@@ -149,9 +155,16 @@ def test_unreadable_input_exits_non_zero_with_what_is_wrong(
         tools.write_text("[{")
     elif problem == "tools not a list":
         tools.write_text("{}")
+    elif problem == "tools nested too deep":
+        tools.write_text("[" * 100_000 + "]" * 100_000)
     else:
+        second = {
+            "stream lines not JSON": '{"type": ',
+            "a stream line that repeats a key": '{"type": "a", "type": "b"}',
+            "a stream line nested too deep": '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        }[problem]
         stream = tmp_path / "broken.jsonl"
-        stream.write_text('{"type": "response.created"}\n{"type": \n')
+        stream.write_text('{"type": "response.created"}\n' + second + "\n")
     url = f"sqlite:///{tmp_path / 'feed.db'}"
     status, _, err = run(
         capsys,
