@@ -1,14 +1,21 @@
 """Provider streams to portable ingress events: sans-IO, importing only ``inert.events``."""
 
 from ._anthropic import AnthropicAdapter
-from ._bedrock import BedrockAdapter, EventStreamDecoder, event_stream_message
+from ._bedrock import (
+    DEFAULT_MAX_FRAME_SIZE,
+    BedrockAdapter,
+    EventStreamDecoder,
+    event_stream_message,
+)
 from ._gemini import GeminiAdapter
 from ._openai_chat import OpenAIChatAdapter
 from ._openai_responses import OpenAIResponsesAdapter
-from ._sse import ServerSentEvent, SSEDecoder
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 from ._tracker import ResponseCalls, ResumedCall, StreamAdapter, as_object, event_digest
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_SIZE",
+    "DEFAULT_MAX_FRAME_SIZE",
     "AnthropicAdapter",
     "BedrockAdapter",
     "EventStreamDecoder",

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._json_stream import JSONEventStream, ProtocolBreak
+from ._sse import DEFAULT_MAX_EVENT_SIZE
 from ._tracker import JSONObject, ResponseCalls, event_digest, kind_of
 
 _STOP_REASONS = {
@@ -45,8 +46,8 @@ _SERVER_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 class AnthropicAdapter(JSONEventStream):
     """One Anthropic Messages stream of one turn."""
 
-    def __init__(self, turn: TurnRef) -> None:
-        super().__init__()
+    def __init__(self, turn: TurnRef, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
+        super().__init__(max_event_size=max_event_size)
         self.turn = turn
         self._message: ResponseCalls | None = None
         self._stop_reason: str | None = None

@@ -50,8 +50,9 @@ _STOP_REASONS = {
     "model_context_window_exceeded": ResponseEndReason.CONTEXT_WINDOW_EXCEEDED,
 }
 _PRELUDE = 12
-_MAX_FRAME = 16 * 1024 * 1024
-"""The largest event-stream message read; larger lengths mean the framing is broken."""
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+"""The largest event-stream message read by default; a larger length in a frame's prelude ends
+the response at once, before its body is buffered."""
 # Header value types of the event-stream encoding and the width of their fixed-size values.
 _FIXED_WIDTHS = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
 _SIZED = frozenset({6, 7})
@@ -128,7 +129,12 @@ class EventStreamDecoder:
     payload. A message whose checksums or lengths fail stops the decoder: ``broken`` says why,
     and nothing after it is read, since where the next message starts is no longer known."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size < _PRELUDE + 4:
+            raise ValueError(
+                f"max_frame_size must be at least {_PRELUDE + 4}, not {max_frame_size}"
+            )
+        self._max = max_frame_size
         self._buffer = bytearray()
         self.broken: str | None = None
 
@@ -152,7 +158,9 @@ class EventStreamDecoder:
         total, header_length, prelude_crc = struct.unpack_from(">III", self._buffer)
         if zlib.crc32(self._buffer[:8]) != prelude_crc:
             raise _ProtocolBreak("a frame whose prelude checksum does not match")
-        if total > _MAX_FRAME or total < _PRELUDE + header_length + 4:
+        if total > self._max:
+            raise _ProtocolBreak(f"a frame of {total} bytes, longer than {self._max}")
+        if total < _PRELUDE + header_length + 4:
             raise _ProtocolBreak(f"a frame of impossible length {total}")
         if len(self._buffer) < total:
             return None
@@ -168,13 +176,15 @@ class EventStreamDecoder:
 class BedrockAdapter:
     """One ConverseStream of one turn; ``response`` names its message (Bedrock does not)."""
 
-    def __init__(self, turn: TurnRef, *, response: str) -> None:
+    def __init__(
+        self, turn: TurnRef, *, response: str, max_event_size: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> None:
         if not response:
             raise ValueError("a Bedrock stream needs the response id the agent server gives it")
         ResponseCalls(turn, response)  # a name that cannot name a response fails here, at once
         self.turn = turn
         self.response = response
-        self._frames = EventStreamDecoder()
+        self._frames = EventStreamDecoder(max_frame_size=max_event_size)
         self._message: ResponseCalls | None = None
         self._messages = 0
         self._started: set[str] = set()

@@ -41,6 +41,7 @@ from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._json_stream import JSONEventStream, ProtocolBreak
+from ._sse import DEFAULT_MAX_EVENT_SIZE
 from ._tracker import JSONObject, ResponseCalls, event_digest
 
 _FILTERED = frozenset(
@@ -166,8 +167,9 @@ class GeminiAdapter(JSONEventStream):
         *,
         response: str | None = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+        max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
     ) -> None:
-        super().__init__()
+        super().__init__(max_event_size=max_event_size)
         self.turn = turn
         self.response = response
         self.max_argument_bytes = max_argument_bytes

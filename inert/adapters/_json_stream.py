@@ -10,7 +10,7 @@ import json
 
 from ..events import Event
 from ._envelope import EnvelopeRefused, read_event_json
-from ._sse import ServerSentEvent, SSEDecoder
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 from ._tracker import JSONObject, as_object
 
 
@@ -22,8 +22,8 @@ class ProtocolBreak(Exception):
 class JSONEventStream(abc.ABC):
     """An adapter reading SSE events whose data is one JSON object each."""
 
-    def __init__(self) -> None:
-        self._decoder = SSEDecoder()
+    def __init__(self, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
+        self._decoder = SSEDecoder(max_event_size=max_event_size)
         self._closed = False
 
     def feed(self, chunk: bytes | str) -> list[Event]:

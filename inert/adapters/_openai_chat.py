@@ -47,7 +47,7 @@ from attrs import define, field
 
 from ..events import CallKey, Event, ResponseEndReason, TerminalRef, TurnRef
 from ._envelope import EnvelopeRefused, read_event_json
-from ._sse import ServerSentEvent, SSEDecoder
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
 
 _DONE = "[DONE]"
@@ -97,9 +97,9 @@ class _Completion:
 class OpenAIChatAdapter:
     """One Chat Completions HTTP body of a turn, turned into portable ingress events."""
 
-    def __init__(self, turn: TurnRef) -> None:
+    def __init__(self, turn: TurnRef, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
         self._turn = turn
-        self._decoder = SSEDecoder()
+        self._decoder = SSEDecoder(max_event_size=max_event_size)
         self._completion: _Completion | None = None
         self._closed = False
 

@@ -87,7 +87,7 @@ from attrs import define, field
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._envelope import EnvelopeRefused, read_event_json
-from ._sse import ServerSentEvent, SSEDecoder
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 from ._tracker import (
     JSONObject,
     ResponseCalls,
@@ -169,10 +169,16 @@ class OpenAIResponsesAdapter:
     event can be continued later (see ``resume``) and its calls keep collecting meanwhile.
     """
 
-    def __init__(self, turn: TurnRef, *, resumable: bool = False) -> None:
+    def __init__(
+        self,
+        turn: TurnRef,
+        *,
+        resumable: bool = False,
+        max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
+    ) -> None:
         self._turn = turn
         self._resumable = resumable
-        self._decoder = SSEDecoder()
+        self._decoder = SSEDecoder(max_event_size=max_event_size)
         self._response: _Response | None = None
         self._started = False
         self._closed = False

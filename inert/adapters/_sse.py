@@ -32,12 +32,29 @@ class ServerSentEvent:
     """Why the bytes of this event were refused; it has no data then."""
 
 
-class SSEDecoder:
-    """Incremental event-stream decoder: ``feed`` chunks as they come, ``close`` at the end."""
+DEFAULT_MAX_EVENT_SIZE = 16 * 1024 * 1024
+"""Characters one event may take on the wire (its lines, comments included), by default."""
 
-    def __init__(self) -> None:
+
+class SSEDecoder:
+    """Incremental event-stream decoder: ``feed`` chunks as they come, ``close`` at the end.
+
+    Buffering is linear in what arrives: a line not ended yet is kept as its pieces, and only
+    new text is searched for line endings. An event that grows past ``max_event_size``
+    characters is refused as soon as it does (a ``refused`` event in its place); the rest of it
+    is read past, not kept, up to the blank line that ends it.
+    """
+
+    def __init__(self, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
+        if max_event_size < 1:
+            raise ValueError(f"max_event_size must be at least 1, not {max_event_size}")
+        self._max = max_event_size
         self._text = codecs.getincrementaldecoder("utf-8")()
-        self._pending = ""
+        self._pieces: list[str] = []
+        self._piece_size = 0
+        self._size = 0
+        self._refusing = False
+        self._after_cr = False
         self._started = False
         self._event = ""
         self._data: list[str] = []
@@ -49,17 +66,17 @@ class SSEDecoder:
         if self._closed:
             raise ValueError("the event stream was closed")
         if not isinstance(chunk, bytes):
-            return self._lines(chunk, final=False)
+            return self._lines(chunk)
         try:
             text = self._text.decode(chunk)
         except UnicodeDecodeError as error:
             # What came before the bad bytes is whole text: its events stand.
             valid = bytes(error.object[: error.start]).decode("utf-8")
             self._text.reset()
-            events = self._lines(valid, final=False)
-            self._pending, self._event, self._data = "", "", []
+            events = self._lines(valid)
+            self._forget_event()
             return [*events, ServerSentEvent(event="", data="", refused=_NOT_UTF8)]
-        return self._lines(text, final=False)
+        return self._lines(text)
 
     def close(self) -> list[ServerSentEvent]:
         """The end of the body: the last unfinished event, if it has data (``complete=False``)."""
@@ -71,52 +88,89 @@ class SSEDecoder:
             # The body ended inside a character: the event it was in was cut off.
             self._text.reset()
             text = ""
-        events = self._lines(text, final=True)
+        events = self._lines(text)
+        if self._pieces or self._piece_size:
+            event = self._line_ended("")
+            if event is not None:
+                events.append(event)
         self._closed = True
-        if self._data:
+        if self._data and not self._refusing:
             events.append(self._dispatch(complete=False))
         return events
 
-    def _lines(self, text: str, *, final: bool) -> list[ServerSentEvent]:
-        text = self._pending + text
+    def _lines(self, text: str) -> list[ServerSentEvent]:
         if not self._started and text:
-            if _BOM.startswith(text[:1]) and len(text) < len(_BOM):
-                self._pending = text
-                return []
             self._started = True
             if text.startswith(_BOM):
                 text = text[len(_BOM) :]
         events: list[ServerSentEvent] = []
         start = 0
+        if self._after_cr and text:
+            # The LF of a CR LF split between two chunks.
+            self._after_cr = False
+            if text.startswith("\n"):
+                start = 1
         length = len(text)
         while start < length:
             newline = text.find("\n", start)
             carriage = text.find("\r", start, newline if newline >= 0 else length)
             if carriage >= 0:
                 end = carriage
-                if carriage + 1 == length and not final:
-                    break  # the LF of a CR LF may be in the next chunk
-                after = carriage + 2 if text.startswith("\n", carriage + 1) else carriage + 1
+                if carriage + 1 == length:
+                    after, self._after_cr = length, True
+                else:
+                    after = carriage + 2 if text[carriage + 1] == "\n" else carriage + 1
             elif newline >= 0:
                 end, after = newline, newline + 1
             else:
                 break
-            line = text[start:end]
+            event = self._line_ended(text[start:end])
             start = after
-            event = self._line(line)
             if event is not None:
                 events.append(event)
-        rest = text[start:]
-        if final and rest:
-            self._line(rest)
-            rest = ""
-        self._pending = rest
+        if start < length:
+            rest = text[start:]
+            self._piece_size += len(rest)
+            if not self._refusing:
+                self._pieces.append(rest)
+                if self._size + self._piece_size > self._max:
+                    events.append(self._refuse())
         return events
+
+    def _line_ended(self, last: str) -> ServerSentEvent | None:
+        """The line whose last piece is ``last`` ended."""
+        size = self._piece_size + len(last)
+        line = "".join([*self._pieces, last]) if self._pieces else last
+        self._pieces = []
+        self._piece_size = 0
+        if self._refusing:
+            if size == 0:
+                # The blank line that ends the refused event.
+                self._refusing = False
+                self._forget_event()
+            return None
+        self._size += size + 1
+        if self._size > self._max:
+            return self._refuse()
+        return self._line(line)
+
+    def _refuse(self) -> ServerSentEvent:
+        self._forget_event()
+        self._pieces = []
+        self._refusing = True
+        return ServerSentEvent(
+            event="", data="", refused=f"an event longer than {self._max} characters"
+        )
+
+    def _forget_event(self) -> None:
+        self._event = ""
+        self._data = []
+        self._size = 0
 
     def _line(self, line: str) -> ServerSentEvent | None:
         if not line:
             if not self._data:
-                self._event = ""
+                self._forget_event()
                 return None
             return self._dispatch(complete=True)
         if line.startswith(":"):
@@ -139,6 +193,5 @@ class SSEDecoder:
             id=self._id,
             complete=complete,
         )
-        self._event = ""
-        self._data = []
+        self._forget_event()
         return event
