@@ -495,7 +495,12 @@ async def test_an_unreachable_server_is_a_log_error_without_the_password() -> No
     [
         ("postgresql://u:pw@localhost/db?schema=Bad-Name", "lower-case letters"),
         ("postgresql://u:pw@localhost/db?max_batch_events=0", "at least 1"),
-        ("postgresql://u:pw@localhost/db?poll_interval=soon", "must be a number"),
+        ("postgresql://u:pw@localhost/db?poll_interval=soon", "must be a finite number"),
+        ("postgresql://u:pw@localhost/db?poll_interval=nan", "must be a finite number"),
+        ("postgresql://u:pw@localhost/db?poll_interval=inf", "must be a finite number"),
+        ("postgresql://u:pw@localhost/db?poll_interval=-2", "positive, finite"),
+        ("postgresql://u:pw@localhost/db?max_batch_events=-3", "at least 1"),
+        ("postgresql://u:pw@localhost/db?schema=a%00b", "lower-case letters"),
         ("postgresql://u:pw@localhost/db?group_commit=maybe", "on or off"),
         ("postgresql://u:pw@localhost/db?no_such_option=1", "bad PostgreSQL connection string"),
     ],

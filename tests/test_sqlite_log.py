@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from pathlib import Path
 
@@ -289,6 +290,13 @@ async def test_open_log_by_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ("sqlite:///x.db?fsync=always", "unknown SQLite log options"),
         ("sqlite:///x.db?group_commit=maybe", "on or off"),
         ("sqlite:///x.db?max_batch_events=many", "must be an integer"),
+        ("sqlite:///x.db?max_batch_events=-5", "at least 1"),
+        ("sqlite:///x.db?poll_interval=nan", "must be a finite number"),
+        ("sqlite:///x.db?poll_interval=inf", "must be a finite number"),
+        ("sqlite:///x.db?poll_interval=-Infinity", "must be a finite number"),
+        ("sqlite:///x.db?poll_interval=1e400", "must be a finite number"),
+        ("sqlite:///x.db?poll_interval=-1", "positive, finite"),
+        ("sqlite:///a%00b.db", "no NUL character"),
         ("memory://?x=1", "no options"),
     ],
 )
@@ -328,3 +336,12 @@ async def test_an_append_cut_off_by_cancellation_of_the_log_is_told_so(tmp_path:
         positions = await log.append([new(f"e{number}", f"s{number}") for number in range(50)])
     assert len(set(positions)) == 50
     assert outcomes.count("ok") <= len(landed)
+
+
+@pytest.mark.parametrize("interval", [math.nan, math.inf, -math.inf, 0.0, -1.0])
+def test_a_poll_interval_that_is_not_a_positive_finite_number_is_refused(
+    tmp_path: Path, interval: float
+) -> None:
+    """NaN, an infinite or a non-positive poll interval is a ConfigurationError naming it."""
+    with pytest.raises(ConfigurationError, match="poll_interval must be a positive, finite"):
+        SQLiteLog(tmp_path / "log.db", poll_interval=interval)

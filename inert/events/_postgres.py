@@ -33,6 +33,7 @@ Concurrent first opens are serialised by an advisory lock.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -305,8 +306,11 @@ class PostgresLog(GroupCommitLog):
                 f"PostgreSQL log schema {schema!r} must be 1 to 53 lower-case letters, digits"
                 " or underscores, not starting with a digit"
             )
-        if poll_interval <= 0:
-            raise ConfigurationError(f"poll_interval must be positive, not {poll_interval}")
+        # Written so that NaN fails too; an infinite interval would never poll.
+        if not 0 < poll_interval < math.inf:
+            raise ConfigurationError(
+                f"poll_interval must be a positive, finite number of seconds, not {poll_interval}"
+            )
         self.url = public_url(conninfo)
         try:
             settings = conninfo_to_dict(conninfo)

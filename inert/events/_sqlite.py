@@ -17,6 +17,7 @@ or refused with a message naming both versions; a file of a newer schema is refu
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -200,11 +201,16 @@ class SQLiteLog(GroupCommitLog):
         )
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
-        if poll_interval <= 0:
-            raise ConfigurationError(f"poll_interval must be positive, not {poll_interval}")
+        # Written so that NaN fails too; an infinite interval would never poll.
+        if not 0 < poll_interval < math.inf:
+            raise ConfigurationError(
+                f"poll_interval must be a positive, finite number of seconds, not {poll_interval}"
+            )
         if stream_cache_size < 0:
             raise ConfigurationError(f"stream_cache_size must be >= 0, not {stream_cache_size}")
         self.path = os.fspath(path)
+        if "\0" in self.path:
+            raise ConfigurationError(f"an SQLite log path holds no NUL character: {self.path!r}")
         self.synchronous = synchronous
         self.poll_interval = poll_interval
         self._streams = _StreamCache(stream_cache_size)

@@ -15,6 +15,7 @@ libpq.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,11 +41,14 @@ def _flag(name: str, value: str) -> bool:
 
 
 def _number(name: str, value: str, kind: type[int] | type[float]) -> int | float:
+    noun = "an integer" if kind is int else "a finite number"
     try:
-        return kind(value)
+        number = kind(value)
     except ValueError:
-        noun = "an integer" if kind is int else "a number"
         raise ConfigurationError(f"log URL option {name}={value!r} must be {noun}") from None
+    if not math.isfinite(number):
+        raise ConfigurationError(f"log URL option {name}={value!r} must be {noun}")
+    return number
 
 
 @asynccontextmanager
