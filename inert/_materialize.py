@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -113,8 +114,11 @@ class LedgerMaterializer:
             raise ConfigurationError(f"ledger table {table!r} is the name of the offsets table")
         if max_batch_events < 1:
             raise ConfigurationError(f"max_batch_events must be at least 1, not {max_batch_events}")
-        if poll_interval <= 0:
-            raise ConfigurationError(f"poll_interval must be positive, not {poll_interval}")
+        # Written so that NaN fails too; an infinite interval would never poll.
+        if not 0 < poll_interval < math.inf:
+            raise ConfigurationError(
+                f"poll_interval must be a positive, finite number of seconds, not {poll_interval}"
+            )
         self.log = log
         self.url = public_url(conninfo)
         self._conninfo = parts._replace(

@@ -21,6 +21,7 @@ dispatched again; terminal calls stay terminal.
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -963,6 +964,12 @@ async def open_runtime(
     state beside the log, and a restart starts from the newest one its code and configuration
     made (``None``: never; see :mod:`inert._snapshot`).
     """
+    for name, seconds in (("validation_timeout", validation_timeout), ("lease_time", lease_time)):
+        # Written so that NaN fails too.
+        if not 0 < seconds < math.inf:
+            raise ConfigurationError(
+                f"{name} must be a positive, finite number of seconds, not {seconds}"
+            )
     if held_bytes < 1:
         raise ConfigurationError(f"held_bytes must be at least 1, not {held_bytes}")
     if snapshot_every is not None and snapshot_every < 1:

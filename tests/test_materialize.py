@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -326,6 +327,17 @@ async def test_a_bad_table_name_is_refused(url: str, table: str) -> None:
     async with open_log(url) as log:
         with pytest.raises(ConfigurationError, match="ledger table"):
             async with materialize_ledger(log, url, table=table):
+                pass
+
+
+@pytest.mark.parametrize("interval", [math.nan, math.inf, 0.0, -1.0])
+async def test_a_poll_interval_that_is_not_a_positive_finite_number_is_refused(
+    url: str, interval: float
+) -> None:
+    """NaN, an infinite or a non-positive poll interval is refused by name."""
+    async with open_log(url) as log:
+        with pytest.raises(ConfigurationError, match="poll_interval must be a positive, finite"):
+            async with materialize_ledger(log, url, poll_interval=interval):
                 pass
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -20,6 +21,7 @@ from inert import (
     CallOpened,
     ClaimRefused,
     ClaimRequested,
+    ConfigurationError,
     ConfirmationRefused,
     ConflictError,
     Dispatch,
@@ -656,3 +658,16 @@ async def test_an_event_delivered_twice_is_folded_once() -> None:
     async with running(store) as runtime:
         await runtime.settle()
         assert runtime.digest() == digest
+
+
+@pytest.mark.parametrize("name", ["validation_timeout", "lease_time"])
+@pytest.mark.parametrize("seconds", [math.nan, math.inf, -math.inf, 0.0, -1.0])
+async def test_a_time_option_that_is_not_a_positive_finite_number_is_refused(
+    name: str, seconds: float
+) -> None:
+    """NaN, infinite or non-positive seconds for a runtime's timeout or lease are refused by
+    name before anything opens."""
+    options: dict[str, float] = {name: seconds}
+    with pytest.raises(ConfigurationError, match=f"{name} must be a positive, finite number"):
+        async with open_runtime(log="memory://", **options):  # type: ignore[arg-type]
+            pass
