@@ -5,8 +5,6 @@ its response as a protocol violation in every adapter, and never raise."""
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from inert.adapters import (
     OpenAIChatAdapter,
     OpenAIResponsesAdapter,
     StreamAdapter,
+    event_stream_message,
 )
 from inert.adapters._envelope import (
     MAX_DEPTH,
@@ -98,32 +97,7 @@ def _wire(provider: str, payloads: list[tuple[str, bytes]]) -> bytes:
     """The payloads as the provider sends them: SSE data lines, or event-stream frames."""
     if provider != "bedrock":
         return b"".join(b"data: " + payload + b"\n\n" for _, payload in payloads)
-    return b"".join(_frame(kind, payload) for kind, payload in payloads)
-
-
-def _frame(kind: str, payload: bytes) -> bytes:
-    """An AWS event-stream frame of an event carrying these payload bytes as they are."""
-
-    def header(name: str, value: str) -> bytes:
-        encoded_name, encoded_value = name.encode(), value.encode()
-        return (
-            bytes([len(encoded_name)])
-            + encoded_name
-            + b"\x07"
-            + struct.pack(">H", len(encoded_value))
-            + encoded_value
-        )
-
-    headers = (
-        header(":event-type", kind)
-        + header(":content-type", "application/json")
-        + header(":message-type", "event")
-    )
-    total = 12 + len(headers) + len(payload) + 4
-    prelude = struct.pack(">II", total, len(headers))
-    prelude += struct.pack(">I", zlib.crc32(prelude))
-    message = prelude + headers + payload
-    return message + struct.pack(">I", zlib.crc32(message))
+    return b"".join(event_stream_message(kind, payload) for kind, payload in payloads)
 
 
 def _violations(produced: list[Event]) -> list[ResponseEnded]:

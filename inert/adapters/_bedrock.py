@@ -107,18 +107,22 @@ def _string_header(name: str, value: str) -> bytes:
 
 
 def event_stream_message(
-    event_type: str, payload: Mapping[str, Any], *, exception: bool = False
+    event_type: str, payload: Mapping[str, Any] | bytes, *, exception: bool = False
 ) -> bytes:
     """One event-stream message as Bedrock frames a ConverseStream event (or, with
     ``exception``, an in-stream exception named ``event_type``): for replaying recorded
-    streams to a client or an adapter."""
+    streams to a client or an adapter. A ``bytes`` payload is framed as it is."""
     kind = "exception" if exception else "event"
     headers = (
         _string_header(":exception-type" if exception else ":event-type", event_type)
         + _string_header(":content-type", "application/json")
         + _string_header(":message-type", kind)
     )
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = (
+        payload
+        if isinstance(payload, bytes)
+        else json.dumps(payload, separators=(",", ":")).encode()
+    )
     prelude = struct.pack(">II", _PRELUDE + len(headers) + len(body) + 4, len(headers))
     head = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + body
     return head + struct.pack(">I", zlib.crc32(head))
