@@ -299,6 +299,7 @@ def raw_case(path: Path, events: int) -> float:
             None,
             None,
             None,
+            0,
         )
         for number in range(events)
     ]
@@ -310,7 +311,8 @@ def raw_case(path: Path, events: int) -> float:
         for offset in range(0, events, BATCH):
             connection.execute("BEGIN IMMEDIATE")
             connection.executemany(
-                "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows[offset : offset + BATCH]
+                "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows[offset : offset + BATCH],
             )
             connection.execute("COMMIT")
         elapsed = time.perf_counter() - start

@@ -27,6 +27,7 @@ from . import __version__
 from ._export import provider_for_file, provider_from_environment
 from ._feed import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
 from ._runtime import Dispatch, Runtime, open_runtime
+from ._verify import DEFAULT_MAX_PROBLEMS, verify_log
 from .actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
 from .adapters import OpenAIResponsesAdapter
 from .events import (
@@ -40,6 +41,7 @@ from .events import (
     Event,
     EventRejected,
     InertError,
+    LogError,
     RecordedEvent,
     RefusedError,
     ResponseEnded,
@@ -271,6 +273,46 @@ async def _replay(url: str, *, as_json: bool) -> None:
     print(f"ready       {summary['ready']}")
     print(f"rejections  {rejections}")
     print(f"digest {summary['digest']}")
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+
+async def _verify(url: str, *, as_json: bool) -> None:
+    async with open_log(url) as log:
+        found = await verify_log(log)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "events": found.events,
+                    "ok": found.ok,
+                    "replayed": found.replayed,
+                    "digest": found.digest,
+                    "problems": [
+                        {"position": problem.position, "problem": problem.what}
+                        for problem in found.problems
+                    ],
+                },
+                ensure_ascii=False,
+            )
+        )
+    else:
+        for problem in found.problems:
+            print(problem)
+    if not found.ok:
+        more = " (the first of them)" if len(found.problems) >= DEFAULT_MAX_PROBLEMS else ""
+        count = len(found.problems)
+        raise LogError(
+            f"the log failed verification: {count} problem{'' if count == 1 else 's'}{more} in"
+            f" {found.events} events read"
+        )
+    if not as_json:
+        print(
+            f"verified {found.events} events: the storage's own checks, every row's position and"
+            " checksum, and a replay of every decision and what it implies"
+        )
+        print(f"digest {found.digest}")
 
 
 # --- cancel-turn -----------------------------------------------------------------------------
@@ -1106,6 +1148,12 @@ def _parser() -> argparse.ArgumentParser:
     def log_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--log", metavar="URL", required=True, help="the log URL")
 
+    def log_command(name: str, help_text: str, json_help: str) -> argparse.ArgumentParser:
+        sub = command(name, help_text)
+        log_option(sub)
+        sub.add_argument("--json", action="store_true", help=json_help)
+        return sub
+
     ledger = command("ledger", "print the assembly ledger of a log: one line per call key")
     log_option(ledger)
     ledger.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -1113,11 +1161,17 @@ def _parser() -> argparse.ArgumentParser:
         "--history", action="store_true", help="also each key's transitions, rejections included"
     )
 
-    replay = command(
-        "replay", "rebuild every call and projection from a log; print counts and the digest"
+    log_command(
+        "replay",
+        "rebuild every call and projection from a log; print counts and the digest",
+        "one JSON object",
     )
-    log_option(replay)
-    replay.add_argument("--json", action="store_true", help="one JSON object")
+    log_command(
+        "verify",
+        "check a log whole: the storage's own checks, every row's position and checksum, a"
+        " replay of every decision; exits non-zero and lists what is wrong if anything is",
+        "one JSON object",
+    )
 
     cancel = command(
         "cancel-turn",
@@ -1154,9 +1208,9 @@ def _parser() -> argparse.ArgumentParser:
     call_options(deny)
     deny.add_argument("--reason", default="", help="why (no argument values)")
 
-    audit = command("audit", "every operator control, and the calls each ended")
-    log_option(audit)
-    audit.add_argument("--json", action="store_true", help="one JSON object per control")
+    log_command(
+        "audit", "every operator control, and the calls each ended", "one JSON object per control"
+    )
 
     control = command(
         "control",
@@ -1166,13 +1220,12 @@ def _parser() -> argparse.ArgumentParser:
     _control_arguments(control)
     log_option(control)
 
-    execute = command(
+    log_command(
         "execute",
         "claim every ready call once with an executor that only records that it ran"
         " (opens a runtime on the log, as a restart does)",
+        "one JSON object per line",
     )
-    log_option(execute)
-    execute.add_argument("--json", action="store_true", help="one JSON object per line")
 
     feed = command(
         "feed",
@@ -1221,6 +1274,8 @@ def _run(arguments: argparse.Namespace) -> None:
             )
         case "replay":
             trio.run(partial(_replay, arguments.log, as_json=arguments.json))
+        case "verify":
+            trio.run(partial(_verify, arguments.log, as_json=arguments.json))
         case "cancel-turn":
             turn = _turn_option(arguments)
             trio.run(

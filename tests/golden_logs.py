@@ -76,7 +76,7 @@ from inert.adapters import (
     StreamAdapter,
 )
 from inert.events import FailReason
-from inert.events._records import StoredRecord, decode_record
+from inert.events._records import StoredRecord, check_page, decode_record, with_checksum
 from inert.projections import Snapshot, state_digest
 from inert.testing import seeded_scheduling
 
@@ -133,13 +133,20 @@ def row_json(row: StoredRecord) -> list[Any]:
     return list(columns.values())
 
 
-def row_from_json(value: list[Any]) -> StoredRecord:
-    if not isinstance(value, list) or len(value) != len(COLUMNS):
-        raise ValueError(f"a row lists the {len(COLUMNS)} columns {COLUMNS}, not {value!r}")
-    columns = dict(zip(COLUMNS, value, strict=True))
+LEGACY_COLUMNS = COLUMNS[:-1]
+"""The columns of the logs written before rows had checksums: loading one computes them, as
+opening an older log file upgrades it."""
+
+
+def row_from_json(value: list[Any], names: list[str]) -> StoredRecord:
+    if not isinstance(value, list) or len(value) != len(names):
+        raise ValueError(f"a row lists the {len(names)} columns {names}, not {value!r}")
+    columns = dict(zip(names, value, strict=True))
     payload, digest = columns["payload"], columns["digest"]
     columns["payload"] = None if payload is None else base64.b64decode(payload, validate=True)
     columns["digest"] = None if digest is None else bytes.fromhex(digest)
+    if names == LEGACY_COLUMNS:
+        return with_checksum(list(columns.values()))
     return StoredRecord(**columns)
 
 
@@ -175,12 +182,13 @@ def dump(records: Sequence[StoredRecord], *, scenario: str, limits: CallLimits) 
 def load(path: Path) -> GoldenLog:
     """Read a golden file back."""
     header, *rows = (json.loads(line) for line in path.read_text().splitlines())
-    if header.get("format") != FORMAT or header.get("columns") != COLUMNS:
+    names = header.get("columns")
+    if header.get("format") != FORMAT or names not in (COLUMNS, LEGACY_COLUMNS):
         raise ValueError(
-            f"{path.name}: format {header.get('format')!r} with columns {header.get('columns')},"
-            f" not format {FORMAT} with {COLUMNS}"
+            f"{path.name}: format {header.get('format')!r} with columns {names},"
+            f" not format {FORMAT} with {COLUMNS} (or, before checksums, {LEGACY_COLUMNS})"
         )
-    return GoldenLog(header=header, rows=[row_from_json(row) for row in rows])
+    return GoldenLog(header=header, rows=[row_from_json(row, names) for row in rows])
 
 
 @frozen(kw_only=True)
@@ -196,10 +204,12 @@ class Replayed:
 
 def replay(records: Iterable[StoredRecord], limits: CallLimits) -> Replayed:
     """Decode every row, fold the calls (raising ``ReplayDivergence`` where a recorded decision
-    is not the one the decider makes) and the projections."""
+    is not the one the decider makes) and the projections; every row's checksum and position
+    is checked first (``LogDamaged``)."""
     fold = CallFold(limits)
     projections = Projections()
-    for row in records:
+    for position, row in enumerate(records, 1):
+        check_page([row], position)
         recorded = decode_record(DEFAULT_CODEC, row)
         fold.apply(recorded)
         projections.apply(recorded)

@@ -30,9 +30,9 @@ from fault_scenarios import (
 
 from inert import (
     ArgumentsAppended,
-    CodecError,
     InertError,
     Log,
+    LogDamaged,
     MemoryLog,
     MemoryStore,
     NewEvent,
@@ -294,22 +294,23 @@ async def test_an_injected_fault_names_itself_and_what_the_log_holds() -> None:
 
 
 async def test_a_torn_memory_tail_is_refused_on_open() -> None:
-    """A log whose last event is torn refuses to open with a CodecError, never a guess."""
+    """A log whose last event is torn refuses to open, its checksum failing at its position,
+    never a guess."""
     store = MemoryStore()
     async with open_runtime(log=MemoryLog(store, clock=trio_clock()), tools=TOOLS) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL)
         await runtime.feed(call_events(key_of("a"))[:2])
         await runtime.settle()
-    tear_memory_tail(store)
-    with pytest.raises(CodecError, match="corrupt"):
+    torn = tear_memory_tail(store)
+    with pytest.raises(LogDamaged, match=f"damaged at position {torn.position}: the checksum"):
         async with open_runtime(log=MemoryLog(store, clock=trio_clock()), tools=TOOLS):
             pass
 
 
 @pytest.mark.parametrize("seed", range(3))
 async def test_a_torn_sqlite_row_is_refused_on_open(tmp_path: Path, seed: int) -> None:
-    """An SQLite log whose last row is torn refuses to open with a CodecError naming the event
-    type; the file of an intact log opens to the same events."""
+    """An SQLite log whose last row is torn refuses to open, its checksum failing at its
+    position; the file opens as a log still, to the same head."""
     path = tmp_path / "torn.db"
     async with (
         SQLiteLog.open(path, clock=trio_clock()) as log,
@@ -320,7 +321,7 @@ async def test_a_torn_sqlite_row_is_refused_on_open(tmp_path: Path, seed: int) -
         await runtime.settle()
         stored = await log.head()
     tear_sqlite_tail(path, Tear.PAYLOAD, seed=seed)
-    with pytest.raises(CodecError, match=r"corrupt '[a-z_.]+' payload"):
+    with pytest.raises(LogDamaged, match=f"damaged at position {stored}: the checksum"):
         async with SQLiteLog.open(path) as log, open_runtime(log=log, tools=TOOLS):
             pass
     async with SQLiteLog.open(path) as log:

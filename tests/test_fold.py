@@ -52,6 +52,7 @@ from inert.events import (
     EventRejected,
     ExecutionCompleted,
     FailReason,
+    LogDamaged,
     OfferedTool,
     RecordedEvent,
     RejectReason,
@@ -945,7 +946,8 @@ def test_idle_turns_are_listed_longest_idle_first_until_a_call_goes_live() -> No
 
 def test_a_dispatched_call_keeps_its_turn_from_idling_until_its_outcome() -> None:
     """While an executor runs a call (dispatched, no outcome yet), its turn is not idle and a
-    retirement is void; the outcome of that very claim makes the turn idle."""
+    retirement is void; an outcome of a claim never dispatched is damage, and the outcome of the
+    very claim dispatched makes the turn idle."""
     actors = Actors()
     actors.turn()
     _finished(actors, outcome=False)
@@ -953,7 +955,8 @@ def test_a_dispatched_call_keeps_its_turn_from_idling_until_its_outcome() -> Non
     assert actors.fold.idle_turns(later) == []
     actors.feed(TurnRetired(turn=KEY.turn_ref))
     assert actors.fold.state(KEY) is not None
-    actors.fold.apply(actors.log.add(ExecutionCompleted(key=KEY, claim_id="another-claim")))
+    with pytest.raises(LogDamaged, match=r"claim 'another-claim' .* never dispatched"):
+        actors.fold.apply(actors.log.add(ExecutionCompleted(key=KEY, claim_id="another-claim")))
     assert actors.fold.idle_turns(later) == []
     actors.fold.apply(actors.log.add(ExecutionCompleted(key=KEY, claim_id="claim-1")))
     assert actors.fold.idle_turns(later) == [KEY.turn_ref]

@@ -26,7 +26,7 @@ from inert import (
     Retention,
     open_runtime,
 )
-from inert.events._records import decode_record, redacted
+from inert.events._records import decode_record, redacted, with_checksum
 from inert.events._times import micros_to_datetime
 
 PATHS = golden_paths()
@@ -129,7 +129,7 @@ def test_a_golden_log_with_an_altered_decision_does_not_replay() -> None:
     forged = attrs.evolve(cancelled, reason=CancelReason.TOOL_DISABLED)
     _, _, payload = DEFAULT_CODEC.encode(forged)
     rows = list(golden.rows)
-    rows[index] = row._replace(payload=payload, payload_length=len(payload))
+    rows[index] = with_checksum(row._replace(payload=payload, payload_length=len(payload)))
     with pytest.raises(ReplayDivergence, match="tool_disabled"):
         replay(rows, golden.limits)
     assert replay(golden.rows[:index], golden.limits).unwritten == {row.stream: 1}

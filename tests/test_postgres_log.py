@@ -20,6 +20,7 @@ from inert import (
     ArgumentsAppended,
     CallKey,
     ConfigurationError,
+    LogDamaged,
     LogError,
     NewEvent,
     RecordedEvent,
@@ -435,6 +436,7 @@ async def test_a_schema_1_log_is_upgraded_to_store_snapshots(schema: str) -> Non
     async with PostgresLog.open(server_url(), schema=schema) as log:
         await log.append([new("e1")])
     query(f"DROP TABLE {schema}.snapshot_payloads, {schema}.snapshots")
+    query(f"ALTER TABLE {schema}.events DROP COLUMN checksum")
     query(f"UPDATE {schema}.inert_meta SET schema_version = 1")
     written = StoredSnapshot(
         name="",
@@ -446,9 +448,26 @@ async def test_a_schema_1_log_is_upgraded_to_store_snapshots(schema: str) -> Non
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert [e.event_id for e in await log.read()] == ["e1"]
         await log.write_snapshot(written)
-    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(2,)]
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(3,)]
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert await log.read_snapshot("") == written
+
+
+async def test_a_schema_2_log_is_upgraded_to_checksummed_rows(schema: str) -> None:
+    """A log of schema version 2 (rows without checksums) opens with a checksum made for every
+    row it holds, reads back whole, and its rows damaged later are refused by position."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new(f"e{number}") for number in range(1, 6)])
+    query(f"ALTER TABLE {schema}.events DROP COLUMN checksum")
+    query(f"UPDATE {schema}.inert_meta SET schema_version = 2")
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert [e.event_id for e in await log.read()] == [f"e{n}" for n in range(1, 6)]
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(3,)]
+    query(f"UPDATE {schema}.events SET recorded_at = recorded_at + 1 WHERE position = 4")
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert len(await log.read(limit=3)) == 3
+        with pytest.raises(LogDamaged, match="damaged at position 4"):
+            await log.read()
 
 
 async def test_an_older_schema_without_a_migration_is_refused(

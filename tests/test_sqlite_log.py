@@ -15,6 +15,7 @@ from inert import (
     CallKey,
     CodecError,
     ConfigurationError,
+    LogDamaged,
     LogError,
     MemoryLog,
     NewEvent,
@@ -25,6 +26,7 @@ from inert import (
 )
 from inert.events import _sqlite
 from inert.events._group import AppendRequest
+from inert.events._records import with_checksum
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -186,7 +188,7 @@ async def test_a_schema_1_file_is_upgraded_to_store_snapshots(tmp_path: Path) ->
         [recorded] = await log.read()
         assert (recorded.event_id, recorded.stream, recorded.event) == ("e1", "s", event)
         await log.write_snapshot(written)
-    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION == 2
+    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION == 3
     async with SQLiteLog.open(path) as log:
         assert await log.read_snapshot("") == written
         assert await log.append([new("e2")]) == [2]
@@ -195,13 +197,30 @@ async def test_a_schema_1_file_is_upgraded_to_store_snapshots(tmp_path: Path) ->
     assert snapshot_tables(path) == snapshot_tables(tmp_path / "new.db") != []
 
 
-async def test_a_corrupt_stored_payload_reads_as_a_codec_error(tmp_path: Path) -> None:
-    """Bytes damaged on disk surface as a CodecError naming the event type."""
+async def test_a_damaged_stored_payload_fails_its_checksum(tmp_path: Path) -> None:
+    """Bytes damaged on disk are refused by the row's checksum, naming the position."""
     path = tmp_path / "corrupt.db"
     async with SQLiteLog.open(path) as log:
         await log.append([new("e1")])
     with sqlite3.connect(path) as connection:
         connection.execute("UPDATE events SET payload = x'c1c1c1'")
+    async with SQLiteLog.open(path) as log:
+        with pytest.raises(LogDamaged, match="damaged at position 1: the checksum"):
+            await log.read()
+
+
+async def test_a_payload_written_wrong_with_its_checksum_reads_as_a_codec_error(
+    tmp_path: Path,
+) -> None:
+    """A payload that the codec cannot read, checksummed as it is, is a CodecError naming the
+    event type: the checksum proves a row unchanged, not well made."""
+    path = tmp_path / "corrupt.db"
+    async with SQLiteLog.open(path) as log:
+        await log.append([new("e1")])
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE events SET payload = x'c1c1c1'")
+        [values] = connection.execute(f"{_sqlite._SELECT}").fetchall()
+        connection.execute("UPDATE events SET checksum = ?", (with_checksum(values).checksum,))
     async with SQLiteLog.open(path) as log:
         with pytest.raises(CodecError, match=r"ingress\.arguments_appended"):
             await log.read()

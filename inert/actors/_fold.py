@@ -46,6 +46,7 @@ from ..events import (
     DECISION_TYPES,
     ArgumentsAppended,
     ByTurn,
+    CallDispatched,
     CallEnded,
     CallFailed,
     CallKey,
@@ -60,6 +61,7 @@ from ..events import (
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     InertError,
+    LogDamaged,
     RecordedEvent,
     Redacted,
     ResponseEnded,
@@ -439,6 +441,18 @@ class CallFold:
         key = event.key
         slot = self.records.get(key)
         if key not in self._running or slot is None or slot.claim_id != event.claim_id:
+            if self.scope.turn(key.turn_ref) is not None and (
+                slot is None
+                or slot.phase is not Phase.DISPATCHED
+                or slot.claim_id != event.claim_id
+            ):
+                # The runtime records an outcome only for the claim it dispatched; of a call
+                # of a turn known here, that dispatch is in view.
+                raise LogDamaged(
+                    self.position,
+                    f"an outcome ({event.TAG}) of claim {event.claim_id!r} of call"
+                    f" {key.stream!r}, which was never dispatched under that claim",
+                )
             return
         del self._running[key]
         turn = key.turn_ref
@@ -459,6 +473,7 @@ class CallFold:
         slot.version = recorded_event.version
         cause = getattr(event, "cause", 0)
         if slot.degraded or cause <= slot.trusted_through:
+            _check_implied(slot, event, recorded_event.position)
             was_live = slot.live
             slot.absorb(event)
             if slot.degraded:
@@ -768,6 +783,23 @@ def _response_of(event: Event) -> ResponseRef | None:
         return key.response_ref
     response = getattr(event, "response", None)
     return response if isinstance(response, ResponseRef) else None
+
+
+def _check_implied(slot: Slot, decision: Event, position: int) -> None:
+    """Refuse a decision taken as recorded (its inputs are gone, or it answers one held back)
+    that the call's recorded history does not allow: a dispatch needs its validation and, where
+    the call needs one, its confirmation. Decisions made again are compared whole instead."""
+    if not isinstance(decision, CallDispatched):
+        return
+    if slot.phase is not Phase.VALIDATED:
+        missing = f"the call is {slot.phase.value}, not validated"
+    elif slot.needs_confirmation and not slot.confirmed:
+        missing = "the call needs a confirmation and has none"
+    else:
+        return
+    raise LogDamaged(
+        position, f"a dispatch of call {slot.key.stream!r} that nothing allows: {missing}"
+    )
 
 
 def _describe(event: Event) -> str:

@@ -24,6 +24,15 @@ class LogError(InertError):
     """The event log could not do what was asked: storage failure, closed log, bad file."""
 
 
+class LogDamaged(LogError):
+    """The log holds a row that is not what was appended (its checksum fails), lacks a position
+    or a version, or records what no decision allows. Nothing is decided or executed from it."""
+
+    def __init__(self, position: int, what: str) -> None:
+        super().__init__(f"the log is damaged at position {position}: {what}")
+        self.position = position
+
+
 class ConflictError(LogError):
     """An append was refused because a stream is not at the version the writer expected.
 

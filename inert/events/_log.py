@@ -2,7 +2,9 @@
 
 The log is the only source of truth of inert. It holds events in one total order (``position``,
 from 1, without gaps) and, within each stream, a ``version`` (from 1) that writers use for
-optimistic concurrency.
+optimistic concurrency. Every row carries a checksum of its columns, made when it is planned;
+every read checks the checksums and that positions (and a stream's versions) follow each other
+without a gap, and raises ``LogDamaged`` naming the position otherwise.
 
 - ``append(events, expected_versions)`` is atomic: every event of the batch is written, or none.
   It is idempotent by event id: an event whose id is stored already is not written again and
@@ -52,6 +54,8 @@ from ._records import (
     RecordedEvent,
     StoredRecord,
     check_expected_versions,
+    check_page,
+    check_stream_page,
     decode_record,
     encode_batch,
     plan_appends,
@@ -119,13 +123,17 @@ class Log(abc.ABC):
         self._check_open()
         if limit is not None and limit < 1:
             raise LogError(f"read limit must be at least 1, not {limit}")
-        rows = await self._read_rows(max(from_position, 1), limit)
+        first = max(from_position, 1)
+        rows = await self._read_rows(first, limit)
+        check_page(rows, first)
         return [decode_record(self.codec, row) for row in rows]
 
     async def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
         """The events of one stream from ``from_version`` on, in version order."""
         self._check_open()
-        rows = await self._read_stream_rows(stream, max(from_version, 1))
+        first = max(from_version, 1)
+        rows = await self._read_stream_rows(stream, first)
+        check_stream_page(rows, stream, first)
         return [decode_record(self.codec, row) for row in rows]
 
     def subscribe(self, from_position: int = 0) -> Subscription:
@@ -169,6 +177,13 @@ class Log(abc.ABC):
         """The version of the last event of a stream, ``NO_STREAM`` (0) for an empty one."""
         self._check_open()
         return await self._stream_version(stream)
+
+    async def storage_problems(self) -> list[str]:
+        """What the backend's own checks find wrong with its storage (for SQLite, ``PRAGMA
+        integrity_check``, which also reads the index pages a plain read never touches), and
+        whether the rows it holds fill every position up to its head; empty when all is well."""
+        self._check_open()
+        return await self._storage_problems()
 
     @property
     def closed(self) -> bool:
@@ -225,6 +240,9 @@ class Log(abc.ABC):
     async def _head(self) -> int: ...
 
     @abc.abstractmethod
+    async def _storage_problems(self) -> list[str]: ...
+
+    @abc.abstractmethod
     async def _stream_version(self, stream: str) -> int: ...
 
     @abc.abstractmethod
@@ -259,10 +277,9 @@ class Subscription:
             if not rows:
                 await self._log._wait_for_appends(appended)
                 continue
+            check_page(rows, self._next)
             recent = self._log._recent
             for row in rows:
-                if row.position != self._next:
-                    raise LogError(f"log gap: expected position {self._next}, read {row.position}")
                 known = recent.get(row.position) if row.digest is None else None
                 self._buffer.append(decode_record(self._log.codec, row, known))
                 self._next += 1
@@ -378,6 +395,14 @@ class MemoryLog(Log):
     async def _stream_version(self, stream: str) -> int:
         await trio.lowlevel.checkpoint()
         return len(self.store.streams.get(stream, ()))
+
+    async def _storage_problems(self) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return [
+            f"the row at index {index} holds position {row.position}"
+            for index, row in enumerate(self.store.rows, 1)
+            if row.position != index
+        ]
 
     async def aclose(self) -> None:
         self._mark_closed()

@@ -49,11 +49,11 @@ from ._codec import Codec
 from ._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
-from ._records import StoredRecord, plan_appends, redaction
+from ._records import StoredRecord, plan_appends, redacted, with_checksum
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
 
 APPLICATION = "inert-log"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 Connection = psycopg.Connection[tuple[Any, ...]]
 Migration = Callable[[Connection, str], None]
 """A step from schema version N to N + 1, given a connection in a transaction and the schema."""
@@ -124,6 +124,7 @@ CREATE TABLE {schema}.events (
     payload_digest bytea,
     traceparent text,
     tracestate text,
+    checksum bigint NOT NULL,
     UNIQUE (stream_id, version)
 );
 INSERT INTO {schema}.head (position) VALUES (0);
@@ -134,8 +135,22 @@ def _add_snapshots(connection: Connection, schema: str) -> None:
     connection.execute(_snapshot_sql(schema))
 
 
+def _add_checksums(connection: Connection, schema: str) -> None:
+    # The rows are taken as they are: nothing older can tell whether one was damaged before.
+    connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN checksum bigint NOT NULL DEFAULT 0")
+    select = _Statements.of(schema).read
+    position = 1
+    while rows := connection.execute(select, (position, 4096)).fetchall():
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {schema}.events SET checksum = %s WHERE position = %s",
+                [(with_checksum(row).checksum, row[0]) for row in rows],
+            )
+        position = rows[-1][0] + 1
+
+
 # Steps from schema version N to N + 1.
-MIGRATIONS: dict[int, Migration] = {1: _add_snapshots}
+MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums}
 
 
 @attrs.frozen
@@ -169,7 +184,7 @@ class _Statements:
         select = (
             "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
             " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
-            f" e.tracestate FROM {schema}.events AS e"
+            f" e.tracestate, e.checksum FROM {schema}.events AS e"
             f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
         )
         return cls(
@@ -197,15 +212,12 @@ class _Statements:
             head=f"SELECT position FROM {schema}.head",
             stream_version=f"SELECT version FROM {schema}.streams WHERE name = %s",
             to_redact=(
-                "SELECT e.position, e.event_type, e.schema_version, e.payload"
-                f" FROM {schema}.events AS e"
-                f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
-                " WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
+                f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
                 " ORDER BY e.position FOR UPDATE OF e"
             ),
             redact=(
                 f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
-                " payload_digest = %s WHERE position = %s"
+                " payload_digest = %s, checksum = %s WHERE position = %s"
             ),
             # Taken by redactions and snapshot writes, and by nothing else: one that waits for
             # the other then sees what it committed (a payload to delete, or a redacted stream).
@@ -250,6 +262,7 @@ _EVENT_COLUMN_TYPES = [
     "bytea",
     "text",
     "text",
+    "int8",
 ]
 
 
@@ -592,6 +605,32 @@ class PostgresLog(GroupCommitLog):
         rows = await self._query(self._sql.stream_version, (stream,))
         return int(rows[0][0]) if rows else 0
 
+    async def _storage_problems(self) -> list[str]:
+        schema = self.schema
+        [(rows, last, head)] = await self._query(
+            f"SELECT count(*), coalesce(max(position), 0), (SELECT position FROM {schema}.head)"
+            f" FROM {schema}.events",
+            (),
+        )
+        problems = []
+        if rows != last:
+            problems.append(f"{rows} rows hold positions up to {last}: some are missing")
+        if head != last:
+            problems.append(f"the head table says position {head}, the last row is at {last}")
+        problems.extend(
+            f"stream {name!r} has {count} rows and versions up to {version}, and records"
+            f" version {recorded}"
+            for name, count, version, recorded in await self._query(
+                f"SELECT s.name, count(e.position), coalesce(max(e.version), 0), s.version"
+                f" FROM {schema}.streams AS s LEFT JOIN {schema}.events AS e"
+                " ON e.stream_id = s.stream_id GROUP BY s.stream_id"
+                " HAVING count(e.position) != s.version"
+                " OR coalesce(max(e.version), 0) != s.version",
+                (),
+            )
+        )
+        return problems
+
     async def _redact(
         self, stream: str, up_to_version: int, event_types: frozenset[str] | None
     ) -> int:
@@ -611,23 +650,21 @@ class PostgresLog(GroupCommitLog):
     ) -> int:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
-        payloads = [
-            (position, event_type, version, payload)
-            for position, event_type, version, payload in connection.execute(
-                sql.to_redact, (stream, up_to_version)
-            )
-            if event_types is None or event_type in event_types
+        done = [
+            redacted(_row(values), self.codec)
+            for values in connection.execute(sql.to_redact, (stream, up_to_version))
+            if event_types is None or values[5] in event_types
         ]
         with connection.cursor() as cursor:
             cursor.executemany(
                 sql.redact,
                 [
-                    (*redaction(self.codec, event_type, version, payload), position)
-                    for position, event_type, version, payload in payloads
+                    (row.schema_version, row.payload, row.digest, row.checksum, row.position)
+                    for row in done
                 ],
             )
         connection.execute(sql.redact_snapshots, (stream, up_to_version))
-        return len(payloads)
+        return len(done)
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         self._check_accepting("the snapshot was not written")

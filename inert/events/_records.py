@@ -11,16 +11,18 @@ import hashlib
 import itertools
 import os
 import secrets
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
 import attrs
+import msgpack
 from attrs import field, frozen, validators
 
 from ._base import Event, TraceContext, registered_event_types
 from ._codec import Codec
-from ._errors import ConflictError, DuplicateEventError, InertError, LogError
+from ._errors import ConflictError, DuplicateEventError, InertError, LogDamaged, LogError
 
 NO_STREAM = 0
 """The expected version of a stream that has no events yet."""
@@ -113,6 +115,9 @@ class StoredRecord(NamedTuple):
     ``digest`` is set when the payload is redacted and ``None`` before (the payload itself is the
     proof of content until then). Once redacted, ``payload`` holds what remains of the event (see
     :func:`redaction`) or ``None``, and ``schema_version`` is that of the remains.
+
+    ``checksum`` covers every other column (:func:`row_checksum`): set when the row is planned,
+    set again when retention redacts it, checked whenever it is read.
     """
 
     position: int
@@ -127,6 +132,62 @@ class StoredRecord(NamedTuple):
     digest: bytes | None
     traceparent: str | None
     tracestate: str | None
+    checksum: int
+
+
+_CHECKED_COLUMNS = len(StoredRecord._fields) - 1
+
+
+def row_checksum(columns: Sequence[object]) -> int:
+    """The CRC-32 of a row's columns but the checksum itself, serialised by MessagePack (which
+    tells text from bytes and ``None`` from empty): a damaged byte, a swapped column or a row
+    moved to another position fails it. It detects damage; it is no signature."""
+    return zlib.crc32(msgpack.packb(tuple(columns[:_CHECKED_COLUMNS])))
+
+
+def with_checksum(columns: Sequence[object]) -> StoredRecord:
+    """A row of the checked columns (a row of a log written before rows had checksums, or one
+    just changed) with its checksum."""
+    checked = tuple(columns[:_CHECKED_COLUMNS])
+    return StoredRecord(*checked, zlib.crc32(msgpack.packb(checked)))  # type: ignore[arg-type, call-arg]
+
+
+def check_row(row: StoredRecord) -> None:
+    """Raise ``LogDamaged`` unless the row's checksum holds."""
+    if zlib.crc32(msgpack.packb(row[:_CHECKED_COLUMNS])) != row.checksum:
+        raise LogDamaged(
+            row.position, f"the checksum of the row of event id {row.event_id!r} fails"
+        )
+
+
+def check_page(rows: Sequence[StoredRecord], first_position: int) -> None:
+    """Check the rows of a read from ``first_position``: each checksum, and positions that
+    follow each other from there without a gap."""
+    expected = first_position
+    for row in rows:
+        if row.position != expected:
+            raise LogDamaged(
+                expected, f"the position is missing (the next row read is at {row.position})"
+            )
+        check_row(row)
+        expected += 1
+
+
+def check_stream_page(rows: Sequence[StoredRecord], stream: str, first_version: int) -> None:
+    """Check the rows of a read of one stream from ``first_version``: each checksum, and
+    versions that follow each other from there without a gap, at increasing positions."""
+    expected = first_version
+    position = 0
+    for row in rows:
+        if row.version != expected or row.stream != stream or row.position <= position:
+            raise LogDamaged(
+                row.position,
+                f"stream {stream!r} lacks version {expected} (the row read is version"
+                f" {row.version} of {row.stream!r})",
+            )
+        check_row(row)
+        expected += 1
+        position = row.position
 
 
 def payload_digest(payload: bytes) -> bytes:
@@ -172,9 +233,10 @@ def redacted(row: StoredRecord, codec: Codec) -> StoredRecord:
     """The row with its payload redacted (unchanged if it is redacted already)."""
     if row.digest is not None or row.payload is None:
         return row
+    check_row(row)
     done = redaction(codec, row.event_type, row.schema_version, row.payload)
-    return row._replace(
-        schema_version=done.schema_version, payload=done.payload, digest=done.digest
+    return with_checksum(
+        row._replace(schema_version=done.schema_version, payload=done.payload, digest=done.digest)
     )
 
 
@@ -305,19 +367,21 @@ def _plan_one(
         version = versions.get(stream) or stream_versions.get(stream, NO_STREAM)
         versions[stream] = version = version + 1
         position = head + len(rows) + 1
-        row = StoredRecord(
-            position,
-            event_id,
-            stream,
-            version,
-            recorded_at,
-            pending.event_type,
-            pending.schema_version,
-            pending.payload,
-            len(pending.payload),
-            None,
-            pending.traceparent,
-            pending.tracestate,
+        row = with_checksum(
+            (
+                position,
+                event_id,
+                stream,
+                version,
+                recorded_at,
+                pending.event_type,
+                pending.schema_version,
+                pending.payload,
+                len(pending.payload),
+                None,
+                pending.traceparent,
+                pending.tracestate,
+            )
         )
         in_batch[event_id] = row
         rows.append(row)

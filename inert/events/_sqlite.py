@@ -30,11 +30,11 @@ from ._codec import Codec
 from ._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
-from ._records import StoredRecord, plan_appends, redaction
+from ._records import StoredRecord, plan_appends, redacted, with_checksum
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
 
 APPLICATION_ID = 0x696E7274  # "inrt"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 Synchronous = Literal["FULL", "NORMAL"]
 Migration = Callable[[sqlite3.Connection], None]
 _T = TypeVar("_T")
@@ -46,7 +46,7 @@ _SQL_PARAMETER_CHUNK = 500
 _SELECT = (
     "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
     " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
-    " e.tracestate FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
+    " e.tracestate, e.checksum FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
 )
 
 # Payloads are indexed by stream, which redaction deletes them by.
@@ -90,6 +90,7 @@ CREATE TABLE events (
     payload_digest BLOB,
     traceparent TEXT,
     tracestate TEXT,
+    checksum INTEGER NOT NULL,
     UNIQUE (stream_id, version)
 );
 {_SNAPSHOT_SCHEMA}
@@ -116,8 +117,22 @@ def _add_snapshots(connection: sqlite3.Connection) -> None:
     _execute_script(connection, _SNAPSHOT_SCHEMA)
 
 
+def _add_checksums(connection: sqlite3.Connection) -> None:
+    # The rows are taken as they are: nothing older can tell whether one was damaged before.
+    connection.execute("ALTER TABLE events ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0")
+    position = 0
+    while rows := connection.execute(
+        f"{_SELECT} WHERE e.position > ? ORDER BY e.position LIMIT 4096", (position,)
+    ).fetchall():
+        connection.executemany(
+            "UPDATE events SET checksum = ? WHERE position = ?",
+            [(with_checksum(row).checksum, row[0]) for row in rows],
+        )
+        position = rows[-1][0]
+
+
 # Steps from schema version N to N + 1.
-MIGRATIONS: dict[int, Migration] = {1: _add_snapshots}
+MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums}
 
 DEFAULT_STREAM_CACHE_SIZE = 65536
 
@@ -131,7 +146,7 @@ def _row(values: Sequence[object]) -> StoredRecord:
 # once per event, and the few distinct statements stay in sqlite3's statement cache.
 _INSERT_CHUNKS = (256, 64, 16, 4, 1)
 _INSERT_SQL = {
-    size: "INSERT INTO events VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?)"] * size)
+    size: "INSERT INTO events VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?,?)"] * size)
     for size in _INSERT_CHUNKS
 }
 
@@ -456,6 +471,32 @@ class SQLiteLog(GroupCommitLog):
         )
         return rows[0][0]  # type: ignore[return-value]
 
+    async def _storage_problems(self) -> list[str]:
+        try:
+            problems = [
+                f"PRAGMA integrity_check: {message}"
+                for (message,) in await self._query("PRAGMA integrity_check", ())
+                if message != "ok"
+            ]
+        except LogError as error:
+            # A page damaged badly enough stops the check itself.
+            problems = [f"PRAGMA integrity_check could not finish: {error}"]
+        [(rows, head)] = await self._query(
+            "SELECT count(*), coalesce(max(position), 0) FROM events", ()
+        )
+        if rows != head:
+            problems.append(f"{rows} rows hold positions up to {head}: some are missing")
+        problems.extend(
+            f"stream {name!r} has {count} rows and versions up to {version}: some are missing"
+            for name, count, version in await self._query(
+                "SELECT s.name, count(*), max(e.version) FROM events AS e"
+                " JOIN streams AS s ON s.stream_id = e.stream_id"
+                " GROUP BY e.stream_id HAVING count(*) != max(e.version)",
+                (),
+            )
+        )
+        return problems
+
     async def _redact(
         self, stream: str, up_to_version: int, event_types: frozenset[str] | None
     ) -> int:
@@ -473,29 +514,28 @@ class SQLiteLog(GroupCommitLog):
         up_to_version: int,
         event_types: frozenset[str] | None,
     ) -> int:
-        payloads = [
-            (position, event_type, version, payload)
-            for position, event_type, version, payload in connection.execute(
-                "SELECT e.position, e.event_type, e.schema_version, e.payload"
-                " FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
-                " WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL",
+        rows = [
+            _row(values)
+            for values in connection.execute(
+                f"{_SELECT} WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL",
                 (stream, up_to_version),
             )
-            if event_types is None or event_type in event_types
+            if event_types is None or values[5] in event_types
         ]
+        done = [redacted(row, self.codec) for row in rows]
         connection.executemany(
-            "UPDATE events SET schema_version = ?, payload = ?, payload_digest = ?"
+            "UPDATE events SET schema_version = ?, payload = ?, payload_digest = ?, checksum = ?"
             " WHERE position = ?",
             [
-                (*redaction(self.codec, event_type, version, payload), position)
-                for position, event_type, version, payload in payloads
+                (row.schema_version, row.payload, row.digest, row.checksum, row.position)
+                for row in done
             ],
         )
         connection.execute(
             "DELETE FROM snapshot_payloads WHERE stream = ? AND first_version <= ?",
             (stream, up_to_version),
         )
-        return len(payloads)
+        return len(done)
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         self._check_accepting("the snapshot was not written")

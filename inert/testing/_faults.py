@@ -271,6 +271,9 @@ class FaultyLog(Log):
     async def _stream_version(self, stream: str) -> int:
         return await self.inner._stream_version(stream)
 
+    async def _storage_problems(self) -> list[str]:
+        return await self.inner._storage_problems()
+
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await self.inner._write_snapshot(snapshot)
 

@@ -203,9 +203,12 @@ def log_hash(store: MemoryStore) -> str:
     """
     rows = []
     for row in store.rows:
-        text = "\x00".join([str(value) for value in row if not isinstance(value, bytes)]).encode()
-        data = [value for value in row if isinstance(value, bytes)]
-        rows.append(b"\x00".join([text, *data]) if data else text)
+        # The checksum is left out: it covers the random ids, and everything it covers is
+        # hashed here.
+        columns = row[:-1]
+        text = "\x00".join([str(value) for value in columns if not isinstance(value, bytes)])
+        data = [value for value in columns if isinstance(value, bytes)]
+        rows.append(b"\x00".join([text.encode(), *data]) if data else text.encode())
     # Neither separator is a hex digit: no id spans two rows, and the ids of the whole log, in
     # order, are those of each row in turn.
     log = b"\x01".join([*rows, b""])
