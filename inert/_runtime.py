@@ -87,6 +87,7 @@ from .events import (
     RecordedEvent,
     RefusedError,
     RequestRefused,
+    RequestTimedOut,
     ResponseQuarantined,
     ResponseRef,
     StoredSnapshot,
@@ -192,6 +193,10 @@ def trio_clock() -> Callable[[], datetime]:
 
 _SWEEP_REPORTED_AT_LEAST = 1024
 
+DEFAULT_REQUEST_TIMEOUT = 3 * DEFAULT_LEASE_TIME
+"""Seconds a request of the runtime to an actor may wait for its answer: long enough for the
+turn of a silent process to be taken over and answered here."""
+
 
 class Runtime:
     """The embedding API. Open one with :func:`open_runtime`."""
@@ -208,9 +213,11 @@ class Runtime:
         lease_time: float = DEFAULT_LEASE_TIME,
         held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         **router_options: Any,
     ) -> None:
         self.log = log
+        self.request_timeout = request_timeout
         self.tools = registry
         self.limits = limits
         self.process = process
@@ -298,19 +305,40 @@ class Runtime:
 
     async def _caught_up(self) -> None:
         """Until the fold has seen everything in the log now."""
-        await self._router.wait_for(await self.log.head())
+        head = await self.log.head()
+        with trio.move_on_after(self.request_timeout):
+            await self._router.wait_for(head)
+            return
+        raise RequestTimedOut(
+            f"catching up with the log (position {head})",
+            self.request_timeout,
+            f"the runtime has folded the log up to position {self._fold.position} only",
+        )
 
     async def _request(self, stream: str, event: Event) -> list[Event]:
-        """Append a request to a call's actor and wait until its answer is in the log."""
+        """Append a request to a call's actor and wait until its answer is in the log, or
+        until ``request_timeout`` has passed (``RequestTimedOut``)."""
         event_id = new_event_id()
         request = self._requests[event_id] = _Request()
         try:
             await self.log.append([NewEvent(stream=stream, event=event, event_id=event_id)])
-        except BaseException:
+            with trio.move_on_after(self.request_timeout):
+                await request.done.wait()
+                return request.answer
+        finally:
             self._requests.pop(event_id, None)
-            raise
-        await request.done.wait()
-        return request.answer
+            if not request.done.is_set():
+                self._answers.pop(request.position, None)
+        key: CallKey = event.key  # type: ignore[attr-defined]
+        owner = self.turn_owner(key.turn_ref)
+        why = (
+            f"the turn is leased by process {owner!r}, whose actor has not answered"
+            if owner is not None and owner != self.process
+            else "the call's actor has not answered (the runtime is overloaded or stopping)"
+        )
+        raise RequestTimedOut(
+            f"the {event.TAG} of {key.stream!r} (event {event_id})", self.request_timeout, why
+        )
 
     # --- turns ---
 
@@ -938,6 +966,7 @@ async def open_runtime(
     collector: CollectorSettings | None = DEFAULT_COLLECTOR,
     held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
@@ -962,9 +991,16 @@ async def open_runtime(
     fragments waits until the writer has made room. Every ``snapshot_every`` events folded (and
     once after a restart that folded at least that many), the runtime writes a snapshot of its
     state beside the log, and a restart starts from the newest one its code and configuration
-    made (``None``: never; see :mod:`inert._snapshot`).
+    made (``None``: never; see :mod:`inert._snapshot`). A request the runtime makes of a call's
+    actor (a claim, a confirmation, a denial) or of its own fold (catching up before a control
+    or a confirmation) that is not answered within ``request_timeout`` seconds (30, three lease
+    times) raises ``RequestTimedOut``, naming what was not answered and why.
     """
-    for name, seconds in (("validation_timeout", validation_timeout), ("lease_time", lease_time)):
+    for name, seconds in (
+        ("validation_timeout", validation_timeout),
+        ("lease_time", lease_time),
+        ("request_timeout", request_timeout),
+    ):
         # Written so that NaN fails too.
         if not 0 < seconds < math.inf:
             raise ConfigurationError(
@@ -996,6 +1032,7 @@ async def open_runtime(
             snapshot_every=snapshot_every,
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
+            request_timeout=request_timeout,
         )
         runtime.operators = authorizer
         if tracer_provider is not None:

@@ -65,6 +65,7 @@ from ._errors import (
     LogError,
     RefusedError,
     RequestRefused,
+    RequestTimedOut,
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
 from ._log import Log, MemoryLog, MemoryStore, Subscription
@@ -133,6 +134,7 @@ __all__ = [
     "RefusedError",
     "RejectReason",
     "RequestRefused",
+    "RequestTimedOut",
     "ResponseEndReason",
     "ResponseEnded",
     "ResponseQuarantined",

@@ -89,3 +89,16 @@ class ConfirmationRefused(RequestRefused):
     """A confirmation or denial was refused and recorded; the call is as it was."""
 
     REQUEST = "confirmation"
+
+
+class RequestTimedOut(InertError):
+    """A request the runtime made of itself (a claim, a confirmation, a denial, a control's
+    catching up) was not answered within the runtime's ``request_timeout``.
+
+    The request is in the log and may still be answered later. A claim answered then leaves a
+    dispatched call that no executor holds; the next restart records it ``outcome_unknown``.
+    """
+
+    def __init__(self, what: str, seconds: float, why: str) -> None:
+        super().__init__(f"{what} was not answered within {seconds:g} s: {why}")
+        self.seconds = seconds
