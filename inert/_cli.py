@@ -40,6 +40,7 @@ from .events import (
     ConfirmationRefused,
     Event,
     EventRejected,
+    FragmentsDiscarded,
     InertError,
     LogError,
     RecordedEvent,
@@ -822,6 +823,17 @@ async def _rejections(runtime: Runtime, key: CallKey, after: int) -> list[str]:
     ]
 
 
+async def _discarded(runtime: Runtime, key: CallKey, after: int) -> int:
+    """How many fragments fed for the call after it ended were counted instead of stored."""
+    return sum(
+        recorded.event.fragments
+        for recorded in await runtime.log.read_stream(key.response_ref.stream)
+        if recorded.position > after
+        and isinstance(recorded.event, FragmentsDiscarded)
+        and recorded.event.key == key
+    )
+
+
 async def _validated_digest(runtime: Runtime, key: CallKey) -> str:
     """The digest of the canonical arguments a call waiting for confirmation asks about."""
     pending = await runtime.pending_confirmation(key)
@@ -935,9 +947,11 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     await runtime.feed([_response_ended(call.key, len(call.fragments) + 2)])
     await runtime.settle()
     late = Counter(await _rejections(runtime, call.key, position))
+    discarded = await _discarded(runtime, call.key, position)
     print(
         f"turn t5: {PRINCIPAL} cancels the turn while get_weather is {collecting}: it was"
-        f" {cancelled}; its late fragments and end event were rejected"
+        f" {cancelled}; its late fragments were counted, not stored ({discarded} discarded),"
+        " and its end event rejected"
         f" ({', '.join(f'{count} {reason}' for reason, count in late.items()) or 'none'})"
     )
 

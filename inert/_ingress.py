@@ -26,7 +26,7 @@ that stream; so is a storage failure that lost them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -35,6 +35,7 @@ from .events import (
     ArgumentsAppended,
     CallKey,
     Event,
+    FragmentsDiscarded,
     InertError,
     Log,
     LogError,
@@ -104,6 +105,21 @@ class _Run:
         return NewEvent(stream=self.key.response_ref.stream, event=event, trace=self.trace)
 
 
+class _Discarded:
+    """Fragments of one call that had ended, counted until the next append writes the count."""
+
+    __slots__ = ("fragments", "key", "size")
+
+    def __init__(self, key: CallKey) -> None:
+        self.key = key
+        self.fragments = 0
+        self.size = 0
+
+    def new_event(self) -> NewEvent:
+        event = FragmentsDiscarded(key=self.key, fragments=self.fragments, size=self.size)
+        return NewEvent(stream=self.key.response_ref.stream, event=event)
+
+
 class _StreamLock:
     """The lock of one response stream, and how many use it now (it lives only while used)."""
 
@@ -123,11 +139,14 @@ class Ingress:
         *,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+        ended: Callable[[CallKey], bool] | None = None,
     ) -> None:
         self._log = log
+        self._ended = ended
+        self._discarded: dict[str, _Discarded] = {}
         self._max_bytes = max_pending_bytes
         self._max_events = max_pending_events
-        self._pending: dict[str, list[_Run]] = {}
+        self._pending: dict[str, list[_Run | _Discarded]] = {}
         self._open: dict[str, _Run] = {}
         self._pending_bytes = 0
         self._pending_events = 0
@@ -212,8 +231,12 @@ class Ingress:
         found by the call's stream name (a string hashes faster than a call key).
         """
         runs = self._open
+        ended = self._ended
         for fragment in fragments:
             key, data = fragment.key, fragment.data
+            if ended is not None and ended(key):
+                self._discard(fragment)
+                continue
             run = runs.get(key.stream)
             if (
                 run is not None
@@ -232,9 +255,24 @@ class Ingress:
                 self._pending_events += 1
             self._pending_bytes += len(data)
 
+    def _discard(self, fragment: ArgumentsAppended) -> None:
+        """Count a fragment of a call that has ended: the decider would only reject it."""
+        key = fragment.key
+        discarded = self._discarded.get(key.stream)
+        if discarded is None:
+            discarded = self._discarded[key.stream] = _Discarded(key)
+            self._pending.setdefault(key.response_ref.stream, []).append(discarded)
+            self._pending_events += 1
+        discarded.fragments += fragment.fragments
+        discarded.size += len(fragment.data)
+
     def _take_stream(self, stream: str) -> list[NewEvent]:
         runs = self._pending.pop(stream, [])
         for run in runs:
+            if type(run) is _Discarded:
+                del self._discarded[run.key.stream]
+                self._pending_events -= 1
+                continue
             if self._open.get(run.key.stream) is run:
                 del self._open[run.key.stream]
             self._pending_bytes -= run.size

@@ -50,6 +50,7 @@ from ._snapshot import (
 )
 from .actors import (
     DEFAULT_LIMITS,
+    TERMINAL_PHASES,
     CallFold,
     CallLimits,
     CallRouter,
@@ -229,7 +230,7 @@ class Runtime:
         )
         self._requests: dict[str, _Request] = {}
         self._answers: dict[int, _Request] = {}
-        self._ingress = Ingress(log, max_pending_bytes=held_bytes)
+        self._ingress = Ingress(log, max_pending_bytes=held_bytes, ended=self._call_ended)
         # Claims whose outcome was reported, with their call, until the fold forgets the call
         # (a report of a forgotten call is refused as one that was never dispatched).
         self._reported: dict[str, CallKey] = {}
@@ -302,6 +303,12 @@ class Runtime:
         self._changed = trio.Event()
         if self._live and self._snapshot_every and recorded.position >= self._snapshot_due:
             self._take_snapshot(recorded.position)
+
+    def _call_ended(self, key: CallKey) -> bool:
+        """Whether the fold has ended the call: terminal is final, so whatever is fed for it
+        later can only be rejected (the ingress counts such fragments instead of storing them)."""
+        slot = self._fold.records.get(key)
+        return slot is not None and slot.phase in TERMINAL_PHASES
 
     async def _caught_up(self) -> None:
         """Until the fold has seen everything in the log now."""

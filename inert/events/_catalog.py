@@ -203,6 +203,23 @@ class ArgumentsAppended(Event):
             )
 
 
+@event_type("ingress.fragments_discarded")
+@frozen(kw_only=True)
+class FragmentsDiscarded(Event):
+    """Fragments fed for a call that had ended already, counted instead of stored.
+
+    The decider would reject each of them (the call is terminal), so the runtime does not write
+    them one by one: it writes one of these per call and append of the log, with how many
+    fragments (as the adapters counted them) and bytes it dropped. A stream that keeps sending
+    for an ended call thus costs the log one row per commit, not two per fragment. Only counts:
+    no argument byte is kept.
+    """
+
+    key: CallKey
+    fragments: int = field(validator=_positive)
+    size: int = field(validator=_non_negative)
+
+
 @event_type("ingress.call_ended")
 @frozen(kw_only=True)
 class CallEnded(Event):

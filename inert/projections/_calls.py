@@ -24,6 +24,7 @@ from ..events import (
     CallValidated,
     EventRejected,
     FailReason,
+    FragmentsDiscarded,
 )
 from ._rows import Dispatch, LedgerRow, Outcome, State, terminal_label
 
@@ -304,6 +305,11 @@ def _parse_problem(reason: FailReason, detail: str) -> str | None:
     if reason is FailReason.TOO_LARGE and detail.startswith(FailReason.TOO_LARGE.value):
         return FailReason.TOO_LARGE.value
     return None
+
+
+def discarded_detail(event: FragmentsDiscarded) -> str:
+    """The detail of the transition that counts fragments fed after the call ended."""
+    return f"{event.fragments} fragments ({event.size} bytes) discarded: the call had ended"
 
 
 def rejected_detail(event: EventRejected) -> str:

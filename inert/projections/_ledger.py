@@ -34,6 +34,7 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    FragmentsDiscarded,
     RecordedEvent,
     TurnRetired,
 )
@@ -46,6 +47,7 @@ from ._calls import (
     Row,
     Rule,
     Step,
+    discarded_detail,
     rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
@@ -150,6 +152,8 @@ class Ledger(Routed):
                 return (partial(self._decision, rule),)
         if issubclass(kind, EventRejected):
             return (self._rejected,)
+        if issubclass(kind, FragmentsDiscarded):
+            return (self._discarded,)
         if issubclass(kind, OUTCOME_TYPES):
             return (self._outcome,)
         if issubclass(kind, TurnRetired):
@@ -263,6 +267,13 @@ class Ledger(Routed):
             # turn) ages out like a finished one, unless it opens meanwhile.
             self._finish(call, recorded.recorded_at)
         self._record(call, recorded, None if row is None else row.state, rejected_detail(event))
+
+    def _discarded(self, recorded: RecordedEvent, event: FragmentsDiscarded) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        row = call.row
+        if row is None:
+            self._finish(call, recorded.recorded_at)
+        self._record(call, recorded, None if row is None else row.state, discarded_detail(event))
 
     def _outcome(
         self,

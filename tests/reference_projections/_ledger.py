@@ -37,6 +37,7 @@ from inert.events import (
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     FailReason,
+    FragmentsDiscarded,
     RecordedEvent,
     Redacted,
     TerminalRef,
@@ -274,6 +275,8 @@ class Ledger:
             self._decision(event, recorded)
         elif isinstance(event, EventRejected):
             self._rejected(event, recorded)
+        elif isinstance(event, FragmentsDiscarded):
+            self._discarded(event, recorded)
         elif isinstance(event, OUTCOME_TYPES):
             self._outcome(event, recorded)
         elif isinstance(event, TurnRetired):
@@ -436,6 +439,13 @@ class Ledger:
             self._finish(key, recorded.recorded_at)
         self._record(key, recorded, None if row is None else row.state, _describe(event))
 
+    def _discarded(self, event: FragmentsDiscarded, recorded: RecordedEvent) -> None:
+        key = event.key
+        row = self._rows.get(key)
+        if row is None:
+            self._finish(key, recorded.recorded_at)
+        self._record(key, recorded, None if row is None else row.state, _discarded(event))
+
     def _outcome(
         self,
         event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown,
@@ -477,6 +487,10 @@ def _parse_problem(reason: FailReason, detail: str) -> str | None:
     if reason is FailReason.TOO_LARGE and detail.startswith(FailReason.TOO_LARGE.value):
         return FailReason.TOO_LARGE.value
     return None
+
+
+def _discarded(event: FragmentsDiscarded) -> str:
+    return f"{event.fragments} fragments ({event.size} bytes) discarded: the call had ended"
 
 
 def _describe(event: Decision | EventRejected) -> str:
