@@ -47,11 +47,13 @@ from inert.events import (
     CallConfirmed,
     CallDispatched,
     CallOpened,
+    CallTerminalCandidate,
     ExecutionCompleted,
     OfferedTool,
     PostgresLog,
     RecordedEvent,
     Redacted,
+    TerminalRef,
     TurnStarted,
 )
 from inert.events._records import (
@@ -516,6 +518,17 @@ def _degraded_call() -> tuple[CallFold, _Records]:
     return fold, records
 
 
+def _candidate(cause: int) -> CallTerminalCandidate:
+    return CallTerminalCandidate(
+        key=KEY,
+        cause=cause,
+        terminal=TerminalRef(sequence=2),
+        fragments=1,
+        size=9,
+        arguments_digest="sha256:a",
+    )
+
+
 def _validated(needs_confirmation: bool, cause: int) -> CallValidated:
     return CallValidated(
         key=KEY,
@@ -535,7 +548,9 @@ def _dispatched(cause: int) -> CallDispatched:
 def test_a_dispatch_taken_as_recorded_needs_its_validation() -> None:
     """A call that takes its decisions as recorded refuses a dispatch before any validation."""
     fold, records = _degraded_call()
-    with pytest.raises(LogDamaged, match=r"a dispatch of call .* nothing allows: .* not validated"):
+    with pytest.raises(
+        LogDamaged, match=r"decision\.dispatched of call .* nothing allows: .* not validated"
+    ):
         fold.apply(records.add(KEY.stream, _dispatched(records.position)))
 
 
@@ -543,10 +558,12 @@ def test_a_dispatch_taken_as_recorded_needs_the_confirmation_it_asked_for() -> N
     """A validation that asked for a confirmation makes a dispatch without one damage; with the
     confirmation recorded, the dispatch stands and so does its outcome."""
     fold, records = _degraded_call()
+    fold.apply(records.add(KEY.stream, _candidate(records.position)))
     fold.apply(records.add(KEY.stream, _validated(True, records.position)))
     with pytest.raises(LogDamaged, match="needs a confirmation and has none"):
         fold.apply(records.add(KEY.stream, _dispatched(records.position)))
     fold, records = _degraded_call()
+    fold.apply(records.add(KEY.stream, _candidate(records.position)))
     fold.apply(records.add(KEY.stream, _validated(True, records.position)))
     confirmed = CallConfirmed(
         key=KEY, cause=records.position, principal="user:alice", confirmation_event_id="e9"
@@ -556,6 +573,30 @@ def test_a_dispatch_taken_as_recorded_needs_the_confirmation_it_asked_for() -> N
     fold.apply(records.add("outcome", ExecutionCompleted(key=KEY, claim_id="claim-1")))
     with pytest.raises(LogDamaged, match=r"claim 'claim-2' .* never dispatched"):
         fold.apply(records.add("outcome", ExecutionCompleted(key=KEY, claim_id="claim-2")))
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        ({"tool": "send_mail"}, "it names tool 'send_mail', the call opened 'lookup'"),
+        ({"tool_digest": "sha256:other"}, "its tool digest is not the one the turn offered"),
+        ({"arguments_digest": "sha256:b"}, "its arguments digest is not the one the terminal"),
+    ],
+)
+def test_a_validation_taken_as_recorded_must_match_the_call_and_its_turn(
+    change: dict[str, str], found: str
+) -> None:
+    """A validation taken as recorded names the tool the call opened, with the digest its turn
+    offered, and the arguments its terminal candidate named; a validation before any terminal
+    candidate is refused too."""
+    fold, records = _degraded_call()
+    with pytest.raises(LogDamaged, match="not a terminal candidate"):
+        fold.apply(records.add(KEY.stream, _validated(False, records.position)))
+    fold, records = _degraded_call()
+    fold.apply(records.add(KEY.stream, _candidate(records.position)))
+    forged = attrs.evolve(_validated(False, records.position), **change)  # type: ignore[arg-type]
+    with pytest.raises(LogDamaged, match=re.escape(found)):
+        fold.apply(records.add(KEY.stream, forged))
 
 
 def test_an_outcome_needs_the_dispatch_of_its_claim() -> None:
