@@ -40,7 +40,7 @@ from .events import (
     ConfirmationRefused,
     Event,
     EventRejected,
-    FragmentsDiscarded,
+    EventsDiscarded,
     InertError,
     LogError,
     RecordedEvent,
@@ -824,12 +824,12 @@ async def _rejections(runtime: Runtime, key: CallKey, after: int) -> list[str]:
 
 
 async def _discarded(runtime: Runtime, key: CallKey, after: int) -> int:
-    """How many fragments fed for the call after it ended were counted instead of stored."""
+    """How many events fed for the call after it ended were counted instead of stored."""
     return sum(
-        recorded.event.fragments
+        recorded.event.events
         for recorded in await runtime.log.read_stream(key.response_ref.stream)
         if recorded.position > after
-        and isinstance(recorded.event, FragmentsDiscarded)
+        and isinstance(recorded.event, EventsDiscarded)
         and recorded.event.key == key
     )
 
@@ -948,11 +948,11 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     await runtime.settle()
     late = Counter(await _rejections(runtime, call.key, position))
     discarded = await _discarded(runtime, call.key, position)
+    rejected = "".join(f", {count} rejected {reason}" for reason, count in late.items())
     print(
         f"turn t5: {PRINCIPAL} cancels the turn while get_weather is {collecting}: it was"
-        f" {cancelled}; its late fragments were counted, not stored ({discarded} discarded),"
-        " and its end event rejected"
-        f" ({', '.join(f'{count} {reason}' for reason, count in late.items()) or 'none'})"
+        f" {cancelled}; its late fragments and end event were counted, not stored"
+        f" ({discarded} events discarded{rejected})"
     )
 
     # (e) A provider delivers a terminal event twice: the same end event, fed again.

@@ -33,9 +33,12 @@ import trio
 from .events import (
     INGRESS_TYPES,
     ArgumentsAppended,
+    CallEnded,
     CallKey,
+    CallOpened,
+    DiscardReason,
     Event,
-    FragmentsDiscarded,
+    EventsDiscarded,
     InertError,
     Log,
     LogError,
@@ -106,17 +109,28 @@ class _Run:
 
 
 class _Discarded:
-    """Fragments of one call that had ended, counted until the next append writes the count."""
+    """Events fed that the decider could only refuse, counted under one call until the next
+    append writes the count."""
 
-    __slots__ = ("fragments", "key", "size")
+    __slots__ = ("calls", "events", "fragments", "key", "reason", "size")
 
-    def __init__(self, key: CallKey) -> None:
+    def __init__(self, key: CallKey, reason: DiscardReason) -> None:
         self.key = key
+        self.reason = reason
+        self.calls: dict[str, None] = {}
+        self.events = 0
         self.fragments = 0
         self.size = 0
 
     def new_event(self) -> NewEvent:
-        event = FragmentsDiscarded(key=self.key, fragments=self.fragments, size=self.size)
+        event = EventsDiscarded(
+            key=self.key,
+            reason=self.reason,
+            calls=len(self.calls),
+            events=self.events,
+            fragments=self.fragments,
+            size=self.size,
+        )
         return NewEvent(stream=self.key.response_ref.stream, event=event)
 
 
@@ -139,10 +153,10 @@ class Ingress:
         *,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
-        ended: Callable[[CallKey], bool] | None = None,
+        refused: Callable[[CallKey], tuple[DiscardReason, CallKey] | None] | None = None,
     ) -> None:
         self._log = log
-        self._ended = ended
+        self._refused = refused
         self._discarded: dict[str, _Discarded] = {}
         self._max_bytes = max_pending_bytes
         self._max_events = max_pending_events
@@ -231,11 +245,12 @@ class Ingress:
         found by the call's stream name (a string hashes faster than a call key).
         """
         runs = self._open
-        ended = self._ended
+        refused = self._refused
         for fragment in fragments:
             key, data = fragment.key, fragment.data
-            if ended is not None and ended(key):
-                self._discard(fragment)
+            refusal = None if refused is None else refused(key)
+            if refusal is not None:
+                self._discard(key, refusal, fragment.fragments, len(data))
                 continue
             run = runs.get(key.stream)
             if (
@@ -255,22 +270,31 @@ class Ingress:
                 self._pending_events += 1
             self._pending_bytes += len(data)
 
-    def _discard(self, fragment: ArgumentsAppended) -> None:
-        """Count a fragment of a call that has ended: the decider would only reject it."""
-        key = fragment.key
-        discarded = self._discarded.get(key.stream)
-        if discarded is None:
-            discarded = self._discarded[key.stream] = _Discarded(key)
-            self._pending.setdefault(key.response_ref.stream, []).append(discarded)
+    def _discard(
+        self,
+        key: CallKey,
+        refusal: tuple[DiscardReason, CallKey],
+        fragments: int,
+        size: int,
+    ) -> None:
+        """Count an event the decider could only refuse, instead of holding it."""
+        reason, counted_under = refusal
+        discarded = self._discarded.get(counted_under.stream)
+        if discarded is None or discarded.reason is not reason:
+            discarded = self._discarded[counted_under.stream] = _Discarded(counted_under, reason)
+            self._pending.setdefault(counted_under.response_ref.stream, []).append(discarded)
             self._pending_events += 1
-        discarded.fragments += fragment.fragments
-        discarded.size += len(fragment.data)
+        discarded.calls[key.stream] = None
+        discarded.events += 1
+        discarded.fragments += fragments
+        discarded.size += size
 
     def _take_stream(self, stream: str) -> list[NewEvent]:
         runs = self._pending.pop(stream, [])
         for run in runs:
             if type(run) is _Discarded:
-                del self._discarded[run.key.stream]
+                if self._discarded.get(run.key.stream) is run:
+                    del self._discarded[run.key.stream]
                 self._pending_events -= 1
                 continue
             if self._open.get(run.key.stream) is run:
@@ -304,10 +328,16 @@ class Ingress:
         """Append a feed's events, each promise after the fragments its stream holds by then;
         the feed holds the locks of its promises' streams."""
         news: list[NewEvent] = []
+        refused = self._refused
         for event in events:
             if isinstance(event, ArgumentsAppended):
                 self._hold([event], trace)
                 continue
+            if refused is not None and isinstance(event, CallOpened | CallEnded):
+                refusal = refused(event.key)
+                if refusal is not None:
+                    self._discard(event.key, refusal, 0, 0)
+                    continue
             stream = response_stream(event)
             news += self._take_stream(stream)
             news.append(NewEvent(stream=stream, event=event, trace=trace))

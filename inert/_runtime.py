@@ -76,6 +76,7 @@ from .events import (
     ConfirmationGiven,
     ConfirmationRefused,
     ConflictError,
+    DiscardReason,
     Event,
     EventRejected,
     ExecutionCompleted,
@@ -230,7 +231,7 @@ class Runtime:
         )
         self._requests: dict[str, _Request] = {}
         self._answers: dict[int, _Request] = {}
-        self._ingress = Ingress(log, max_pending_bytes=held_bytes, ended=self._call_ended)
+        self._ingress = Ingress(log, max_pending_bytes=held_bytes, refused=self._refusal)
         # Claims whose outcome was reported, with their call, until the fold forgets the call
         # (a report of a forgotten call is refused as one that was never dispatched).
         self._reported: dict[str, CallKey] = {}
@@ -304,11 +305,20 @@ class Runtime:
         if self._live and self._snapshot_every and recorded.position >= self._snapshot_due:
             self._take_snapshot(recorded.position)
 
-    def _call_ended(self, key: CallKey) -> bool:
-        """Whether the fold has ended the call: terminal is final, so whatever is fed for it
-        later can only be rejected (the ingress counts such fragments instead of storing them)."""
+    def _refusal(self, key: CallKey) -> tuple[DiscardReason, CallKey] | None:
+        """Why the decider could only refuse whatever is fed for the call now, if it could, and
+        the call its count goes to: the call has ended (terminal is final), or it was never
+        opened in a response that passed a limit on live calls (no call of it opens any more;
+        the count goes to the call that passed it). The ingress counts such events instead of
+        storing them."""
         slot = self._fold.records.get(key)
-        return slot is not None and slot.phase in TERMINAL_PHASES
+        if slot is not None and slot.phase in TERMINAL_PHASES:
+            return DiscardReason.CALL_ENDED, key
+        if slot is None or slot.phase is Phase.ABSENT:
+            closed_by = self._fold.over_limit(key.response_ref)
+            if closed_by is not None:
+                return DiscardReason.RESPONSE_OVER_LIMIT, closed_by
+        return None
 
     async def _caught_up(self) -> None:
         """Until the fold has seen everything in the log now."""

@@ -38,6 +38,8 @@ from inert.actors._scope import ResponseTurns
 from inert.events import (
     DECISION_TYPES,
     ArgumentsAppended,
+    CallCancelled,
+    CallDispatched,
     CallEnded,
     CallFailed,
     CallKey,
@@ -52,6 +54,7 @@ from inert.events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    FailReason,
     InertError,
     RecordedEvent,
     Redacted,
@@ -316,6 +319,7 @@ class CallFold:
         self.position = 0
         self.scope = Scope()
         self.responses = ResponseTurns()
+        self._counted: dict[CallKey, None] = {}
         self.records: dict[CallKey, CallRecord] = {}
         self._index = _Index()
         self._resumable: dict[ResponseRef, int | None] = {}
@@ -432,16 +436,24 @@ class CallFold:
                 turn=turn, blocked=self.scope.blocked(key, record.state.tool), limits=self.limits
             )
         # Live calls are counted only where the decider looks at them: at an opening.
-        live = record.state.live
+        if turn is not None and turn.rules >= 3:
+            others = [other for other in self._counted if other != key]
+            in_turn = sum(other.turn_ref == key.turn_ref for other in others)
+            in_tenant = sum(other.tenant == key.tenant for other in others)
+        else:
+            live = record.state.live
+            in_turn = len(self._index.by_turn.get(key.turn_ref, ())) - live
+            in_tenant = len(self._index.by_tenant.get(key.tenant, ())) - live
         return CallContext(
             turn=turn,
             blocked=self.scope.blocked(key, record.state.tool or event.tool),
             limits=self.limits,
-            live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
-            live_in_tenant=len(self._index.by_tenant.get(key.tenant, ())) - live,
+            live_in_turn=in_turn,
+            live_in_tenant=in_tenant,
             response_elsewhere=self.responses.elsewhere(key.response_ref, version)
             if record.state.phase is Phase.ABSENT
             else "",
+            response_over_limit=self.responses.over_limit(key.response_ref) is not None,
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -494,9 +506,17 @@ class CallFold:
             self._index.remove(before.key, before.tool)
         elif now and not was:
             self._index.add(after.key, after.tool)
+            self._counted[after.key] = None
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         key = _key_of(event)
+        if isinstance(event, CallFailed) and event.reason is FailReason.LIMIT_EXCEEDED:
+            turn = self.scope.turn(key.turn_ref)
+            if turn is not None and turn.rules >= 3:
+                self.responses.passed_limit(key)
+        if isinstance(event, CallCancelled | CallDispatched | CallFailed):
+            # Under rules 3 a call counts against the limits until its ending is read back.
+            self._counted.pop(key, None)
         record = self.records.get(key)
         if record is None:
             if self.scope.turn(key.turn_ref) is None:
@@ -616,6 +636,8 @@ class CallFold:
         ):
             return
         self._forget([key for key in self.records if key.turn_ref == turn])
+        for key in [key for key in self._counted if key.turn_ref == turn]:
+            del self._counted[key]
         self.scope.retire(turn)
         self.responses.retire(turn)
         self._leases.pop(turn, None)

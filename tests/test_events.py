@@ -46,7 +46,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "ingress.call_opened": (inert.CallOpened, 1),
     "ingress.arguments_appended": (inert.ArgumentsAppended, 2),
     "ingress.call_ended": (inert.CallEnded, 1),
-    "ingress.fragments_discarded": (inert.FragmentsDiscarded, 1),
+    "ingress.events_discarded": (inert.EventsDiscarded, 1),
     "ingress.response_ended": (inert.ResponseEnded, 1),
     "ingress.stream_lost": (inert.StreamLost, 1),
     "ingress.stream_resumed": (inert.StreamResumed, 1),

@@ -751,19 +751,29 @@ def test_a_turn_cancelled_by_another_principal_changes_nothing() -> None:
     ]
 
 
-def test_live_limits_are_counted_in_log_order() -> None:
-    """Live calls are counted in log order: past the limit an opening fails, then room returns."""
+@pytest.mark.parametrize("rules", [2, 3])
+def test_live_limits_are_counted_in_log_order(rules: int) -> None:
+    """Live calls are counted in log order: past the limit an opening fails, then room returns;
+    under rules 3 the response that passed the limit opens no call any more, others do."""
     actors = Actors()
     actors.fold = CallFold(attrs.evolve(LIMITS, max_live_per_turn=2), live=True)
-    actors.turn()
+    actors.feed(
+        TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP, MAIL), rules=rules)
+    )
     first, second, third, fourth = (key_of(f"call_{n}") for n in range(4))
+    elsewhere = key_of("call_4", response="resp-2")
     actors.feed(CallOpened(key=first, tool=LOOKUP.name, sequence=0))
     actors.feed(CallOpened(key=second, tool=LOOKUP.name, sequence=0))
     failed = appended(actors.feed(CallOpened(key=third, tool=LOOKUP.name, sequence=0)))
     assert isinstance(failed[-1], CallFailed)
     assert failed[-1].reason is FailReason.LIMIT_EXCEEDED
+    assert actors.fold.over_limit(third.response_ref) == (third if rules >= 3 else None)
     actors.feed(ConfirmationDenied(key=first, principal=PRINCIPAL))
     opened = appended(actors.feed(CallOpened(key=fourth, tool=LOOKUP.name, sequence=0)))
+    if rules >= 3:
+        assert isinstance(opened[-1], CallFailed)
+        assert opened[-1].reason is FailReason.RESPONSE_OVER_LIMIT
+        opened = appended(actors.feed(CallOpened(key=elsewhere, tool=LOOKUP.name, sequence=0)))
     assert [type(decision) for decision in opened] == [CallCollecting]
 
 

@@ -319,7 +319,8 @@ async def test_an_unconfirmed_call_expires(autojump_clock: trio.testing.MockCloc
 
 
 async def test_an_idle_collecting_call_is_cancelled(autojump_clock: trio.testing.MockClock) -> None:
-    """A call that receives nothing for the idle timeout is cancelled; activity defers it."""
+    """A call that receives nothing for the idle timeout is cancelled; activity defers it; what
+    comes for it later is counted, not stored."""
     limits = CallLimits(idle_timeout=timedelta(seconds=60))
     async with running(limits=limits) as runtime:
         await start(runtime)
@@ -340,7 +341,8 @@ async def test_an_idle_collecting_call_is_cancelled(autojump_clock: trio.testing
         await runtime.feed(events[3:])
         await runtime.settle()
         history = runtime.projections.ledger.history(key)
-        assert history[-1].event_type == "decision.rejected"
+        assert history[-1].event_type == "ingress.events_discarded"
+        assert history[-1].detail.endswith("discarded: the call had ended")
 
 
 async def test_a_validation_that_does_not_answer_in_time_fails(

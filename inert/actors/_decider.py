@@ -25,9 +25,14 @@ Rules:
    whose stream had events before, of a turn unknown now) fails at once
    (``response_of_another_turn``), so that a response replayed into a new turn never acts again.
    A tool the turn did not offer fails the call at once. A call opened under an operator control
-   is cancelled at once. Fragments or an end event before the opening fail the call: its data
-   can no longer be whole. A call the provider ran itself (a server tool) is on record and
-   cancelled as it opens (``server_executed``): no tool of the turn makes it dispatchable.
+   is cancelled at once. A call opened past a limit on live calls (of its turn, of its tenant)
+   fails (``limit_exceeded``); in a turn judged by rules 3 or later its response then opens no
+   call any more (each later one fails ``response_over_limit``), and a call counts against the
+   limits from its opening until its ending is read back from the log (not from when it is
+   decided), so that a replay in which a call takes its decisions as recorded counts alike.
+   Fragments or an end event before the opening fail the call: its data can no longer be whole.
+   A call the provider ran itself (a server tool) is on record and cancelled as it opens
+   (``server_executed``): no tool of the turn makes it dispatchable.
 3. Fragments are transport data. They go to a private buffer (``inert.actors._buffer``). A
    fragment with an offset is the call's bytes ``[offset, offset + len)``:
    a. a range wholly inside what is stored is a duplicate, however differently it was chunked:
@@ -213,6 +218,8 @@ class CallContext(NamedTuple):
     live_in_tenant: int = 0
     response_elsewhere: str = ""
     """Where the call's provider response was seen under another turn first, that turn."""
+    response_over_limit: bool = False
+    """Whether an earlier call of the call's provider response passed a limit on live calls."""
 
 
 class Input(NamedTuple):
@@ -526,6 +533,12 @@ def _open(judge: _Judge, context: CallContext) -> tuple[Decision, ...]:
             FailReason.RESPONSE_OF_ANOTHER_TURN,
             f"the provider response {judge.state.key.response!r} belongs to"
             f" {context.response_elsewhere}",
+        )
+    if context.response_over_limit and context.turn.rules >= 3:
+        return opened + judge.fail(
+            FailReason.RESPONSE_OVER_LIMIT,
+            f"an earlier call of the provider response {judge.state.key.response!r} passed a"
+            " limit on live calls: it opens no call any more",
         )
     if event.tool not in context.turn.tools:
         return opened + judge.fail(

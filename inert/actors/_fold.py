@@ -46,6 +46,7 @@ from ..events import (
     DECISION_TYPES,
     ArgumentsAppended,
     ByTurn,
+    CallCancelled,
     CallDispatched,
     CallEnded,
     CallFailed,
@@ -60,6 +61,7 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    FailReason,
     InertError,
     LogDamaged,
     RecordedEvent,
@@ -101,6 +103,7 @@ from ._slot import Slot
 
 _DECISION_TYPES = frozenset(DECISION_TYPES)
 _OUTCOME_TYPES = frozenset((ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown))
+_ENDING_TYPES = (CallCancelled, CallDispatched, CallFailed)
 
 _ADDRESSED = (
     CallOpened,
@@ -202,6 +205,11 @@ class CallFold:
         # count per turn: a turn is not idle while one of its calls runs.
         self._running: Members = {}
         self._running_in: dict[TurnRef, int] = {}
+        # Live calls as the limits count them under rules 3: a call leaves the count when its
+        # ending is read back from the log, not when it is decided, so that a replay in which
+        # a call takes its decisions as recorded (retention took its inputs) counts alike.
+        self._counted_in_turn: dict[TurnRef, int] = {}
+        self._counted_in_tenant: dict[str, int] = {}
         # Known turns without a live or running call, in the order they became so, with the
         # log's time then.
         self._idle: dict[TurnRef, datetime] = {}
@@ -350,16 +358,24 @@ class CallFold:
                 turn=turn, blocked=self.scope.blocked(key, slot.tool), limits=self.limits
             )
         # Live calls are counted only where the decider looks at them: at an opening.
-        live = slot.live
+        if turn is not None and turn.rules >= 3:
+            counted = slot.counted
+            in_turn = self._counted_in_turn.get(key.turn_ref, 0) - counted
+            in_tenant = self._counted_in_tenant.get(key.tenant, 0) - counted
+        else:
+            live = slot.live
+            in_turn = len(self._index.by_turn.get(key.turn_ref, ())) - live
+            in_tenant = self._index.in_tenant.get(key.tenant, 0) - live
         return CallContext(
             turn=turn,
             blocked=self.scope.blocked(key, slot.tool or event.tool),
             limits=self.limits,
-            live_in_turn=len(self._index.by_turn.get(key.turn_ref, ())) - live,
-            live_in_tenant=self._index.in_tenant.get(key.tenant, 0) - live,
+            live_in_turn=in_turn,
+            live_in_tenant=in_tenant,
             response_elsewhere=self.responses.elsewhere(key.response_ref, slot.opened_version)
             if slot.phase is Phase.ABSENT
             else "",
+            response_over_limit=self.responses.over_limit(key.response_ref) is not None,
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -425,6 +441,10 @@ class CallFold:
             key = slot.key
             self._idle.pop(key.turn_ref, None)
             self._index.add(key)
+            if not slot.counted:
+                slot.counted = True
+                count(self._counted_in_turn, key.turn_ref, 1)
+                count(self._counted_in_tenant, key.tenant, 1)
 
     def _note_if_idle(self, turn: TurnRef) -> None:
         if (
@@ -463,7 +483,11 @@ class CallFold:
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         self._at = recorded_event.recorded_at
         key = _key_of(event)
+        if isinstance(event, CallFailed) and event.reason is FailReason.LIMIT_EXCEEDED:
+            self._note_over_limit(key)
         slot = self.records.get(key)
+        if slot is not None and slot.counted and isinstance(event, _ENDING_TYPES):
+            self._uncount(slot)
         if slot is None:
             if self.scope.turn(key.turn_ref) is None:
                 # A call of a retired turn, or of one never started: nothing of it is judged
@@ -510,6 +534,24 @@ class CallFold:
                 )
             return self._answer(slot, recorded_event, event)
         raise ReplayDivergence(key, recorded_event.position, "no decision", _describe(event))
+
+    def _uncount(self, slot: Slot) -> None:
+        slot.counted = False
+        key = slot.key
+        count(self._counted_in_turn, key.turn_ref, -1)
+        count(self._counted_in_tenant, key.tenant, -1)
+
+    def _note_over_limit(self, key: CallKey) -> None:
+        # Where the failure is read back from the log, not where it is decided: a call that
+        # takes its decisions as recorded notes it at the same position as one that decides.
+        turn = self.scope.turn(key.turn_ref)
+        if turn is not None and turn.rules >= 3:
+            self.responses.passed_limit(key)
+
+    def over_limit(self, response: ResponseRef) -> CallKey | None:
+        """The call of the response that passed a limit on live calls, after which no call of
+        it opens any more; None while none did."""
+        return self.responses.over_limit(response)
 
     @staticmethod
     def _recover_from_degradation(slot: Slot, position: int) -> None:
@@ -576,6 +618,8 @@ class CallFold:
             return
         records = self.records
         for key in self._calls_of_turn.take(turn):
+            if records[key].counted:
+                self._uncount(records[key])
             del records[key]
         self.scope.retire(turn)
         self.responses.retire(turn)

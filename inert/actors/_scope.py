@@ -127,6 +127,7 @@ class ResponseTurns:
         self._first: dict[str, ResponseRef] = {}
         self._of_turn: ByTurn[ResponseRef] = ByTurn()
         self._of_unknown_turns: dict[ResponseRef, None] = {}
+        self._over_limit: dict[ResponseRef, CallKey] = {}
 
     def note(self, stream: str, version: int, response: ResponseRef, *, known: bool) -> None:
         """An ingress event of ``response`` at ``version`` of ``stream``; ``known``: its turn
@@ -155,15 +156,29 @@ class ResponseTurns:
             return ""
         return f"turn {first.turn_ref.stream!r}"
 
+    def passed_limit(self, key: CallKey) -> None:
+        """The call ``key``, of a turn judged by rules 3 or later, failed a limit on live calls:
+        its response opens no call any more."""
+        response = key.response_ref
+        if self._first.get(response.stream) == response:
+            self._over_limit.setdefault(response, key)
+
+    def over_limit(self, response: ResponseRef) -> CallKey | None:
+        """The call whose failure closed the response to new calls (``passed_limit``), if one
+        did."""
+        return self._over_limit.get(response)
+
     def retire(self, turn: TurnRef) -> None:
         """Forget the responses of a retired turn."""
         for response in self._of_turn.take(turn):
             del self._first[response.stream]
             self._of_unknown_turns.pop(response, None)
+            self._over_limit.pop(response, None)
 
     def _forget(self, response: ResponseRef) -> None:
         del self._first[response.stream]
         self._of_turn.remove(response)
+        self._over_limit.pop(response, None)
 
 
 # --- calls -----------------------------------------------------------------------------------

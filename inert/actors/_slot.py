@@ -38,6 +38,7 @@ class Slot(CallView):
         "claim_id",
         "confirmation_expires",
         "confirmed",
+        "counted",
         "degraded",
         "expected",
         "held",
@@ -72,6 +73,9 @@ class Slot(CallView):
         self.needs_confirmation = False
         self.confirmation_expires: datetime | None = None
         self.confirmed = False
+        self.counted = False
+        """Counted against the limits on live calls of a turn judged by rules 3 or later: from
+        when it became live until its ending decision is read back from the log."""
         self.claim_id = ""
         self.reason = ""
         self.opened_version = 1

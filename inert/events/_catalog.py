@@ -76,6 +76,9 @@ class FailReason(enum.StrEnum):
     RESPONSE_OF_ANOTHER_TURN = "response_of_another_turn"
     """The call's provider response was seen under another turn first: a response replayed
     into a new turn never acts again."""
+    RESPONSE_OVER_LIMIT = "response_over_limit"
+    """An earlier call of the same provider response passed a limit on live calls: the response
+    opens no call any more."""
 
 
 class RejectReason(enum.StrEnum):
@@ -120,11 +123,13 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
-``response_of_another_turn``). A turn is judged by the rules it was started under, so that a log
-written before a rule existed replays to the decisions it holds."""
+``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
+opens no call any more (each later one fails ``response_over_limit``). A turn is judged by the
+rules it was started under, so that a log written before a rule existed replays to the
+decisions it holds."""
 
 
 def _judged_by_the_first_rules(fields: dict[str, Any]) -> dict[str, Any]:
@@ -203,20 +208,36 @@ class ArgumentsAppended(Event):
             )
 
 
-@event_type("ingress.fragments_discarded")
-@frozen(kw_only=True)
-class FragmentsDiscarded(Event):
-    """Fragments fed for a call that had ended already, counted instead of stored.
+class DiscardReason(enum.StrEnum):
+    """Why the runtime counted ingress events instead of storing them."""
 
-    The decider would reject each of them (the call is terminal), so the runtime does not write
-    them one by one: it writes one of these per call and append of the log, with how many
-    fragments (as the adapters counted them) and bytes it dropped. A stream that keeps sending
-    for an ended call thus costs the log one row per commit, not two per fragment. Only counts:
-    no argument byte is kept.
+    CALL_ENDED = "call_ended"
+    """The call had ended: the decider could only reject what came for it."""
+    RESPONSE_OVER_LIMIT = "response_over_limit"
+    """The call was never opened, in a response that had passed its limit on live calls: the
+    decider could only fail or reject it."""
+
+
+@event_type("ingress.events_discarded")
+@frozen(kw_only=True)
+class EventsDiscarded(Event):
+    """Ingress events fed that the decider could only refuse, counted instead of stored.
+
+    The runtime does not write such events one by one: it writes one of these per append of the
+    log and ``key``, with how many calls and events it dropped, how many argument fragments they
+    held (as the adapters counted them) and their bytes. For ``call_ended`` they are the events
+    of the call ``key`` itself, fed after it ended; for ``response_over_limit`` they are the
+    calls its response opened after ``key`` passed a limit on live calls, with their fragments
+    and end events. A stream that keeps sending for an ended call, or a response that keeps
+    opening calls past its limit, thus costs the log one row per commit, not one or more per
+    event. Only counts: no argument byte is kept.
     """
 
     key: CallKey
-    fragments: int = field(validator=_positive)
+    reason: DiscardReason
+    calls: int = field(validator=_positive)
+    events: int = field(validator=_positive)
+    fragments: int = field(validator=_non_negative)
     size: int = field(validator=_non_negative)
 
 

@@ -22,9 +22,10 @@ from ..events import (
     CallKey,
     CallTerminalCandidate,
     CallValidated,
+    DiscardReason,
     EventRejected,
+    EventsDiscarded,
     FailReason,
-    FragmentsDiscarded,
 )
 from ._rows import Dispatch, LedgerRow, Outcome, State, terminal_label
 
@@ -307,9 +308,15 @@ def _parse_problem(reason: FailReason, detail: str) -> str | None:
     return None
 
 
-def discarded_detail(event: FragmentsDiscarded) -> str:
-    """The detail of the transition that counts fragments fed after the call ended."""
-    return f"{event.fragments} fragments ({event.size} bytes) discarded: the call had ended"
+def discarded_detail(event: EventsDiscarded) -> str:
+    """The detail of the transition that counts events the decider could only refuse."""
+    counts = f"{event.events} events ({event.fragments} fragments, {event.size} bytes)"
+    if event.reason is DiscardReason.CALL_ENDED:
+        return f"{counts} discarded: the call had ended"
+    return (
+        f"{counts} of {event.calls} calls opened after this one passed the limit on live calls"
+        " discarded: the response opens no call any more"
+    )
 
 
 def rejected_detail(event: EventRejected) -> str:

@@ -31,10 +31,10 @@ from ..events import (
     CallKey,
     Event,
     EventRejected,
+    EventsDiscarded,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
-    FragmentsDiscarded,
     RecordedEvent,
     TurnRetired,
 )
@@ -152,7 +152,7 @@ class Ledger(Routed):
                 return (partial(self._decision, rule),)
         if issubclass(kind, EventRejected):
             return (self._rejected,)
-        if issubclass(kind, FragmentsDiscarded):
+        if issubclass(kind, EventsDiscarded):
             return (self._discarded,)
         if issubclass(kind, OUTCOME_TYPES):
             return (self._outcome,)
@@ -268,7 +268,7 @@ class Ledger(Routed):
             self._finish(call, recorded.recorded_at)
         self._record(call, recorded, None if row is None else row.state, rejected_detail(event))
 
-    def _discarded(self, recorded: RecordedEvent, event: FragmentsDiscarded) -> None:
+    def _discarded(self, recorded: RecordedEvent, event: EventsDiscarded) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
         row = call.row
         if row is None:

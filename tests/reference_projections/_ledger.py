@@ -32,12 +32,13 @@ from inert.events import (
     CallKey,
     CallTerminalCandidate,
     CallValidated,
+    DiscardReason,
     EventRejected,
+    EventsDiscarded,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     FailReason,
-    FragmentsDiscarded,
     RecordedEvent,
     Redacted,
     TerminalRef,
@@ -275,7 +276,7 @@ class Ledger:
             self._decision(event, recorded)
         elif isinstance(event, EventRejected):
             self._rejected(event, recorded)
-        elif isinstance(event, FragmentsDiscarded):
+        elif isinstance(event, EventsDiscarded):
             self._discarded(event, recorded)
         elif isinstance(event, OUTCOME_TYPES):
             self._outcome(event, recorded)
@@ -439,7 +440,7 @@ class Ledger:
             self._finish(key, recorded.recorded_at)
         self._record(key, recorded, None if row is None else row.state, _describe(event))
 
-    def _discarded(self, event: FragmentsDiscarded, recorded: RecordedEvent) -> None:
+    def _discarded(self, event: EventsDiscarded, recorded: RecordedEvent) -> None:
         key = event.key
         row = self._rows.get(key)
         if row is None:
@@ -489,8 +490,14 @@ def _parse_problem(reason: FailReason, detail: str) -> str | None:
     return None
 
 
-def _discarded(event: FragmentsDiscarded) -> str:
-    return f"{event.fragments} fragments ({event.size} bytes) discarded: the call had ended"
+def _discarded(event: EventsDiscarded) -> str:
+    counts = f"{event.events} events ({event.fragments} fragments, {event.size} bytes)"
+    if event.reason is DiscardReason.CALL_ENDED:
+        return f"{counts} discarded: the call had ended"
+    return (
+        f"{counts} of {event.calls} calls opened after this one passed the limit on live calls"
+        " discarded: the response opens no call any more"
+    )
 
 
 def _describe(event: Decision | EventRejected) -> str:
