@@ -8,15 +8,21 @@ reasons and digests.
 from __future__ import annotations
 
 import argparse
+import io
+import itertools
 import json
 import os
+import re
 import secrets
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import trio
@@ -26,10 +32,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from . import __version__
 from ._export import provider_for_file, provider_from_environment
 from ._feed import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
-from ._runtime import Dispatch, Runtime, open_runtime
+from ._peers import DEFAULT_LEASE_TIME
+from ._runtime import Dispatch, Runtime, open_runtime, trio_clock
 from ._verify import DEFAULT_MAX_PROBLEMS, verify_log
 from .actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
-from .adapters import OpenAIResponsesAdapter
+from .adapters import OpenAIResponsesAdapter, StreamAdapter
 from .events import (
     ArgumentsAppended,
     CallEnded,
@@ -42,7 +49,9 @@ from .events import (
     EventRejected,
     EventsDiscarded,
     InertError,
+    Log,
     LogError,
+    ProcessHeartbeat,
     RecordedEvent,
     RefusedError,
     ResponseEnded,
@@ -61,16 +70,27 @@ READ_PAGE = 1024
 EXECUTOR = "inert-execute"
 """The executor name claims of this command are recorded under."""
 
+WAIT_SECONDS = 120.0
+"""The longest a command waits for the log to settle (its runtime bounds its own requests)."""
+
+RUNNING_WINDOW = timedelta(minutes=1)
+"""How far back, in the log's time, a command looks for heartbeats of running processes."""
+
 _KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
 
 
-# --- reading a log ---------------------------------------------------------------------------
+class NoProgress(InertError):
+    """A command waited ``WAIT_SECONDS`` for a step that did not end."""
+
+
+# --- the log a command works on ----------------------------------------------------------------
 
 
 async def _fold_log(url: str, *folds: Callable[[RecordedEvent], object]) -> int:
     """Apply every event of the log, in position order, read a page at a time; how many."""
     count = position = 0
-    async with open_log(url) as log:
+    # A read must not leave a new, empty log behind where a path was mistyped.
+    async with open_log(url, create=False) as log:
         while page := await log.read(position + 1, limit=READ_PAGE):
             for recorded in page:
                 for fold in folds:
@@ -78,6 +98,75 @@ async def _fold_log(url: str, *folds: Callable[[RecordedEvent], object]) -> int:
             count += len(page)
             position = page[-1].position
     return count
+
+
+async def _running_processes(log: Log) -> dict[str, float]:
+    """The named runtime processes running on the log, each with the seconds since its last
+    heartbeat, from the heartbeats of the last ``RUNNING_WINDOW`` (read from the end).
+
+    A process beats every quarter of its lease time and its peers take it for dead after a
+    lease time without one: it is running while its last beat is younger than four times the
+    shortest time between two of its beats (a late beat only lengthens one), or than the
+    default lease time when the window holds one.
+    """
+    now = log.now()
+    since = now - RUNNING_WINDOW
+    beats: dict[str, list[datetime]] = {}
+    end = await log.head()
+    while end >= 1:
+        start = max(1, end - READ_PAGE + 1)
+        page = await log.read(start, limit=end - start + 1)
+        for recorded in page:
+            if isinstance(recorded.event, ProcessHeartbeat) and recorded.recorded_at >= since:
+                beats.setdefault(recorded.event.process, []).append(recorded.recorded_at)
+        if not page or page[0].recorded_at < since:
+            break
+        end = start - 1
+    running: dict[str, float] = {}
+    for process, times in beats.items():
+        times.sort()
+        lease = (
+            4 * min(later - earlier for earlier, later in itertools.pairwise(times))
+            if len(times) > 1
+            else timedelta(seconds=DEFAULT_LEASE_TIME)
+        )
+        if now - times[-1] < lease:
+            running[process] = (now - times[-1]).total_seconds()
+    return running
+
+
+@asynccontextmanager
+async def _runtime_on(url: str, *, create: bool = False, **options: Any) -> AsyncIterator[Runtime]:
+    """A runtime of this command on the log (which must exist, unless ``create``).
+
+    It decides for every turn, as a runtime without a process name does: beside a running
+    process it would write decisions that process makes too (and stop it), so the command is
+    refused while the log's heartbeats say one runs.
+    """
+    async with open_log(url, clock=trio_clock(), create=create) as log:
+        running = await _running_processes(log)
+        if running:
+            name, age = min(running.items(), key=lambda item: item[1])
+            others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
+            raise RefusedError(
+                f"runtime process {name!r}{others} is running on this log (heartbeat {age:.1f} s"
+                " ago): this command opens a runtime that must be alone on the log; stop it"
+                " first, or act through it"
+            )
+        async with open_runtime(log=log, **options) as runtime:
+            yield runtime
+
+
+async def _settle(runtime: Runtime) -> None:
+    """``runtime.settle()``, for at most ``WAIT_SECONDS`` (the runtime bounds its requests and
+    its catching up, not the wait for everything to be quiet)."""
+    with trio.move_on_after(WAIT_SECONDS):
+        await runtime.settle()
+        return
+    raise NoProgress(
+        f"gave up waiting for the log to settle after {WAIT_SECONDS:g} s: is another process"
+        " (a runtime without a process name) writing to it?"
+    )
 
 
 # --- showing keys and tables -----------------------------------------------------------------
@@ -280,7 +369,7 @@ async def _replay(url: str, *, as_json: bool) -> None:
 
 
 async def _verify(url: str, *, as_json: bool) -> None:
-    async with open_log(url) as log:
+    async with open_log(url, create=False) as log:
         found = await verify_log(log)
     if as_json:
         print(
@@ -324,11 +413,11 @@ def _turn_rows(runtime: Runtime, turn: TurnRef) -> dict[CallKey, LedgerRow]:
 
 
 async def _cancel_turn(url: str, turn: TurnRef, *, principal: str, reason: str) -> None:
-    async with open_runtime(log=url) as runtime:
-        await runtime.settle()
+    async with _runtime_on(url) as runtime:
+        await _settle(runtime)
         before = _turn_rows(runtime, turn)
         await runtime.cancel_turn(turn, principal=principal, reason=reason)
-        await runtime.settle()
+        await _settle(runtime)
         after = _turn_rows(runtime, turn)
     cancelled = [
         key
@@ -367,8 +456,8 @@ async def _control(
         raise RefusedError(
             f"no operator is configured: {OPERATORS_VARIABLE} names the operator principals"
         )
-    async with open_runtime(log=url, operators=operators) as runtime:
-        await runtime.settle()
+    async with _runtime_on(url, operators=operators) as runtime:
+        await _settle(runtime)
         match action:
             case "quarantine-response":
                 position = await runtime.quarantine_response(
@@ -386,7 +475,7 @@ async def _control(
                 position = await runtime.stop_tenant(target, operator=operator, reason=reason)
             case _:
                 position = await runtime.resume_tenant(target, operator=operator, reason=reason)
-        await runtime.settle()
+        await _settle(runtime)
         [entry] = [e for e in runtime.projections.audit.entries() if e.position == position]
     ended = len(entry.ended)
     print(
@@ -461,8 +550,8 @@ async def _confirm(
     principal: str,
     arguments_digest: str | None,
 ) -> None:
-    async with open_runtime(log=url) as runtime:
-        await runtime.settle()
+    async with _runtime_on(url) as runtime:
+        await _settle(runtime)
         key = _call_of_turn(runtime, turn, call_id, response)
         pending = await runtime.pending_confirmation(key)
         if pending is None:
@@ -473,7 +562,7 @@ async def _confirm(
         # the call's actor refuses it if the arguments are not those.
         digest = arguments_digest or pending.arguments_digest
         await runtime.confirm(key, principal=principal, arguments_digest=digest)
-        await runtime.settle()
+        await _settle(runtime)
     print(
         f"confirmed {_Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
         f" {digest}; the call is ready to run"
@@ -483,11 +572,11 @@ async def _confirm(
 async def _deny(
     url: str, turn: TurnRef, *, call_id: str, response: str | None, principal: str, reason: str
 ) -> None:
-    async with open_runtime(log=url) as runtime:
-        await runtime.settle()
+    async with _runtime_on(url) as runtime:
+        await _settle(runtime)
         key = _call_of_turn(runtime, turn, call_id, response)
         await runtime.deny(key, principal=principal, reason=reason)
-        await runtime.settle()
+        await _settle(runtime)
         row = runtime.projections.ledger.row(key)
     state = "-" if row is None else row.state
     print(f"denied {_Keys([key]).show(key)} for {principal}: the call is {state}, it never runs")
@@ -515,7 +604,7 @@ async def _execute_ready(
 ) -> list[Executed]:
     """Claim and run every ready call (of ``turn``, if given) once with the recorder; what
     became of each."""
-    await runtime.settle()
+    await _settle(runtime)
     results: list[Executed] = []
     for key in runtime.projections.queue.ready():
         if turn is not None and key.turn_ref != turn:
@@ -533,7 +622,7 @@ async def _execute_ready(
             entry["arguments_digest"] = dispatch.arguments_digest
             entry["claim_id"] = dispatch.claim_id
         results.append((key, entry))
-    await runtime.settle()
+    await _settle(runtime)
     return results
 
 
@@ -554,7 +643,7 @@ def _execution_lines(results: Sequence[Executed], keys: _Keys) -> list[str]:
 
 async def _execute(url: str, *, as_json: bool) -> None:
     recorder = _Recorder()
-    async with open_runtime(log=url) as runtime:
+    async with _runtime_on(url) as runtime:
         results = await _execute_ready(runtime, recorder)
         keys = _Keys(row.key for row in runtime.projections.ledger.rows())
     if as_json:
@@ -613,7 +702,7 @@ async def _open_turn(
 def _adapt(runtime: Runtime, request: _FeedRequest, stream: StreamFile) -> list[Event]:
     """The stream file through its provider's adapter; a resumable stream of the turn that an
     earlier feed lost is resumed first, so that the file continues it."""
-    adapter = PROVIDERS[request.provider](request.turn, stream_name(request.provider, stream))
+    adapter = _adapter(request, stream)
     events: list[Event] = []
     lost = {
         response: last
@@ -631,6 +720,27 @@ def _adapt(runtime: Runtime, request: _FeedRequest, stream: StreamFile) -> list[
         events += adapter.resume(
             response.response, after_sequence=last, calls=runtime.resumable_calls(response)
         )
+    read = _read_through(adapter, request, stream)
+    if not read:
+        raise _no_stream(request)
+    return events + read
+
+
+def _adapter(request: _FeedRequest, stream: StreamFile) -> StreamAdapter:
+    return PROVIDERS[request.provider](request.turn, stream_name(request.provider, stream))
+
+
+def _no_stream(request: _FeedRequest) -> UnreadableInput:
+    # A wrong file or a wrong --provider: a turn started for it would stay empty.
+    return UnreadableInput(
+        f"{request.stream} holds no event of a {request.provider} stream: nothing was fed"
+        " (is --provider right?)"
+    )
+
+
+def _read_through(adapter: StreamAdapter, request: _FeedRequest, stream: StreamFile) -> list[Event]:
+    """What the adapter makes of the stream file's content, to its end."""
+    events: list[Event] = []
     try:
         if stream.raw is not None:
             events += adapter.feed(stream.raw)
@@ -647,18 +757,26 @@ def _adapt(runtime: Runtime, request: _FeedRequest, stream: StreamFile) -> list[
 async def _feed(request: _FeedRequest) -> None:
     stream = read_stream(request.stream)
     declarations = read_tools(request.tools)
-    async with open_runtime(log=request.log, tools=declarations) as runtime:
-        await runtime.settle()
+    # Before a log is opened (or created). A Responses file may continue a stream the log
+    # holds as lost, which only its resumed adapter reads: it is judged once resumed.
+    adapter = _adapter(request, stream)
+    if not isinstance(adapter, OpenAIResponsesAdapter) and not _read_through(
+        adapter, request, stream
+    ):
+        raise _no_stream(request)
+    # Feeding starts the turn: the log is created if need be.
+    async with _runtime_on(request.log, create=True, tools=declarations) as runtime:
+        await _settle(runtime)
+        events = _adapt(runtime, request, stream)
         incoming = read_trace_headers(request.traceparent, request.tracestate)
         if incoming.problem is not None:
             print(f"inert: {incoming.problem}; the stream starts a new trace", file=sys.stderr)
         trace = incoming.context
         names = [declaration.name for declaration in declarations]
         await _open_turn(runtime, request, names, incoming)
-        events = _adapt(runtime, request, stream)
         for start in range(0, len(events), FEED_BATCH):
             await runtime.feed(events[start : start + FEED_BATCH], trace=trace)
-        await runtime.settle()
+        await _settle(runtime)
         results = (
             await _execute_ready(runtime, _Recorder(), turn=request.turn) if request.execute else []
         )
@@ -1018,6 +1136,55 @@ async def _demo(url: str, tracer_provider: TracerProvider | None = None) -> None
 
 # --- the command -----------------------------------------------------------------------------
 
+MAX_TEXT = 4096
+"""The most characters an identity, a principal or a reason given on the command line holds."""
+
+MAX_SEEDS = 1_000_000
+MAX_KEYS = 100_000
+MAX_WORKERS = 256
+
+# Lone surrogates are the bytes of an argument that were not UTF-8 (Python's surrogateescape).
+_NOT_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _text(value: str) -> str:
+    """An identity, a principal or a reason: written to the log and printed back, so valid
+    Unicode without control characters, and bounded."""
+    found = _NOT_TEXT.search(value)
+    if found is not None:
+        character = found.group()
+        if "\ud800" <= character <= "\udfff":
+            raise argparse.ArgumentTypeError("not valid UTF-8 text")
+        raise argparse.ArgumentTypeError(
+            f"holds the control character U+{ord(character):04X} at {found.start()}"
+        )
+    if len(value) > MAX_TEXT:
+        raise argparse.ArgumentTypeError(f"{len(value)} characters, the limit is {MAX_TEXT}")
+    return value
+
+
+def _path(value: str) -> Path:
+    """A file name: any bytes the system takes, which excludes NUL."""
+    if "\0" in value:
+        raise argparse.ArgumentTypeError("a file name holds no NUL character")
+    return Path(value)
+
+
+def _count(most: int) -> Callable[[str], int]:
+    """The reader of a count from 1 to ``most``: beyond, a seed or a worker too many would
+    run for ever or exhaust the machine."""
+
+    def count(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= most:
+            raise argparse.ArgumentTypeError(f"a whole number from 1 to {most:,}")
+        return number
+
+    return count
+
 
 def _control_arguments(control: argparse.ArgumentParser) -> None:
     control.add_argument(
@@ -1030,26 +1197,30 @@ def _control_arguments(control: argparse.ArgumentParser) -> None:
             "resume-tenant",
         ],
     )
-    control.add_argument("target", metavar="RESPONSE|TOOL|TENANT")
-    control.add_argument("--tenant", help="the tenant a quarantine or a tool control is for")
-    control.add_argument("--operator", required=True, help="the operator principal")
-    control.add_argument("--reason", required=True, help="why, for the audit")
+    control.add_argument("target", metavar="RESPONSE|TOOL|TENANT", type=_text)
+    control.add_argument(
+        "--tenant", type=_text, help="the tenant a quarantine or a tool control is for"
+    )
+    control.add_argument("--operator", type=_text, required=True, help="the operator principal")
+    control.add_argument("--reason", type=_text, required=True, help="why, for the audit")
 
 
 def _feed_arguments(feed: argparse.ArgumentParser) -> None:
-    feed.add_argument("file", metavar="FILE", type=Path, help="the stream")
+    feed.add_argument("file", metavar="FILE", type=_path, help="the stream")
     feed.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
     feed.add_argument(
         "--tools",
         metavar="TOOLS.json",
-        type=Path,
+        type=_path,
         required=True,
         help="the tool declarations offered, in any provider's format",
     )
-    feed.add_argument("--tenant", default="default")
-    feed.add_argument("--conversation", default="default")
-    feed.add_argument("--turn", default="1")
-    feed.add_argument("--principal", default="cli", help="the principal the turn belongs to")
+    feed.add_argument("--tenant", type=_text, default="default")
+    feed.add_argument("--conversation", type=_text, default="default")
+    feed.add_argument("--turn", type=_text, default="1")
+    feed.add_argument(
+        "--principal", type=_text, default="cli", help="the principal the turn belongs to"
+    )
     feed.add_argument(
         "--execute",
         action="store_true",
@@ -1066,8 +1237,6 @@ def _simulate(arguments: argparse.Namespace) -> None:
         for name in PLANTS:
             print(f"{name}: {plant_description(name)}")
         return
-    if arguments.seeds < 1 or arguments.keys < 1 or arguments.workers < 1:
-        raise ConfigurationError("--seeds, --keys and --workers take a number of at least 1")
     if arguments.plant is not None:
         plant_description(arguments.plant)
     results = simulate_many(
@@ -1126,12 +1295,17 @@ def _simulate(arguments: argparse.Namespace) -> None:
 
 
 def _simulate_arguments(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--seeds", type=int, default=1, help="how many seeds (default 1)")
+    sub.add_argument(
+        "--seeds", type=_count(MAX_SEEDS), default=1, help="how many seeds (default 1)"
+    )
     sub.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
     sub.add_argument(
-        "--keys", type=int, default=200, help="concurrent call keys per seed (default 200)"
+        "--keys",
+        type=_count(MAX_KEYS),
+        default=200,
+        help="concurrent call keys per seed (default 200)",
     )
-    sub.add_argument("--plant", metavar="NAME", help="plant a bug (see --list-plants)")
+    sub.add_argument("--plant", metavar="NAME", type=_text, help="plant a bug (see --list-plants)")
     sub.add_argument("--list-plants", action="store_true", help="list the bugs that can be planted")
     sub.add_argument(
         "--retention",
@@ -1139,7 +1313,12 @@ def _simulate_arguments(sub: argparse.ArgumentParser) -> None:
         default="default",
         help="the runtime's retention policy (default: the runtime's own)",
     )
-    sub.add_argument("--workers", type=int, default=1, help="processes running seeds (default 1)")
+    sub.add_argument(
+        "--workers",
+        type=_count(MAX_WORKERS),
+        default=1,
+        help="processes running seeds (default 1)",
+    )
     sub.add_argument("--json", action="store_true", help="one JSON object per seed")
 
 
@@ -1191,23 +1370,30 @@ def _parser() -> argparse.ArgumentParser:
         "cancel-turn",
         "cancel a turn for its principal (opens a runtime on the log, as a restart does)",
     )
-    log_option(cancel)
-    cancel.add_argument("--tenant", required=True)
-    cancel.add_argument("--conversation", required=True)
-    cancel.add_argument("--turn", required=True)
-    cancel.add_argument("--principal", required=True, help="the principal the turn belongs to")
-    cancel.add_argument("--reason", default="", help="why (no argument values)")
+
+    def turn_options(sub: argparse.ArgumentParser) -> None:
+        log_option(sub)
+        sub.add_argument("--tenant", type=_text, required=True)
+        sub.add_argument("--conversation", type=_text, required=True)
+        sub.add_argument("--turn", type=_text, required=True)
+
+    turn_options(cancel)
+    cancel.add_argument(
+        "--principal", type=_text, required=True, help="the principal the turn belongs to"
+    )
+    cancel.add_argument("--reason", type=_text, default="", help="why (no argument values)")
 
     def call_options(sub: argparse.ArgumentParser) -> None:
-        log_option(sub)
-        sub.add_argument("--tenant", required=True)
-        sub.add_argument("--conversation", required=True)
-        sub.add_argument("--turn", required=True)
-        sub.add_argument("--call-id", required=True, help="the provider's call id")
+        turn_options(sub)
+        sub.add_argument("--call-id", type=_text, required=True, help="the provider's call id")
         sub.add_argument(
-            "--response", help="the provider response, where the turn reuses the call id"
+            "--response",
+            type=_text,
+            help="the provider response, where the turn reuses the call id",
         )
-        sub.add_argument("--principal", required=True, help="the principal the turn belongs to")
+        sub.add_argument(
+            "--principal", type=_text, required=True, help="the principal the turn belongs to"
+        )
 
     confirm = command(
         "confirm",
@@ -1216,11 +1402,12 @@ def _parser() -> argparse.ArgumentParser:
     call_options(confirm)
     confirm.add_argument(
         "--arguments-digest",
+        type=_text,
         help="the digest of the arguments the person saw (default: the call's own)",
     )
     deny = command("deny", "refuse a call for its principal: it is cancelled and never runs")
     call_options(deny)
-    deny.add_argument("--reason", default="", help="why (no argument values)")
+    deny.add_argument("--reason", type=_text, default="", help="why (no argument values)")
 
     log_command(
         "audit", "every operator control, and the calls each ended", "one JSON object per control"
@@ -1257,7 +1444,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--traces",
         metavar="FILE",
-        type=Path,
+        type=_path,
         help="write the demo's spans there as OTLP JSON (without it: OTLP/HTTP to the"
         " OTEL_EXPORTER_OTLP_ENDPOINT, when set)",
     )
@@ -1364,7 +1551,7 @@ def _run(arguments: argparse.Namespace) -> None:
                 else provider_from_environment()
             )
             try:
-                if arguments.log:
+                if arguments.log is not None:
                     # A fresh memory log would be lost at the restart: give it a name.
                     url = arguments.log
                     if url == "memory://":
@@ -1378,6 +1565,20 @@ def _run(arguments: argparse.Namespace) -> None:
                     provider.shutdown()
 
 
+MAX_MESSAGE = 400
+"""The most characters of an error message printed."""
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's message on one line of bounded length: a driver's message may span lines,
+    and a value quoted in one may be long."""
+    text = " ".join(str(error).split())
+    if len(text) > MAX_MESSAGE:
+        left_out = len(text) - MAX_MESSAGE + 40
+        text = f"{text[: MAX_MESSAGE - 120]} [{left_out} characters left out] {text[-80:]}"
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``inert`` command; its exit status."""
     arguments = _parser().parse_args(argv)
@@ -1387,7 +1588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except* InertError as errors:
         failed = True
         for error in _leaves(errors):
-            print(f"inert: {error}", file=sys.stderr)
+            print(f"inert: {_one_line(error)}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -1402,6 +1603,10 @@ def _leaves(group: BaseExceptionGroup[InertError]) -> list[InertError]:
 
 
 def main_entry() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        # A file name that is not UTF-8 is printed escaped, not a UnicodeEncodeError.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         status = main()
         sys.stdout.flush()
@@ -1409,4 +1614,15 @@ def main_entry() -> None:
         # The reader went away (``inert ledger | head``): stop quietly, as other tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = 1
+    except KeyboardInterrupt:
+        print("inert: interrupted", file=sys.stderr)
+        status = 130
+    except Exception as error:
+        # Every failure an input can cause is an InertError; anything else is a bug, said in
+        # one line rather than a traceback.
+        print(
+            f"inert: internal error, a bug of inert ({type(error).__name__}: {_one_line(error)})",
+            file=sys.stderr,
+        )
+        status = 70
     sys.exit(status)

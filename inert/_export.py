@@ -22,6 +22,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
+from .events import ConfigurationError, InertError
+
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
@@ -48,17 +50,33 @@ class OTLPJSONFile(SpanExporter):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._spans: list[ReadableSpan] = []
+        self._written = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self._spans.extend(spans)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
-        self.path.write_text(MessageToJson(encode_spans(self._spans)), encoding="utf-8")
+        # Once only: the provider's exit handler calls this again after a failed shutdown, and
+        # an error raised there would be a traceback at the process's exit.
+        if self._written:
+            return
+        self._written = True
+        try:
+            self.path.write_text(MessageToJson(encode_spans(self._spans)), encoding="utf-8")
+        except OSError as error:
+            raise InertError(f"cannot write the spans to {self.path}: {error.strerror}") from None
 
 
 def provider_for_file(path: Path) -> TracerProvider:
-    """A provider whose spans are written to ``path`` as OTLP JSON when it shuts down."""
+    """A provider whose spans are written to ``path`` as OTLP JSON when it shuts down; a path
+    that cannot be written is refused now, before anything runs."""
+    try:
+        with path.open("w", encoding="utf-8"):
+            pass
+    except (OSError, ValueError) as error:
+        why = error.strerror if isinstance(error, OSError) else str(error)
+        raise ConfigurationError(f"cannot write the spans file {path}: {why}") from None
     provider = TracerProvider(resource=_resource())
     provider.add_span_processor(SimpleSpanProcessor(OTLPJSONFile(path)))
     return provider

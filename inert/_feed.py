@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from attrs import frozen
 
-from .actors import ToolDeclaration, declarations_from_json
+from .actors import ToolDeclaration, ToolRegistry, declarations_from_json
 from .adapters import (
     AnthropicAdapter,
     BedrockAdapter,
@@ -40,12 +41,23 @@ class StreamFile:
     digest: str
 
 
-def read_stream(path: Path) -> StreamFile:
-    """Read a stream file, detecting raw wire bytes or JSON lines."""
+def _read_file(path: Path) -> bytes:
+    """A file's bytes; only a regular file's, since a pipe or a device may never end."""
     try:
-        content = path.read_bytes()
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise UnreadableInput(
+                f"cannot read {path}: not a regular file (a pipe or a device), which might never"
+                " end; give a recorded file"
+            )
+        return path.read_bytes()
     except OSError as error:
         raise UnreadableInput(f"cannot read {path}: {error.strerror}") from None
+
+
+def read_stream(path: Path) -> StreamFile:
+    """Read a stream file, detecting raw wire bytes or JSON lines."""
+    content = _read_file(path)
     digest = hashlib.sha256(content).hexdigest()
     start = content.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start != b"{":
@@ -70,18 +82,24 @@ def read_stream(path: Path) -> StreamFile:
 
 def read_tools(path: Path) -> list[ToolDeclaration]:
     """Tool declarations from a TOOLS.json file in any provider's format."""
+    content = _read_file(path)
     try:
-        document = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as error:
-        raise UnreadableInput(f"cannot read {path}: {error.strerror}") from None
+        document = json.loads(content.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UnreadableInput(f"{path} is not a JSON document: {error}") from None
+    except ValueError:
+        # The one other ValueError json raises: an integer past Python's digit limit.
+        raise UnreadableInput(f"{path} holds a number too long to be read") from None
     except RecursionError:
         raise UnreadableInput(f"{path} nests too deep to be read") from None
     try:
-        return declarations_from_json(document)
+        declarations = declarations_from_json(document)
+        # Registered once here, so that a schema inert cannot use is named with its file and
+        # refused before a log is opened (or created) for it.
+        ToolRegistry(declarations)
     except ConfigurationError as error:
         raise UnreadableInput(f"{path}: {error}") from None
+    return declarations
 
 
 AdapterFactory = Callable[[TurnRef, str], StreamAdapter]

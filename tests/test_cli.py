@@ -124,6 +124,16 @@ async def one_ready_call(url: str, *, unknown_turn: bool = False) -> None:
         assert runtime.projections.queue.ready() == [KEY]
 
 
+def empty_log(url: str) -> None:
+    """Create the log: the commands that read refuse a file that does not exist."""
+
+    async def create() -> None:
+        async with open_log(url):
+            pass
+
+    trio.run(create)
+
+
 def ledger_rows(capsys: pytest.CaptureFixture[str], url: str) -> list[dict[str, object]]:
     status, output, error = run(capsys, ["ledger", "--log", url, "--json"])
     assert status == 0, error
@@ -300,6 +310,7 @@ def test_ledger_history_includes_keys_that_only_have_rejections(
 def test_ledger_of_an_empty_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An empty log has no calls: the table says so and --json prints nothing."""
     url = sqlite_url(tmp_path)
+    empty_log(url)
     assert main(["ledger", "--log", url]) == 0
     assert capsys.readouterr().out == "(no calls)\n"
     assert main(["ledger", "--log", url, "--json"]) == 0
@@ -439,6 +450,7 @@ def test_cancel_turn_is_refused_to_another_principal_and_done_for_the_owner(
 def test_cancel_turn_of_an_unknown_turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Cancelling a turn the log does not know exits with 1 and names the turn."""
     url = sqlite_url(tmp_path)
+    empty_log(url)
     turn = ["--tenant", "acme", "--conversation", "c1", "--turn", "t9"]
     status, _, error = run(capsys, ["cancel-turn", "--log", url, *turn, "--principal", "user:a"])
     assert status == 1

@@ -59,7 +59,7 @@ def test_a_principal_that_is_not_an_operator_is_refused(
 ) -> None:
     """The turn's own principal cannot act as an operator."""
     monkeypatch.setenv("INERT_OPERATORS", "olga")
-    argv = ["control", "stop-tenant", "default", "--log", f"sqlite:///{tmp_path / 'x.db'}"]
+    argv = ["control", "stop-tenant", "default", "--log", cut_stream(tmp_path, capsys)]
     status, _, err = run(capsys, [*argv, "--operator", "cli", "--reason", "incident"])
     assert status == 1
     assert "'cli' is not an operator" in err
@@ -114,6 +114,6 @@ def test_tool_and_tenant_controls_from_the_command_line(
         "operator.tenant_stopped",
         "operator.tenant_resumed",
     ]
-    assert run(capsys, ["audit", "--log", f"sqlite:///{tmp_path / 'empty.db'}"])[1] == (
-        "(no controls)\n"
-    )
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert run(capsys, ["audit", "--log", cut_stream(fresh, capsys)])[1] == "(no controls)\n"

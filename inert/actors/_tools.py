@@ -108,6 +108,10 @@ class ToolDeclaration:
             raise ConfigurationError(
                 f"the parameters of tool {self.name!r} are not JSON: {error}"
             ) from None
+        except UnicodeEncodeError:
+            raise ConfigurationError(
+                f"the declaration of tool {self.name!r} holds a lone surrogate: not valid Unicode"
+            ) from None
         return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
     def offered(self) -> OfferedTool:

@@ -17,9 +17,11 @@ or refused with a message naming both versions; a file of a newer schema is refu
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Literal, TypeVar
@@ -137,6 +139,12 @@ MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums}
 DEFAULT_STREAM_CACHE_SIZE = 65536
 
 
+def _abandon(connection: sqlite3.Connection) -> None:
+    """Keep a connection open until the process ends: its last reference is never dropped, so
+    that not even the interpreter's exit closes it (see ``SQLiteLog._disconnect``)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
+
+
 def _row(values: Sequence[object]) -> StoredRecord:
     return StoredRecord(*values)  # type: ignore[arg-type]
 
@@ -231,6 +239,8 @@ class SQLiteLog(GroupCommitLog):
         self._streams = _StreamCache(stream_cache_size)
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
+        # The log's files that could be written when it was opened.
+        self._writable: tuple[str, ...] = ()
         self._reader_lock = trio.Lock()
 
     @property
@@ -281,8 +291,39 @@ class SQLiteLog(GroupCommitLog):
         connection.execute(f"PRAGMA synchronous = {self.synchronous}")
         return connection
 
+    def _check_length(self) -> None:
+        """Refuse a file shorter than its header says (a copy or a disk that lost its tail):
+        SQLite reads the pages missing as empty, and the log would end early without a word.
+
+        Only without a write-ahead log: while one holds frames, a checkpoint a crash cut short
+        may have left any of its writes to the file, which the frames (read first) make whole.
+        """
+        try:
+            # Not opened unless a regular file: opening a FIFO waits for a writer.
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                return
+            if os.path.exists(f"{self.path}-wal") and os.stat(f"{self.path}-wal").st_size:
+                return
+            with open(self.path, "rb") as file:
+                header = file.read(100)
+                size = os.fstat(file.fileno()).st_size
+        except OSError:
+            return  # A file that cannot be read is SQLite's to report.
+        if len(header) < 100 or not header.startswith(b"SQLite format 3\0"):
+            return
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(header[28:32], "big")
+        # The page count is only valid if written with the change counter it was written with.
+        if header[24:28] == header[92:96] and size < pages * page_size:
+            raise LogError(
+                f"SQLite log {self.path!r} is cut short: {size} bytes, where its header counts"
+                f" {pages} pages of {page_size} bytes; nothing was read from it"
+            )
+
     def _connect(self) -> None:
         try:
+            self._check_length()
             self._writer = self._open_connection()
             self._prepare_schema(self._writer)
             self._reader = self._open_connection()
@@ -292,11 +333,34 @@ class SQLiteLog(GroupCommitLog):
         except InertError:
             self._disconnect()
             raise
+        files = (self.path, f"{self.path}-wal", f"{self.path}-shm")
+        self._writable = tuple(file for file in files if os.access(file, os.W_OK))
+
+    def _no_longer_writable(self) -> str | None:
+        """A file of the log that could be written when it was opened and cannot be now (made
+        read-only or immutable, its file system remounted read-only, or gone)."""
+        return next((file for file in self._writable if not os.access(file, os.W_OK)), None)
+
+    def _check_writable(self, what: str) -> None:
+        # SQLite writes the -shm file through a memory mapping, even to read, and such a write
+        # to a file that became read-only kills the process with SIGBUS: it must not be reached.
+        file = self._no_longer_writable()
+        if file is not None:
+            raise LogError(
+                f"SQLite log {self.path!r} can no longer be written ({file!r} became read-only"
+                f" or went away); {what}"
+            )
 
     def _disconnect(self) -> None:
+        # Closing the last connection to a file checkpoints it, through the -shm mapping too: a
+        # log that can no longer be written keeps its connections open until the process ends.
+        keep = self._no_longer_writable() is not None
         for connection in (self._reader, self._writer):
             if connection is not None:
-                connection.close()
+                if keep:
+                    _abandon(connection)
+                else:
+                    connection.close()
         self._reader = self._writer = None
 
     def _prepare_schema(self, connection: sqlite3.Connection) -> None:
@@ -342,6 +406,7 @@ class SQLiteLog(GroupCommitLog):
         connection = self._writer
         if connection is None:
             raise LogError("SQLite log is closed")
+        self._check_writable("the append was not written")
         try:
             connection.execute("BEGIN IMMEDIATE")
             try:
@@ -440,6 +505,7 @@ class SQLiteLog(GroupCommitLog):
     def _fetch(self, sql: str, parameters: Sequence[object]) -> list[tuple[object, ...]]:
         if self._reader is None:
             raise LogError("SQLite log is closed")
+        self._check_writable("nothing more is read from it")
         try:
             return self._reader.execute(sql, parameters).fetchall()
         except sqlite3.Error as error:
@@ -576,6 +642,7 @@ class SQLiteLog(GroupCommitLog):
     def _in_own_transaction(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         # The writer connection belongs to the write loop, which may be committing right now;
         # redactions and snapshots are rare, so they pay for a connection of their own.
+        self._check_writable(f"the {what} was not made")
         try:
             connection = self._open_connection()
             try:

@@ -5,7 +5,12 @@
 ``sqlite:////var/lib/inert.db`` an absolute one (three slashes, then the path). Options go in
 the query: ``?synchronous=NORMAL``, ``group_commit=off``, ``max_batch_events=1024``,
 ``poll_interval=0.5``. ``memory://NAME`` reopens the same in-process store under one name, so a
-test can close and reopen it; ``memory://`` is a fresh store every time.
+test can close and reopen it; ``memory://`` is a fresh store every time. A percent-escape
+in an SQLite path that is not UTF-8 (``%FF``) names that byte, as a file name the shell passes.
+
+``open_log(url, create=False)`` opens only a log that exists: a missing or empty SQLite file is
+a ``LogError`` rather than a new log (a command that reads must not leave a file behind where
+a path was mistyped).
 
 A ``postgresql://`` URL is a libpq connection URL; its query takes ``schema=NAME`` (the schema
 the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events`` and
@@ -16,13 +21,14 @@ libpq.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ._codec import Codec
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, LogError
 from ._log import Clock, Log, MemoryLog, MemoryStore
 from ._sqlite import SQLiteLog
 
@@ -80,12 +86,36 @@ async def _open_postgres(
         yield log
 
 
+def _check_sqlite_path(path: str, *, create: bool) -> None:
+    """Refuse a directory; without ``create``, a path that holds no SQLite log yet: missing, or
+    an empty file (whose log would be in a write-ahead log beside it, were there one)."""
+    if "\0" in path:
+        return  # SQLiteLog names that problem.
+    if os.path.isdir(path):
+        raise LogError(f"SQLite log path {path!r} is a directory, not a log file")
+    if create:
+        return
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise LogError(f"no SQLite log at {path!r}: the file does not exist") from None
+    except OSError as error:
+        raise LogError(f"cannot open SQLite log {path!r}: {error.strerror}") from None
+    if size == 0 and not os.path.exists(path + "-wal"):
+        raise LogError(f"no SQLite log at {path!r}: the file is empty")
+
+
 @asynccontextmanager
 async def open_log(
-    url: str, *, codec: Codec | None = None, clock: Clock | None = None
+    url: str, *, codec: Codec | None = None, clock: Clock | None = None, create: bool = True
 ) -> AsyncIterator[Log]:
-    """Open the log a URL names; it is closed when the block ends."""
-    parts = urlsplit(url)
+    """Open the log a URL names; it is closed when the block ends. Without ``create``, an
+    SQLite file must hold a log already."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as error:
+        # urlsplit's own words ("Invalid IPv6 URL") name neither the URL nor the option.
+        raise ConfigurationError(f"log URL {url!r} cannot be read: {error}") from None
     options = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
     if parts.scheme == "memory":
         if options:
@@ -103,7 +133,9 @@ async def open_log(
                 f"SQLite URL {url!r} has a host; write sqlite:///relative.db or"
                 " sqlite:////absolute/path.db"
             )
-        path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+        path = (
+            unquote(parts.path[1:], errors="surrogateescape") if parts.path.startswith("/") else ""
+        )
         if not path:
             raise ConfigurationError(f"SQLite URL {url!r} names no file")
         unknown = options.keys() - _SQLITE_OPTIONS
@@ -124,6 +156,7 @@ async def open_log(
             )
         if "poll_interval" in options:
             settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
+        _check_sqlite_path(path, create=create)
         async with SQLiteLog.open(
             path,
             **settings,
