@@ -66,6 +66,7 @@ EXPECTED = {
     "accept_stale_confirmation": {"I6"},
     "redispatch_unknown_outcome": {"I2", "I7"},
     "accept_nan": {"I4"},
+    "accept_replayed_response": {"I10"},
 }
 
 

@@ -1,7 +1,7 @@
 """inert.testing: the deterministic simulator, its invariant checker and planted bugs.
 
 ``simulate(seed)`` drives the real runtime through a seeded plan of awkward event orders and
-checks the contract's invariants (I1-I9) over the log it wrote; run your own tool declarations
+checks the contract's invariants (I1-I10) over the log it wrote; run your own tool declarations
 and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``.
 ``check_log`` checks any settled log; ``planted(name)`` plants one of ``PLANTS`` for a block.
 ``FaultyLog`` wraps any log and injects seeded storage faults into its appends and deliveries.

@@ -1,4 +1,4 @@
-"""The invariants of the contract (I1-I9), checked over a log, one event at a time.
+"""The invariants of the contract (I1-I10), checked over a log, one event at a time.
 
 The checker is an independent model of what the log must show: it never asks the decider or
 the projections what they think, so that a bug in either (or one planted on purpose) cannot
@@ -20,7 +20,9 @@ may claim given everything before it:
 - I7: a dispatched call without an outcome is recorded ``outcome_unknown`` when a runtime
   restarts, and is never dispatched again;
 - I9: once everything settled, every request was answered and every duplicate delivery, every
-  input for a call of a stale turn or an ended call, left a rejection in the log.
+  input for a call of a stale turn or an ended call, left a rejection in the log;
+- I10: a dispatched call's provider response was first seen under the call's own turn: a
+  response replayed into another turn never acts again.
 
 I8 (a replay gives the live state) needs the runtime's views; the simulator checks it. On a
 log whose argument payloads retention redacted, I4 checks sequences and order only (the
@@ -80,7 +82,7 @@ from ..events import (
 
 @frozen(kw_only=True)
 class Violation:
-    """One broken invariant: which (``I1``..``I9``, ``crash``, ``nondeterminism``), for which
+    """One broken invariant: which (``I1``..``I10``, ``crash``, ``nondeterminism``), for which
     call key (its stream name, or empty), at which log position (0 where none), and how."""
 
     invariant: str
@@ -206,7 +208,7 @@ def strict_json_object(data: bytes) -> dict[str, Any] | None:
 
 
 class InvariantChecker:
-    """Checks I1-I7 and I9 over a log fed to it in position order (``observe``).
+    """Checks I1-I7, I9 and I10 over a log fed to it in position order (``observe``).
 
     ``tools``: the declarations the runtime was given (their digests tell which calls need a
     confirmation and what size each allows); ``limits``: the runtime's limits.
@@ -228,6 +230,8 @@ class InvariantChecker:
         self._requests: dict[int, _Input] = {}
         self._used_confirmations: set[str] = set()
         self._dispatch_claims: dict[str, int] = {}
+        # The turn each provider response (tenant, response id) was first seen under.
+        self._response_turns: dict[tuple[str, str], TurnRef] = {}
 
     # --- reporting ---
 
@@ -264,11 +268,16 @@ class InvariantChecker:
                     known.superseded = position
             case ResponseEnded(response=response, reason=reason):
                 self._response_ends.setdefault(response, []).append((position, reason))
+                self._response_turns.setdefault(
+                    (response.tenant, response.response), response.turn_ref
+                )
             case _ if isinstance(event, _CONTROLS):
                 self._controls.append((position, event))
             case _ if isinstance(event, _ADDRESSED_INGRESS):
                 entry = _Input(position, recorded.event_id, recorded.recorded_at, event)
-                self._call(_key(event)).ingress.append(entry)
+                key = _key(event)
+                self._call(key).ingress.append(entry)
+                self._response_turns.setdefault((key.tenant, key.response), key.turn_ref)
             case _ if isinstance(event, _REQUESTS):
                 entry = _Input(position, recorded.event_id, recorded.recorded_at, event)
                 self._call(_key(event)).requests.append(entry)
@@ -547,6 +556,14 @@ class InvariantChecker:
                 self._violate("I1", key, "dispatched without the confirmation it needs", position)
         if call.ended is not None and call.ended < claim and len(call.dispatched) == 1:
             self._violate("I3", key, "dispatched after the call had ended", position)
+        owner = self._response_turns.get((key.tenant, key.response))
+        if owner is not None and owner != key.turn_ref:
+            self._violate(
+                "I10",
+                key,
+                f"dispatched although its response was first seen under turn {owner.stream!r}",
+                position,
+            )
         self._check_wanted(call, claim, position)
 
     def _check_wanted(self, call: _Call, claim: int, position: int) -> None:

@@ -25,7 +25,7 @@ from ..actors._arguments import (
     arguments_digest,
     parse_arguments,
 )
-from ..events import ClaimRequested, ConfirmationGiven, InertError
+from ..events import CallOpened, ClaimRequested, ConfirmationGiven, InertError
 
 Phase = _decider.Phase
 
@@ -127,12 +127,23 @@ def _accept_nan() -> Any:
     return _replaced(_decider, "parse_arguments", lenient)
 
 
+def _accept_replayed_response() -> Any:
+    """A call of a provider response first seen under another turn opens as if it were new."""
+    original = _decider.TABLE[(Phase.ABSENT, CallOpened)]
+
+    def replay_accepted(judge: Any, context: _decider.CallContext) -> Any:
+        return original(judge, context._replace(response_elsewhere=""))
+
+    return _table_row(Phase.ABSENT, CallOpened, replay_accepted)
+
+
 PLANTS: dict[str, Callable[[], Any]] = {
     "skip_dedup": _skip_dedup,
     "dispatch_before_validation": _dispatch_before_validation,
     "accept_stale_confirmation": _accept_stale_confirmation,
     "redispatch_unknown_outcome": _redispatch_unknown_outcome,
     "accept_nan": _accept_nan,
+    "accept_replayed_response": _accept_replayed_response,
 }
 """Every planted bug, by name; its docstring says what it breaks."""
 

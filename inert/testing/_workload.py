@@ -331,8 +331,10 @@ class _Planner:
                 share = in_turn // responses + (1 if part < in_turn % responses else 0)
                 if share:
                     # A provider's response ids are unique: one reused in another turn is a
-                    # replayed response, which never acts (``response_of_another_turn``).
-                    response_id = f"resp-{name}-{number}-{part}"
+                    # replayed response, which never acts (``response_of_another_turn``). A few
+                    # turns get one, as a proxy replaying the previous turn's response would.
+                    replayed = number > 1 and rng.random() < 0.03
+                    response_id = f"resp-{name}-{number - 1 if replayed else number}-{part}"
                     own.extend(self._response(turn, response_id, share, keys))
             if own and rng.random() < 0.05:
                 own.insert(rng.randrange(len(own) + 1), CancelTurn(turn))
