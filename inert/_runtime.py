@@ -50,7 +50,6 @@ from ._snapshot import (
 )
 from .actors import (
     DEFAULT_LIMITS,
-    TERMINAL_PHASES,
     CallFold,
     CallLimits,
     CallRouter,
@@ -60,6 +59,7 @@ from .actors import (
     parse_arguments,
 )
 from .actors._arguments import ParsedArguments
+from .actors._decider import refused_whatever_comes
 from .actors._fold import ResumedState
 from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
 from .actors._tools import Check
@@ -307,18 +307,15 @@ class Runtime:
 
     def _refusal(self, key: CallKey) -> tuple[DiscardReason, CallKey] | None:
         """Why the decider could only refuse whatever is fed for the call now, if it could, and
-        the call its count goes to: the call has ended (terminal is final), or it was never
-        opened in a response that passed a limit on live calls (no call of it opens any more;
-        the count goes to the call that passed it). The ingress counts such events instead of
-        storing them."""
-        slot = self._fold.records.get(key)
-        if slot is not None and slot.phase in TERMINAL_PHASES:
-            return DiscardReason.CALL_ENDED, key
-        if slot is None or slot.phase is Phase.ABSENT:
-            closed_by = self._fold.over_limit(key.response_ref)
-            if closed_by is not None:
-                return DiscardReason.RESPONSE_OVER_LIMIT, closed_by
-        return None
+        the call its count goes to (the call itself where it ended, else the call that closed
+        its response). The ingress counts such events instead of storing them."""
+        closed_by = self._fold.over_limit(key.response_ref)
+        reason = refused_whatever_comes(self._fold.records.get(key), closed_by is not None)
+        if reason is None:
+            return None
+        if reason is DiscardReason.CALL_ENDED or closed_by is None:
+            return reason, key
+        return reason, closed_by
 
     async def _caught_up(self) -> None:
         """Until the fold has seen everything in the log now."""

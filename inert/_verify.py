@@ -96,7 +96,7 @@ def _checked(log: Log, row: StoredRecord, problems: list[Problem]) -> RecordedEv
         check_row(row)
         return decode_record(log.codec, row)
     except LogDamaged as error:
-        problems.append(Problem(position=row.position, what=_after_position(error)))
+        problems.append(Problem(position=row.position, what=error.what))
     except CodecError as error:
         problems.append(
             Problem(position=row.position, what=f"its payload does not decode: {error}")
@@ -111,14 +111,9 @@ def _replayed(
         fold.apply(recorded)
         projections.apply(recorded)
     except LogDamaged as error:
-        problems.append(Problem(position=error.position, what=_after_position(error)))
+        problems.append(Problem(position=error.position, what=error.what))
     except InertError as error:
         problems.append(Problem(position=recorded.position, what=str(error)))
     else:
         return True
     return False
-
-
-def _after_position(error: LogDamaged) -> str:
-    _, _, what = str(error).partition(f"at position {error.position}: ")
-    return what or str(error)

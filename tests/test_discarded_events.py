@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import trio
 from test_runtime import (
-    ARGUMENTS,
     PRINCIPAL,
     call_events,
     key_of,
@@ -56,6 +55,14 @@ async def _events_of(runtime: Runtime, key: CallKey) -> list[RecordedEvent]:
     ]
 
 
+async def _cancelled_while_collecting(runtime: Runtime, key: CallKey) -> None:
+    """Start the call's turn, open the call with a fragment, and cancel the turn."""
+    turn = await start(runtime)
+    await runtime.feed(call_events(key)[:2])
+    await runtime.cancel_turn(turn, principal="user:alice")
+    await runtime.settle()
+
+
 async def test_a_flood_for_a_cancelled_call_costs_a_row_per_append() -> None:
     """Ten thousand fragments fed for a call whose turn was cancelled leave one
     ``EventsDiscarded`` row per append of the log (not two rows per fragment), which count
@@ -63,10 +70,7 @@ async def test_a_flood_for_a_cancelled_call_costs_a_row_per_append() -> None:
     store = MemoryStore()
     key = key_of("a")
     async with running(store) as runtime:
-        turn = await start(runtime)
-        await runtime.feed(call_events(key)[:2])
-        await runtime.cancel_turn(turn, principal="user:alice")
-        await runtime.settle()
+        await _cancelled_while_collecting(runtime, key)
         assert runtime.phase(key) is Phase.CANCELLED
         before = len(store.rows)
         for batch in range(10):
@@ -120,10 +124,7 @@ async def test_a_log_with_discarded_fragments_replays_to_the_same_state() -> Non
     store = MemoryStore()
     key = key_of("a")
     async with running(store) as runtime:
-        turn = await start(runtime)
-        await runtime.feed(call_events(key, ARGUMENTS)[:2])
-        await runtime.cancel_turn(turn, principal="user:alice")
-        await runtime.settle()
+        await _cancelled_while_collecting(runtime, key)
         await runtime.feed([fragment(key, number) for number in range(20, 40)])
         await runtime.feed([response_end(key)])
         await runtime.settle()
@@ -144,10 +145,7 @@ async def test_a_promise_feed_carries_the_count_before_its_promise() -> None:
     store = MemoryStore()
     key = key_of("a")
     async with running(store) as runtime:
-        turn = await start(runtime)
-        await runtime.feed(call_events(key)[:2])
-        await runtime.cancel_turn(turn, principal="user:alice")
-        await runtime.settle()
+        await _cancelled_while_collecting(runtime, key)
         with trio.fail_after(5):
             await runtime.feed([fragment(key, 7), fragment(key, 8), response_end(key)])
         tail = [type(recorded.event).__name__ for recorded in (await runtime.log.read())[-2:]]

@@ -111,6 +111,7 @@ from ..events import (
     ConfirmationDenied,
     ConfirmationGiven,
     DeadlineReached,
+    DiscardReason,
     Event,
     EventRejected,
     FailReason,
@@ -1132,6 +1133,45 @@ def changes(state: CallView, decision: Decision) -> dict[str, object]:
         case EventRejected():
             return {}
     raise IllegalTransition(state.phase, f"decision {type(decision).__name__}")
+
+
+def disallowed_as_recorded(
+    state: CallView, decision: CallValidated | CallDispatched, turn: TurnView | None
+) -> str | None:
+    """Why a validation or a dispatch taken as recorded (its inputs are gone, or it answers
+    one held back) cannot follow the call's recorded history, or None where it can: a
+    validation follows the terminal candidate and names the tool the call opened with, as its
+    turn offered it, and the arguments the candidate named; a dispatch needs the validation
+    and, where the call needs one, its confirmation. Decisions made again are compared whole
+    instead."""
+    if isinstance(decision, CallDispatched):
+        if state.phase is not Phase.VALIDATED:
+            return f"the call is {state.phase.value}, not validated"
+        if state.needs_confirmation and not state.confirmed:
+            return "the call needs a confirmation and has none"
+        return None
+    if state.phase is not Phase.TERMINAL_CANDIDATE:
+        return f"the call is {state.phase.value}, not a terminal candidate"
+    if decision.tool != state.tool:
+        return f"it names tool {decision.tool!r}, the call opened {state.tool!r}"
+    offered = None if turn is None else turn.tools.get(decision.tool)
+    if offered is not None and offered.digest != decision.tool_digest:
+        return f"its tool digest is not the one the turn offered ({offered.digest})"
+    if decision.arguments_digest != state.arguments_digest:
+        return "its arguments digest is not the one the terminal candidate named"
+    return None
+
+
+def refused_whatever_comes(state: CallView | None, response_closed: bool) -> DiscardReason | None:
+    """Why the decider can only refuse every ingress event addressed to the call now, or None:
+    the call is terminal (rule 10), or it was never opened in a response closed to new calls
+    (rule 2: every opening fails ``response_over_limit``, and what comes before an opening
+    fails or is rejected)."""
+    if state is not None and state.phase in TERMINAL_PHASES:
+        return DiscardReason.CALL_ENDED
+    if response_closed and (state is None or state.phase is Phase.ABSENT):
+        return DiscardReason.RESPONSE_OVER_LIMIT
+    return None
 
 
 def evolve(state: CallState, decision: Decision) -> CallState:

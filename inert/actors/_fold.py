@@ -96,6 +96,7 @@ from ._decider import (
     ValidationResult,
     accepts_fragment,
     decide,
+    disallowed_as_recorded,
     recorded,
 )
 from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
@@ -831,40 +832,14 @@ def _response_of(event: Event) -> ResponseRef | None:
 
 
 def _check_implied(slot: Slot, decision: Event, position: int, turn: TurnView | None) -> None:
-    """Refuse a decision taken as recorded (its inputs are gone, or it answers one held back)
-    that the call's recorded history does not allow: a validation names the tool the call
-    opened with, as its turn offered it, and the arguments its terminal candidate named; a
-    dispatch needs its validation and, where the call needs one, its confirmation. Decisions
-    made again are compared whole instead."""
-    if isinstance(decision, CallValidated):
-        missing = _unvalidatable(slot, decision, turn)
-    elif isinstance(decision, CallDispatched):
-        if slot.phase is not Phase.VALIDATED:
-            missing = f"the call is {slot.phase.value}, not validated"
-        elif slot.needs_confirmation and not slot.confirmed:
-            missing = "the call needs a confirmation and has none"
-        else:
-            return
-    else:
-        return
-    if missing is None:
-        return
-    raise LogDamaged(
-        position, f"a {decision.TAG} of call {slot.key.stream!r} that nothing allows: {missing}"
-    )
-
-
-def _unvalidatable(slot: Slot, decision: CallValidated, turn: TurnView | None) -> str | None:
-    if slot.phase is not Phase.TERMINAL_CANDIDATE:
-        return f"the call is {slot.phase.value}, not a terminal candidate"
-    if decision.tool != slot.tool:
-        return f"it names tool {decision.tool!r}, the call opened {slot.tool!r}"
-    offered = None if turn is None else turn.tools.get(decision.tool)
-    if offered is not None and offered.digest != decision.tool_digest:
-        return f"its tool digest is not the one the turn offered ({offered.digest})"
-    if decision.arguments_digest != slot.arguments_digest:
-        return "its arguments digest is not the one the terminal candidate named"
-    return None
+    """Refuse a decision taken as recorded that the call's recorded history does not allow."""
+    if isinstance(decision, CallValidated | CallDispatched):
+        missing = disallowed_as_recorded(slot, decision, turn)
+        if missing is not None:
+            raise LogDamaged(
+                position,
+                f"a {decision.TAG} of call {slot.key.stream!r} that nothing allows: {missing}",
+            )
 
 
 def _describe(event: Event) -> str:

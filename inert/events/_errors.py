@@ -31,6 +31,7 @@ class LogDamaged(LogError):
     def __init__(self, position: int, what: str) -> None:
         super().__init__(f"the log is damaged at position {position}: {what}")
         self.position = position
+        self.what = what
 
 
 class ConflictError(LogError):
