@@ -294,6 +294,14 @@ def public_url(conninfo: str) -> str:
     return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{dbname}"
 
 
+class _ConnectionLost(Exception):
+    """A connection the server ended or lost: worth one new connection and one more try."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class PostgresLog(GroupCommitLog):
     """The PostgreSQL backend. Open it with :meth:`open` (an async context manager)."""
 
@@ -496,6 +504,28 @@ class PostgresLog(GroupCommitLog):
     # --- appends ---
 
     def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
+        # Retrying finds those appends of the group that had landed before the connection went.
+        return self._with_reconnection(
+            lambda: self._commit_group_once(group),
+            f"PostgreSQL append to {self.url} failed",
+            " and an append may have landed: append the same events again to find out",
+        )
+
+    def _with_reconnection(self, attempt: Callable[[], _T], failed: str, after: str = "") -> _T:
+        """``attempt``, and once more on a new connection if the server ended or lost the first
+        (a restart, an administrator, a pooler); ``attempt`` must be safe to repeat."""
+        try:
+            return attempt()
+        except _ConnectionLost:
+            pass
+        try:
+            return attempt()
+        except _ConnectionLost as lost:
+            raise LogError(
+                f"{failed}: {lost.reason}; the connection was lost twice{after}"
+            ) from None
+
+    def _commit_group_once(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
         connection = self._writer_connection()
         try:
             try:
@@ -511,11 +541,8 @@ class PostgresLog(GroupCommitLog):
         except psycopg.Error as error:
             if connection.broken:
                 connection.close()
-            raise LogError(
-                f"PostgreSQL append to {self.url} failed: {_reason(error)}; if the connection"
-                " was lost while committing, the append may have landed: append the same events"
-                " again to find out"
-            ) from None
+                raise _ConnectionLost(_reason(error)) from None
+            raise LogError(f"PostgreSQL append to {self.url} failed: {_reason(error)}") from None
         return outcomes
 
     def _write_group(
@@ -578,6 +605,11 @@ class PostgresLog(GroupCommitLog):
             return await trio.to_thread.run_sync(self._fetch, sql, parameters)
 
     def _fetch(self, sql: str, parameters: Sequence[object]) -> list[tuple[Any, ...]]:
+        return self._with_reconnection(
+            lambda: self._fetch_once(sql, parameters), f"PostgreSQL read of {self.url} failed"
+        )
+
+    def _fetch_once(self, sql: str, parameters: Sequence[object]) -> list[tuple[Any, ...]]:
         if self._reader is None:
             raise LogError(f"PostgreSQL log {self.url} is closed")
         if self._reader.closed:
@@ -587,6 +619,7 @@ class PostgresLog(GroupCommitLog):
         except psycopg.Error as error:
             if self._reader.broken:
                 self._reader.close()
+                raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"PostgreSQL read of {self.url} failed: {_reason(error)}") from None
 
     async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
@@ -696,6 +729,12 @@ class PostgresLog(GroupCommitLog):
             )
 
     def _in_own_transaction(self, what: str, work: Callable[[Connection], _T]) -> _T:
+        return self._with_reconnection(
+            lambda: self._in_own_transaction_once(what, work),
+            f"PostgreSQL {what} in {self.url} failed",
+        )
+
+    def _in_own_transaction_once(self, what: str, work: Callable[[Connection], _T]) -> _T:
         # The writer connection belongs to the write loop, which may be committing right now;
         # redactions and snapshots are rare, so they pay for a connection of their own.
         connection = self._open_connection(autocommit=False)
@@ -703,6 +742,8 @@ class PostgresLog(GroupCommitLog):
             with connection.transaction():
                 return work(connection)
         except psycopg.Error as error:
+            if connection.broken:
+                raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"PostgreSQL {what} in {self.url} failed: {_reason(error)}") from None
         finally:
             connection.close()

@@ -1,0 +1,183 @@
+"""A PostgreSQL log whose server stops taking writes while a runtime uses it (made read-only,
+out of disk, the role's rights taken away, the connections ended): the runtime stops with an
+inert error that names the log and the server's reason, never a hang or a crash, and nothing
+runs from a write that did not land.
+
+The server's refusals are made by a trigger on the events table that raises the error the server
+itself raises in each case (the SQLSTATE and message), so that no other test sharing the server is
+touched; ending the connections is the real thing, done to this log's connections only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import trio
+
+from inert import (
+    CallDispatched,
+    ClaimRequested,
+    Dispatch,
+    LogError,
+    NewEvent,
+    open_log,
+    open_runtime,
+)
+from tests.postgres_support import connect, fresh_schema, log_url
+from tests.test_log_unwritable import WEATHER, key_of, leaves, recorded_types, whole_call
+
+REFUSALS = {
+    "read-only": ("25006", "cannot execute INSERT in a read-only transaction"),
+    "disk full": ("53100", "could not extend file: No space left on device"),
+    "no rights": ("42501", "permission denied for table events"),
+}
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    with fresh_schema() as name:
+        yield name
+
+
+def refuse_writes(schema: str, sqlstate: str, message: str) -> None:
+    """From now on every row written to the log's events table fails as the server would."""
+    with connect() as connection:
+        connection.execute(
+            f"""
+            CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = '{sqlstate}'; END $$;
+            CREATE TRIGGER refuse BEFORE INSERT ON {schema}.events
+            FOR EACH ROW EXECUTE FUNCTION {schema}.refuse();
+            """
+        )
+
+
+def new_events(call: str) -> list[NewEvent]:
+    return [NewEvent(stream=f"call-{call}", event=event) for event in whole_call(call)]
+
+
+def end_connections(application: str) -> int:
+    """End every server connection of the log (found by its application name)."""
+    with connect() as connection:
+        rows = connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (application,),
+        ).fetchall()
+    return len(rows)
+
+
+async def run_until_refused(url: str, break_it: object) -> tuple[list[str], BaseException]:
+    """Run two calls; break the log between them; the error the second one's claim met."""
+    ran: list[str] = []
+
+    async def executor(dispatch: Dispatch) -> None:
+        ran.append(dispatch.key.call)
+
+    with pytest.raises((LogError, BaseExceptionGroup)) as raised:  # noqa: PT012
+        async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+            await runtime.start_turn(
+                tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+            )
+            await runtime.feed([*whole_call("first"), *whole_call("second")])
+            await runtime.settle()
+            await runtime.execute(key_of("first"), executor, name="worker")
+            assert callable(break_it)
+            break_it()
+            with trio.fail_after(30):
+                await runtime.execute(key_of("second"), executor, name="worker")
+            pytest.fail("a claim was answered from a log that cannot be written")
+    return ran, raised.value
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+async def test_a_server_that_stops_taking_writes_stops_the_runtime(
+    refusal: str, schema: str
+) -> None:
+    """A claim on a log whose server refuses writes raises a LogError with the server's reason."""
+    sqlstate, message = REFUSALS[refusal]
+    url = log_url(schema)
+    ran, error = await run_until_refused(url, lambda: refuse_writes(schema, sqlstate, message))
+    errors = leaves(error)
+    assert all(isinstance(leaf, LogError) for leaf in errors), errors
+    assert any(message in str(leaf) and "PostgreSQL" in str(leaf) for leaf in errors), errors
+    assert ran == ["first"]
+    with connect() as connection:
+        connection.execute(f"DROP TRIGGER refuse ON {schema}.events")
+    assert CallDispatched.TAG in await recorded_types(url, "first")
+    second = await recorded_types(url, "second")
+    assert ClaimRequested.TAG not in second
+    assert CallDispatched.TAG not in second
+
+
+@pytest.mark.parametrize("when", ["between calls", "before every request"])
+async def test_connections_ended_by_the_server_are_opened_again(when: str, schema: str) -> None:
+    """Connections ended by the server (a restart, an administrator, a pooler) are opened again:
+    the runtime goes on, and each call runs once."""
+    application = f"inert_test_{uuid.uuid4().hex[:8]}"
+    url = log_url(schema, application_name=application)
+    calls = [f"call{number}" for number in range(4)]
+    ran: list[str] = []
+
+    async def executor(dispatch: Dispatch) -> None:
+        ran.append(dispatch.key.call)
+
+    async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="user:a")
+        await runtime.feed([event for call in calls for event in whole_call(call)])
+        await runtime.settle()
+        ended = end_connections(application)
+        for call in calls:
+            if when == "before every request":
+                ended += end_connections(application)
+            with trio.fail_after(30):
+                await runtime.execute(key_of(call), executor, name="worker")
+    assert ended >= 2
+    assert ran == calls
+    for call in calls:
+        assert (await recorded_types(url, call)).count(CallDispatched.TAG) == 1
+
+
+async def test_a_log_reads_again_after_its_connections_were_ended(schema: str) -> None:
+    """A read after the server ended the log's connections opens a new one and answers."""
+    application = f"inert_test_{uuid.uuid4().hex[:8]}"
+    url = log_url(schema, application_name=application)
+    async with open_log(url) as log:
+        await log.append(new_events("first"))
+        assert end_connections(application) >= 2
+        assert len(await log.read()) == len(whole_call("first"))
+        assert end_connections(application) >= 1
+        await log.append(new_events("second"))
+        assert await log.head() == 2 * len(whole_call("first"))
+
+
+@contextmanager
+def own_role() -> Iterator[str]:
+    """A role of this test's own that may log in, dropped afterwards."""
+    role = f"inert_test_{uuid.uuid4().hex[:8]}"
+    with connect() as connection:
+        connection.execute(f"CREATE ROLE {role} LOGIN SUPERUSER")
+    try:
+        yield role
+    finally:
+        with connect() as connection:
+            connection.execute(f"DROP OWNED BY {role} CASCADE")
+            connection.execute(f"DROP ROLE {role}")
+
+
+async def test_a_log_whose_server_takes_no_connection_raises_a_log_error(schema: str) -> None:
+    """Once the server ended the connections and takes no new one, a read and an append each
+    raise one LogError with the server's reason."""
+    with own_role() as role:
+        url = log_url(schema, application_name=role, user=role)
+        async with open_log(url) as log:
+            await log.append(new_events("first"))
+            with connect() as connection:
+                connection.execute(f"ALTER ROLE {role} NOLOGIN")
+            end_connections(role)
+            with pytest.raises(LogError, match="not permitted to log in"):
+                await log.read()
+            with pytest.raises(LogError, match="not permitted to log in"):
+                await log.append(new_events("second"))
