@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import pytest
 import trio
+from postgres_support import connect, fresh_schema, log_url
+from test_log_unwritable import WEATHER, key_of, leaves, recorded_types, whole_call
 
 from inert import (
     CallDispatched,
@@ -26,8 +28,6 @@ from inert import (
     open_log,
     open_runtime,
 )
-from tests.postgres_support import connect, fresh_schema, log_url
-from tests.test_log_unwritable import WEATHER, key_of, leaves, recorded_types, whole_call
 
 REFUSALS = {
     "read-only": ("25006", "cannot execute INSERT in a read-only transaction"),

@@ -508,7 +508,7 @@ class PostgresLog(GroupCommitLog):
         return self._with_reconnection(
             lambda: self._commit_group_once(group),
             f"PostgreSQL append to {self.url} failed",
-            " and an append may have landed: append the same events again to find out",
+            "; an append may have landed: append the same events again to find out",
         )
 
     def _with_reconnection(self, attempt: Callable[[], _T], failed: str, after: str = "") -> _T:
@@ -522,7 +522,7 @@ class PostgresLog(GroupCommitLog):
             return attempt()
         except _ConnectionLost as lost:
             raise LogError(
-                f"{failed}: {lost.reason}; the connection was lost twice{after}"
+                f"{failed} (the connection was lost twice{after}): {lost.reason}"
             ) from None
 
     def _commit_group_once(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
