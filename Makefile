@@ -61,6 +61,7 @@ soak: $(STAMP)
 		INERT_LOAD_KEYS=10000 INERT_LOAD_SECONDS=600 \
 		$(BIN)/pytest tests/test_crash_points.py tests/test_faults.py tests/test_load_smoke.py
 	INERT_SIMULATION_SEEDS=10000 $(BIN)/pytest tests/test_simulator.py -k every_seed
+	INERT_DECIDER_EXAMPLES=20000 $(BIN)/pytest tests/test_decider_stateful.py
 	INERT_POWER_CUT_SEEDS=100 $(BIN)/pytest tests/test_power_loss.py
 
 # Records the golden logs of tests/golden that do not exist yet (see tests/golden/README.md);

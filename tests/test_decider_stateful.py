@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -796,12 +797,16 @@ class DeciderMachine(RuleBasedStateMachine):
         )
 
 
-@pytest.mark.slow(seconds=50)
+EXAMPLES = int(os.environ.get("INERT_DECIDER_EXAMPLES", "1000"))
+"""Random runs of 50 steps; ``make soak`` asks for 20,000 (``INERT_DECIDER_EXAMPLES``)."""
+
+
+@pytest.mark.slow(seconds=25)
 def test_the_decider_keeps_its_invariants_under_random_inputs() -> None:
     """I1-I7 hold after every step of random inputs to two calls of one turn."""
     before = DeciderMachine.examples
     run_state_machine_as_test(
         DeciderMachine,
-        settings=settings(max_examples=2000, stateful_step_count=50, deadline=None),
+        settings=settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None),
     )
     RUN_COUNTS["decider state machine examples"] = DeciderMachine.examples - before

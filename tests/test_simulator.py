@@ -54,6 +54,9 @@ SEEDS = int(os.environ.get("INERT_SIMULATION_SEEDS", "1000"))
 """Seeds per test run, each run twice; ``INERT_SIMULATION_SEEDS`` asks for more."""
 KEYS = 200
 WORKERS = 2
+"""Processes a shard's seeds are spread over when the tests run in one process."""
+SHARDS = 20
+"""Tests the seeds are dealt to, so that the test workers share them with the other tests."""
 PLANT_BUDGET = 10
 """Seeds a planted bug may take to be caught."""
 
@@ -78,22 +81,29 @@ def _report(results: list[SimulationResult]) -> str:
     )
 
 
-@pytest.mark.slow(seconds=600)
-def test_every_seed_keeps_every_invariant_and_runs_the_same_twice() -> None:
+@pytest.mark.slow(seconds=35)
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_seed_keeps_every_invariant_and_runs_the_same_twice(shard: int) -> None:
     """Seeds of 200 concurrent call keys each break no invariant and write the same log twice."""
-    results = simulate_many(range(SEEDS), keys=KEYS, retention=RETENTION, workers=WORKERS)
+    seeds = range(shard, SEEDS, SHARDS)
+    # Under pytest-xdist the shards are what spreads the seeds over the test workers.
+    workers = 1 if os.environ.get("PYTEST_XDIST_WORKER") else WORKERS
+    results = simulate_many(seeds, keys=KEYS, retention=RETENTION, workers=workers)
     assert [result for result in results if result.violations] == [], _report(results)
     states: Counter[str] = Counter()
     for result in results:
         states.update(result.states)
     # The seeds reach every ending, and half of them restart the runtime on the way.
     assert {"dispatched", "cancelled", "failed"} <= set(states)
-    assert sum(result.restarts for result in results) >= SEEDS // 4
-    assert len({result.log_hash for result in results}) == SEEDS
-    RUN_COUNTS["simulator seeds (each run twice)"] = SEEDS
-    RUN_COUNTS["simulator call keys"] = SEEDS * KEYS
-    RUN_COUNTS["simulator steps checked"] = sum(result.steps for result in results)
-    RUN_COUNTS["simulator calls dispatched"] = states["dispatched"]
+    assert sum(result.restarts for result in results) >= len(seeds) // 4
+    assert len({result.log_hash for result in results}) == len(seeds)
+    for name, count in {
+        "simulator seeds (each run twice)": len(seeds),
+        "simulator call keys": len(seeds) * KEYS,
+        "simulator steps checked": sum(result.steps for result in results),
+        "simulator calls dispatched": states["dispatched"],
+    }.items():
+        RUN_COUNTS[name] = RUN_COUNTS.get(name, 0) + count
 
 
 @pytest.mark.parametrize("seconds", [0.5, 3.0])
