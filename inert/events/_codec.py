@@ -131,6 +131,13 @@ class Codec:
             cls: fast_structure(cls) for cls in self._types.values()
         }
 
+    def tag(self, stored: str) -> str:
+        """The tag of a registered event type as one shared string (a stored row's is a fresh
+        copy, which the projections would otherwise keep once per event); ``stored`` itself
+        when no registered type has it."""
+        cls = self._types.get(stored)
+        return stored if cls is None else cls.TAG
+
     def time(self, micros: int) -> datetime:
         """The datetime of a stored time; events appended together share it, so the last one is
         kept rather than built again for each."""

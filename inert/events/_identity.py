@@ -97,7 +97,8 @@ class CallKey:
 
     @cached_property
     def turn_ref(self) -> TurnRef:
-        return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
+        # The response's own: a live call then holds one turn object, not two alike.
+        return self.response_ref.turn_ref
 
     @cached_property
     def response_ref(self) -> ResponseRef:

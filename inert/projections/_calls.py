@@ -9,6 +9,8 @@ argument value.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
@@ -64,13 +66,21 @@ class Received:
     fragment it rejects (a duplicate delivery, a stale turn) is taken back out. A fragment with
     an offset counts the bytes it adds to the ranges seen, so that a delivery chunked otherwise
     is not counted twice.
+
+    Compact, since every collecting call holds one: the positions with their counts in one
+    array of integers (three a position, ascending, as the log hands them out), and the ranges
+    seen as the end of the one range from the start until a fragment leaves a gap or overlaps.
     """
 
-    __slots__ = ("by_position", "covered", "fragments", "size")
+    __slots__ = ("covered", "end", "fragments", "size", "taken")
 
     def __init__(self) -> None:
-        self.by_position: dict[int, tuple[int, int]] = {}
-        self.covered: list[tuple[int, int]] = []
+        self.taken = array("q")
+        """Position, fragments and size of each fragment event taken, by ascending position."""
+        self.end = 0
+        """Bytes ``[0, end)`` seen, while ``covered`` is ``None``."""
+        self.covered: list[tuple[int, int]] | None = None
+        """The ranges seen, once they are not one range from the start."""
         self.fragments = 0
         self.size = 0
 
@@ -78,6 +88,11 @@ class Received:
         """Take the range in; how many of its bytes no range seen held."""
         start, stop = offset, offset + length
         covered = self.covered
+        if covered is None:
+            if start == self.end:
+                self.end = stop
+                return length
+            covered = self.covered = [(0, self.end)] if self.end else []
         if not covered or start >= covered[-1][1]:
             # In order, the usual case: the range extends the last one or follows it.
             if covered and start == covered[-1][1]:
@@ -96,14 +111,26 @@ class Received:
         return length - seen
 
     def add(self, position: int, fragments: int, size: int) -> None:
-        self.by_position[position] = (fragments, size)
+        """Count a fragment event; ``position`` is past every one counted."""
+        self.taken.extend((position, fragments, size))
         self.fragments += fragments
         self.size += size
 
     def drop(self, position: int) -> None:
-        fragments, size = self.by_position.pop(position, (0, 0))
-        self.fragments -= fragments
-        self.size -= size
+        """Take a counted fragment event back out (nothing if none is at ``position``)."""
+        taken = self.taken
+        low, high = 0, len(taken) // 3
+        while low < high:
+            middle = (low + high) // 2
+            if taken[3 * middle] < position:
+                low = middle + 1
+            else:
+                high = middle
+        at = 3 * low
+        if at < len(taken) and taken[at] == position:
+            self.fragments -= taken[at + 1]
+            self.size -= taken[at + 2]
+            del taken[at : at + 3]
 
 
 class Row:
@@ -201,7 +228,8 @@ def _collecting(call: Call, row: Row, event: CallCollecting) -> None:
 
 
 def _collecting_detail(event: CallCollecting) -> str:
-    return f"tool {event.tool}"
+    # Every live call keeps it, and calls of a tool share one.
+    return sys.intern(f"tool {event.tool}")
 
 
 def _terminal_candidate(call: Call, row: Row, event: CallTerminalCandidate) -> None:

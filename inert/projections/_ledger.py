@@ -86,7 +86,8 @@ class Ledger(Routed):
         # The same calls by turn, for a retirement to find its own.
         self._turns: ByTurn[CallKey] = ByTurn()
         # The calls with a row, and those with a history, each in the order it first appeared.
-        self._rows: dict[CallKey, tuple[Call, Row]] = {}
+        self._rows: dict[CallKey, Call] = {}
+        """The calls that have a row, in the order they got it."""
         self._histories: dict[CallKey, list[Step]] = {}
         # Finished calls in the order they finished, with the log's time they age out at, and
         # that time of the first of them: a record before it ages nothing out.
@@ -101,7 +102,7 @@ class Ledger(Routed):
 
     def rows(self) -> list[LedgerRow]:
         """The latest row of every call, in the order the calls first appeared."""
-        return [call.read(row) for call, row in self._rows.values()]
+        return [call.read(call.row) for call in self._rows.values() if call.row is not None]
 
     def row(self, key: CallKey) -> LedgerRow | None:
         """The latest row of one call, or ``None`` if it has none."""
@@ -205,7 +206,7 @@ class Ledger(Routed):
         if row is None:
             tool = event.tool if isinstance(event, CallCollecting) else ""
             row = call.row = Row(tool, fragments, size)
-            self._rows[call.key] = (call, row)
+            self._rows[call.key] = call
             self._finished.pop(call.key, None)
         elif received is not None:
             row.fragments, row.bytes = fragments, size
