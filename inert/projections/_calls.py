@@ -84,6 +84,14 @@ class Received:
         self.fragments = 0
         self.size = 0
 
+    # A snapshot holds plain values only: the array goes into it as a tuple of integers.
+    def __getstate__(self) -> tuple[object, ...]:
+        return (tuple(self.taken), self.end, self.covered, self.fragments, self.size)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        taken, self.end, self.covered, self.fragments, self.size = state
+        self.taken = array("q", taken)
+
     def cover(self, offset: int, length: int) -> int:
         """Take the range in; how many of its bytes no range seen held."""
         start, stop = offset, offset + length
