@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -105,19 +105,11 @@ async def recorded_types(url: str, call: str) -> list[str]:
     return [recorded.event_type for recorded in events]
 
 
-@pytest.mark.parametrize("made_read_only", ["database", "wal", "shm", "every file"])
-async def test_a_log_made_read_only_mid_run_stops_the_runtime_and_runs_nothing_more(
-    made_read_only: str, tmp_path: Path
-) -> None:
-    """A claim on a log gone read-only raises a LogError naming it; nothing more runs."""
-    path = tmp_path / "inert.db"
-    url = f"sqlite:///{path}"
-    files = {
-        "database": [path],
-        "wal": [Path(f"{path}-wal")],
-        "shm": [Path(f"{path}-shm")],
-        "every file": [path, Path(f"{path}-wal"), Path(f"{path}-shm")],
-    }[made_read_only]
+async def run_until_refused(
+    url: str, broken: Callable[[], AbstractContextManager[object]]
+) -> tuple[list[str], BaseException]:
+    """Run one call, then claim a second inside ``broken()`` (the log made unwritable): the
+    calls that ran and the error the runtime stopped with."""
     ran: list[str] = []
 
     async def executor(dispatch: Dispatch) -> None:
@@ -131,14 +123,31 @@ async def test_a_log_made_read_only_mid_run_stops_the_runtime_and_runs_nothing_m
             await runtime.feed([*whole_call("first"), *whole_call("second")])
             await runtime.settle()
             await runtime.execute(key_of("first"), executor, name="worker")
-            with read_only(*files):
+            with broken():
                 with trio.fail_after(30):
                     await runtime.execute(key_of("second"), executor, name="worker")
                 pytest.fail("a claim was answered from a log that cannot be written")
-    errors = leaves(raised.value)
-    assert all(isinstance(error, LogError) for error in errors), errors
+    return ran, raised.value
+
+
+@pytest.mark.parametrize("made_read_only", ["database", "wal", "shm", "every file"])
+async def test_a_log_made_read_only_mid_run_stops_the_runtime_and_runs_nothing_more(
+    made_read_only: str, tmp_path: Path
+) -> None:
+    """A claim on a log gone read-only raises a LogError naming it; nothing more runs."""
+    path = tmp_path / "inert.db"
+    url = f"sqlite:///{path}"
+    files = {
+        "database": [path],
+        "wal": [Path(f"{path}-wal")],
+        "shm": [Path(f"{path}-shm")],
+        "every file": [path, Path(f"{path}-wal"), Path(f"{path}-shm")],
+    }[made_read_only]
+    ran, error = await run_until_refused(url, lambda: read_only(*files))
+    errors = leaves(error)
+    assert all(isinstance(leaf, LogError) for leaf in errors), errors
     assert any(
-        "can no longer be written" in str(error) and str(path) in str(error) for error in errors
+        "can no longer be written" in str(leaf) and str(path) in str(leaf) for leaf in errors
     ), errors
     assert ran == ["first"]
     assert CallDispatched.TAG in await recorded_types(url, "first")

@@ -17,7 +17,14 @@ from contextlib import contextmanager
 import pytest
 import trio
 from postgres_support import connect, fresh_schema, log_url
-from test_log_unwritable import WEATHER, key_of, leaves, recorded_types, whole_call
+from test_log_unwritable import (
+    WEATHER,
+    key_of,
+    leaves,
+    recorded_types,
+    run_until_refused,
+    whole_call,
+)
 
 from inert import (
     CallDispatched,
@@ -42,8 +49,10 @@ def schema() -> Iterator[str]:
         yield name
 
 
-def refuse_writes(schema: str, sqlstate: str, message: str) -> None:
-    """From now on every row written to the log's events table fails as the server would."""
+@contextmanager
+def refusing_writes(schema: str, sqlstate: str, message: str) -> Iterator[None]:
+    """Every row written to the log's events table fails as the server would, until the block
+    ends."""
     with connect() as connection:
         connection.execute(
             f"""
@@ -53,6 +62,11 @@ def refuse_writes(schema: str, sqlstate: str, message: str) -> None:
             FOR EACH ROW EXECUTE FUNCTION {schema}.refuse();
             """
         )
+    try:
+        yield
+    finally:
+        with connect() as connection:
+            connection.execute(f"DROP TRIGGER refuse ON {schema}.events")
 
 
 def new_events(call: str) -> list[NewEvent]:
@@ -69,29 +83,6 @@ def end_connections(application: str) -> int:
     return len(rows)
 
 
-async def run_until_refused(url: str, break_it: object) -> tuple[list[str], BaseException]:
-    """Run two calls; break the log between them; the error the second one's claim met."""
-    ran: list[str] = []
-
-    async def executor(dispatch: Dispatch) -> None:
-        ran.append(dispatch.key.call)
-
-    with pytest.raises((LogError, BaseExceptionGroup)) as raised:  # noqa: PT012
-        async with open_runtime(log=url, tools=[WEATHER]) as runtime:
-            await runtime.start_turn(
-                tenant="acme", conversation="c1", turn="t1", principal="user:alice"
-            )
-            await runtime.feed([*whole_call("first"), *whole_call("second")])
-            await runtime.settle()
-            await runtime.execute(key_of("first"), executor, name="worker")
-            assert callable(break_it)
-            break_it()
-            with trio.fail_after(30):
-                await runtime.execute(key_of("second"), executor, name="worker")
-            pytest.fail("a claim was answered from a log that cannot be written")
-    return ran, raised.value
-
-
 @pytest.mark.parametrize("refusal", sorted(REFUSALS))
 async def test_a_server_that_stops_taking_writes_stops_the_runtime(
     refusal: str, schema: str
@@ -99,13 +90,11 @@ async def test_a_server_that_stops_taking_writes_stops_the_runtime(
     """A claim on a log whose server refuses writes raises a LogError with the server's reason."""
     sqlstate, message = REFUSALS[refusal]
     url = log_url(schema)
-    ran, error = await run_until_refused(url, lambda: refuse_writes(schema, sqlstate, message))
+    ran, error = await run_until_refused(url, lambda: refusing_writes(schema, sqlstate, message))
     errors = leaves(error)
     assert all(isinstance(leaf, LogError) for leaf in errors), errors
     assert any(message in str(leaf) and "PostgreSQL" in str(leaf) for leaf in errors), errors
     assert ran == ["first"]
-    with connect() as connection:
-        connection.execute(f"DROP TRIGGER refuse ON {schema}.events")
     assert CallDispatched.TAG in await recorded_types(url, "first")
     second = await recorded_types(url, "second")
     assert ClaimRequested.TAG not in second
