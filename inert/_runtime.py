@@ -59,7 +59,7 @@ from .actors import (
     parse_arguments,
 )
 from .actors._arguments import ParsedArguments
-from .actors._decider import refused_whatever_comes
+from .actors._call import refused_whatever_comes
 from .actors._fold import ResumedState
 from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
 from .actors._tools import Check

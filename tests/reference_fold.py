@@ -16,7 +16,7 @@ import attrs
 from attrs import define, field, frozen
 
 from inert.actors._arguments import ParsedArguments, parse_arguments
-from inert.actors._decider import (
+from inert.actors._call import (
     DEFAULT_LIMITS,
     CallContext,
     CallLimits,
@@ -31,9 +31,9 @@ from inert.actors._decider import (
     evolve,
     initial_state,
     recorded,
-    step,
     with_arguments,
 )
+from inert.actors._decider import step
 from inert.actors._scope import ResponseTurns
 from inert.events import (
     DECISION_TYPES,

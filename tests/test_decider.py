@@ -18,9 +18,7 @@ import attrs
 import pytest
 
 from inert.actors._arguments import ArgumentLimits, ParsedArguments, parse_arguments
-from inert.actors._decider import (
-    INPUT_TYPES,
-    TABLE,
+from inert.actors._call import (
     TERMINAL_PHASES,
     CallContext,
     CallLimits,
@@ -34,11 +32,10 @@ from inert.actors._decider import (
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
-    decide,
     evolve,
     recorded,
-    step,
 )
+from inert.actors._decider import INPUT_TYPES, TABLE, decide, step
 from inert.events import (
     ArgumentsAppended,
     CallAwaitingConfirmation,

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from inert.actors._decider import (
+from inert.actors._call import (
     CallContext,
     CallLimits,
     CallState,
@@ -47,8 +47,8 @@ from inert.actors._decider import (
     ValidationRequested,
     ValidationResult,
     recorded,
-    step,
 )
+from inert.actors._decider import step
 from inert.events import (
     ArgumentsAppended,
     CallAwaitingConfirmation,

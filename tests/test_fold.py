@@ -16,12 +16,7 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 
-from inert.actors._decider import (
-    CallLimits,
-    Phase,
-    ValidationRequested,
-    ValidationResult,
-)
+from inert.actors._call import CallLimits, Phase, ValidationRequested, ValidationResult
 from inert.actors._fold import (
     AppendDecisions,
     CallFold,

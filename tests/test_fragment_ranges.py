@@ -31,7 +31,7 @@ from test_decider import (
 
 from inert.actors._arguments import ArgumentLimits
 from inert.actors._buffer import EMPTY_BUFFER, Fit, RangeBuffer
-from inert.actors._decider import CallLimits, Phase, recorded
+from inert.actors._call import CallLimits, Phase, recorded
 from inert.events import (
     ArgumentsAppended,
     CallFailed,

@@ -35,7 +35,7 @@ from inert import (
     open_runtime,
 )
 from inert._cli import main
-from inert.actors import _buffer, _decider
+from inert.actors import _buffer, _decider, _handlers
 from inert.testing import (
     DEMO_TOOLS,
     PLANTS,
@@ -147,13 +147,13 @@ def test_planting_puts_the_decider_back() -> None:
     """A planted bug lives only for its block; an unknown name is refused by name."""
     table = dict(_decider.TABLE)
     fits = (_buffer.SequencedBuffer.fit, _buffer.RangeBuffer.fit)
-    parse = getattr(_decider, "parse_arguments")  # noqa: B009 - not re-exported by name
+    parse = getattr(_handlers, "parse_arguments")  # noqa: B009 - not re-exported by name
     for name in PLANTS:
         with planted(name):
             pass
     assert table == _decider.TABLE
     assert (_buffer.SequencedBuffer.fit, _buffer.RangeBuffer.fit) == fits
-    assert getattr(_decider, "parse_arguments") is parse  # noqa: B009
+    assert getattr(_handlers, "parse_arguments") is parse  # noqa: B009
     with pytest.raises(UnknownPlant, match="no_such_bug"), planted("no_such_bug"):
         pass
 

@@ -8,9 +8,8 @@ from ._arguments import (
     canonical_json,
     parse_arguments,
 )
-from ._decider import (
+from ._call import (
     DEFAULT_LIMITS,
-    INPUT_TYPES,
     TERMINAL_PHASES,
     CallContext,
     CallLimits,
@@ -23,12 +22,11 @@ from ._decider import (
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
-    decide,
     evolve,
     initial_state,
     recorded,
-    step,
 )
+from ._decider import INPUT_TYPES, decide, step
 from ._fold import (
     AppendDecisions,
     CallFold,

@@ -83,7 +83,7 @@ from ..events import (
     without_sensitive,
 )
 from ._arguments import ParsedArguments, parse_arguments
-from ._decider import (
+from ._call import (
     DEFAULT_LIMITS,
     CallContext,
     CallLimits,
@@ -94,11 +94,11 @@ from ._decider import (
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
-    accepts_fragment,
-    decide,
     disallowed_as_recorded,
     recorded,
 )
+from ._decider import decide
+from ._handlers import accepts_fragment
 from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
 from ._slot import Slot
 

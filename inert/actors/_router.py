@@ -36,13 +36,8 @@ from ..events import (
     NewEvent,
     RecordedEvent,
 )
-from ._decider import (
-    ValidationOutcome,
-    ValidationRequested,
-    ValidationResult,
-    decide,
-    recorded,
-)
+from ._call import ValidationOutcome, ValidationRequested, ValidationResult, recorded
+from ._decider import decide
 from ._fold import (
     AppendDecisions,
     CallFold,

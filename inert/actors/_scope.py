@@ -29,7 +29,7 @@ from ..events import (
     TurnStarted,
     TurnSuperseded,
 )
-from ._decider import TurnStatus, TurnView
+from ._call import TurnStatus, TurnView
 
 
 @define

@@ -15,7 +15,7 @@ from datetime import datetime
 from ..events import CallKey, Event, TerminalRef
 from ._arguments import ParsedArguments
 from ._buffer import EMPTY_BUFFER, Buffer
-from ._decider import (
+from ._call import (
     CallContext,
     CallState,
     CallView,

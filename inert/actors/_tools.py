@@ -28,7 +28,7 @@ from attrs import field, frozen, validators
 
 from ..events import CallKey, ConfigurationError, FailReason, OfferedTool
 from ._arguments import ParsedArguments, canonical_json
-from ._decider import ValidationRequested, ValidationResult
+from ._call import ValidationRequested, ValidationResult
 
 
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:

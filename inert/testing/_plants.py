@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ..actors import _buffer, _decider
+from ..actors import _buffer, _call, _decider, _handlers
 from ..actors._arguments import (
     ArgumentLimits,
     ArgumentProblem,
@@ -27,7 +27,7 @@ from ..actors._arguments import (
 )
 from ..events import CallOpened, ClaimRequested, ConfirmationGiven, InertError
 
-Phase = _decider.Phase
+Phase = _call.Phase
 
 
 class UnknownPlant(InertError):
@@ -49,9 +49,7 @@ def _replaced(owner: Any, name: str, value: object) -> Iterator[None]:
 
 
 @contextmanager
-def _table_row(
-    phase: _decider.Phase, input_type: type, handler: _decider.Handler
-) -> Iterator[None]:
+def _table_row(phase: _call.Phase, input_type: type, handler: _handlers.Handler) -> Iterator[None]:
     table = _decider.TABLE
     original = table[(phase, input_type)]
     table[(phase, input_type)] = handler
@@ -83,7 +81,7 @@ def _dispatch_before_validation() -> Any:
     return _table_row(
         Phase.TERMINAL_CANDIDATE,
         ClaimRequested,
-        _decider._wanted(_decider._claim, answer=True),
+        _handlers.wanted(_handlers.claim, answer=True),
     )
 
 
@@ -91,7 +89,7 @@ def _accept_stale_confirmation() -> Any:
     """A confirmation that expired before it arrived is judged as if it were fresh."""
     original = _decider.TABLE[(Phase.VALIDATED, ConfirmationGiven)]
 
-    def stale_accepted(judge: Any, context: _decider.CallContext) -> Any:
+    def stale_accepted(judge: Any, context: _call.CallContext) -> Any:
         received = judge.received
         fresh = attrs.evolve(received.event, expires_at=received.at + timedelta(days=1))
         judged = type(judge)(judge.state, received._replace(event=fresh), judge.cause)
@@ -102,7 +100,7 @@ def _accept_stale_confirmation() -> Any:
 
 def _redispatch_unknown_outcome() -> Any:
     """A claim of a dispatched call (its outcome unknown after a restart) dispatches it again."""
-    return _table_row(Phase.DISPATCHED, ClaimRequested, _decider._claim)
+    return _table_row(Phase.DISPATCHED, ClaimRequested, _handlers.claim)
 
 
 def _accept_nan() -> Any:
@@ -124,14 +122,14 @@ def _accept_nan() -> Any:
         canonical = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
         return ParsedArguments(value=value, canonical=canonical, digest=arguments_digest(canonical))
 
-    return _replaced(_decider, "parse_arguments", lenient)
+    return _replaced(_handlers, "parse_arguments", lenient)
 
 
 def _accept_replayed_response() -> Any:
     """A call of a provider response first seen under another turn opens as if it were new."""
     original = _decider.TABLE[(Phase.ABSENT, CallOpened)]
 
-    def replay_accepted(judge: Any, context: _decider.CallContext) -> Any:
+    def replay_accepted(judge: Any, context: _call.CallContext) -> Any:
         return original(judge, context._replace(response_elsewhere=""))
 
     return _table_row(Phase.ABSENT, CallOpened, replay_accepted)

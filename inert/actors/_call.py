@@ -1,0 +1,439 @@
+"""A call's state and what changes it: the phases, the inputs and context the decider judges,
+the decisions it makes, and how a decision changes a call (``changes``, ``evolve``).
+
+The rules these follow are stated in ``inert.actors._decider``; the handlers that apply them
+are in ``inert.actors._handlers``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+import attrs
+from attrs import field, frozen, validators
+
+from ..events import (
+    RULES_VERSION,
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallFailed,
+    CallKey,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    DiscardReason,
+    Event,
+    EventRejected,
+    FailReason,
+    InertError,
+    OfferedTool,
+    TerminalRef,
+)
+from ._arguments import (
+    ArgumentLimits,
+    ParsedArguments,
+)
+from ._buffer import EMPTY_BUFFER, Buffer
+
+
+class Phase(enum.StrEnum):
+    """Where a call is in its life."""
+
+    ABSENT = "absent"
+    COLLECTING = "collecting"
+    TERMINAL_CANDIDATE = "terminal_candidate"
+    VALIDATED = "validated"
+    DISPATCHED = "dispatched"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+TERMINAL_PHASES = frozenset({Phase.DISPATCHED, Phase.CANCELLED, Phase.FAILED})
+
+
+class IllegalTransition(InertError):
+    """An input arrived in a state where the call state machine has no rule for it."""
+
+    def __init__(self, phase: Phase, input_type: str) -> None:
+        super().__init__(f"no transition of a {phase.value} call on {input_type}")
+        self.phase = phase
+        self.input_type = input_type
+
+
+# --- context ---------------------------------------------------------------------------------
+
+
+class TurnStatus(enum.StrEnum):
+    ACTIVE = "active"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+
+
+@frozen(kw_only=True)
+class TurnView:
+    """What a call may know of its turn: who started it, what it offered, whether it is on."""
+
+    principal: str
+    tools: Mapping[str, OfferedTool]
+    status: TurnStatus = TurnStatus.ACTIVE
+    rules: int = RULES_VERSION
+    """The version of these rules the turn was started under (``TurnStarted.rules``)."""
+
+
+@frozen(kw_only=True)
+class CallLimits:
+    """Bounds on one call and on the calls alive at once (the design's defaults, configurable)."""
+
+    arguments: ArgumentLimits = field(factory=ArgumentLimits)
+    max_fragments: int = field(default=10_000, validator=validators.ge(1))
+    idle_timeout: timedelta = timedelta(seconds=60)
+    confirmation_lifetime: timedelta = timedelta(minutes=10)
+    max_live_per_turn: int = field(default=64, validator=validators.ge(1))
+    max_live_per_tenant: int = field(default=4096, validator=validators.ge(1))
+
+    @property
+    def max_bytes(self) -> int:
+        return self.arguments.max_bytes
+
+
+DEFAULT_LIMITS = CallLimits()
+
+
+class CallContext(NamedTuple):
+    """The world as of an input's position: the call's turn, a control that forbids the call,
+    and how many other calls of its turn and tenant are alive.
+
+    A named tuple rather than an attrs class, as ``Input``: the fold makes one per input.
+    """
+
+    turn: TurnView | None
+    blocked: CancelReason | None = None
+    limits: CallLimits = DEFAULT_LIMITS
+    live_in_turn: int = 0
+    live_in_tenant: int = 0
+    response_elsewhere: str = ""
+    """Where the call's provider response was seen under another turn first, that turn."""
+    response_over_limit: bool = False
+    """Whether an earlier call of the call's provider response passed a limit on live calls."""
+
+
+class Input(NamedTuple):
+    """An event from the log, as the call's actor receives it."""
+
+    event: Event
+    position: int
+    event_id: str
+    at: datetime
+
+
+# --- validation, the one answer from outside -----------------------------------------------
+
+
+@frozen(kw_only=True)
+class ValidationResult:
+    """What validation said of a call: accepted (maybe needing confirmation) or why not.
+
+    ``detail`` names paths and kinds of problems, never values.
+    """
+
+    failure: FailReason | None = None
+    detail: str = ""
+    needs_confirmation: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return self.failure is None
+
+
+@frozen(kw_only=True)
+class ValidationOutcome:
+    """The result of the validation a ``ValidationRequested`` asked for, fed back in."""
+
+    result: ValidationResult
+
+
+# --- decisions that are not written to the log -------------------------------------------
+#
+# They carry what the state needs from an input (the fragment, the parsed arguments) and are
+# made again by replay, which runs ``decide`` on the same inputs.
+
+
+@frozen(kw_only=True)
+class Opened:
+    sequence: int | None
+    at: datetime
+
+
+@frozen(kw_only=True)
+class FragmentAccepted:
+    fragment: ArgumentsAppended
+    at: datetime
+
+
+@frozen(kw_only=True)
+class ArgumentsParsed:
+    arguments: ParsedArguments
+    terminal: TerminalRef
+    at: datetime
+
+
+@frozen(kw_only=True)
+class ValidationRequested:
+    """The call is eligible: its actor must validate these arguments once and feed the result."""
+
+    key: CallKey
+    tool: OfferedTool
+    principal: str
+    arguments: ParsedArguments
+    cause: int
+    at: datetime
+
+
+Internal = Opened | FragmentAccepted | ArgumentsParsed | ValidationRequested
+Decision = Event | Internal
+
+
+def recorded(decisions: tuple[Decision, ...]) -> list[Event]:
+    """The decisions that are written to the call's stream."""
+    return [decision for decision in decisions if isinstance(decision, Event)]
+
+
+# --- the state -------------------------------------------------------------------------------
+
+
+class CallView:
+    """What the decider reads of a call, and what it derives from it: the immutable
+    ``CallState`` below, or the fold's mutable record of a call (``inert.actors._slot``)."""
+
+    __slots__ = ()
+
+    key: CallKey
+    phase: Phase
+    tool: str
+    opened_sequence: int | None
+    last_activity: datetime | None
+    _buffer: Buffer
+    terminal: TerminalRef | None
+    arguments: ParsedArguments | None
+    validating: ValidationRequested | None
+    tool_digest: str
+    arguments_digest: str
+    needs_confirmation: bool
+    confirmation_expires: datetime | None
+    confirmed: bool
+    claim_id: str
+    reason: str
+
+    @property
+    def terminal_phase(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def fragments(self) -> int:
+        return self._buffer.fragments
+
+    @property
+    def size(self) -> int:
+        return self._buffer.size
+
+    @property
+    def end(self) -> int:
+        """The offset the call's next positioned fragment in order takes."""
+        return self._buffer.end
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence number the call's next event would carry: one past all it has seen
+        (its opening, its fragments, its end event)."""
+        seen = [-1 if self.opened_sequence is None else self.opened_sequence]
+        seen += [high for _, high in self._buffer.ranges]
+        if self.terminal is not None and self.terminal.sequence is not None:
+            seen.append(self.terminal.sequence)
+        return max(seen) + 1
+
+    @property
+    def live(self) -> bool:
+        """Opened and not terminal: counted against the limits of its turn and tenant."""
+        return self.phase is not Phase.ABSENT and self.phase not in TERMINAL_PHASES
+
+    @property
+    def needs_stream(self) -> bool:
+        """Still waiting for its provider stream: collecting, or ended and waiting for the
+        response's end. A terminal candidate being validated has all it needs already."""
+        if self.phase is Phase.COLLECTING:
+            return True
+        return self.phase is Phase.TERMINAL_CANDIDATE and self.validating is None
+
+    @property
+    def awaiting_confirmation(self) -> bool:
+        return self.phase is Phase.VALIDATED and self.needs_confirmation and not self.confirmed
+
+    @property
+    def ready(self) -> bool:
+        """Validated, and confirmed where the tool needs it: a claim may dispatch it."""
+        return self.phase is Phase.VALIDATED and (self.confirmed or not self.needs_confirmation)
+
+    def deadline(self, limits: CallLimits = DEFAULT_LIMITS) -> datetime | None:
+        """When a ``DeadlineReached`` would change this call, if ever."""
+        if self.phase in (Phase.COLLECTING, Phase.TERMINAL_CANDIDATE) and not self.validating:
+            assert self.last_activity is not None
+            return self.last_activity + limits.idle_timeout
+        if self.awaiting_confirmation:
+            return self.confirmation_expires
+        return None
+
+
+@frozen(kw_only=True)
+class CallState(CallView):
+    """Everything the decider knows of one call. Only ``evolve`` makes a new one."""
+
+    key: CallKey
+    phase: Phase = Phase.ABSENT
+    tool: str = ""
+    opened_sequence: int | None = None
+    last_activity: datetime | None = None
+    _buffer: Buffer = EMPTY_BUFFER
+    terminal: TerminalRef | None = None
+    arguments: ParsedArguments | None = None
+    validating: ValidationRequested | None = None
+    tool_digest: str = ""
+    arguments_digest: str = ""
+    needs_confirmation: bool = False
+    confirmation_expires: datetime | None = None
+    confirmed: bool = False
+    claim_id: str = ""
+    reason: str = ""
+
+
+def initial_state(key: CallKey) -> CallState:
+    return CallState(key=key)
+
+
+_STATE_FIELDS = tuple(attribute.name for attribute in attrs.fields(CallState))
+
+
+def _replace(state: CallState, **changes: object) -> CallState:
+    """``attrs.evolve`` without its introspection: one new state per fragment is the hot path
+    of the fold. Field names are the attribute names (``_buffer``, not ``buffer``)."""
+    new = object.__new__(CallState)
+    for name in _STATE_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))
+    return new
+
+
+def _ended(state: CallView, phase: Phase, reason: str) -> dict[str, object]:
+    # A terminal call keeps its record of sequences (to know a replayed fragment) and drops
+    # every byte of its arguments.
+    return {
+        "phase": phase,
+        "reason": reason,
+        "_buffer": state._buffer.without_data(),
+        "arguments": None,
+        "validating": None,
+    }
+
+
+def with_arguments(state: CallState, arguments: ParsedArguments) -> CallState:
+    """A validated call whose assembly is known only by its recorded decisions (its fragments
+    were redacted) given back the validated arguments those decisions recorded: from there on
+    it decides as if it had assembled them."""
+    check_arguments(state, arguments)
+    return _replace(state, arguments=arguments)
+
+
+def check_arguments(state: CallView, arguments: ParsedArguments) -> None:
+    """Refuse arguments other than the ones a call was validated with."""
+    if state.phase is not Phase.VALIDATED or arguments.digest != state.arguments_digest:
+        raise IllegalTransition(state.phase, "arguments other than the ones validated")
+
+
+def changes(state: CallView, decision: Decision) -> dict[str, object]:
+    """What one decision changes in a call's state, field by field (nothing for a rejection):
+    ``evolve`` makes a new state of them, the fold's record of a call takes them in place."""
+    match decision:
+        case FragmentAccepted(fragment=fragment, at=at):
+            return {"_buffer": state._buffer.add(fragment), "last_activity": at}
+        case Opened(sequence=sequence, at=at):
+            return {"opened_sequence": sequence, "last_activity": at}
+        case CallCollecting(tool=tool):
+            return {"phase": Phase.COLLECTING, "tool": tool}
+        case ArgumentsParsed(arguments=arguments, terminal=terminal, at=at):
+            return {"arguments": arguments, "terminal": terminal, "last_activity": at}
+        case CallTerminalCandidate(arguments_digest=digest):
+            return {"phase": Phase.TERMINAL_CANDIDATE, "arguments_digest": digest}
+        case ValidationRequested():
+            return {"validating": decision}
+        case CallValidated():
+            return {
+                "phase": Phase.VALIDATED,
+                "tool_digest": decision.tool_digest,
+                "arguments_digest": decision.arguments_digest,
+                "needs_confirmation": decision.needs_confirmation,
+                "validating": None,
+                "_buffer": state._buffer.without_data(),
+            }
+        case CallAwaitingConfirmation(expires_at=expires_at):
+            return {"confirmation_expires": expires_at}
+        case CallConfirmed():
+            return {"confirmed": True}
+        case CallDispatched(claim_id=claim_id):
+            return {**_ended(state, Phase.DISPATCHED, ""), "claim_id": claim_id}
+        case CallCancelled(reason=reason):
+            return _ended(state, Phase.CANCELLED, reason.value)
+        case CallFailed(reason=reason):
+            return _ended(state, Phase.FAILED, reason.value)
+        case EventRejected():
+            return {}
+    raise IllegalTransition(state.phase, f"decision {type(decision).__name__}")
+
+
+def disallowed_as_recorded(
+    state: CallView, decision: CallValidated | CallDispatched, turn: TurnView | None
+) -> str | None:
+    """Why a validation or a dispatch taken as recorded (its inputs are gone, or it answers
+    one held back) cannot follow the call's recorded history, or None where it can: a
+    validation follows the terminal candidate and names the tool the call opened with, as its
+    turn offered it, and the arguments the candidate named; a dispatch needs the validation
+    and, where the call needs one, its confirmation. Decisions made again are compared whole
+    instead."""
+    if isinstance(decision, CallDispatched):
+        if state.phase is not Phase.VALIDATED:
+            return f"the call is {state.phase.value}, not validated"
+        if state.needs_confirmation and not state.confirmed:
+            return "the call needs a confirmation and has none"
+        return None
+    if state.phase is not Phase.TERMINAL_CANDIDATE:
+        return f"the call is {state.phase.value}, not a terminal candidate"
+    if decision.tool != state.tool:
+        return f"it names tool {decision.tool!r}, the call opened {state.tool!r}"
+    offered = None if turn is None else turn.tools.get(decision.tool)
+    if offered is not None and offered.digest != decision.tool_digest:
+        return f"its tool digest is not the one the turn offered ({offered.digest})"
+    if decision.arguments_digest != state.arguments_digest:
+        return "its arguments digest is not the one the terminal candidate named"
+    return None
+
+
+def refused_whatever_comes(state: CallView | None, response_closed: bool) -> DiscardReason | None:
+    """Why the decider can only refuse every ingress event addressed to the call now, or None:
+    the call is terminal (rule 10), or it was never opened in a response closed to new calls
+    (rule 2: every opening fails ``response_over_limit``, and what comes before an opening
+    fails or is rejected)."""
+    if state is not None and state.phase in TERMINAL_PHASES:
+        return DiscardReason.CALL_ENDED
+    if response_closed and (state is None or state.phase is Phase.ABSENT):
+        return DiscardReason.RESPONSE_OVER_LIMIT
+    return None
+
+
+def evolve(state: CallState, decision: Decision) -> CallState:
+    """The state after one decision."""
+    changed = changes(state, decision)
+    return _replace(state, **changed) if changed else state

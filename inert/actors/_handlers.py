@@ -1,0 +1,573 @@
+"""The handlers of the call state machine: one per (state, input) row of the table in
+``inert.actors._decider``, each deciding one input under the rules stated there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from ..events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallEnded,
+    CallFailed,
+    CallOpened,
+    CallTerminalCandidate,
+    CallValidated,
+    CancelReason,
+    ClaimRequested,
+    ConfirmationDenied,
+    ConfirmationGiven,
+    Event,
+    EventRejected,
+    FailReason,
+    RejectReason,
+    ResponseEnded,
+    ResponseEndReason,
+    ServerToolCalled,
+    StreamLost,
+)
+from ._arguments import (
+    ArgumentProblem,
+    RejectedArguments,
+    arguments_digest,
+    parse_arguments,
+)
+from ._buffer import Buffer, Fit
+from ._call import (
+    ArgumentsParsed,
+    CallContext,
+    CallLimits,
+    CallView,
+    Decision,
+    FragmentAccepted,
+    IllegalTransition,
+    Input,
+    Opened,
+    Phase,
+    TurnStatus,
+    ValidationOutcome,
+    ValidationRequested,
+)
+
+
+class Judge:
+    """Builds the decisions of one input: each one names the call and the input's position."""
+
+    def __init__(self, state: CallView, received: Input | ValidationOutcome, cause: int) -> None:
+        self.state = state
+        self.received = received
+        self.cause = cause
+
+    def cancel(self, reason: CancelReason) -> tuple[Decision, ...]:
+        fragments, size = self._received()
+        return (
+            CallCancelled(
+                key=self.state.key, cause=self.cause, reason=reason, fragments=fragments, size=size
+            ),
+        )
+
+    def fail(self, reason: FailReason, detail: str = "") -> tuple[Decision, ...]:
+        fragments, size = self._received()
+        return (
+            CallFailed(
+                key=self.state.key,
+                cause=self.cause,
+                reason=reason,
+                detail=detail,
+                fragments=fragments,
+                size=size,
+            ),
+        )
+
+    def _received(self) -> tuple[int | None, int | None]:
+        """The argument data a call ending while it collects had received, with the fragment
+        that ends it; none for a call never opened; ``None`` past collecting, where its
+        terminal candidate has the counts.
+
+        Recorded in the ending decision, so that the ledger's counts do not depend on the
+        fragments' payloads, which retention redacts.
+        """
+        state = self.state
+        # A call never opened received nothing as its data: what came before its opening
+        # is a protocol violation, not arguments.
+        if state.phase is Phase.ABSENT:
+            return 0, 0
+        if state.phase is not Phase.COLLECTING:
+            return None, None
+        fragments, size = state.fragments, state.size
+        received = self.received
+        if isinstance(received, Input) and isinstance(received.event, ArgumentsAppended):
+            fragments += received.event.fragments
+            size += state._buffer.added(received.event)
+        return fragments, size
+
+    def reject(self, reason: RejectReason, detail: str = "") -> tuple[Decision, ...]:
+        assert isinstance(self.received, Input)
+        return (
+            EventRejected(
+                key=self.state.key,
+                cause=self.cause,
+                rejected_event_id=self.received.event_id,
+                rejected_type=self.received.event.TAG,
+                reason=reason,
+                detail=detail,
+            ),
+        )
+
+
+Handler = Callable[[Judge, CallContext], tuple[Decision, ...]]
+NOTHING: tuple[Decision, ...] = ()
+
+
+def _event(judge: Judge) -> Event:
+    assert isinstance(judge.received, Input)
+    return judge.received.event
+
+
+def _at(judge: Judge) -> datetime:
+    assert isinstance(judge.received, Input)
+    return judge.received.at
+
+
+def _unwanted(context: CallContext) -> CancelReason | None:
+    turn = context.turn
+    if turn is not None and turn.status is TurnStatus.CANCELLED:
+        return CancelReason.TURN_CANCELLED
+    if turn is not None and turn.status is TurnStatus.SUPERSEDED:
+        return CancelReason.SUPERSEDED
+    return context.blocked
+
+
+def _stale(judge: Judge, context: CallContext) -> tuple[Decision, ...] | None:
+    """The rejection of an event addressed to a call of a turn that is unknown or over."""
+    if context.turn is None:
+        return judge.reject(RejectReason.UNKNOWN_TURN)
+    if context.turn.status is not TurnStatus.ACTIVE:
+        return judge.reject(RejectReason.STALE_TURN, f"the turn is {context.turn.status.value}")
+    return None
+
+
+# absent
+
+
+def open_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    event = _event(judge)
+    assert isinstance(event, CallOpened)
+    assert context.turn is not None
+    opened: tuple[Decision, ...] = (
+        CallCollecting(key=judge.state.key, cause=judge.cause, tool=event.tool),
+        Opened(sequence=event.sequence, at=_at(judge)),
+    )
+    if context.response_elsewhere and context.turn.rules >= 2:
+        return opened + judge.fail(
+            FailReason.RESPONSE_OF_ANOTHER_TURN,
+            f"the provider response {judge.state.key.response!r} belongs to"
+            f" {context.response_elsewhere}",
+        )
+    if context.response_over_limit and context.turn.rules >= 3:
+        return opened + judge.fail(
+            FailReason.RESPONSE_OVER_LIMIT,
+            f"an earlier call of the provider response {judge.state.key.response!r} passed a"
+            " limit on live calls: it opens no call any more",
+        )
+    if event.tool not in context.turn.tools:
+        return opened + judge.fail(
+            FailReason.UNKNOWN_TOOL, f"the turn did not offer a tool named {event.tool!r}"
+        )
+    blocked = context.blocked
+    if blocked is not None:
+        return opened + judge.cancel(blocked)
+    limits = context.limits
+    if context.live_in_turn >= limits.max_live_per_turn:
+        return opened + judge.fail(
+            FailReason.LIMIT_EXCEEDED,
+            f"{context.live_in_turn} calls of the turn are alive, the limit is"
+            f" {limits.max_live_per_turn}",
+        )
+    if context.live_in_tenant >= limits.max_live_per_tenant:
+        return opened + judge.fail(
+            FailReason.LIMIT_EXCEEDED,
+            f"{context.live_in_tenant} calls of the tenant are alive, the limit is"
+            f" {limits.max_live_per_tenant}",
+        )
+    return opened
+
+
+def before_open(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    return judge.fail(
+        FailReason.PROTOCOL_VIOLATION,
+        f"{_event(judge).TAG} arrived before the call was opened",
+    )
+
+
+def unknown_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    return judge.reject(RejectReason.UNKNOWN_CALL, "the call was never opened")
+
+
+def ignore(_: Judge, __: CallContext) -> tuple[Decision, ...]:
+    return NOTHING
+
+
+# open calls (collecting, terminal candidate, validated)
+
+
+def wanted(handler: Handler, *, answer: bool = False) -> Handler:
+    """Run ``handler`` only while the call is wanted; otherwise cancel it (rule 6).
+
+    ``answer``: the input is a request whose sender waits for a reply, so it is also rejected.
+    """
+
+    def checked(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+        reason = _unwanted(context)
+        if reason is None:
+            return handler(judge, context)
+        decisions = judge.cancel(reason)
+        if answer:
+            decisions += judge.reject(RejectReason.NOT_READY, f"the call is cancelled: {reason}")
+        return decisions
+
+    return checked
+
+
+def reopen(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, CallOpened)
+    if event.tool == judge.state.tool:
+        return judge.reject(RejectReason.DUPLICATE, "the call is open already")
+    return judge.fail(
+        FailReason.IDENTITY_CONFLICT,
+        f"opened again as {event.tool!r}, it was {judge.state.tool!r}",
+    )
+
+
+def accepts_fragment(state: CallView, event: ArgumentsAppended, limits: CallLimits) -> bool:
+    """Whether a wanted, collecting call takes this fragment as new data (rule 3): the common
+    case, which the fold checks before it asks ``decide``."""
+    buffer = state._buffer
+    opened = state.opened_sequence
+    first = event.first_sequence
+    return (
+        buffer.fit(event) is Fit.NEW
+        and (opened is None or first is None or first > opened)
+        and buffer.needed(event) <= limits.max_bytes
+        and buffer.fragments + event.fragments <= limits.max_fragments
+    )
+
+
+def take_fragment(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ArgumentsAppended)
+    if accepts_fragment(judge.state, event, context.limits):
+        return (FragmentAccepted(fragment=event, at=_at(judge)),)
+    buffer = judge.state._buffer
+    fit = buffer.fit(event)
+    if fit is Fit.DUPLICATE:
+        return judge.reject(RejectReason.DUPLICATE, _DUPLICATE[event.offset is None])
+    if fit is Fit.CONFLICT:
+        return judge.fail(
+            FailReason.CONFLICTING_FRAGMENT,
+            f"bytes {event.offset}..{_last_byte(event)} differ from the bytes stored there",
+        )
+    if fit is Fit.REPLAYED:
+        return judge.fail(
+            FailReason.CONFLICTING_FRAGMENT,
+            f"sequences {event.first_sequence}..{event.last_sequence} arrived already,"
+            " with other bytes",
+        )
+    if fit is Fit.OVERLAP:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment overlaps sequences seen")
+    if fit is Fit.MIXED:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, _mixed(buffer, event))
+    opened = judge.state.opened_sequence
+    if opened is not None and event.first_sequence is not None and event.first_sequence <= opened:
+        return judge.fail(
+            FailReason.PROTOCOL_VIOLATION,
+            f"fragment numbered {event.first_sequence}, not after the opening's {opened}",
+        )
+    limits = context.limits
+    needed = buffer.needed(event)
+    if needed > limits.max_bytes:
+        return judge.fail(FailReason.TOO_LARGE, f"{needed} bytes, the limit is {limits.max_bytes}")
+    if buffer.fragments + event.fragments > limits.max_fragments:
+        return judge.fail(
+            FailReason.TOO_MANY_FRAGMENTS,
+            f"{buffer.fragments + event.fragments} fragments, the limit is {limits.max_fragments}",
+        )
+    return (FragmentAccepted(fragment=event, at=_at(judge)),)
+
+
+_DUPLICATE = {True: "these sequences arrived already", False: "these bytes arrived already"}
+
+
+def _last_byte(event: ArgumentsAppended) -> int:
+    assert event.offset is not None
+    return event.offset + len(event.data) - 1
+
+
+def _mixed(buffer: Buffer, event: ArgumentsAppended) -> str:
+    if buffer.positioned is not None and buffer.positioned != (event.offset is not None):
+        return "fragments with and without offsets in one call"
+    return "numbered and unnumbered fragments in one call"
+
+
+def late_fragment(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ArgumentsAppended)
+    if judge.state._buffer.covers(event):
+        return judge.reject(RejectReason.DUPLICATE, _DUPLICATE[event.offset is None])
+    return judge.fail(FailReason.PROTOCOL_VIOLATION, "fragment after the call's end event")
+
+
+def end_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, CallEnded)
+    state = judge.state
+    buffer = state._buffer
+    gap = buffer.gap(state.opened_sequence, event.terminal.sequence)
+    if gap is not None:
+        return judge.fail(FailReason.SEQUENCE_GAP, gap)
+    data = buffer.assembled()
+    if event.final_arguments is not None:
+        if buffer.fragments and event.final_arguments != data:
+            return judge.fail(
+                FailReason.FINAL_ARGUMENTS_MISMATCH,
+                f"the provider's {len(event.final_arguments)} bytes differ from the"
+                f" {len(data)} assembled",
+            )
+        data = event.final_arguments
+    parsed = parse_arguments(data, context.limits.arguments)
+    if isinstance(parsed, RejectedArguments):
+        reason = (
+            FailReason.TOO_LARGE
+            if parsed.problem is ArgumentProblem.TOO_LARGE
+            else FailReason.MALFORMED_ARGUMENTS
+        )
+        return judge.fail(reason, parsed.describe())
+    return (
+        ArgumentsParsed(arguments=parsed, terminal=event.terminal, at=_at(judge)),
+        CallTerminalCandidate(
+            key=state.key,
+            cause=judge.cause,
+            terminal=event.terminal,
+            fragments=buffer.fragments,
+            size=len(data),
+            arguments_digest=parsed.digest,
+        ),
+    )
+
+
+def end_again(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, CallEnded)
+    if event.terminal == judge.state.terminal:
+        return judge.reject(RejectReason.DUPLICATE, "the same end event arrived already")
+    return judge.fail(FailReason.PROTOCOL_VIOLATION, "a second, different end event")
+
+
+def response_ended_early(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ResponseEnded)
+    if event.reason is ResponseEndReason.COMPLETED:
+        return judge.fail(
+            FailReason.PROTOCOL_VIOLATION, "the response ended before the call's end event"
+        )
+    return _response_failed(judge, event)
+
+
+def response_ended(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ResponseEnded)
+    if event.reason is not ResponseEndReason.COMPLETED:
+        return _response_failed(judge, event)
+    state = judge.state
+    assert context.turn is not None
+    assert state.arguments is not None
+    return (
+        ValidationRequested(
+            key=state.key,
+            tool=context.turn.tools[state.tool],
+            principal=context.turn.principal,
+            arguments=state.arguments,
+            cause=judge.cause,
+            at=_at(judge),
+        ),
+    )
+
+
+def _response_failed(judge: Judge, event: ResponseEnded) -> tuple[Decision, ...]:
+    detail = f"the response ended: {event.reason.value}"
+    if event.detail:
+        detail = f"{detail} ({event.detail})"
+    if event.reason is ResponseEndReason.PROTOCOL_VIOLATION:
+        return judge.fail(FailReason.PROTOCOL_VIOLATION, detail)
+    return judge.fail(FailReason.RESPONSE_FAILED, detail)
+
+
+def server_tool(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    stale = _stale(judge, context)
+    if stale is not None:
+        return stale
+    event = _event(judge)
+    assert isinstance(event, ServerToolCalled)
+    return (
+        CallCollecting(key=judge.state.key, cause=judge.cause, tool=event.tool),
+        Opened(sequence=None, at=_at(judge)),
+        *judge.cancel(CancelReason.SERVER_EXECUTED),
+    )
+
+
+def server_tool_on_open_call(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.fail(
+        FailReason.IDENTITY_CONFLICT, "a call opened here was reported as the provider's own tool"
+    )
+
+
+def stream_lost(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, StreamLost)
+    return NOTHING if event.resumable else judge.cancel(CancelReason.CONNECTION_LOST)
+
+
+def validation_outcome(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    outcome = judge.received
+    request = judge.state.validating
+    if not isinstance(outcome, ValidationOutcome) or request is None:
+        raise IllegalTransition(judge.state.phase, "a validation outcome nobody asked for")
+    result = outcome.result
+    if result.failure is not None:
+        return judge.fail(result.failure, result.detail)
+    key = judge.state.key
+    validated: tuple[Decision, ...] = (
+        CallValidated(
+            key=key,
+            cause=judge.cause,
+            tool=request.tool.name,
+            tool_digest=request.tool.digest,
+            arguments=request.arguments.canonical,
+            arguments_digest=request.arguments.digest,
+            needs_confirmation=result.needs_confirmation,
+        ),
+    )
+    if result.needs_confirmation:
+        validated += (
+            CallAwaitingConfirmation(
+                key=key,
+                cause=judge.cause,
+                arguments_digest=request.arguments.digest,
+                expires_at=request.at + context.limits.confirmation_lifetime,
+            ),
+        )
+    return validated
+
+
+def confirm(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ConfirmationGiven)
+    assert context.turn is not None
+    state = judge.state
+    at = _at(judge)
+    if not state.needs_confirmation:
+        return judge.reject(RejectReason.MISMATCHED_CONFIRMATION, "the tool needs none")
+    if state.confirmed:
+        return judge.reject(RejectReason.DUPLICATE, "the call is confirmed already")
+    if event.principal != context.turn.principal:
+        return judge.reject(RejectReason.WRONG_PRINCIPAL, "not the principal of the turn")
+    if event.tool_digest != state.tool_digest:
+        return judge.reject(RejectReason.MISMATCHED_CONFIRMATION, "for another tool declaration")
+    if event.arguments_digest != state.arguments_digest:
+        return judge.reject(RejectReason.MISMATCHED_CONFIRMATION, "for other arguments")
+    if event.expires_at <= at:
+        return judge.reject(RejectReason.EXPIRED_CONFIRMATION, "the confirmation expired")
+    assert state.confirmation_expires is not None
+    if state.confirmation_expires <= at:
+        return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
+            RejectReason.EXPIRED_CONFIRMATION, "the call stopped waiting for confirmation"
+        )
+    assert isinstance(judge.received, Input)
+    return (
+        CallConfirmed(
+            key=state.key,
+            cause=judge.cause,
+            principal=event.principal,
+            confirmation_event_id=judge.received.event_id,
+        ),
+    )
+
+
+def not_ready(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.reject(RejectReason.NOT_READY, f"the call is {judge.state.phase.value}")
+
+
+def deny(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ConfirmationDenied)
+    assert context.turn is not None
+    if event.principal != context.turn.principal:
+        return judge.reject(RejectReason.WRONG_PRINCIPAL, "not the principal of the turn")
+    return judge.cancel(CancelReason.CONFIRMATION_DENIED)
+
+
+def claim(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    event = _event(judge)
+    assert isinstance(event, ClaimRequested)
+    state = judge.state
+    if state.awaiting_confirmation:
+        assert state.confirmation_expires is not None
+        if state.confirmation_expires <= _at(judge):
+            return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
+                RejectReason.NOT_READY, "the call stopped waiting for confirmation"
+            )
+        return judge.reject(RejectReason.NOT_READY, "the call awaits confirmation")
+    if state.needs_confirmation and (
+        state.arguments is None
+        or arguments_digest(state.arguments.canonical) != state.arguments_digest
+    ):
+        # The confirmation bound a digest; what would run is recomputed from the validated
+        # arguments now, so that nothing but the arguments confirmed can be dispatched.
+        return judge.reject(
+            RejectReason.MISMATCHED_CONFIRMATION,
+            "the arguments to run are not the ones the confirmation named",
+        )
+    return (
+        CallDispatched(
+            key=state.key, cause=judge.cause, claim_id=event.claim_id, executor=event.executor
+        ),
+    )
+
+
+def deadline_passed(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    state = judge.state
+    due = state.deadline(context.limits)
+    if due is None or _at(judge) < due:
+        return judge.reject(RejectReason.NOT_READY, "no deadline of the call is due")
+    if state.awaiting_confirmation:
+        return judge.cancel(CancelReason.CONFIRMATION_EXPIRED)
+    return judge.cancel(CancelReason.IDLE_TIMEOUT)
+
+
+def changes_wish(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    """A turn, tenant or operator event that concerns the call: cancel it if it is unwanted."""
+    reason = _unwanted(context)
+    return NOTHING if reason is None else judge.cancel(reason)
+
+
+# terminal calls
+
+
+def refuse_terminal(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    return judge.reject(RejectReason.CALL_TERMINAL, f"the call is {judge.state.phase.value}")
