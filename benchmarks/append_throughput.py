@@ -50,15 +50,8 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
-from inert.events import (
-    DEFAULT_CODEC,
-    ArgumentsAppended,
-    CallKey,
-    NewEvent,
-    SQLiteLog,
-    _sqlite,
-    new_event_id,
-)
+from inert.events import DEFAULT_CODEC, ArgumentsAppended, CallKey
+from inert.log import NewEvent, SQLiteLog, _sqlite, new_event_id
 
 DEFAULT_EVENTS = 20_000
 DEFAULT_RUNS = 3

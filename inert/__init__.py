@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from . import events as _events
+from . import log as _log
 from ._asyncio import AsyncioRuntime, open_asyncio_runtime
 from ._collector import CollectorSettings
 from ._retention import Retention
@@ -39,6 +40,7 @@ from .actors import (
     declarations_from_json,
 )
 from .events import *  # noqa: F403
+from .log import *  # noqa: F403
 from .projections import DispatchQueue, Ledger, LedgerRow, Projections, Status, StatusCue
 
 try:
@@ -48,6 +50,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [  # noqa: PLE0604
     *_events.__all__,
+    *_log.__all__,
     "PermissionPolicy",
     "FieldProblem",
     "CallUnderValidation",

@@ -49,7 +49,6 @@ from .events import (
     EventRejected,
     EventsDiscarded,
     InertError,
-    Log,
     LogError,
     ProcessHeartbeat,
     RecordedEvent,
@@ -58,8 +57,8 @@ from .events import (
     ResponseEndReason,
     TerminalRef,
     TurnRef,
-    open_log,
 )
+from .log import Log, open_log
 from .projections import JSON, Ledger, LedgerRow, Projections, Transition
 from .testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
 from .tracing import IncomingTrace, read_trace_headers

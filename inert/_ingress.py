@@ -40,12 +40,11 @@ from .events import (
     Event,
     EventsDiscarded,
     InertError,
-    Log,
     LogError,
-    NewEvent,
     RefusedError,
     TraceContext,
 )
+from .log import Log, NewEvent
 
 FEED_VERSIONS_KEPT = 65_536
 """Response streams whose version the ingress remembers (the most recently written); a stream

@@ -40,8 +40,9 @@ import psycopg
 import trio
 
 from ._runtime import _sole_inert_error
-from .events import CallKey, ConfigurationError, Log, LogError, RecordedEvent
-from .events._postgres import public_url
+from .events import CallKey, ConfigurationError, LogError, RecordedEvent
+from .log import Log
+from .log._postgres import public_url
 from .projections import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow
 
 DEFAULT_TABLE = "ledger_rows"

@@ -65,7 +65,6 @@ from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
 from .actors._tools import Check
 from .adapters import ResumedCall
 from .events import (
-    NO_STREAM,
     CallDispatched,
     CallKey,
     CallValidated,
@@ -83,8 +82,6 @@ from .events import (
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     InertError,
-    Log,
-    NewEvent,
     ProcessHeartbeat,
     RecordedEvent,
     RefusedError,
@@ -92,7 +89,6 @@ from .events import (
     RequestTimedOut,
     ResponseQuarantined,
     ResponseRef,
-    StoredSnapshot,
     StreamLost,
     TenantResumed,
     TenantStopped,
@@ -104,10 +100,9 @@ from .events import (
     TurnRef,
     TurnStarted,
     control_stream,
-    new_event_id,
-    open_log,
     process_stream,
 )
+from .log import NO_STREAM, Log, NewEvent, StoredSnapshot, new_event_id, open_log
 from .projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
 from .tracing import CallSpans, IncomingTrace
 

@@ -5,7 +5,7 @@ and, where processes share the log, what the log says of them: what replaying th
 snapshot's position builds, and nothing the running runtime holds beside it (actors, timers,
 requests waiting for an answer). The runtime writes one every ``snapshot_every`` events it
 folds, and once after a restart that folded at least that many; the log keeps the newest under
-the runtime's name (:mod:`inert.events._snapshots`). A restart loads it and folds only the
+the runtime's name (:mod:`inert.log._snapshots`). A restart loads it and folds only the
 events after its position.
 
 - **The log stays the truth.** A snapshot is a cache of a fold of the log, never the only copy
@@ -57,7 +57,7 @@ from ._retention import Retention, RetentionPlan
 from .actors import CallFold, CallLimits, Phase
 from .actors._slot import Slot
 from .events import CallKey, without_sensitive
-from .events._snapshots import SnapshotPayload, StoredSnapshot, state_digest
+from .log._snapshots import SnapshotPayload, StoredSnapshot, state_digest
 from .projections import Projections
 
 SNAPSHOT_FORMAT = 1
@@ -68,17 +68,7 @@ DEFAULT_SNAPSHOT_EVERY = 100_000
 _STATE_PACKAGES = ("inert.events", "inert.actors", "inert.projections")
 _STATE_MODULES = ("inert._peers", "inert._retention", "inert._snapshot")
 # Modules of those packages that do I/O: nothing of them is state.
-_NOT_STATE = frozenset(
-    {
-        "inert.events._log",
-        "inert.events._sqlite",
-        "inert.events._postgres",
-        "inert.events._url",
-        "inert.events._group",
-        "inert.actors._router",
-        "inert.actors._tools",
-    }
-)
+_NOT_STATE = frozenset({"inert.actors._router", "inert.actors._tools"})
 _STANDARD = frozenset(
     {
         ("builtins", "set"),

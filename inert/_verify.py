@@ -16,8 +16,9 @@ from __future__ import annotations
 from attrs import frozen
 
 from .actors import CallFold
-from .events import CodecError, InertError, Log, LogDamaged, LogError, RecordedEvent
-from .events._records import StoredRecord, check_row, decode_record
+from .events import CodecError, InertError, LogDamaged, LogError, RecordedEvent
+from .log import Log
+from .log._records import StoredRecord, check_row, decode_record
 from .projections import Projections
 
 VERIFY_PAGE = 1024

@@ -19,8 +19,8 @@ import attrs
 from attrs import frozen
 
 from inert import DEFAULT_CODEC, CallValidated
-from inert.events._records import with_checksum
-from inert.events._sqlite import _SELECT
+from inert.log._records import with_checksum
+from inert.log._sqlite import _SELECT
 
 Damage = Callable[[sqlite3.Connection, Path], int | None]
 """Damages the open file; the position of the row it damaged (None: the storage only)."""

@@ -76,7 +76,7 @@ from inert.adapters import (
     StreamAdapter,
 )
 from inert.events import FailReason
-from inert.events._records import StoredRecord, check_page, decode_record, with_checksum
+from inert.log._records import StoredRecord, check_page, decode_record, with_checksum
 from inert.projections import Snapshot, state_digest
 from inert.testing import seeded_scheduling
 

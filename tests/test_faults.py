@@ -42,7 +42,7 @@ from inert import (
     open_runtime,
     trio_clock,
 )
-from inert.events._records import PendingRecord
+from inert.log._records import PendingRecord
 from inert.testing import (
     Fault,
     FaultRates,

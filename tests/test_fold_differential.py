@@ -22,7 +22,7 @@ from golden_logs import golden_paths, load
 
 from inert import DEFAULT_CODEC, InertError, RecordedEvent, TurnRef
 from inert.actors import CallFold
-from inert.events._records import StoredRecord, decode_record
+from inert.log._records import StoredRecord, decode_record
 from inert.projections import DEFAULT_LEDGER_HORIZON
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check

@@ -26,8 +26,8 @@ from inert import (
     Retention,
     open_runtime,
 )
-from inert.events._records import decode_record, redacted, with_checksum
 from inert.events._times import micros_to_datetime
+from inert.log._records import decode_record, redacted, with_checksum
 
 PATHS = golden_paths()
 MIN_LOGS = 50

@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 import inert
 import inert.events
+import inert.log
 
 PACKAGE = Path(__file__).parent.parent / "inert"
 PURE_MODULES = [
-    *(f"events/{name}.py" for name in ("_base", "_catalog", "_codec", "_errors", "_identity")),
-    "events/_records.py",
-    *(f"actors/{name}.py" for name in ("_arguments", "_decider", "_fold", "_tools")),
+    *(f"events/{path.name}" for path in sorted((PACKAGE / "events").glob("*.py"))),
+    *(
+        f"actors/{name}.py"
+        for name in (
+            "_arguments",
+            "_buffer",
+            "_call",
+            "_decider",
+            "_fold",
+            "_handlers",
+            "_scope",
+            "_slot",
+            "_tools",
+        )
+    ),
+    "log/_records.py",
+    "log/_snapshots.py",
     "tracing/_context.py",
     "tracing/_spans.py",
     *(
@@ -75,21 +91,41 @@ def test_projections_import_only_the_vocabulary() -> None:
 
 
 def test_actors_import_only_the_vocabulary() -> None:
-    """The actors depend on ``inert.events`` alone among the other parts of inert."""
+    """The actors depend on ``inert.events`` alone among the other parts of inert; their router,
+    which appends their decisions, on ``inert.log`` too."""
     for path in (PACKAGE / "actors").glob("*.py"):
+        allowed = {"..events", "..log"} if path.name == "_router.py" else {"..events"}
         for name in imported_modules(path):
             if name.startswith(".."):
-                assert name == "..events", f"{path.name} imports {name}"
+                assert name in allowed, f"{path.name} imports {name}"
+
+
+LOG_DRIVERS = {"trio", "sqlite3", "psycopg", "attrs", "msgpack"}
+
+
+def test_the_log_imports_only_the_vocabulary_and_its_drivers() -> None:
+    """``inert.log`` depends on ``inert.events``, the standard library and the drivers of its
+    backends, nothing else."""
+    for path in (PACKAGE / "log").glob("*.py"):
+        for name in imported_modules(path):
+            if name.startswith(".."):
+                assert name == "..events" or name.startswith("..events."), (
+                    f"{path.name} imports {name}"
+                )
+            elif not name.startswith("."):
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names | LOG_DRIVERS, f"{path.name} imports {name}"
 
 
 def test_the_layout_of_the_design_exists() -> None:
     """The packages of the design are present and the package is marked as typed."""
-    for package in ("events", "adapters", "actors", "projections", "tracing"):
+    for package in ("events", "log", "adapters", "actors", "projections", "tracing"):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
 
 
 def test_public_names_are_reexported_from_the_package() -> None:
-    """Everything ``inert.events`` exports is importable from ``inert`` itself."""
-    missing = [name for name in inert.events.__all__ if not hasattr(inert, name)]
+    """Everything ``inert.events`` and ``inert.log`` export is importable from ``inert`` itself."""
+    exported = [*inert.events.__all__, *inert.log.__all__]
+    missing = [name for name in exported if not hasattr(inert, name)]
     assert missing == []

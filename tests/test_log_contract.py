@@ -34,8 +34,8 @@ from inert import (
     StoredSnapshot,
     TraceContext,
 )
-from inert.events import PostgresLog
-from inert.events._snapshots import state_digest
+from inert.log import PostgresLog
+from inert.log._snapshots import state_digest
 
 OpenLog = Callable[[], AbstractAsyncContextManager[Log]]
 

@@ -50,13 +50,13 @@ from inert.events import (
     CallTerminalCandidate,
     ExecutionCompleted,
     OfferedTool,
-    PostgresLog,
     RecordedEvent,
     Redacted,
     TerminalRef,
     TurnStarted,
 )
-from inert.events._records import (
+from inert.log import PostgresLog
+from inert.log._records import (
     StoredRecord,
     check_page,
     check_row,
@@ -64,7 +64,7 @@ from inert.events._records import (
     decode_record,
     with_checksum,
 )
-from inert.events._sqlite import _SNAPSHOT_SCHEMA, APPLICATION_ID
+from inert.log._sqlite import _SNAPSHOT_SCHEMA, APPLICATION_ID
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 

@@ -29,8 +29,8 @@ from inert import (
     StoredSnapshot,
     open_log,
 )
-from inert.events import PostgresLog, _postgres
-from inert.events._group import AppendRequest
+from inert.log import PostgresLog, _postgres
+from inert.log._group import AppendRequest
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -582,8 +582,8 @@ def test_inert_imports_without_psycopg() -> None:
     """psycopg is optional: without it inert imports, and only PostgresLog is missing."""
     script = (
         "import sys; sys.modules['psycopg'] = None\n"
-        "import inert, inert.events\n"
-        "try:\n    inert.events.PostgresLog\nexcept ImportError:\n    print('no psycopg')\n"
+        "import inert, inert.log\n"
+        "try:\n    inert.log.PostgresLog\nexcept ImportError:\n    print('no psycopg')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
@@ -596,7 +596,7 @@ async def test_without_psycopg_a_postgresql_url_says_what_to_install(
 ) -> None:
     """Opening a postgresql:// URL without psycopg is a ConfigurationError naming the extra."""
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    monkeypatch.delitem(sys.modules, "inert.events._postgres")
+    monkeypatch.delitem(sys.modules, "inert.log._postgres")
     with pytest.raises(ConfigurationError, match=r"install inert\[postgresql\]"):
         async with open_log("postgresql://postgres@127.0.0.1/test"):
             pass

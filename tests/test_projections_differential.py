@@ -59,7 +59,7 @@ from inert.events import (
     ToolEnabled,
     TurnRetired,
 )
-from inert.events._records import decode_record
+from inert.log._records import decode_record
 from inert.projections import DEFAULT_LEDGER_HORIZON, DispatchQueue, Projections, StatusCue
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check

@@ -40,7 +40,7 @@ from inert import (
 )
 from inert.actors import CallFold
 from inert.events import DEFAULT_CODEC
-from inert.events._records import decode_record
+from inert.log._records import decode_record
 
 HORIZON = timedelta(hours=1)
 TOOL = ToolDeclaration(name="lookup")

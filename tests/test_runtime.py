@@ -51,7 +51,7 @@ from inert import (
     trio_clock,
 )
 from inert.actors import Check
-from inert.events._records import PendingRecord
+from inert.log._records import PendingRecord
 from inert.testing import FaultRates, FaultyLog
 
 TOOLS = [

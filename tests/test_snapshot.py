@@ -34,8 +34,8 @@ from inert._snapshot import (
     stamp,
 )
 from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
-from inert.events import StoredSnapshot
-from inert.events._snapshots import state_digest
+from inert.log import StoredSnapshot
+from inert.log._snapshots import state_digest
 from inert.projections import Projections
 from inert.testing import DEMO_TOOLS, SIMULATION_LIMITS
 from inert.testing._simulator import _as_appended, _read, _run_once, demo_check

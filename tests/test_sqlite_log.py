@@ -24,9 +24,9 @@ from inert import (
     StoredSnapshot,
     open_log,
 )
-from inert.events import _sqlite
-from inert.events._group import AppendRequest
-from inert.events._records import with_checksum
+from inert.log import _sqlite
+from inert.log._group import AppendRequest
+from inert.log._records import with_checksum
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 

@@ -26,16 +26,8 @@ from datetime import datetime
 
 import trio
 
-from ..events import (
-    CallKey,
-    ConflictError,
-    DeadlineReached,
-    FailReason,
-    Log,
-    LogError,
-    NewEvent,
-    RecordedEvent,
-)
+from ..events import CallKey, ConflictError, DeadlineReached, FailReason, LogError, RecordedEvent
+from ..log import Log, NewEvent
 from ._call import ValidationOutcome, ValidationRequested, ValidationResult, recorded
 from ._decider import decide
 from ._fold import (

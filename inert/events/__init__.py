@@ -1,6 +1,7 @@
-"""The vocabulary and the log: identities, events, the codec and the log backends."""
+"""The vocabulary: identities, events, the envelope of a recorded event, the codec and the errors.
 
-from typing import TYPE_CHECKING
+Pure: nothing here does I/O; the log and its backends are ``inert.log``.
+"""
 
 from ._base import Event, TraceContext, Upcaster, event_type, registered_event_types
 from ._by_turn import ByTurn as ByTurn
@@ -70,25 +71,13 @@ from ._errors import (
     RequestTimedOut,
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
-from ._log import Log, MemoryLog, MemoryStore, Subscription
-from ._records import (
-    NO_STREAM,
-    NewEvent,
-    RecordedEvent,
-    Redacted,
-    new_event_id,
-    without_sensitive,
-)
-from ._snapshots import SnapshotPayload, StoredSnapshot
-from ._sqlite import SQLiteLog
-from ._url import open_log
+from ._recorded import RecordedEvent, Redacted, without_sensitive
 
 __all__ = [
     "CONVERTER",
     "DECISION_TYPES",
     "DEFAULT_CODEC",
     "INGRESS_TYPES",
-    "NO_STREAM",
     "OUTCOME_TYPES",
     "RULES_VERSION",
     "TRANSITION_TYPES",
@@ -125,12 +114,8 @@ __all__ = [
     "ExecutionOutcomeUnknown",
     "FailReason",
     "InertError",
-    "Log",
     "LogDamaged",
     "LogError",
-    "MemoryLog",
-    "MemoryStore",
-    "NewEvent",
     "OfferedTool",
     "ProcessHeartbeat",
     "RecordedEvent",
@@ -143,13 +128,9 @@ __all__ = [
     "ResponseEnded",
     "ResponseQuarantined",
     "ResponseRef",
-    "SQLiteLog",
     "ServerToolCalled",
-    "SnapshotPayload",
-    "StoredSnapshot",
     "StreamLost",
     "StreamResumed",
-    "Subscription",
     "TenantResumed",
     "TenantStopped",
     "TerminalRef",
@@ -166,22 +147,7 @@ __all__ = [
     "Upcaster",
     "control_stream",
     "event_type",
-    "new_event_id",
-    "open_log",
     "process_stream",
     "registered_event_types",
     "without_sensitive",
 ]
-
-if TYPE_CHECKING:
-    from ._postgres import PostgresLog as PostgresLog
-
-
-def __getattr__(name: str) -> object:
-    """``PostgresLog`` on first use: psycopg is an optional dependency (the ``postgresql``
-    extra), so that ``import inert`` works without it."""
-    if name == "PostgresLog":
-        from ._postgres import PostgresLog  # noqa: PLC0415
-
-        return PostgresLog
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

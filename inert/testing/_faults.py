@@ -46,8 +46,9 @@ from pathlib import Path
 import attrs
 import trio
 
-from ..events import Log, LogError, MemoryStore, RecordedEvent, StoredSnapshot, Subscription
-from ..events._records import PendingRecord, StoredRecord
+from ..events import LogError, RecordedEvent
+from ..log import Log, MemoryStore, StoredSnapshot, Subscription
+from ..log._records import PendingRecord, StoredRecord
 
 
 class Fault(enum.Enum):

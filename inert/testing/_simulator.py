@@ -54,9 +54,6 @@ from ..events import (
     Event,
     FailReason,
     InertError,
-    MemoryLog,
-    MemoryStore,
-    NewEvent,
     RecordedEvent,
     Redacted,
     RefusedError,
@@ -65,7 +62,8 @@ from ..events import (
     StreamLost,
     StreamResumed,
 )
-from ..events._records import StoredRecord, decode_record
+from ..log import MemoryLog, MemoryStore, NewEvent
+from ..log._records import StoredRecord, decode_record
 from ..projections import DEFAULT_LEDGER_HORIZON, Projections
 from ._checker import Observation, Violation, check_log
 from ._plants import planted

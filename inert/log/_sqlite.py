@@ -28,8 +28,8 @@ from typing import Literal, TypeVar
 
 import trio
 
-from ._codec import Codec
-from ._errors import ConfigurationError, InertError, LogError
+from ..events._codec import Codec
+from ..events._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redacted, with_checksum

@@ -13,16 +13,15 @@ import os
 import secrets
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import NamedTuple
 
-import attrs
 import msgpack
 from attrs import field, frozen, validators
 
-from ._base import Event, TraceContext, registered_event_types
-from ._codec import Codec
-from ._errors import ConflictError, DuplicateEventError, InertError, LogDamaged, LogError
+from ..events._base import Event, TraceContext, registered_event_types
+from ..events._codec import Codec
+from ..events._errors import ConflictError, DuplicateEventError, InertError, LogDamaged, LogError
+from ..events._recorded import RecordedEvent, Redacted, without_sensitive
 
 NO_STREAM = 0
 """The expected version of a stream that has no events yet."""
@@ -60,37 +59,6 @@ class NewEvent:
     event: Event
     event_id: str = field(factory=new_event_id, validator=validators.min_len(1))
     trace: TraceContext | None = None
-
-
-@frozen(kw_only=True)
-class Redacted:
-    """What remains of a payload after retention: its length and digest and, for an event type
-    that names its sensitive fields, the event with those fields emptied (``remains``)."""
-
-    length: int
-    digest: str
-    remains: Event | None = None
-
-
-@frozen(kw_only=True)
-class RecordedEvent:
-    """An event as the log holds it: the envelope and the event (or what redaction left)."""
-
-    position: int
-    event_id: str
-    stream: str
-    version: int
-    recorded_at: datetime
-    event_type: str
-    schema_version: int
-    trace: TraceContext | None
-    event: Event | Redacted
-
-    @property
-    def kept(self) -> Event | None:
-        """The event, or what retention kept of it (``None`` where it kept nothing)."""
-        event = self.event
-        return event.remains if isinstance(event, Redacted) else event
 
 
 # Rows are named tuples rather than attrs classes: they are made once per appended event on the
@@ -215,18 +183,6 @@ def redaction(codec: Codec, event_type: str, schema_version: int, payload: bytes
         without_sensitive(codec.decode(event_type, schema_version, payload))
     )
     return Redaction(version, remains, digest)
-
-
-def without_sensitive(event: Event) -> Event:
-    """The event with the fields its type names ``SENSITIVE`` emptied: what retention keeps."""
-    names = type(event).SENSITIVE
-    if not names:
-        return event
-    emptied = {
-        name: None if getattr(event, name) is None else type(getattr(event, name))()
-        for name in names
-    }
-    return attrs.evolve(event, **emptied)
 
 
 def redacted(row: StoredRecord, codec: Codec) -> StoredRecord:

@@ -27,8 +27,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
-from ._codec import Codec
-from ._errors import ConfigurationError, LogError
+from ..events._codec import Codec
+from ..events._errors import ConfigurationError, LogError
 from ._log import Clock, Log, MemoryLog, MemoryStore
 from ._sqlite import SQLiteLog
 

@@ -17,8 +17,8 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from ._codec import Codec
-from ._errors import ConfigurationError, InertError, LogError
+from ..events._codec import Codec
+from ..events._errors import ConfigurationError, InertError, LogError
 from ._log import Clock, Log
 from ._records import PendingRecord
 

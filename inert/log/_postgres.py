@@ -45,8 +45,8 @@ import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ._codec import Codec
-from ._errors import ConfigurationError, InertError, LogError
+from ..events._codec import Codec
+from ..events._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redacted, with_checksum

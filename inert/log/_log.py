@@ -45,13 +45,14 @@ from datetime import UTC, datetime
 import attrs
 import trio
 
-from ._base import Event, registered_event_types
-from ._codec import DEFAULT_CODEC, Codec
-from ._errors import InertError, LogError
+from ..events._base import Event, registered_event_types
+from ..events._codec import DEFAULT_CODEC, Codec
+from ..events._errors import InertError, LogError
+from ..events._recorded import RecordedEvent
+from ..events._times import datetime_to_micros
 from ._records import (
     NewEvent,
     PendingRecord,
-    RecordedEvent,
     StoredRecord,
     check_expected_versions,
     check_page,
@@ -62,7 +63,6 @@ from ._records import (
     redacted,
 )
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams
-from ._times import datetime_to_micros
 
 Clock = Callable[[], datetime]
 
