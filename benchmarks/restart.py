@@ -46,7 +46,7 @@ from benchmarks.call_actors import (
     sqlite_url,
 )
 from inert import Event, NewEvent, RecordedEvent, SQLiteLog, TurnRef, TurnRetired, open_runtime
-from inert._snapshot import DEFAULT_SNAPSHOT_EVERY
+from inert.runtime._snapshot import DEFAULT_SNAPSHOT_EVERY
 
 TARGET_SECONDS = 1.0
 TARGET_RATIO = 20.0

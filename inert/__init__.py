@@ -9,19 +9,6 @@ from typing import TYPE_CHECKING
 
 from . import events as _events
 from . import log as _log
-from ._asyncio import AsyncioRuntime, open_asyncio_runtime
-from ._collector import CollectorSettings
-from ._retention import Retention
-from ._runtime import (
-    Dispatch,
-    Executor,
-    OperatorAuthorizer,
-    PendingConfirmation,
-    ReadyCall,
-    Runtime,
-    open_runtime,
-    trio_clock,
-)
 from .actors import (
     DEFAULT_LIMITS,
     ArgumentLimits,
@@ -42,6 +29,20 @@ from .actors import (
 from .events import *  # noqa: F403
 from .log import *  # noqa: F403
 from .projections import DispatchQueue, Ledger, LedgerRow, Projections, Status, StatusCue
+from .runtime import (
+    AsyncioRuntime,
+    CollectorSettings,
+    Dispatch,
+    Executor,
+    OperatorAuthorizer,
+    PendingConfirmation,
+    ReadyCall,
+    Retention,
+    Runtime,
+    open_asyncio_runtime,
+    open_runtime,
+    trio_clock,
+)
 
 try:
     __version__ = version("inert")
@@ -88,8 +89,8 @@ __all__ = [  # noqa: PLE0604
 ]
 
 if TYPE_CHECKING:
-    from ._materialize import LedgerMaterializer as LedgerMaterializer
-    from ._materialize import materialize_ledger as materialize_ledger
+    from .runtime import LedgerMaterializer as LedgerMaterializer
+    from .runtime import materialize_ledger as materialize_ledger
 
 _NEEDS_PSYCOPG = frozenset({"LedgerMaterializer", "materialize_ledger"})
 
@@ -99,7 +100,7 @@ def __getattr__(name: str) -> object:
     ``postgresql`` extra), so that ``import inert`` works without it (and, like
     ``PostgresLog``, it stays out of ``__all__`` so that a star import does too)."""
     if name in _NEEDS_PSYCOPG:
-        from . import _materialize  # noqa: PLC0415
+        from . import runtime  # noqa: PLC0415
 
-        return getattr(_materialize, name)
+        return getattr(runtime, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,7 +77,7 @@ async def feed_turns(runtime: Runtime, name: str, turns: int) -> None:
             *call(turn, "get_weather", b'{"city": "Paris"}', whole=True),
         ]
         await runtime.feed(events)
-        # What the feed acknowledged: its promises (fragments are not, see inert._ingress).
+        # What the feed acknowledged: its promises (fragments are not, see inert.runtime._ingress).
         promises = [event for event in events if not isinstance(event, ArgumentsAppended)]
         say(f"fed {turn} {len(promises)}")
         await trio.sleep(0.05)

@@ -2,7 +2,7 @@
 a short error that names what is wrong, never a traceback, never a hang, never a file left
 behind where a command only reads.
 
-The cases run in-process through ``inert._cli.main``; a few run the command in a child process,
+The cases run in-process through ``inert.cli._cli.main``; a few run the command in a child process,
 where what reaches the terminal is what a person sees. Every command that takes ``--log`` gets
 every bad log URL and every bad log file; every text option of every command gets every bad
 text; the files ``feed`` reads get their own corpus.
@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 import trio
 
-import inert._cli
+import inert.cli._cli
 from inert import NewEvent, ProcessHeartbeat, Runtime, open_log
-from inert._cli import _parser, _text, main
+from inert.cli._cli import _parser, _text, main
 from inert.events import process_stream
 from inert.testing._faults import Tear, tear_sqlite_tail
 
@@ -671,7 +671,7 @@ def test_a_log_that_never_settles_is_given_up_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A command waits WAIT_SECONDS at most for the log to settle, then says so in one line."""
-    monkeypatch.setattr(inert._cli, "WAIT_SECONDS", 0.25)
+    monkeypatch.setattr(inert.cli._cli, "WAIT_SECONDS", 0.25)
     settle = Runtime.settle
     settled: list[Runtime] = []
 

@@ -10,8 +10,8 @@ import pytest
 from damaged_logs import CASES, DamagedLog
 
 from inert import InertError, LogDamaged, SQLiteLog, open_runtime
-from inert._cli import DEMO_TOOLS, main
-from inert._verify import verify_log
+from inert.cli._cli import DEMO_TOOLS, main
+from inert.runtime._verify import verify_log
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from inert import (
     TraceContext,
     open_runtime,
 )
-from inert._cli import main
-from inert._export import provider_from_environment
+from inert.cli._cli import main
+from inert.tracing._export import provider_from_environment
 
 SECRET = b'{"path": "/home/secret-value"}'
 UPSTREAM = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

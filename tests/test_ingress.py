@@ -28,7 +28,7 @@ from inert import (
     TraceContext,
     open_runtime,
 )
-from inert._ingress import Held, Ingress
+from inert.runtime._ingress import Held, Ingress
 from inert.testing import Fault, FaultyLog
 
 

@@ -117,9 +117,27 @@ def test_the_log_imports_only_the_vocabulary_and_its_drivers() -> None:
                 assert top in sys.stdlib_module_names | LOG_DRIVERS, f"{path.name} imports {name}"
 
 
+def test_only_the_command_line_imports_the_command_line() -> None:
+    """``inert.cli`` sits on top: no other part of inert imports it (``python -m inert`` aside)."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "cli" or path.name == "__main__.py":
+            continue
+        for name in imported_modules(path):
+            assert "cli" not in name.lstrip(".").split("."), f"{path} imports {name}"
+
+
 def test_the_layout_of_the_design_exists() -> None:
     """The packages of the design are present and the package is marked as typed."""
-    for package in ("events", "log", "adapters", "actors", "projections", "tracing"):
+    for package in (
+        "events",
+        "log",
+        "adapters",
+        "actors",
+        "projections",
+        "tracing",
+        "runtime",
+        "cli",
+    ):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
 

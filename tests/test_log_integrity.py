@@ -39,9 +39,8 @@ from inert import (
     SQLiteLog,
     open_runtime,
 )
-from inert._cli import main
-from inert._verify import verify_log
 from inert.actors._fold import CallFold
+from inert.cli._cli import main
 from inert.events import (
     DECISION_TYPES,
     CallConfirmed,
@@ -65,6 +64,7 @@ from inert.log._records import (
     with_checksum,
 )
 from inert.log._sqlite import _SNAPSHOT_SCHEMA, APPLICATION_ID
+from inert.runtime._verify import verify_log
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 

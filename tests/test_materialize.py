@@ -34,8 +34,8 @@ from inert import (
     open_log,
     open_runtime,
 )
-from inert._materialize import COLUMNS
 from inert.projections import DEFAULT_LEDGER_HORIZON
+from inert.runtime._materialize import COLUMNS
 
 KEY_COLUMNS = ("tenant", "conversation", "turn", "response", "item", "call")
 POLL = 0.05

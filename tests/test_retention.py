@@ -37,7 +37,7 @@ from inert import (
     open_runtime,
     trio_clock,
 )
-from inert._retention import FRAGMENT_TYPES
+from inert.runtime._retention import FRAGMENT_TYPES
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 

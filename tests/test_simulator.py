@@ -34,8 +34,8 @@ from inert import (
     ValidationResult,
     open_runtime,
 )
-from inert._cli import main
 from inert.actors import _buffer, _decider, _handlers
+from inert.cli._cli import main
 from inert.testing import (
     DEMO_TOOLS,
     PLANTS,

@@ -22,8 +22,12 @@ from golden_logs import golden_paths, load
 from test_fold_differential import _decoded, _folded, _work
 
 from inert import RecordedEvent, Redacted, TurnRef
-from inert._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention, RetentionPlan
-from inert._snapshot import (
+from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
+from inert.log import StoredSnapshot
+from inert.log._snapshots import state_digest
+from inert.projections import Projections
+from inert.runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention, RetentionPlan
+from inert.runtime._snapshot import (
     ARGUMENTS,
     FRAGMENTS,
     Configuration,
@@ -33,10 +37,6 @@ from inert._snapshot import (
     restore,
     stamp,
 )
-from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
-from inert.log import StoredSnapshot
-from inert.log._snapshots import state_digest
-from inert.projections import Projections
 from inert.testing import DEMO_TOOLS, SIMULATION_LIMITS
 from inert.testing._simulator import _as_appended, _read, _run_once, demo_check
 from inert.testing._workload import make_plan

@@ -2,9 +2,9 @@
 
 A log keeps one snapshot per name (a runtime alone writes under ``""``; processes sharing a log
 each write under their own name). What the state means is the runtime's business
-(:mod:`inert._snapshot`); the log only keeps it, whole or not at all, and keeps one promise about
-argument payloads: **redaction is final**. A snapshot's payloads are stored apart, each under the
-stream whose events it holds bytes of, from a first version on; redacting a stream up to a
+(:mod:`inert.runtime._snapshot`); the log only keeps it, whole or not at all, and keeps one promise
+about argument payloads: **redaction is final**. A snapshot's payloads are stored apart, each under
+the stream whose events it holds bytes of, from a first version on; redacting a stream up to a
 version deletes the payloads stored under it from that version or before, and a snapshot written
 after a redaction stores no payload whose versions hold a redacted event. The log never holds a
 payload in a snapshot that it no longer holds in its events.

@@ -34,9 +34,6 @@ import trio
 import trio.testing
 from attrs import define, field, frozen
 
-from .._collector import CollectorSettings
-from .._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
-from .._runtime import Runtime, open_runtime
 from ..actors import (
     CallFold,
     CallLimits,
@@ -65,6 +62,9 @@ from ..events import (
 from ..log import MemoryLog, MemoryStore, NewEvent
 from ..log._records import StoredRecord, decode_record
 from ..projections import DEFAULT_LEDGER_HORIZON, Projections
+from ..runtime._collector import CollectorSettings
+from ..runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
+from ..runtime._runtime import Runtime, open_runtime
 from ._checker import Observation, Violation, check_log
 from ._plants import planted
 from ._workload import (

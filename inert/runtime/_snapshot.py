@@ -52,13 +52,13 @@ from typing import Any
 
 import attrs
 
+from ..actors import CallFold, CallLimits, Phase
+from ..actors._slot import Slot
+from ..events import CallKey, without_sensitive
+from ..log._snapshots import SnapshotPayload, StoredSnapshot, state_digest
+from ..projections import Projections
 from ._peers import Peers
 from ._retention import Retention, RetentionPlan
-from .actors import CallFold, CallLimits, Phase
-from .actors._slot import Slot
-from .events import CallKey, without_sensitive
-from .log._snapshots import SnapshotPayload, StoredSnapshot, state_digest
-from .projections import Projections
 
 SNAPSHOT_FORMAT = 1
 DEFAULT_SNAPSHOT_EVERY = 100_000
@@ -66,7 +66,7 @@ DEFAULT_SNAPSHOT_EVERY = 100_000
 # Packages whose modules make the state: their source is part of the stamp, and their classes
 # are what a snapshot may name.
 _STATE_PACKAGES = ("inert.events", "inert.actors", "inert.projections")
-_STATE_MODULES = ("inert._peers", "inert._retention", "inert._snapshot")
+_STATE_MODULES = ("inert.runtime._peers", "inert.runtime._retention", "inert.runtime._snapshot")
 # Modules of those packages that do I/O: nothing of them is state.
 _NOT_STATE = frozenset({"inert.actors._router", "inert.actors._tools"})
 _STANDARD = frozenset(

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from .events import (
+from ..events import (
     INGRESS_TYPES,
     ArgumentsAppended,
     CallEnded,
@@ -44,7 +44,7 @@ from .events import (
     RefusedError,
     TraceContext,
 )
-from .log import Log, NewEvent
+from ..log import Log, NewEvent
 
 FEED_VERSIONS_KEPT = 65_536
 """Response streams whose version the ingress remembers (the most recently written); a stream

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import trio
 from outcome import Outcome
 
+from ..events import CallKey, Event, InertError, TurnRef
 from ._runtime import Dispatch, PendingConfirmation, ReadyCall, Runtime, open_runtime
-from .events import CallKey, Event, InertError, TurnRef
 
 T = TypeVar("T")
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from .actors import CallFold, Phase
-from .events import (
+from ..actors import CallFold, Phase
+from ..events import (
     ArgumentsAppended,
     CallEnded,
     CallKey,
@@ -43,7 +43,7 @@ _OUTCOMES = (ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown)
 
 @frozen(kw_only=True)
 class Retention:
-    """What the runtime redacts from the log, and when (see :mod:`inert._retention`)."""
+    """What the runtime redacts from the log, and when (see :mod:`inert.runtime._retention`)."""
 
     fragments: bool = True
     """Redact fragment payloads once no call of their response is live."""

@@ -7,7 +7,7 @@ executor takes ready calls, claims each through its actor, runs it and reports t
 
 A runtime writes a snapshot of what it rebuilt every ``snapshot_every`` events it folds, and a
 restart loads the newest one that its code and configuration made and folds only the events
-after it (see :mod:`inert._snapshot`).
+after it (see :mod:`inert.runtime._snapshot`).
 
 Restart: calls that were assembling when the previous process stopped cannot be fed any more
 (their stream went with it) and are cancelled with ``connection_lost``, unless their stream was
@@ -33,22 +33,7 @@ import trio.lowlevel
 from attrs import frozen
 from opentelemetry.trace import TracerProvider
 
-from . import _collector
-from ._collector import DEFAULT_COLLECTOR, CollectorSettings
-from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
-from ._peers import DEFAULT_LEASE_TIME, Peers
-from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
-from ._retirement import retire_idle_turns
-from ._snapshot import (
-    DEFAULT_SNAPSHOT_EVERY,
-    Configuration,
-    RuntimeState,
-    SnapshotUnusable,
-    capture,
-    restore,
-    stamp,
-)
-from .actors import (
+from ..actors import (
     DEFAULT_LIMITS,
     CallFold,
     CallLimits,
@@ -58,13 +43,13 @@ from .actors import (
     ToolRegistry,
     parse_arguments,
 )
-from .actors._arguments import ParsedArguments
-from .actors._call import refused_whatever_comes
-from .actors._fold import ResumedState
-from .actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
-from .actors._tools import Check
-from .adapters import ResumedCall
-from .events import (
+from ..actors._arguments import ParsedArguments
+from ..actors._call import refused_whatever_comes
+from ..actors._fold import ResumedState
+from ..actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
+from ..actors._tools import Check
+from ..adapters import ResumedCall
+from ..events import (
     CallDispatched,
     CallKey,
     CallValidated,
@@ -102,9 +87,24 @@ from .events import (
     control_stream,
     process_stream,
 )
-from .log import NO_STREAM, Log, NewEvent, StoredSnapshot, new_event_id, open_log
-from .projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
-from .tracing import CallSpans, IncomingTrace
+from ..log import NO_STREAM, Log, NewEvent, StoredSnapshot, new_event_id, open_log
+from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
+from ..tracing import CallSpans, IncomingTrace
+from . import _collector
+from ._collector import DEFAULT_COLLECTOR, CollectorSettings
+from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
+from ._peers import DEFAULT_LEASE_TIME, Peers
+from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
+from ._retirement import retire_idle_turns
+from ._snapshot import (
+    DEFAULT_SNAPSHOT_EVERY,
+    Configuration,
+    RuntimeState,
+    SnapshotUnusable,
+    capture,
+    restore,
+    stamp,
+)
 
 
 @frozen(kw_only=True)
@@ -419,7 +419,8 @@ class Runtime:
         other event is a promise: this returns once it is durable, after the fragments its
         response stream holds.
         Each response stream has one feeder: appends are fenced by the stream's version, and a
-        stream fed from elsewhere meanwhile is a ``ConflictError`` (see :mod:`inert._ingress`).
+        stream fed from elsewhere meanwhile is a ``ConflictError`` (see
+        :mod:`inert.runtime._ingress`).
         """
         # The path of every delta, so the ingress's own steps are taken here, without a
         # coroutine of its own between.
@@ -980,30 +981,30 @@ async def open_runtime(
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
 
     ``check`` validates each call further once its declaration is known (business rules,
-    permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay
-    never asks again. ``operators`` says who holds the operator role: a function of the operator
-    principal, or the principals themselves (none by default: every control is refused). The
-    ledger keeps a finished call's row ``ledger_horizon`` (30 days) after it finished, by the
-    log's times, and a turn idle that long is retired (see :mod:`inert._retirement`).
-    ``inbox_size`` bounds the work waiting for one call's actor (at least 1; the router waits
-    when it is full). ``retention`` says which argument payloads are redacted from the log once
-    nothing can need them (by default fragments and validated arguments, see
-    :class:`Retention`). Where several runtime processes share one log, each names itself
-    (``process``): it owns the turns it starts, and takes over the turns of a process silent for
-    ``lease_time`` seconds (see :mod:`inert._peers`). With a ``tracer_provider``
-    (OpenTelemetry), turns, calls, validations, confirmations, dispatches and controls become
-    spans, made from the log once the runtime is live, never on replay. The garbage collector
-    is set as ``collector`` says (higher thresholds from the start; the objects alive frozen
-    once a snapshot is loaded and once everything is rebuilt from the log; ``None`` leaves it
-    alone, see :mod:`inert._collector`); the runtime stops when the block ends. Fragments fed
-    are held for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of
-    fragments waits until the writer has made room. Every ``snapshot_every`` events folded (and
-    once after a restart that folded at least that many), the runtime writes a snapshot of its
-    state beside the log, and a restart starts from the newest one its code and configuration
-    made (``None``: never; see :mod:`inert._snapshot`). A request the runtime makes of a call's
-    actor (a claim, a confirmation, a denial) or of its own fold (catching up before a control
-    or a confirmation) that is not answered within ``request_timeout`` seconds (30, three lease
-    times) raises ``RequestTimedOut``, naming what was not answered and why.
+    permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay never
+    asks again. ``operators`` says who holds the operator role: a function of the operator
+    principal, or the principals themselves (none by default: every control is refused). The ledger
+    keeps a finished call's row ``ledger_horizon`` (30 days) after it finished, by the log's times,
+    and a turn idle that long is retired (see :mod:`inert.runtime._retirement`). ``inbox_size``
+    bounds the work waiting for one call's actor (at least 1; the router waits when it is full).
+    ``retention`` says which argument payloads are redacted from the log once nothing can need them
+    (by default fragments and validated arguments, see :class:`Retention`). Where several runtime
+    processes share one log, each names itself (``process``): it owns the turns it starts, and
+    takes over the turns of a process silent for ``lease_time`` seconds (see
+    :mod:`inert.runtime._peers`). With a ``tracer_provider`` (OpenTelemetry), turns, calls,
+    validations, confirmations, dispatches and controls become spans, made from the log once the
+    runtime is live, never on replay. The garbage collector is set as ``collector`` says (higher
+    thresholds from the start; the objects alive frozen once a snapshot is loaded and once
+    everything is rebuilt from the log; ``None`` leaves it alone, see
+    :mod:`inert.runtime._collector`); the runtime stops when the block ends. Fragments fed are held
+    for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of fragments waits
+    until the writer has made room. Every ``snapshot_every`` events folded (and once after a
+    restart that folded at least that many), the runtime writes a snapshot of its state beside the
+    log, and a restart starts from the newest one its code and configuration made (``None``: never;
+    see :mod:`inert.runtime._snapshot`). A request the runtime makes of a call's actor (a claim, a
+    confirmation, a denial) or of its own fold (catching up before a control or a confirmation)
+    that is not answered within ``request_timeout`` seconds (30, three lease times) raises
+    ``RequestTimedOut``, naming what was not answered and why.
     """
     for name, seconds in (
         ("validation_timeout", validation_timeout),

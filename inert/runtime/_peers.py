@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from .events import (
+from ..events import (
     CallDispatched,
     ClaimRequested,
     Event,

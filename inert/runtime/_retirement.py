@@ -25,10 +25,10 @@ from datetime import timedelta
 
 import trio
 
-from .actors import CallFold
-from .events import TurnRetired
-from .events._times import datetime_to_micros
-from .log import Log, NewEvent
+from ..actors import CallFold
+from ..events import TurnRetired
+from ..events._times import datetime_to_micros
+from ..log import Log, NewEvent
 
 
 async def retire_idle_turns(

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from attrs import frozen
 
-from .actors import ToolDeclaration, ToolRegistry, declarations_from_json
-from .adapters import (
+from ..actors import ToolDeclaration, ToolRegistry, declarations_from_json
+from ..adapters import (
     AnthropicAdapter,
     BedrockAdapter,
     GeminiAdapter,
@@ -24,8 +24,8 @@ from .adapters import (
     OpenAIResponsesAdapter,
     StreamAdapter,
 )
-from .adapters._envelope import read_event_json
-from .events import ConfigurationError, InertError, TurnRef
+from ..adapters._envelope import read_event_json
+from ..events import ConfigurationError, InertError, TurnRef
 
 
 class UnreadableInput(InertError):

@@ -39,11 +39,11 @@ import attrs
 import psycopg
 import trio
 
+from ..events import CallKey, ConfigurationError, LogError, RecordedEvent
+from ..log import Log
+from ..log._postgres import public_url
+from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow
 from ._runtime import _sole_inert_error
-from .events import CallKey, ConfigurationError, LogError, RecordedEvent
-from .log import Log
-from .log._postgres import public_url
-from .projections import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow
 
 DEFAULT_TABLE = "ledger_rows"
 DEFAULT_SCHEMA = "inert"

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from .actors import CallFold
-from .events import CodecError, InertError, LogDamaged, LogError, RecordedEvent
-from .log import Log
-from .log._records import StoredRecord, check_row, decode_record
-from .projections import Projections
+from ..actors import CallFold
+from ..events import CodecError, InertError, LogDamaged, LogError, RecordedEvent
+from ..log import Log
+from ..log._records import StoredRecord, check_row, decode_record
+from ..projections import Projections
 
 VERIFY_PAGE = 1024
 DEFAULT_MAX_PROBLEMS = 100

@@ -29,15 +29,10 @@ import trio
 from attrs import frozen
 from opentelemetry.sdk.trace import TracerProvider
 
-from . import __version__
-from ._export import provider_for_file, provider_from_environment
-from ._feed import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
-from ._peers import DEFAULT_LEASE_TIME
-from ._runtime import Dispatch, Runtime, open_runtime, trio_clock
-from ._verify import DEFAULT_MAX_PROBLEMS, verify_log
-from .actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
-from .adapters import OpenAIResponsesAdapter, StreamAdapter
-from .events import (
+from .. import __version__
+from ..actors import TERMINAL_PHASES, CallFold, Phase, ToolDeclaration
+from ..adapters import OpenAIResponsesAdapter, StreamAdapter
+from ..events import (
     ArgumentsAppended,
     CallEnded,
     CallKey,
@@ -58,10 +53,15 @@ from .events import (
     TerminalRef,
     TurnRef,
 )
-from .log import Log, open_log
-from .projections import JSON, Ledger, LedgerRow, Projections, Transition
-from .testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
-from .tracing import IncomingTrace, read_trace_headers
+from ..log import Log, open_log
+from ..projections import JSON, Ledger, LedgerRow, Projections, Transition
+from ..runtime._peers import DEFAULT_LEASE_TIME
+from ..runtime._runtime import Dispatch, Runtime, open_runtime, trio_clock
+from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
+from ..testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
+from ..tracing import IncomingTrace, read_trace_headers
+from ..tracing._export import provider_for_file, provider_from_environment
+from ._feed import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
 
 READ_PAGE = 1024
 """Events read from the log at a time."""

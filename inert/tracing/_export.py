@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from .events import ConfigurationError, InertError
+from ..events import ConfigurationError, InertError
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 

@@ -27,7 +27,7 @@ from attrs import field, frozen, validators
 
 @frozen(kw_only=True)
 class CollectorSettings:
-    """How a running runtime sets the garbage collector (see :mod:`inert._collector`)."""
+    """How a running runtime sets the garbage collector (see :mod:`inert.runtime._collector`)."""
 
     freeze: bool = True
     """Freeze the objects alive once the runtime has loaded its snapshot, and once it is ready
