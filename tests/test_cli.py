@@ -30,7 +30,7 @@ from inert import (
     open_log,
     open_runtime,
 )
-from inert.cli._cli import main
+from inert.cli import main
 
 LEDGER_FIELDS = [
     "tenant",
@@ -196,7 +196,7 @@ def test_demo_runs_on_a_fresh_memory_log(capsys: pytest.CaptureFixture[str]) -> 
 def test_demo_runs_as_a_console_script_on_a_temporary_log() -> None:
     """The console entry point runs the demo on a temporary SQLite log and exits with 0."""
     done = subprocess.run(
-        [sys.executable, "-c", "from inert.cli._cli import main_entry; main_entry()", "demo"],
+        [sys.executable, "-c", "from inert.cli import main_entry; main_entry()", "demo"],
         capture_output=True,
         text=True,
         check=False,

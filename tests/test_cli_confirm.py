@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from adapter_support import FIXTURES
 
-from inert.cli._cli import main
+from inert.cli import main
 
 CHAT = FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse"
 COUNTRY_CALL = "call_q2UyBRP7eXNTzAoR8lEhjc9Z"

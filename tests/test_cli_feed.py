@@ -11,7 +11,7 @@ import trio
 from adapter_support import FIXTURES
 
 from inert import RecordedEvent, open_log
-from inert.cli._cli import main
+from inert.cli import main
 
 
 async def read_all(url: str) -> list[RecordedEvent]:

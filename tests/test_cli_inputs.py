@@ -2,7 +2,7 @@
 a short error that names what is wrong, never a traceback, never a hang, never a file left
 behind where a command only reads.
 
-The cases run in-process through ``inert.cli._cli.main``; a few run the command in a child process,
+The cases run in-process through ``inert.cli.main``; a few run the command in a child process,
 where what reaches the terminal is what a person sees. Every command that takes ``--log`` gets
 every bad log URL and every bad log file; every text option of every command gets every bad
 text; the files ``feed`` reads get their own corpus.
@@ -27,9 +27,11 @@ from pathlib import Path
 import pytest
 import trio
 
-import inert.cli._cli
+import inert.cli._common
 from inert import NewEvent, ProcessHeartbeat, Runtime, open_log
-from inert.cli._cli import _parser, _text, main
+from inert.cli import main
+from inert.cli._arguments import text_argument
+from inert.cli._main import _parser
 from inert.events import process_stream
 from inert.testing._faults import Tear, tear_sqlite_tail
 
@@ -122,7 +124,7 @@ TEXT_OPTIONS = sorted(
     (name, action.option_strings[0] if action.option_strings else str(action.metavar))
     for name, sub in subcommands().items()
     for action in sub._actions
-    if action.type is _text
+    if action.type is text_argument
 )
 
 
@@ -671,7 +673,7 @@ def test_a_log_that_never_settles_is_given_up_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A command waits WAIT_SECONDS at most for the log to settle, then says so in one line."""
-    monkeypatch.setattr(inert.cli._cli, "WAIT_SECONDS", 0.25)
+    monkeypatch.setattr(inert.cli._common, "WAIT_SECONDS", 0.25)
     settle = Runtime.settle
     settled: list[Runtime] = []
 

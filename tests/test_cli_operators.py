@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from adapter_support import FIXTURES
 
-from inert.cli._cli import main
+from inert.cli import main
 
 RESPONSES = FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse"
 RESPONSE = "resp_6859a4b21f84819bba8036beab6d54360be65637a2186412"

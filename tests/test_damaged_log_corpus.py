@@ -10,7 +10,8 @@ import pytest
 from damaged_logs import CASES, DamagedLog
 
 from inert import InertError, LogDamaged, SQLiteLog, open_runtime
-from inert.cli._cli import DEMO_TOOLS, main
+from inert.cli import main
+from inert.cli._demo import DEMO_TOOLS
 from inert.runtime._verify import verify_log
 
 

@@ -25,7 +25,7 @@ from inert import (
     TraceContext,
     open_runtime,
 )
-from inert.cli._cli import main
+from inert.cli import main
 from inert.tracing._export import provider_from_environment
 
 SECRET = b'{"path": "/home/secret-value"}'

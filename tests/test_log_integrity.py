@@ -40,7 +40,7 @@ from inert import (
     open_runtime,
 )
 from inert.actors._fold import CallFold
-from inert.cli._cli import main
+from inert.cli import main
 from inert.events import (
     DECISION_TYPES,
     CallConfirmed,

@@ -36,7 +36,7 @@ from inert import (
     open_log,
     open_runtime,
 )
-from inert.cli._cli import main
+from inert.cli import main
 
 WEATHER = ToolDeclaration(name="get_weather")
 

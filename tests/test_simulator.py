@@ -35,7 +35,7 @@ from inert import (
     open_runtime,
 )
 from inert.actors import _buffer, _decider, _handlers
-from inert.cli._cli import main
+from inert.cli import main
 from inert.testing import (
     DEMO_TOOLS,
     PLANTS,

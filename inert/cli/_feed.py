@@ -1,123 +1,162 @@
-"""Reading a recorded provider stream for ``inert feed``: its format, its adapter, its tools.
-
-A stream file is either the raw body as it came off the wire (SSE text; for Bedrock the binary
-event-stream framing) or JSON lines (one decoded provider event per line), told apart by its
-first character that is not white space: ``{`` starts JSON lines. Nothing here touches a log.
-"""
+"""``inert feed``: a recorded provider stream fed into a turn through its adapter."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import stat
-from collections.abc import Callable
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from attrs import frozen
 
-from ..actors import ToolDeclaration, ToolRegistry, declarations_from_json
-from ..adapters import (
-    AnthropicAdapter,
-    BedrockAdapter,
-    GeminiAdapter,
-    OpenAIChatAdapter,
-    OpenAIResponsesAdapter,
-    StreamAdapter,
+from ..adapters import OpenAIResponsesAdapter, StreamAdapter
+from ..events import (
+    Event,
+    RefusedError,
+    TurnRef,
 )
-from ..adapters._envelope import read_event_json
-from ..events import ConfigurationError, InertError, TurnRef
+from ..runtime._runtime import Runtime
+from ..tracing import IncomingTrace, read_trace_headers
+from ._common import runtime_on, settle_within
+from ._execute import Recorder, execute_ready, execution_lines
+from ._operators import turn_rows
+from ._streams import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
+from ._tables import LEDGER_HEADER, Keys, key_part, ledger_cells, text_table
+
+# --- feed ------------------------------------------------------------------------------------
+
+FEED_BATCH = 512
+"""Events appended to the log at a time while feeding a stream file."""
 
 
-class UnreadableInput(InertError):
-    """A stream or tools file that cannot be read as what it claims to be."""
+@frozen(kw_only=True)
+class FeedRequest:
+    log: str
+    stream: Path
+    provider: str
+    tools: Path
+    turn: TurnRef
+    principal: str
+    execute: bool
+    as_json: bool
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
-@frozen
-class StreamFile:
-    """A stream file's content: raw wire bytes, or the decoded events of its JSON lines."""
+async def _open_turn(
+    runtime: Runtime, request: FeedRequest, tools: Sequence[str], trace: IncomingTrace
+) -> None:
+    """Start the turn, or join it when an earlier feed started it (a reconnect)."""
+    principal = runtime.turn_principal(request.turn)
+    if principal is None:
+        await runtime.start_turn(
+            tenant=request.turn.tenant,
+            conversation=request.turn.conversation,
+            turn=request.turn.turn,
+            principal=request.principal,
+            tools=tools,
+            trace=trace,
+        )
+    elif principal != request.principal:
+        raise RefusedError(f"turn {request.turn.stream!r} belongs to another principal")
 
-    raw: bytes | None
-    events: tuple[object, ...]
-    digest: str
 
-
-def _read_file(path: Path) -> bytes:
-    """A file's bytes; only a regular file's, since a pipe or a device may never end."""
-    try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+def _adapt(runtime: Runtime, request: FeedRequest, stream: StreamFile) -> list[Event]:
+    """The stream file through its provider's adapter; a resumable stream of the turn that an
+    earlier feed lost is resumed first, so that the file continues it."""
+    adapter = _adapter(request, stream)
+    events: list[Event] = []
+    lost = {
+        response: last
+        for response, last in runtime.resumable_streams(request.turn).items()
+        if last is not None
+    }
+    if lost and isinstance(adapter, OpenAIResponsesAdapter):
+        if len(lost) > 1:
+            names = ", ".join(sorted(response.response for response in lost))
             raise UnreadableInput(
-                f"cannot read {path}: not a regular file (a pipe or a device), which might never"
-                " end; give a recorded file"
+                f"the turn has {len(lost)} lost streams ({names}): a continuation file cannot"
+                " say which one it continues"
             )
-        return path.read_bytes()
-    except OSError as error:
-        raise UnreadableInput(f"cannot read {path}: {error.strerror}") from None
+        [(response, last)] = lost.items()
+        events += adapter.resume(
+            response.response, after_sequence=last, calls=runtime.resumable_calls(response)
+        )
+    read = _read_through(adapter, request, stream)
+    if not read:
+        raise _no_stream(request)
+    return events + read
 
 
-def read_stream(path: Path) -> StreamFile:
-    """Read a stream file, detecting raw wire bytes or JSON lines."""
-    content = _read_file(path)
-    digest = hashlib.sha256(content).hexdigest()
-    start = content.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    if start != b"{":
-        return StreamFile(raw=content, events=(), digest=digest)
+def _adapter(request: FeedRequest, stream: StreamFile) -> StreamAdapter:
+    return PROVIDERS[request.provider](request.turn, stream_name(request.provider, stream))
+
+
+def _no_stream(request: FeedRequest) -> UnreadableInput:
+    # A wrong file or a wrong --provider: a turn started for it would stay empty.
+    return UnreadableInput(
+        f"{request.stream} holds no event of a {request.provider} stream: nothing was fed"
+        " (is --provider right?)"
+    )
+
+
+def _read_through(adapter: StreamAdapter, request: FeedRequest, stream: StreamFile) -> list[Event]:
+    """What the adapter makes of the stream file's content, to its end."""
+    events: list[Event] = []
     try:
-        text = content.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise UnreadableInput(f"{path} is not UTF-8: byte {error.start}") from None
-    events: list[object] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            # As strictly as an adapter reads the wire: a repeated key is not guessed at.
-            events.append(read_event_json(line))
-        except json.JSONDecodeError as error:
-            raise UnreadableInput(
-                f"{path} line {number} is not JSON ({error.msg}, column {error.colno})"
-            ) from None
-    return StreamFile(raw=None, events=tuple(events), digest=digest)
+        if stream.raw is not None:
+            events += adapter.feed(stream.raw)
+        for event in stream.events:
+            events += adapter.feed_event(event)
+        events += adapter.close()
+    except (TypeError, ValueError) as error:
+        raise UnreadableInput(
+            f"{request.stream} is not a {request.provider} stream: {error}"
+        ) from None
+    return events
 
 
-def read_tools(path: Path) -> list[ToolDeclaration]:
-    """Tool declarations from a TOOLS.json file in any provider's format."""
-    content = _read_file(path)
-    try:
-        document = json.loads(content.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UnreadableInput(f"{path} is not a JSON document: {error}") from None
-    except ValueError:
-        # The one other ValueError json raises: an integer past Python's digit limit.
-        raise UnreadableInput(f"{path} holds a number too long to be read") from None
-    except RecursionError:
-        raise UnreadableInput(f"{path} nests too deep to be read") from None
-    try:
-        declarations = declarations_from_json(document)
-        # Registered once here, so that a schema inert cannot use is named with its file and
-        # refused before a log is opened (or created) for it.
-        ToolRegistry(declarations)
-    except ConfigurationError as error:
-        raise UnreadableInput(f"{path}: {error}") from None
-    return declarations
-
-
-AdapterFactory = Callable[[TurnRef, str], StreamAdapter]
-"""Builds a provider's adapter for a turn; the string names the stream where the protocol
-carries no response id of its own."""
-
-PROVIDERS: dict[str, AdapterFactory] = {
-    "openai-responses": lambda turn, _: OpenAIResponsesAdapter(turn, resumable=True),
-    "openai-chat": lambda turn, _: OpenAIChatAdapter(turn),
-    "anthropic": lambda turn, _: AnthropicAdapter(turn),
-    "bedrock": lambda turn, name: BedrockAdapter(turn, response=name),
-    "gemini": lambda turn, name: GeminiAdapter(turn, response=name),
-}
-"""Every provider ``inert feed`` reads. OpenAI Responses streams are taken as resumable
-(background mode): a file that ends early leaves its calls collecting for a continuation."""
-
-
-def stream_name(provider: str, stream: StreamFile) -> str:
-    """The response id of a stream whose protocol names none: derived from the file's content,
-    so that feeding the same file again names the same response."""
-    return f"{provider}-{stream.digest[:16]}"
+async def feed_command(request: FeedRequest) -> None:
+    stream = read_stream(request.stream)
+    declarations = read_tools(request.tools)
+    # Before a log is opened (or created). A Responses file may continue a stream the log
+    # holds as lost, which only its resumed adapter reads: it is judged once resumed.
+    adapter = _adapter(request, stream)
+    if not isinstance(adapter, OpenAIResponsesAdapter) and not _read_through(
+        adapter, request, stream
+    ):
+        raise _no_stream(request)
+    # Feeding starts the turn: the log is created if need be.
+    async with runtime_on(request.log, create=True, tools=declarations) as runtime:
+        await settle_within(runtime)
+        events = _adapt(runtime, request, stream)
+        incoming = read_trace_headers(request.traceparent, request.tracestate)
+        if incoming.problem is not None:
+            print(f"inert: {incoming.problem}; the stream starts a new trace", file=sys.stderr)
+        trace = incoming.context
+        names = [declaration.name for declaration in declarations]
+        await _open_turn(runtime, request, names, incoming)
+        for start in range(0, len(events), FEED_BATCH):
+            await runtime.feed(events[start : start + FEED_BATCH], trace=trace)
+        await settle_within(runtime)
+        results = (
+            await execute_ready(runtime, Recorder(), turn=request.turn) if request.execute else []
+        )
+        rows = list(turn_rows(runtime, request.turn).values())
+    if request.as_json:
+        for row in rows:
+            print(json.dumps(row.to_json(), ensure_ascii=False))
+        return
+    turn = request.turn
+    print(
+        f"fed {len(events)} events from {request.stream.name} ({request.provider}) into turn"
+        f" {key_part(turn.tenant)}/{key_part(turn.conversation)}/{key_part(turn.turn)}:"
+        f" {len(rows)} {'call' if len(rows) == 1 else 'calls'}"
+    )
+    if rows:
+        shown = Keys(row.key for row in rows)
+        table = text_table(LEDGER_HEADER, [ledger_cells(shown, row) for row in rows], {3, 4})
+        for line in [shown.legend(), *table]:
+            print(line)
+    for line in execution_lines(results, Keys(row.key for row in rows)):
+        print(line)

@@ -1,0 +1,125 @@
+"""The log a command works on: folding it, the processes running on it, a runtime on it."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import trio
+
+from ..events import (
+    InertError,
+    ProcessHeartbeat,
+    RecordedEvent,
+    RefusedError,
+)
+from ..log import Log, open_log
+from ..runtime._peers import DEFAULT_LEASE_TIME
+from ..runtime._runtime import Runtime, open_runtime, trio_clock
+
+READ_PAGE = 1024
+"""Events read from the log at a time."""
+
+EXECUTOR = "inert-execute"
+"""The executor name claims of this command are recorded under."""
+
+WAIT_SECONDS = 120.0
+"""The longest a command waits for the log to settle (its runtime bounds its own requests)."""
+
+RUNNING_WINDOW = timedelta(minutes=1)
+"""How far back, in the log's time, a command looks for heartbeats of running processes."""
+
+KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
+
+
+class NoProgress(InertError):
+    """A command waited ``WAIT_SECONDS`` for a step that did not end."""
+
+
+# --- the log a command works on ----------------------------------------------------------------
+
+
+async def fold_log(url: str, *folds: Callable[[RecordedEvent], object]) -> int:
+    """Apply every event of the log, in position order, read a page at a time; how many."""
+    count = position = 0
+    # A read must not leave a new, empty log behind where a path was mistyped.
+    async with open_log(url, create=False) as log:
+        while page := await log.read(position + 1, limit=READ_PAGE):
+            for recorded in page:
+                for fold in folds:
+                    fold(recorded)
+            count += len(page)
+            position = page[-1].position
+    return count
+
+
+async def _running_processes(log: Log) -> dict[str, float]:
+    """The named runtime processes running on the log, each with the seconds since its last
+    heartbeat, from the heartbeats of the last ``RUNNING_WINDOW`` (read from the end).
+
+    A process beats every quarter of its lease time and its peers take it for dead after a
+    lease time without one: it is running while its last beat is younger than four times the
+    shortest time between two of its beats (a late beat only lengthens one), or than the
+    default lease time when the window holds one.
+    """
+    now = log.now()
+    since = now - RUNNING_WINDOW
+    beats: dict[str, list[datetime]] = {}
+    end = await log.head()
+    while end >= 1:
+        start = max(1, end - READ_PAGE + 1)
+        page = await log.read(start, limit=end - start + 1)
+        for recorded in page:
+            if isinstance(recorded.event, ProcessHeartbeat) and recorded.recorded_at >= since:
+                beats.setdefault(recorded.event.process, []).append(recorded.recorded_at)
+        if not page or page[0].recorded_at < since:
+            break
+        end = start - 1
+    running: dict[str, float] = {}
+    for process, times in beats.items():
+        times.sort()
+        lease = (
+            4 * min(later - earlier for earlier, later in itertools.pairwise(times))
+            if len(times) > 1
+            else timedelta(seconds=DEFAULT_LEASE_TIME)
+        )
+        if now - times[-1] < lease:
+            running[process] = (now - times[-1]).total_seconds()
+    return running
+
+
+@asynccontextmanager
+async def runtime_on(url: str, *, create: bool = False, **options: Any) -> AsyncIterator[Runtime]:
+    """A runtime of this command on the log (which must exist, unless ``create``).
+
+    It decides for every turn, as a runtime without a process name does: beside a running
+    process it would write decisions that process makes too (and stop it), so the command is
+    refused while the log's heartbeats say one runs.
+    """
+    async with open_log(url, clock=trio_clock(), create=create) as log:
+        running = await _running_processes(log)
+        if running:
+            name, age = min(running.items(), key=lambda item: item[1])
+            others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
+            raise RefusedError(
+                f"runtime process {name!r}{others} is running on this log (heartbeat {age:.1f} s"
+                " ago): this command opens a runtime that must be alone on the log; stop it"
+                " first, or act through it"
+            )
+        async with open_runtime(log=log, **options) as runtime:
+            yield runtime
+
+
+async def settle_within(runtime: Runtime) -> None:
+    """``runtime.settle()``, for at most ``WAIT_SECONDS`` (the runtime bounds its requests and
+    its catching up, not the wait for everything to be quiet)."""
+    with trio.move_on_after(WAIT_SECONDS):
+        await runtime.settle()
+        return
+    raise NoProgress(
+        f"gave up waiting for the log to settle after {WAIT_SECONDS:g} s: is another process"
+        " (a runtime without a process name) writing to it?"
+    )

@@ -1,0 +1,359 @@
+"""``inert demo``: the main job, on the embedded SQLite log, told as it happens."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from ..actors import ToolDeclaration
+from ..events import (
+    ArgumentsAppended,
+    CallEnded,
+    CallKey,
+    CallOpened,
+    ClaimRefused,
+    ConfigurationError,
+    ConfirmationRefused,
+    EventRejected,
+    EventsDiscarded,
+    RefusedError,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    TurnRef,
+)
+from ..log import open_log
+from ..runtime._runtime import Runtime, open_runtime
+from ._common import EXECUTOR
+from ._execute import Recorder, execute_ready, execution_lines
+from ._tables import Keys, ledger_table, times_text
+
+# --- demo ------------------------------------------------------------------------------------
+
+TENANT = "acme"
+PRINCIPAL = "user:alice"
+
+DEMO_TOOLS = (
+    ToolDeclaration(
+        name="get_weather",
+        description="The current weather in a city.",
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "units": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolDeclaration(
+        name="send_email",
+        description="Send an email on the user's behalf.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "to": {"type": "string"},
+                "subject": {"type": "string"},
+                "body": {"type": "string"},
+            },
+            "required": ["to", "subject", "body"],
+            "additionalProperties": False,
+        },
+        needs_confirmation=True,
+    ),
+    ToolDeclaration(
+        name="delete_files",
+        description="Delete files under a path.",
+        parameters={
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    ),
+)
+
+
+class _Streamed:
+    """One streamed tool call of the demo, as a provider adapter would turn it into events.
+
+    Sequences number the call's events: the opening 0, the fragments 1..n, the end n + 1.
+    """
+
+    def __init__(
+        self,
+        turn: TurnRef,
+        response: str,
+        item: str,
+        *,
+        tool: str,
+        arguments: bytes,
+        pieces: int = 4,
+    ) -> None:
+        self.key = CallKey(
+            tenant=turn.tenant,
+            conversation=turn.conversation,
+            turn=turn.turn,
+            response=response,
+            item=item,
+            call="call_" + item.removeprefix("fc_"),
+        )
+        self.tool = tool
+        size = -(-len(arguments) // pieces)
+        self.fragments = [
+            arguments[start : start + size] for start in range(0, len(arguments), size)
+        ]
+
+    def opened(self) -> CallOpened:
+        return CallOpened(key=self.key, tool=self.tool, sequence=0)
+
+    def fragment(self, number: int) -> ArgumentsAppended:
+        """The fragment of this number (from 1), at its byte offset."""
+        return ArgumentsAppended(
+            key=self.key,
+            data=self.fragments[number - 1],
+            offset=sum(len(piece) for piece in self.fragments[: number - 1]),
+            first_sequence=number,
+            last_sequence=number,
+        )
+
+    def ended(self) -> CallEnded:
+        return CallEnded(key=self.key, terminal=TerminalRef(sequence=len(self.fragments) + 1))
+
+    def all_events(self) -> list[CallOpened | ArgumentsAppended | CallEnded]:
+        return [
+            self.opened(),
+            *(self.fragment(number) for number in range(1, len(self.fragments) + 1)),
+            self.ended(),
+        ]
+
+
+def _response_ended(key: CallKey, sequence: int) -> ResponseEnded:
+    return ResponseEnded(
+        response=key.response_ref,
+        reason=ResponseEndReason.COMPLETED,
+        terminal=TerminalRef(sequence=sequence),
+    )
+
+
+def _what_became_of(runtime: Runtime, key: CallKey) -> str:
+    """The state of one call in words, from its ledger row (never its arguments)."""
+    row = runtime.projections.ledger.row(key)
+    if row is None:
+        return "no call"
+    match row.state:
+        case "collecting":
+            return "still collecting"
+        case "validated" if row.dispatch == "ready":
+            return "validated, ready to run"
+        case "validated":
+            return "validated, waiting for confirmation"
+        case "failed":
+            parse = f", parse {row.parse}" if row.parse not in (None, "ok") else ""
+            return f"failed ({row.terminal_reason}{parse}): it can never run"
+        case "cancelled":
+            return f"cancelled ({row.terminal_reason}): it will never run"
+        case "dispatched":
+            return f"dispatched, outcome {row.outcome or 'not yet known'}"
+    return row.state
+
+
+async def _rejections(runtime: Runtime, key: CallKey, after: int) -> list[str]:
+    """Why the call's actor rejected events addressed to it, since a log position."""
+    return [
+        recorded.event.reason.value
+        for recorded in await runtime.log.read_stream(key.stream)
+        if recorded.position > after and isinstance(recorded.event, EventRejected)
+    ]
+
+
+async def _discarded(runtime: Runtime, key: CallKey, after: int) -> int:
+    """How many events fed for the call after it ended were counted instead of stored."""
+    return sum(
+        recorded.event.events
+        for recorded in await runtime.log.read_stream(key.response_ref.stream)
+        if recorded.position > after
+        and isinstance(recorded.event, EventsDiscarded)
+        and recorded.event.key == key
+    )
+
+
+async def _validated_digest(runtime: Runtime, key: CallKey) -> str:
+    """The digest of the canonical arguments a call waiting for confirmation asks about."""
+    pending = await runtime.pending_confirmation(key)
+    if pending is None:
+        raise RefusedError(f"call {key.stream!r} is not waiting for confirmation")
+    return pending.arguments_digest
+
+
+async def _start(runtime: Runtime, conversation: str, turn: str) -> TurnRef:
+    return await runtime.start_turn(
+        tenant=TENANT, conversation=conversation, turn=turn, principal=PRINCIPAL
+    )
+
+
+async def _stream(runtime: Runtime, *calls: _Streamed) -> None:
+    """Feed the calls' events one at a time, as they come off the wire, alternating between calls,
+    then the successful end of their response."""
+    for events in zip(*(call.all_events() for call in calls), strict=True):
+        for event in events:
+            await runtime.feed([event])
+    # The response's own terminal event comes after every event of its calls.
+    sequence = sum(len(call.all_events()) for call in calls)
+    await runtime.feed([_response_ended(calls[0].key, sequence)])
+    await runtime.settle()
+
+
+async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> int:
+    """The turns before the restart; the number of events in the log when the process stops."""
+    # (a) Two calls of one response whose fragments alternate on the wire.
+    turn = await _start(runtime, "c1", "t1")
+    weather = b'{"city": "Reykjavik", "units": "metric"}'
+    first = calls["t1a"] = _Streamed(turn, "resp_1", "fc_1", tool="get_weather", arguments=weather)
+    weather = b'{"city": "Ouagadougou", "units": "metric"}'
+    second = calls["t1b"] = _Streamed(turn, "resp_1", "fc_2", tool="get_weather", arguments=weather)
+    await _stream(runtime, first, second)
+    print(
+        f"turn t1: two get_weather calls in one response, {len(first.fragments)} fragments each,"
+        f" interleaved on the wire: fc_1 {_what_became_of(runtime, first.key)};"
+        f" fc_2 {_what_became_of(runtime, second.key)}"
+    )
+
+    # (b) Arguments with a duplicate key: the strict parse at the end event refuses them.
+    turn = await _start(runtime, "c2", "t2")
+    duplicate = b'{"path": "/home/alice/tmp", "recursive": true, "path": "/"}'
+    wrong = calls["t2"] = _Streamed(
+        turn, "resp_2", "fc_1", tool="delete_files", arguments=duplicate
+    )
+    await _stream(runtime, wrong)
+    print(
+        "turn t2: delete_files whose arguments hold one key twice: at its end event it"
+        f" {_what_became_of(runtime, wrong.key)}"
+    )
+
+    # (c) A tool that needs the person's confirmation: validated, then it waits.
+    turn = await _start(runtime, "c3", "t3")
+    message = (
+        b'{"to": "bob@example.com", "subject": "Quarterly figures",'
+        b' "body": "Revenue up 12% on Q2, see attachment."}'
+    )
+    email = calls["t3"] = _Streamed(turn, "resp_3", "fc_1", tool="send_email", arguments=message)
+    await _stream(runtime, email)
+    print(
+        f"turn t3: send_email streamed, response completed: {_what_became_of(runtime, email.key)}"
+    )
+
+    # A call still streaming when the process stops.
+    turn = await _start(runtime, "c4", "t4")
+    weather = b'{"city": "Valparaiso"}'
+    open_call = calls["t4"] = _Streamed(
+        turn, "resp_4", "fc_1", tool="get_weather", arguments=weather
+    )
+    for event in (open_call.opened(), open_call.fragment(1), open_call.fragment(2)):
+        await runtime.feed([event])
+    await runtime.settle()
+    print(
+        f"turn t4: get_weather opened, 2 of its {len(open_call.fragments)} fragments arrived,"
+        f" then the process stops; the call is {_what_became_of(runtime, open_call.key)}"
+    )
+    return await runtime.log.head()
+
+
+async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
+    # (c, continued) A confirmation binds the person and the exact arguments.
+    email = calls["t3"].key
+    digest = await _validated_digest(runtime, email)
+    try:
+        await runtime.confirm(email, principal="user:mallory", arguments_digest=digest)
+    except ConfirmationRefused as refused:
+        print(f"turn t3: user:mallory tries to confirm send_email: refused ({refused.reason})")
+    else:
+        print("turn t3: user:mallory tries to confirm send_email: ACCEPTED, which is a bug")
+    await runtime.confirm(email, principal=PRINCIPAL, arguments_digest=digest)
+    await runtime.settle()
+    print(
+        f"turn t3: {PRINCIPAL} confirms send_email for arguments {digest[:19]}...:"
+        f" {_what_became_of(runtime, email)}"
+    )
+
+    # (d) The person cancels a turn while its call is still collecting.
+    turn = await _start(runtime, "c5", "t5")
+    weather = b'{"city": "Antananarivo", "units": "metric"}'
+    call = _Streamed(turn, "resp_5", "fc_1", tool="get_weather", arguments=weather)
+    await runtime.feed([call.opened(), call.fragment(1), call.fragment(2)])
+    await runtime.settle()
+    collecting = _what_became_of(runtime, call.key)
+    await runtime.cancel_turn(turn, principal=PRINCIPAL, reason="changed my mind")
+    await runtime.settle()
+    cancelled = _what_became_of(runtime, call.key)
+    position = await runtime.log.head()
+    await runtime.feed([call.fragment(3), call.fragment(4), call.ended()])
+    await runtime.feed([_response_ended(call.key, len(call.fragments) + 2)])
+    await runtime.settle()
+    late = Counter(await _rejections(runtime, call.key, position))
+    discarded = await _discarded(runtime, call.key, position)
+    rejected = "".join(f", {count} rejected {reason}" for reason, count in late.items())
+    print(
+        f"turn t5: {PRINCIPAL} cancels the turn while get_weather is {collecting}: it was"
+        f" {cancelled}; its late fragments and end event were counted, not stored"
+        f" ({discarded} events discarded{rejected})"
+    )
+
+    # (e) A provider delivers a terminal event twice: the same end event, fed again.
+    first = calls["t1a"]
+    position = await runtime.log.head()
+    await runtime.feed([first.ended()])
+    await runtime.settle()
+    reasons = ", ".join(await _rejections(runtime, first.key, position)) or "not rejected"
+    print(
+        f"turn t1: fc_1's end event delivered a second time: rejected ({reasons});"
+        f" the call is still {_what_became_of(runtime, first.key)}"
+    )
+
+
+async def demo_command(url: str, tracer_provider: TracerProvider | None = None) -> None:
+    async with open_log(url) as log:
+        stored = await log.head()
+    if stored:
+        raise ConfigurationError(f"the demo needs an empty log; {url} holds {stored} events")
+    print(f"inert demo on {url}")
+    names = ", ".join(
+        tool.name + (" (needs confirmation)" if tool.needs_confirmation else "")
+        for tool in DEMO_TOOLS
+    )
+    print(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
+    calls: dict[str, _Streamed] = {}
+    async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
+        stored = await _demo_before_restart(runtime, calls)
+
+    async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
+        await runtime.settle()
+        print(
+            f"restart: runtime closed, log closed; a new runtime rebuilt"
+            f" {len(runtime.projections.ledger.rows())} calls from the {stored} events of the log"
+            f" and recorded turn t4's stream as lost (its feeder died with the old process):"
+            f" the call was {_what_became_of(runtime, calls['t4'].key)}"
+        )
+        await _demo_after_restart(runtime, calls)
+
+        shown = Keys(row.key for row in runtime.projections.ledger.rows())
+        recorder = Recorder()
+        results = await execute_ready(runtime, recorder)
+        print(
+            f"execute: {len(results)} ready calls claimed; {EXECUTOR!r}, an executor that"
+            f" records that it ran and nothing else, ran {times_text(len(recorder.ran))}:"
+        )
+        for line in execution_lines(results, shown):
+            print("  " + line)
+        first = calls["t1a"].key
+        try:
+            await runtime.claim(first, executor="someone-else")
+        except ClaimRefused as refused:
+            print(f"a second claim of {shown.show(first)}: refused ({refused.reason})")
+        else:
+            print(f"a second claim of {shown.show(first)}: DISPATCHED AGAIN, which is a bug")
+        await runtime.settle()
+
+        print("ledger:")
+        for line in ledger_table(runtime.projections.ledger):
+            print("  " + line)
+        print(f"digest {runtime.digest()}")

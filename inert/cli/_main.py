@@ -1,0 +1,406 @@
+"""The ``inert`` command: its parser, the command each name runs, and one line for every error.
+
+Nothing it prints carries an argument value: calls are shown by key, tool, counts, sizes,
+reasons and digests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import secrets
+import sys
+import tempfile
+from collections.abc import Sequence
+from functools import partial
+
+import trio
+
+from .. import __version__
+from ..events import (
+    ConfigurationError,
+    InertError,
+    TurnRef,
+)
+from ..tracing._export import provider_for_file, provider_from_environment
+from ._arguments import (
+    path_argument,
+    text_argument,
+)
+from ._demo import demo_command
+from ._execute import execute_command
+from ._feed import FeedRequest, feed_command
+from ._operators import (
+    OPERATORS_VARIABLE,
+    cancel_turn_command,
+    confirm_command,
+    control_command,
+    deny_command,
+)
+from ._read import audit_command, ledger_command, replay_command, verify_command
+from ._simulate import simulate_arguments, simulate_command
+from ._streams import PROVIDERS
+
+
+def _control_arguments(control: argparse.ArgumentParser) -> None:
+    control.add_argument(
+        "action",
+        choices=[
+            "quarantine-response",
+            "disable-tool",
+            "enable-tool",
+            "stop-tenant",
+            "resume-tenant",
+        ],
+    )
+    control.add_argument("target", metavar="RESPONSE|TOOL|TENANT", type=text_argument)
+    control.add_argument(
+        "--tenant", type=text_argument, help="the tenant a quarantine or a tool control is for"
+    )
+    control.add_argument(
+        "--operator", type=text_argument, required=True, help="the operator principal"
+    )
+    control.add_argument("--reason", type=text_argument, required=True, help="why, for the audit")
+
+
+def _feed_arguments(feed: argparse.ArgumentParser) -> None:
+    feed.add_argument("file", metavar="FILE", type=path_argument, help="the stream")
+    feed.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
+    feed.add_argument(
+        "--tools",
+        metavar="TOOLS.json",
+        type=path_argument,
+        required=True,
+        help="the tool declarations offered, in any provider's format",
+    )
+    feed.add_argument("--tenant", type=text_argument, default="default")
+    feed.add_argument("--conversation", type=text_argument, default="default")
+    feed.add_argument("--turn", type=text_argument, default="1")
+    feed.add_argument(
+        "--principal", type=text_argument, default="cli", help="the principal the turn belongs to"
+    )
+    feed.add_argument(
+        "--execute",
+        action="store_true",
+        help="run every ready call of the turn that needs no confirmation with an executor"
+        " that only records that it ran",
+    )
+    feed.add_argument("--json", action="store_true", help="the turn's ledger rows, one per line")
+    feed.add_argument("--traceparent", help="the caller's W3C traceparent, continued by the turn")
+    feed.add_argument("--tracestate", help="the caller's W3C tracestate")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inert",
+        description="Streamed LLM tool calls that cannot act before they are finished,"
+        " validated and still wanted.",
+        epilog=(
+            "Log URLs: memory://, memory://NAME, sqlite:///relative.db, sqlite:////abs.db,"
+            " postgresql://USER@HOST:PORT/DATABASE?schema=NAME"
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"inert {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help_text, description=help_text)
+
+    def log_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--log", metavar="URL", required=True, help="the log URL")
+
+    def log_command(name: str, help_text: str, json_help: str) -> argparse.ArgumentParser:
+        sub = command(name, help_text)
+        log_option(sub)
+        sub.add_argument("--json", action="store_true", help=json_help)
+        return sub
+
+    ledger = command("ledger", "print the assembly ledger of a log: one line per call key")
+    log_option(ledger)
+    ledger.add_argument("--json", action="store_true", help="one JSON object per line")
+    ledger.add_argument(
+        "--history", action="store_true", help="also each key's transitions, rejections included"
+    )
+
+    log_command(
+        "replay",
+        "rebuild every call and projection from a log; print counts and the digest",
+        "one JSON object",
+    )
+    log_command(
+        "verify",
+        "check a log whole: the storage's own checks, every row's position and checksum, a"
+        " replay of every decision; exits non-zero and lists what is wrong if anything is",
+        "one JSON object",
+    )
+
+    cancel = command(
+        "cancel-turn",
+        "cancel a turn for its principal (opens a runtime on the log, as a restart does)",
+    )
+
+    def turn_options(sub: argparse.ArgumentParser) -> None:
+        log_option(sub)
+        sub.add_argument("--tenant", type=text_argument, required=True)
+        sub.add_argument("--conversation", type=text_argument, required=True)
+        sub.add_argument("--turn", type=text_argument, required=True)
+
+    turn_options(cancel)
+    cancel.add_argument(
+        "--principal", type=text_argument, required=True, help="the principal the turn belongs to"
+    )
+    cancel.add_argument("--reason", type=text_argument, default="", help="why (no argument values)")
+
+    def call_options(sub: argparse.ArgumentParser) -> None:
+        turn_options(sub)
+        sub.add_argument(
+            "--call-id", type=text_argument, required=True, help="the provider's call id"
+        )
+        sub.add_argument(
+            "--response",
+            type=text_argument,
+            help="the provider response, where the turn reuses the call id",
+        )
+        sub.add_argument(
+            "--principal",
+            type=text_argument,
+            required=True,
+            help="the principal the turn belongs to",
+        )
+
+    confirm = command(
+        "confirm",
+        "confirm a call waiting for its principal's confirmation (opens a runtime on the log)",
+    )
+    call_options(confirm)
+    confirm.add_argument(
+        "--arguments-digest",
+        type=text_argument,
+        help="the digest of the arguments the person saw (default: the call's own)",
+    )
+    deny = command("deny", "refuse a call for its principal: it is cancelled and never runs")
+    call_options(deny)
+    deny.add_argument("--reason", type=text_argument, default="", help="why (no argument values)")
+
+    log_command(
+        "audit", "every operator control, and the calls each ended", "one JSON object per control"
+    )
+
+    control = command(
+        "control",
+        f"give an operator control (opens a runtime on the log; {OPERATORS_VARIABLE} names the"
+        " operators)",
+    )
+    _control_arguments(control)
+    log_option(control)
+
+    log_command(
+        "execute",
+        "claim every ready call once with an executor that only records that it ran"
+        " (opens a runtime on the log, as a restart does)",
+        "one JSON object per line",
+    )
+
+    feed = command(
+        "feed",
+        "feed a recorded provider stream (SSE text, JSON lines or raw wire bytes) into a turn",
+    )
+    _feed_arguments(feed)
+    log_option(feed)
+
+    demo = command("demo", "stream tool calls of several turns through a runtime, with a restart")
+    demo.add_argument(
+        "--log",
+        metavar="URL",
+        help="an empty log (default: a new SQLite file in a temporary folder)",
+    )
+    demo.add_argument(
+        "--traces",
+        metavar="FILE",
+        type=path_argument,
+        help="write the demo's spans there as OTLP JSON (without it: OTLP/HTTP to the"
+        " OTEL_EXPORTER_OTLP_ENDPOINT, when set)",
+    )
+    simulate_arguments(
+        command(
+            "simulate",
+            "drive a runtime through seeded awkward event orders, each seed twice, and check"
+            " every invariant of the contract after every step",
+        )
+    )
+    return parser
+
+
+def _turn_option(arguments: argparse.Namespace) -> TurnRef:
+    try:
+        return TurnRef(
+            tenant=arguments.tenant, conversation=arguments.conversation, turn=arguments.turn
+        )
+    except ValueError as error:
+        raise ConfigurationError(f"the turn's identity: {error}") from None
+
+
+def _run(arguments: argparse.Namespace) -> None:
+    match arguments.command:
+        case "ledger":
+            trio.run(
+                partial(
+                    ledger_command, arguments.log, as_json=arguments.json, history=arguments.history
+                )
+            )
+        case "replay":
+            trio.run(partial(replay_command, arguments.log, as_json=arguments.json))
+        case "verify":
+            trio.run(partial(verify_command, arguments.log, as_json=arguments.json))
+        case "cancel-turn":
+            turn = _turn_option(arguments)
+            trio.run(
+                partial(
+                    cancel_turn_command,
+                    arguments.log,
+                    turn,
+                    principal=arguments.principal,
+                    reason=arguments.reason,
+                )
+            )
+        case "execute":
+            trio.run(partial(execute_command, arguments.log, as_json=arguments.json))
+        case "audit":
+            trio.run(partial(audit_command, arguments.log, as_json=arguments.json))
+        case "control":
+            trio.run(
+                partial(
+                    control_command,
+                    arguments.log,
+                    arguments.action,
+                    arguments.target,
+                    tenant=arguments.tenant,
+                    operator=arguments.operator,
+                    reason=arguments.reason,
+                )
+            )
+        case "confirm":
+            trio.run(
+                partial(
+                    confirm_command,
+                    arguments.log,
+                    _turn_option(arguments),
+                    call_id=arguments.call_id,
+                    response=arguments.response,
+                    principal=arguments.principal,
+                    arguments_digest=arguments.arguments_digest,
+                )
+            )
+        case "deny":
+            trio.run(
+                partial(
+                    deny_command,
+                    arguments.log,
+                    _turn_option(arguments),
+                    call_id=arguments.call_id,
+                    response=arguments.response,
+                    principal=arguments.principal,
+                    reason=arguments.reason,
+                )
+            )
+        case "feed":
+            request = FeedRequest(
+                log=arguments.log,
+                stream=arguments.file,
+                provider=arguments.provider,
+                tools=arguments.tools,
+                turn=_turn_option(arguments),
+                principal=arguments.principal,
+                execute=arguments.execute,
+                as_json=arguments.json,
+                traceparent=arguments.traceparent,
+                tracestate=arguments.tracestate,
+            )
+            trio.run(feed_command, request)
+        case "simulate":
+            simulate_command(arguments)
+        case "demo":
+            provider = (
+                provider_for_file(arguments.traces)
+                if arguments.traces
+                else provider_from_environment()
+            )
+            try:
+                if arguments.log is not None:
+                    # A fresh memory log would be lost at the restart: give it a name.
+                    url = arguments.log
+                    if url == "memory://":
+                        url = "memory://inert-demo-" + secrets.token_hex(4)
+                    trio.run(demo_command, url, provider)
+                else:
+                    with tempfile.TemporaryDirectory(prefix="inert-demo-") as folder:
+                        trio.run(
+                            demo_command, "sqlite:///" + os.path.join(folder, "demo.db"), provider
+                        )
+            finally:
+                if provider is not None:
+                    provider.shutdown()
+
+
+MAX_MESSAGE = 400
+"""The most characters of an error message printed."""
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's message on one line of bounded length: a driver's message may span lines,
+    and a value quoted in one may be long."""
+    text = " ".join(str(error).split())
+    if len(text) > MAX_MESSAGE:
+        left_out = len(text) - MAX_MESSAGE + 40
+        text = f"{text[: MAX_MESSAGE - 120]} [{left_out} characters left out] {text[-80:]}"
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``inert`` command; its exit status."""
+    arguments = _parser().parse_args(argv)
+    failed = False
+    try:
+        _run(arguments)
+    except* InertError as errors:
+        failed = True
+        for error in _leaves(errors):
+            print(f"inert: {_one_line(error)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _leaves(group: BaseExceptionGroup[InertError]) -> list[InertError]:
+    found: list[InertError] = []
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            found.extend(_leaves(error))
+        else:
+            found.append(error)
+    return found
+
+
+def main_entry() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        # A file name that is not UTF-8 is printed escaped, not a UnicodeEncodeError.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``inert ledger | head``): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
+    except KeyboardInterrupt:
+        print("inert: interrupted", file=sys.stderr)
+        status = 130
+    except Exception as error:
+        # Every failure an input can cause is an InertError; anything else is a bug, said in
+        # one line rather than a traceback.
+        print(
+            f"inert: internal error, a bug of inert ({type(error).__name__}: {_one_line(error)})",
+            file=sys.stderr,
+        )
+        status = 70
+    sys.exit(status)

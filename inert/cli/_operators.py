@@ -1,0 +1,161 @@
+"""The commands of people: ``cancel-turn``, ``confirm`` and ``deny`` for a turn's principal,
+``control`` for operators.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..actors import TERMINAL_PHASES
+from ..events import (
+    CallKey,
+    RefusedError,
+    TurnRef,
+)
+from ..projections import LedgerRow
+from ..runtime._runtime import Runtime
+from ._common import runtime_on, settle_within
+from ._tables import Keys, key_part
+
+# --- cancel-turn -----------------------------------------------------------------------------
+
+
+def turn_rows(runtime: Runtime, turn: TurnRef) -> dict[CallKey, LedgerRow]:
+    return {row.key: row for row in runtime.projections.ledger.rows() if row.key.turn_ref == turn}
+
+
+async def cancel_turn_command(url: str, turn: TurnRef, *, principal: str, reason: str) -> None:
+    async with runtime_on(url) as runtime:
+        await settle_within(runtime)
+        before = turn_rows(runtime, turn)
+        await runtime.cancel_turn(turn, principal=principal, reason=reason)
+        await settle_within(runtime)
+        after = turn_rows(runtime, turn)
+    cancelled = [
+        key
+        for key, row in after.items()
+        if row.state == "cancelled" and (key not in before or before[key].state != "cancelled")
+    ]
+    ended = sum(1 for row in before.values() if row.state in TERMINAL_PHASES)
+    shown = Keys(after)
+    noun = "call" if len(cancelled) == 1 else "calls"
+    print(
+        f"turn {key_part(turn.tenant)}/{key_part(turn.conversation)}/{key_part(turn.turn)}"
+        " cancelled"
+        f" for {principal}: {len(cancelled)} {noun} of its {len(after)} cancelled"
+        f" ({ended} had ended before)"
+    )
+    for key in cancelled:
+        print(f"  cancelled  {shown.show(key)}  {after[key].tool}")
+
+
+# --- operators ---------------------------------------------------------------------------------
+
+OPERATORS_VARIABLE = "INERT_OPERATORS"
+"""The environment variable naming the principals with the operator role, comma separated."""
+
+
+def _operators() -> frozenset[str]:
+    return frozenset(
+        name.strip() for name in os.environ.get(OPERATORS_VARIABLE, "").split(",") if name.strip()
+    )
+
+
+async def control_command(
+    url: str, action: str, target: str, *, tenant: str | None, operator: str, reason: str
+) -> None:
+    operators = _operators()
+    if not operators:
+        raise RefusedError(
+            f"no operator is configured: {OPERATORS_VARIABLE} names the operator principals"
+        )
+    async with runtime_on(url, operators=operators) as runtime:
+        await settle_within(runtime)
+        match action:
+            case "quarantine-response":
+                position = await runtime.quarantine_response(
+                    target, tenant=tenant, operator=operator, reason=reason
+                )
+            case "disable-tool":
+                position = await runtime.disable_tool(
+                    target, tenant=tenant, operator=operator, reason=reason
+                )
+            case "enable-tool":
+                position = await runtime.enable_tool(
+                    target, tenant=tenant, operator=operator, reason=reason
+                )
+            case "stop-tenant":
+                position = await runtime.stop_tenant(target, operator=operator, reason=reason)
+            case _:
+                position = await runtime.resume_tenant(target, operator=operator, reason=reason)
+        await settle_within(runtime)
+        [entry] = [e for e in runtime.projections.audit.entries() if e.position == position]
+    ended = len(entry.ended)
+    print(
+        f"{action} {target} by {operator} at position {position}:"
+        f" {ended} {'call' if ended == 1 else 'calls'} ended"
+    )
+    for key in entry.ended:
+        print(f"  ended  {Keys(entry.ended).show(key)}")
+
+
+# --- confirm and deny ------------------------------------------------------------------------
+
+
+def _call_of_turn(runtime: Runtime, turn: TurnRef, call_id: str, response: str | None) -> CallKey:
+    """The one call of the turn with this provider call id (and response, where given)."""
+    keys = [
+        key
+        for key in turn_rows(runtime, turn)
+        if key.call == call_id and (response is None or key.response == response)
+    ]
+    if not keys:
+        raise RefusedError(f"turn {turn.stream!r} has no call {call_id!r}")
+    if len(keys) > 1:
+        responses = ", ".join(sorted(key.response for key in keys))
+        raise RefusedError(
+            f"{len(keys)} calls of turn {turn.stream!r} have call id {call_id!r} (responses"
+            f" {responses}): name one with --response"
+        )
+    return keys[0]
+
+
+async def confirm_command(
+    url: str,
+    turn: TurnRef,
+    *,
+    call_id: str,
+    response: str | None,
+    principal: str,
+    arguments_digest: str | None,
+) -> None:
+    async with runtime_on(url) as runtime:
+        await settle_within(runtime)
+        key = _call_of_turn(runtime, turn, call_id, response)
+        pending = await runtime.pending_confirmation(key)
+        if pending is None:
+            row = runtime.projections.ledger.row(key)
+            state = "unknown" if row is None else row.state
+            raise RefusedError(f"call {key.stream!r} is not waiting for a confirmation ({state})")
+        # A digest given is the one the person was shown: the confirmation binds that one, and
+        # the call's actor refuses it if the arguments are not those.
+        digest = arguments_digest or pending.arguments_digest
+        await runtime.confirm(key, principal=principal, arguments_digest=digest)
+        await settle_within(runtime)
+    print(
+        f"confirmed {Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
+        f" {digest}; the call is ready to run"
+    )
+
+
+async def deny_command(
+    url: str, turn: TurnRef, *, call_id: str, response: str | None, principal: str, reason: str
+) -> None:
+    async with runtime_on(url) as runtime:
+        await settle_within(runtime)
+        key = _call_of_turn(runtime, turn, call_id, response)
+        await runtime.deny(key, principal=principal, reason=reason)
+        await settle_within(runtime)
+        row = runtime.projections.ledger.row(key)
+    state = "-" if row is None else row.state
+    print(f"denied {Keys([key]).show(key)} for {principal}: the call is {state}, it never runs")

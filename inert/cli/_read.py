@@ -1,0 +1,140 @@
+"""The commands that read a log: ``ledger``, ``replay``, ``verify`` and ``audit``."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from ..actors import CallFold, Phase
+from ..events import (
+    EventRejected,
+    LogError,
+)
+from ..log import open_log
+from ..projections import JSON, Projections
+from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
+from ._common import fold_log
+from ._tables import Keys, ledger_json, ledger_table, text_table
+
+# --- ledger ----------------------------------------------------------------------------------
+
+
+async def ledger_command(url: str, *, as_json: bool, history: bool) -> None:
+    projections = Projections()
+    await fold_log(url, projections.apply)
+    if as_json:
+        for entry in ledger_json(projections.ledger, history=history):
+            print(json.dumps(entry, ensure_ascii=False))
+    else:
+        for line in ledger_table(projections.ledger, history=history):
+            print(line)
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+async def replay_command(url: str, *, as_json: bool) -> None:
+    fold = CallFold(live=False)
+    projections = Projections()
+    kinds: Counter[str] = Counter()
+    events = await fold_log(
+        url, fold.apply, projections.apply, lambda recorded: kinds.update((recorded.event_type,))
+    )
+    rejections = kinds[EventRejected.TAG]
+    # A key that only ever had events rejected stays absent: it is no call.
+    phases = Counter(record.state.phase for record in fold.records.values())
+    states: dict[str, JSON] = {
+        phase.value: phases[phase] for phase in Phase if phase in phases and phase != Phase.ABSENT
+    }
+    summary: dict[str, JSON] = {
+        "events": events,
+        "calls": sum(phases.values()) - phases[Phase.ABSENT],
+        "states": states,
+        "ready": len(projections.queue),
+        "rejections": rejections,
+        "digest": projections.digest(),
+    }
+    if as_json:
+        print(json.dumps(summary))
+        return
+    print(f"replayed {events} events; every decision found in the log was made again")
+    print(f"calls       {summary['calls']}")
+    for state, count in states.items():
+        print(f"  {state:<18} {count}")
+    print(f"ready       {summary['ready']}")
+    print(f"rejections  {rejections}")
+    print(f"digest {summary['digest']}")
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+
+async def verify_command(url: str, *, as_json: bool) -> None:
+    async with open_log(url, create=False) as log:
+        found = await verify_log(log)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "events": found.events,
+                    "ok": found.ok,
+                    "replayed": found.replayed,
+                    "digest": found.digest,
+                    "problems": [
+                        {"position": problem.position, "problem": problem.what}
+                        for problem in found.problems
+                    ],
+                },
+                ensure_ascii=False,
+            )
+        )
+    else:
+        for problem in found.problems:
+            print(problem)
+    if not found.ok:
+        more = " (the first of them)" if len(found.problems) >= DEFAULT_MAX_PROBLEMS else ""
+        count = len(found.problems)
+        raise LogError(
+            f"the log failed verification: {count} problem{'' if count == 1 else 's'}{more} in"
+            f" {found.events} events read"
+        )
+    if not as_json:
+        print(
+            f"verified {found.events} events: the storage's own checks, every row's position and"
+            " checksum, and a replay of every decision and what it implies"
+        )
+        print(f"digest {found.digest}")
+
+
+async def audit_command(url: str, *, as_json: bool) -> None:
+    projections = Projections()
+    await fold_log(url, projections.apply)
+    entries = projections.audit.entries()
+    if as_json:
+        for entry in entries:
+            print(json.dumps(entry.to_json(), ensure_ascii=False))
+        return
+    if not entries:
+        print("(no controls)")
+        return
+    cells = [
+        [
+            f"@{entry.position}",
+            entry.recorded_at,
+            entry.control.removeprefix("operator."),
+            ", ".join(f"{name} {value}" for name, value in entry.scope.items() if value),
+            entry.operator,
+            entry.reason,
+            str(len(entry.ended)),
+        ]
+        for entry in entries
+    ]
+    header = ("", "recorded at", "control", "scope", "operator", "reason", "calls ended")
+    for line in text_table(header, cells, {6}):
+        print(line)
+    for entry in entries:
+        ledger = projections.ledger
+        for key in entry.ended:
+            row = ledger.row(key)
+            state = "-" if row is None else f"{row.state} {row.terminal_reason}"
+            print(f"@{entry.position} ended {Keys([key]).show(key)}: {state}")

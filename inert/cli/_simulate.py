@@ -1,0 +1,103 @@
+"""``inert simulate``: the deterministic simulator and its invariant checker, from the command
+line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
+from ._arguments import MAX_KEYS, MAX_SEEDS, MAX_WORKERS, count_argument, text_argument
+
+
+def simulate_command(arguments: argparse.Namespace) -> None:
+    if arguments.list_plants:
+        for name in PLANTS:
+            print(f"{name}: {plant_description(name)}")
+        return
+    if arguments.plant is not None:
+        plant_description(arguments.plant)
+    results = simulate_many(
+        range(arguments.seed, arguments.seed + arguments.seeds),
+        keys=arguments.keys,
+        plant=arguments.plant,
+        retention=arguments.retention,
+        workers=arguments.workers,
+    )
+    for result in results:
+        if arguments.json:
+            print(
+                json.dumps(
+                    {
+                        "seed": result.seed,
+                        "keys": result.keys,
+                        "plant": result.plant,
+                        "retention": result.retention,
+                        "steps": result.steps,
+                        "actions": result.actions,
+                        "restarts": result.restarts,
+                        "states": result.states,
+                        "log_hash": result.log_hash,
+                        "violations": [
+                            {
+                                "invariant": violation.invariant,
+                                "key": violation.key,
+                                "position": violation.position,
+                                "detail": violation.detail,
+                            }
+                            for violation in result.violations
+                        ],
+                        "command": result.command,
+                    },
+                    sort_keys=True,
+                )
+            )
+            continue
+        for violation in result.violations:
+            print(f"seed {result.seed}: {violation.line()}")
+        if result.violations:
+            print(f"seed {result.seed}: replay it with: {result.command}")
+    steps = sum(result.steps for result in results)
+    found = sum(len(result.violations) for result in results)
+    summary = (
+        f"{len(results)} seeds run twice, {arguments.keys} call keys each:"
+        f" {steps:,} steps checked, {found} violations"
+    )
+    print(summary, file=sys.stderr if arguments.json else sys.stdout)
+    failed = [result for result in results if result.violations]
+    if failed:
+        raise SimulationFailed(
+            f"{found} violations in {len(failed)} of {len(results)} seeds; replay the first"
+            f" with: {failed[0].command}"
+        )
+
+
+def simulate_arguments(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--seeds", type=count_argument(MAX_SEEDS), default=1, help="how many seeds (default 1)"
+    )
+    sub.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    sub.add_argument(
+        "--keys",
+        type=count_argument(MAX_KEYS),
+        default=200,
+        help="concurrent call keys per seed (default 200)",
+    )
+    sub.add_argument(
+        "--plant", metavar="NAME", type=text_argument, help="plant a bug (see --list-plants)"
+    )
+    sub.add_argument("--list-plants", action="store_true", help="list the bugs that can be planted")
+    sub.add_argument(
+        "--retention",
+        choices=sorted(RETENTIONS),
+        default="default",
+        help="the runtime's retention policy (default: the runtime's own)",
+    )
+    sub.add_argument(
+        "--workers",
+        type=count_argument(MAX_WORKERS),
+        default=1,
+        help="processes running seeds (default 1)",
+    )
+    sub.add_argument("--json", action="store_true", help="one JSON object per seed")

@@ -1,0 +1,168 @@
+"""Calls and ledgers as a person reads them: keys shortened where they can be, aligned tables, JSON.
+
+Nothing shown carries an argument value: calls are shown by key, tool, counts, sizes, reasons
+and digests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from urllib.parse import quote
+
+from ..events import (
+    CallKey,
+)
+from ..projections import JSON, Ledger, LedgerRow, Transition
+from ._common import KEY_FIELDS
+
+# --- showing keys and tables -----------------------------------------------------------------
+
+
+def key_part(value: str) -> str:
+    # Percent-encoded like stream names, so that a "/" inside an identity cannot be misread.
+    return quote(value, safe="")
+
+
+class Keys:
+    """How call keys are shown: the leading identities every key shares are named once."""
+
+    def __init__(self, keys: Iterable[CallKey]) -> None:
+        keys = list(keys)
+        self.shared: list[tuple[str, str]] = []
+        for name in ("tenant", "conversation"):
+            values = {getattr(key, name) for key in keys}
+            if len(values) != 1:
+                break
+            self.shared.append((name, values.pop()))
+        self.fields = KEY_FIELDS[len(self.shared) :]
+
+    def show(self, key: CallKey) -> str:
+        return "/".join(key_part(getattr(key, name)) for name in self.fields)
+
+    def legend(self) -> str:
+        """For instance ``tenant acme; calls shown as conversation/turn/response/item/call``."""
+        shared = ", ".join(f"{name} {key_part(value)}" for name, value in self.shared)
+        shown = f"calls shown as {'/'.join(self.fields)}"
+        return f"{shared}; {shown}" if shared else shown
+
+
+def text_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]
+) -> list[str]:
+    """Aligned columns (numbers to the right), two spaces apart, under a header line."""
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(width) if column in numeric else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), *(line(row) for row in rows)]
+
+
+LEDGER_HEADER = (
+    "call",
+    "tool",
+    "state",
+    "fragments",
+    "bytes",
+    "terminal event",
+    "reason",
+    "parse",
+    "validation",
+    "dispatch",
+    "outcome",
+)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def ledger_cells(keys: Keys, row: LedgerRow) -> list[str]:
+    return [
+        keys.show(row.key),
+        _cell(row.tool),
+        row.state,
+        str(row.fragments),
+        str(row.bytes),
+        _cell(row.terminal_event),
+        _cell(row.terminal_reason),
+        _cell(row.parse),
+        _cell(row.validation),
+        row.dispatch,
+        _cell(row.outcome),
+    ]
+
+
+def _history_keys(ledger: Ledger) -> list[CallKey]:
+    """Every key with a row or a transition, in the order it first appeared."""
+    keys = dict.fromkeys(ledger.histories())
+    keys.update(dict.fromkeys(row.key for row in ledger.rows()))
+    return list(keys)
+
+
+def _transition_cells(step: Transition) -> list[str]:
+    return [f"@{step.position}", step.event_type, _cell(step.state), step.detail]
+
+
+def ledger_table(ledger: Ledger, *, history: bool = False) -> list[str]:
+    """The ledger as lines a person reads: a legend, a header and one line per call key.
+
+    With ``history``, each key's transitions follow it, indented, and keys that only have
+    rejected events (no row) are listed too.
+    """
+    rows = ledger.rows()
+    keys = _history_keys(ledger) if history else [row.key for row in rows]
+    if not keys:
+        return ["(no calls)"]
+    shown = Keys(keys)
+    by_key = {row.key: row for row in rows}
+    cells = [
+        ledger_cells(shown, by_key[key])
+        if key in by_key
+        else [shown.show(key), "-", "(no call: only rejected events)", *[""] * 8]
+        for key in keys
+    ]
+    table = text_table(LEDGER_HEADER, cells, {3, 4})
+    lines = [shown.legend(), table[0]]
+    histories = ledger.histories() if history else {}
+    steps = [_transition_cells(step) for key in keys for step in histories.get(key, [])]
+    # One table for every transition, so that their columns line up under all the calls.
+    indented = iter(text_table(("", "", "", ""), steps, {0})[1:])
+    for key, line in zip(keys, table[1:], strict=True):
+        lines.append(line)
+        lines.extend("      " + next(indented) for _ in histories.get(key, []))
+    return lines
+
+
+def key_json(key: CallKey) -> dict[str, JSON]:
+    return {name: getattr(key, name) for name in KEY_FIELDS}
+
+
+def ledger_json(ledger: Ledger, *, history: bool) -> list[dict[str, JSON]]:
+    if not history:
+        return [row.to_json() for row in ledger.rows()]
+    by_key = {row.key: row for row in ledger.rows()}
+    histories = ledger.histories()
+    objects: list[dict[str, JSON]] = []
+    for key in _history_keys(ledger):
+        row = by_key.get(key)
+        # A key with only rejected events has no row: its columns are null.
+        entry = row.to_json() if row is not None else _row_of_nothing(key)
+        entry["history"] = [step.to_json() for step in histories.get(key, [])]
+        objects.append(entry)
+    return objects
+
+
+def _row_of_nothing(key: CallKey) -> dict[str, JSON]:
+    """The columns of a key without a row: its identities, and null for everything else."""
+    columns = LedgerRow.opened(key, tool="", fragments=0, size=0).to_json()
+    return {name: (value if name in KEY_FIELDS else None) for name, value in columns.items()}
+
+
+def times_text(count: int) -> str:
+    """How many times, as a sentence says it."""
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
