@@ -17,8 +17,8 @@ from ..events import (
     RefusedError,
 )
 from ..log import Log, open_log
+from ..runtime import Runtime, open_runtime, trio_clock
 from ..runtime._peers import DEFAULT_LEASE_TIME
-from ..runtime._runtime import Runtime, open_runtime, trio_clock
 
 READ_PAGE = 1024
 """Events read from the log at a time."""

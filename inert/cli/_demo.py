@@ -24,7 +24,7 @@ from ..events import (
     TurnRef,
 )
 from ..log import open_log
-from ..runtime._runtime import Runtime, open_runtime
+from ..runtime import Runtime, open_runtime
 from ._common import EXECUTOR
 from ._execute import Recorder, execute_ready, execution_lines
 from ._tables import Keys, ledger_table, times_text

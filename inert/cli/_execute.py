@@ -12,7 +12,7 @@ from ..events import (
     TurnRef,
 )
 from ..projections import JSON
-from ..runtime._runtime import Dispatch, Runtime
+from ..runtime import Dispatch, Runtime
 from ._common import EXECUTOR, runtime_on, settle_within
 from ._tables import Keys, key_json, text_table, times_text
 

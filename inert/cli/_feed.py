@@ -15,7 +15,7 @@ from ..events import (
     RefusedError,
     TurnRef,
 )
-from ..runtime._runtime import Runtime
+from ..runtime import Runtime
 from ..tracing import IncomingTrace, read_trace_headers
 from ._common import runtime_on, settle_within
 from ._execute import Recorder, execute_ready, execution_lines

@@ -13,7 +13,7 @@ from ..events import (
     TurnRef,
 )
 from ..projections import LedgerRow
-from ..runtime._runtime import Runtime
+from ..runtime import Runtime
 from ._common import runtime_on, settle_within
 from ._tables import Keys, key_part
 

@@ -5,18 +5,11 @@ recovery, processes sharing a log, retention, retirement, snapshots)."""
 from typing import TYPE_CHECKING
 
 from ._asyncio import AsyncioRuntime, open_asyncio_runtime
+from ._boundary import Dispatch, Executor, OperatorAuthorizer, PendingConfirmation, ReadyCall
 from ._collector import CollectorSettings
+from ._open import open_runtime
 from ._retention import Retention
-from ._runtime import (
-    Dispatch,
-    Executor,
-    OperatorAuthorizer,
-    PendingConfirmation,
-    ReadyCall,
-    Runtime,
-    open_runtime,
-    trio_clock,
-)
+from ._runtime import Runtime, trio_clock
 
 __all__ = [
     "AsyncioRuntime",

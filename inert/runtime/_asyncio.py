@@ -18,7 +18,9 @@ import trio
 from outcome import Outcome
 
 from ..events import CallKey, Event, InertError, TurnRef
-from ._runtime import Dispatch, PendingConfirmation, ReadyCall, Runtime, open_runtime
+from ._boundary import Dispatch, PendingConfirmation, ReadyCall
+from ._open import open_runtime
+from ._runtime import Runtime
 
 T = TypeVar("T")
 

@@ -43,7 +43,7 @@ from ..events import CallKey, ConfigurationError, LogError, RecordedEvent
 from ..log import Log
 from ..log._postgres import public_url
 from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, LedgerRow
-from ._runtime import _sole_inert_error
+from ._open import sole_inert_error
 
 DEFAULT_TABLE = "ledger_rows"
 DEFAULT_SCHEMA = "inert"
@@ -480,6 +480,6 @@ async def materialize_ledger(
             finally:
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        raise _sole_inert_error(group) from None
+        raise sole_inert_error(group) from None
     if body_error is not None:
         raise body_error

@@ -21,20 +21,15 @@ dispatched again; terminal calls stay terminal.
 from __future__ import annotations
 
 import contextlib
-import math
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import trio
 import trio.lowlevel
-from attrs import frozen
-from opentelemetry.trace import TracerProvider
 
 from ..actors import (
-    DEFAULT_LIMITS,
     CallFold,
     CallLimits,
     CallRouter,
@@ -46,8 +41,6 @@ from ..actors import (
 from ..actors._arguments import ParsedArguments
 from ..actors._call import refused_whatever_comes
 from ..actors._fold import ResumedState
-from ..actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
-from ..actors._tools import Check
 from ..adapters import ResumedCall
 from ..events import (
     CallDispatched,
@@ -55,7 +48,6 @@ from ..events import (
     CallValidated,
     ClaimRefused,
     ClaimRequested,
-    ConfigurationError,
     ConfirmationDenied,
     ConfirmationGiven,
     ConfirmationRefused,
@@ -66,7 +58,6 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
-    InertError,
     ProcessHeartbeat,
     RecordedEvent,
     RefusedError,
@@ -87,15 +78,13 @@ from ..events import (
     control_stream,
     process_stream,
 )
-from ..log import NO_STREAM, Log, NewEvent, StoredSnapshot, new_event_id, open_log
+from ..log import NO_STREAM, Log, NewEvent, StoredSnapshot, new_event_id
 from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
 from ..tracing import CallSpans, IncomingTrace
-from . import _collector
-from ._collector import DEFAULT_COLLECTOR, CollectorSettings
+from ._boundary import Dispatch, Executor, OperatorAuthorizer, PendingConfirmation, ReadyCall
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
-from ._retirement import retire_idle_turns
 from ._snapshot import (
     DEFAULT_SNAPSHOT_EVERY,
     Configuration,
@@ -105,64 +94,6 @@ from ._snapshot import (
     restore,
     stamp,
 )
-
-
-@frozen(kw_only=True)
-class Dispatch:
-    """What an executor receives: one claimed call, complete and immutable.
-
-    ``key`` doubles as the idempotency key of the action; ``arguments`` are the parsed,
-    validated arguments, read back from the log, as a read-only mapping.
-    """
-
-    key: CallKey
-    turn: TurnRef
-    tenant: str
-    principal: str
-    tool: str
-    tool_digest: str
-    arguments: Mapping[str, Any]
-    arguments_digest: str
-    claim_id: str
-    executor: str
-    trace: TraceContext | None = None
-
-
-Executor = Callable[[Dispatch], Awaitable[object]]
-
-
-@frozen(kw_only=True)
-class ReadyCall:
-    """A call an executor may claim: who asked for what, without the arguments themselves.
-
-    The arguments come only with the ``Dispatch`` a successful claim returns.
-    """
-
-    key: CallKey
-    turn: TurnRef
-    tenant: str
-    principal: str
-    tool: str
-    arguments_digest: str
-
-
-@frozen(kw_only=True)
-class PendingConfirmation:
-    """What the person is asked to confirm: the call, the tool, the validated arguments (a
-    read-only mapping, to show them; inert never logs them) and their exact digest."""
-
-    key: CallKey
-    principal: str
-    tool: str
-    tool_digest: str
-    arguments: Mapping[str, Any]
-    arguments_digest: str
-    expires_at: datetime
-
-
-OperatorAuthorizer = Callable[[str], bool]
-"""Whether an operator principal holds the operator role (the operators' own authentication is
-the embedding server's; this decides what an authenticated principal may do)."""
 
 
 class _Request:
@@ -956,181 +887,3 @@ class ReadyCalls:
                 if ready is not None:
                     return ready
             await runtime._changed.wait()
-
-
-@asynccontextmanager
-async def open_runtime(
-    *,
-    log: str | Log,
-    tools: Iterable[ToolDeclaration] = (),
-    check: Check | None = None,
-    limits: CallLimits = DEFAULT_LIMITS,
-    validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
-    inbox_size: int = DEFAULT_INBOX_SIZE,
-    operators: OperatorAuthorizer | Iterable[str] = (),
-    ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
-    retention: Retention = DEFAULT_RETENTION,
-    process: str | None = None,
-    lease_time: float = DEFAULT_LEASE_TIME,
-    tracer_provider: TracerProvider | None = None,
-    collector: CollectorSettings | None = DEFAULT_COLLECTOR,
-    held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-    snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-) -> AsyncIterator[Runtime]:
-    """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
-
-    ``check`` validates each call further once its declaration is known (business rules,
-    permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay never
-    asks again. ``operators`` says who holds the operator role: a function of the operator
-    principal, or the principals themselves (none by default: every control is refused). The ledger
-    keeps a finished call's row ``ledger_horizon`` (30 days) after it finished, by the log's times,
-    and a turn idle that long is retired (see :mod:`inert.runtime._retirement`). ``inbox_size``
-    bounds the work waiting for one call's actor (at least 1; the router waits when it is full).
-    ``retention`` says which argument payloads are redacted from the log once nothing can need them
-    (by default fragments and validated arguments, see :class:`Retention`). Where several runtime
-    processes share one log, each names itself (``process``): it owns the turns it starts, and
-    takes over the turns of a process silent for ``lease_time`` seconds (see
-    :mod:`inert.runtime._peers`). With a ``tracer_provider`` (OpenTelemetry), turns, calls,
-    validations, confirmations, dispatches and controls become spans, made from the log once the
-    runtime is live, never on replay. The garbage collector is set as ``collector`` says (higher
-    thresholds from the start; the objects alive frozen once a snapshot is loaded and once
-    everything is rebuilt from the log; ``None`` leaves it alone, see
-    :mod:`inert.runtime._collector`); the runtime stops when the block ends. Fragments fed are held
-    for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of fragments waits
-    until the writer has made room. Every ``snapshot_every`` events folded (and once after a
-    restart that folded at least that many), the runtime writes a snapshot of its state beside the
-    log, and a restart starts from the newest one its code and configuration made (``None``: never;
-    see :mod:`inert.runtime._snapshot`). A request the runtime makes of a call's actor (a claim, a
-    confirmation, a denial) or of its own fold (catching up before a control or a confirmation)
-    that is not answered within ``request_timeout`` seconds (30, three lease times) raises
-    ``RequestTimedOut``, naming what was not answered and why.
-    """
-    for name, seconds in (
-        ("validation_timeout", validation_timeout),
-        ("lease_time", lease_time),
-        ("request_timeout", request_timeout),
-    ):
-        # Written so that NaN fails too.
-        if not 0 < seconds < math.inf:
-            raise ConfigurationError(
-                f"{name} must be a positive, finite number of seconds, not {seconds}"
-            )
-    if held_bytes < 1:
-        raise ConfigurationError(f"held_bytes must be at least 1, not {held_bytes}")
-    if snapshot_every is not None and snapshot_every < 1:
-        raise ConfigurationError(f"snapshot_every must be at least 1 or None, not {snapshot_every}")
-    if inbox_size < 1:
-        raise ConfigurationError(f"inbox_size must be at least 1, not {inbox_size}")
-    registry = ToolRegistry(tools, check=check)
-    authorizer = operators if callable(operators) else frozenset(operators).__contains__
-    async with AsyncExitStack() as stack:
-        opened = (
-            log
-            if isinstance(log, Log)
-            else await stack.enter_async_context(open_log(log, clock=trio_clock()))
-        )
-        runtime = Runtime(
-            opened,
-            registry,
-            limits,
-            ledger_horizon=ledger_horizon,
-            retention=retention,
-            process=process,
-            lease_time=lease_time,
-            held_bytes=held_bytes,
-            snapshot_every=snapshot_every,
-            validation_timeout=validation_timeout,
-            inbox_size=inbox_size,
-            request_timeout=request_timeout,
-        )
-        runtime.operators = authorizer
-        if tracer_provider is not None:
-            runtime.spans = CallSpans(tracer_provider.get_tracer("inert"))
-        async with _run(runtime, collector) as running:
-            yield running
-
-
-@asynccontextmanager
-async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
-    if collector is None:
-        async with _running(runtime, None) as running:
-            yield running
-        return
-    _collector.apply(collector)
-    try:
-        async with _running(runtime, collector) as running:
-            yield running
-    finally:
-        _collector.restore()
-
-
-@asynccontextmanager
-async def _running(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
-    await runtime._restore()
-    if collector is not None:
-        _collector.freeze(collector)
-    await runtime._router.catch_up()
-    await runtime._snapshot_replay()
-    body_error: BaseException | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(runtime._router.run, nursery)
-            nursery.start_soon(runtime._ingress.run)
-            nursery.start_soon(runtime._retain)
-            nursery.start_soon(runtime._write_snapshots)
-            if runtime._horizon is not None:
-                nursery.start_soon(
-                    retire_idle_turns,
-                    runtime.log,
-                    runtime._fold,
-                    runtime._horizon,
-                    runtime._caught_up,
-                )
-            if runtime.peers is not None:
-                nursery.start_soon(runtime._keep_company, runtime.peers)
-            try:
-                # What replaying the log heard made no spans: from here on, events are new.
-                runtime._live = True
-                await runtime._recover()
-                if collector is not None:
-                    _collector.freeze(collector)
-                yield runtime
-            except BaseException as error:
-                body_error = error
-            finally:
-                with trio.CancelScope(shield=True):
-                    # A clean stop writes the fragments fed: only a crash loses them.
-                    await runtime._ingress.drain()
-                if runtime.spans is not None:
-                    runtime.spans.close(runtime.log.now())
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        stopped = _sole_inert_error(group)
-        if body_error is None or isinstance(body_error, trio.Cancelled):
-            raise stopped from None
-        # The block failed too (its own error, or a write of the runtime's start, such as an
-        # unknown outcome it records): both are said, neither is lost.
-        raise BaseExceptionGroup(
-            "the runtime stopped, and the block it ran failed", [stopped, body_error]
-        ) from None
-    if body_error is not None:
-        raise body_error
-
-
-def _sole_inert_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one ``InertError`` that stopped the runtime's tasks, else the group as it is.
-
-    An actor that cannot write (a storage failure, another writer on its stream) or a replay
-    that diverges stops the runtime; its error is raised as itself, not inside a group.
-    """
-    errors = [error for error in _leaves(group) if not isinstance(error, trio.Cancelled)]
-    if len(errors) == 1 and isinstance(errors[0], InertError):
-        return errors[0]
-    return group
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]

@@ -62,9 +62,9 @@ from ..events import (
 from ..log import MemoryLog, MemoryStore, NewEvent
 from ..log._records import StoredRecord, decode_record
 from ..projections import DEFAULT_LEDGER_HORIZON, Projections
+from ..runtime import Runtime, open_runtime
 from ..runtime._collector import CollectorSettings
 from ..runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
-from ..runtime._runtime import Runtime, open_runtime
 from ._checker import Observation, Violation, check_log
 from ._plants import planted
 from ._workload import (
