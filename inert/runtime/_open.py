@@ -34,6 +34,7 @@ from ._boundary import OperatorAuthorizer
 from ._collector import DEFAULT_COLLECTOR, CollectorSettings
 from ._ingress import DEFAULT_MAX_PENDING_BYTES
 from ._peers import DEFAULT_LEASE_TIME
+from ._recovery import keep_company, recover
 from ._retention import DEFAULT_RETENTION, Retention
 from ._retirement import retire_idle_turns
 from ._runtime import DEFAULT_REQUEST_TIMEOUT, Runtime, trio_clock
@@ -155,14 +156,14 @@ async def _running(runtime: Runtime, collector: CollectorSettings | None) -> Asy
     if collector is not None:
         _collector.freeze(collector)
     await runtime._router.catch_up()
-    await runtime._snapshot_replay()
+    await runtime._snapshots.after_replay(runtime._router.position, runtime.restored_from)
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
             nursery.start_soon(runtime._ingress.run)
             nursery.start_soon(runtime._retain)
-            nursery.start_soon(runtime._write_snapshots)
+            nursery.start_soon(runtime._snapshots.write_taken)
             if runtime._horizon is not None:
                 nursery.start_soon(
                     retire_idle_turns,
@@ -172,11 +173,11 @@ async def _running(runtime: Runtime, collector: CollectorSettings | None) -> Asy
                     runtime._caught_up,
                 )
             if runtime.peers is not None:
-                nursery.start_soon(runtime._keep_company, runtime.peers)
+                nursery.start_soon(keep_company, runtime, runtime.peers)
             try:
                 # What replaying the log heard made no spans: from here on, events are new.
                 runtime._live = True
-                await runtime._recover()
+                await recover(runtime)
                 if collector is not None:
                     _collector.freeze(collector)
                 yield runtime

@@ -7,20 +7,14 @@ executor takes ready calls, claims each through its actor, runs it and reports t
 
 A runtime writes a snapshot of what it rebuilt every ``snapshot_every`` events it folds, and a
 restart loads the newest one that its code and configuration made and folds only the events
-after it (see :mod:`inert.runtime._snapshot`).
+after it (see :mod:`inert.runtime._snapshotting`).
 
-Restart: calls that were assembling when the previous process stopped cannot be fed any more
-(their stream went with it) and are cancelled with ``connection_lost``, unless their stream was
-recorded as lost and resumable once (a background response): then it is lost and resumable
-again, after the sequence that first loss recorded, and ``resumable_calls`` gives its calls as
-they were then, so that the continuation sends again what the stopped process fed and never
-wrote. A dispatched call without an outcome is recorded as ``outcome_unknown`` and never
-dispatched again; terminal calls stay terminal.
+What a restart finishes, and what processes sharing the log do for each other, is
+:mod:`inert.runtime._recovery`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -57,15 +51,12 @@ from ..events import (
     EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
-    ExecutionOutcomeUnknown,
-    ProcessHeartbeat,
     RecordedEvent,
     RefusedError,
     RequestRefused,
     RequestTimedOut,
     ResponseQuarantined,
     ResponseRef,
-    StreamLost,
     TenantResumed,
     TenantStopped,
     ToolDisabled,
@@ -76,33 +67,22 @@ from ..events import (
     TurnRef,
     TurnStarted,
     control_stream,
-    process_stream,
 )
-from ..log import NO_STREAM, Log, NewEvent, StoredSnapshot, new_event_id
+from ..log import NO_STREAM, Log, NewEvent, new_event_id
 from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
 from ..tracing import CallSpans, IncomingTrace
 from ._boundary import Dispatch, Executor, OperatorAuthorizer, PendingConfirmation, ReadyCall
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
+from ._requests import Requests
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from ._snapshot import (
     DEFAULT_SNAPSHOT_EVERY,
     Configuration,
     RuntimeState,
-    SnapshotUnusable,
-    capture,
-    restore,
     stamp,
 )
-
-
-class _Request:
-    """A request addressed to a call's actor, and the decisions that answered it."""
-
-    def __init__(self) -> None:
-        self.position = 0
-        self.answer: list[Event] = []
-        self.done = trio.Event()
+from ._snapshotting import Snapshots
 
 
 def trio_clock() -> Callable[[], datetime]:
@@ -153,10 +133,9 @@ class Runtime:
         self.projections = Projections(ledger_horizon=ledger_horizon)
         self._fold = CallFold(limits, process=process)
         self._router = CallRouter(
-            log, self._fold, registry.validate, listener=self._heard, **router_options
+            log, self._fold, registry.validate, listener=self._fan_out, **router_options
         )
-        self._requests: dict[str, _Request] = {}
-        self._answers: dict[int, _Request] = {}
+        self._requests = Requests()
         self._ingress = Ingress(log, max_pending_bytes=held_bytes, refused=self._refusal)
         # Claims whose outcome was reported, with their call, until the fold forgets the call
         # (a report of a forgotten call is refused as one that was never dispatched).
@@ -170,19 +149,21 @@ class Runtime:
         self._retention = RetentionPlan(retention)
         self._retention_due = trio.Event()
         self._redacting = False
-        self._snapshot_every = snapshot_every
-        self._snapshot_stamp = stamp(
-            Configuration(
-                limits=limits,
-                ledger_horizon=ledger_horizon,
-                retention=retention,
-                process=process,
-                lease_time=lease_time,
-            )
+        self._snapshots = Snapshots(
+            log,
+            every=snapshot_every,
+            stamp=stamp(
+                Configuration(
+                    limits=limits,
+                    ledger_horizon=ledger_horizon,
+                    retention=retention,
+                    process=process,
+                    lease_time=lease_time,
+                )
+            ),
+            name=process or "",
+            state=self._state_at,
         )
-        self._snapshot_due = snapshot_every or 0
-        self._snapshot: StoredSnapshot | None = None
-        self._snapshot_taken = trio.Event()
         self.restored_from: int | None = None
         """The position of the snapshot this runtime started from (``None``: the whole log)."""
 
@@ -203,33 +184,28 @@ class Runtime:
 
     # --- the log, as the router hears it ---
 
-    def _heard(self, recorded: RecordedEvent) -> None:
+    def _fan_out(self, recorded: RecordedEvent) -> None:
+        """Hand a record the fold has folded to every consumer of the runtime, in this order:
+        the projections first (the others read them), the change announced once all is done."""
         self.projections.apply(recorded)
         if self.peers is not None:
             self.peers.heard(recorded, self._live)
+        self._plan_retention(recorded)
+        if self.spans is not None and self._live:
+            self.spans.apply(recorded)
+        self._requests.heard(recorded, self._fold)
+        self._announce_change()
+        if self._live:
+            self._snapshots.heard(recorded.position)
+
+    def _plan_retention(self, recorded: RecordedEvent) -> None:
         self._retention.heard(recorded, self._fold)
         if self._retention.pending:
             self._retention_due.set()
-        if self.spans is not None and self._live:
-            self.spans.apply(recorded)
-        request = self._requests.pop(recorded.event_id, None)
-        if request is not None:
-            request.position = recorded.position
-            self._answers[recorded.position] = request
-        cause = getattr(recorded.event, "cause", None)
-        if cause is not None and cause in self._answers:
-            answered = self._answers[cause]
-            answered.answer.append(recorded.event)  # type: ignore[arg-type]
-            record = self._fold.records.get(recorded.event.key)  # type: ignore[union-attr]
-            if record is None or all(
-                getattr(event, "cause", None) != cause for event in record.expected
-            ):
-                del self._answers[cause]
-                answered.done.set()
+
+    def _announce_change(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
-        if self._live and self._snapshot_every and recorded.position >= self._snapshot_due:
-            self._take_snapshot(recorded.position)
 
     def _refusal(self, key: CallKey) -> tuple[DiscardReason, CallKey] | None:
         """Why the decider could only refuse whatever is fed for the call now, if it could, and
@@ -255,21 +231,23 @@ class Runtime:
             f"the runtime has folded the log up to position {self._fold.position} only",
         )
 
-    async def _request(self, stream: str, event: Event) -> list[Event]:
+    async def _request(
+        self, event: ClaimRequested | ConfirmationGiven | ConfirmationDenied
+    ) -> list[Event]:
         """Append a request to a call's actor and wait until its answer is in the log, or
         until ``request_timeout`` has passed (``RequestTimedOut``)."""
+        key = event.key
         event_id = new_event_id()
-        request = self._requests[event_id] = _Request()
+        request = self._requests.open(event_id)
         try:
-            await self.log.append([NewEvent(stream=stream, event=event, event_id=event_id)])
+            await self.log.append(
+                [NewEvent(stream=key.request_stream, event=event, event_id=event_id)]
+            )
             with trio.move_on_after(self.request_timeout):
                 await request.done.wait()
                 return request.answer
         finally:
-            self._requests.pop(event_id, None)
-            if not request.done.is_set():
-                self._answers.pop(request.position, None)
-        key: CallKey = event.key  # type: ignore[attr-defined]
+            self._requests.close(event_id, request)
         owner = self.turn_owner(key.turn_ref)
         why = (
             f"the turn is leased by process {owner!r}, whose actor has not answered"
@@ -489,7 +467,7 @@ class Runtime:
             nonce=secrets.token_hex(16),
             expires_at=self.log.now() + expires_in,
         )
-        answer = await self._request(key.request_stream, event)
+        answer = await self._request(event)
         self._raise_if_rejected(key, answer, ConfirmationRefused)
 
     async def pending_confirmation(self, key: CallKey) -> PendingConfirmation | None:
@@ -527,7 +505,7 @@ class Runtime:
     async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
         """Refuse one call for its principal: it is cancelled and never runs."""
         answer = await self._request(
-            key.request_stream, ConfirmationDenied(key=key, principal=principal, reason=reason)
+            ConfirmationDenied(key=key, principal=principal, reason=reason)
         )
         self._raise_if_rejected(key, answer, ConfirmationRefused)
 
@@ -565,8 +543,7 @@ class Runtime:
         key = call.key if isinstance(call, ReadyCall) else call
         claim_id = new_event_id()
         answer = await self._request(
-            key.request_stream,
-            ClaimRequested(key=key, claim_id=claim_id, executor=executor, process=self.process),
+            ClaimRequested(key=key, claim_id=claim_id, executor=executor, process=self.process)
         )
         dispatched = [event for event in answer if isinstance(event, CallDispatched)]
         if not dispatched:
@@ -673,15 +650,8 @@ class Runtime:
 
     async def _restore(self) -> None:
         """Start from the newest usable snapshot of this runtime, if there is one."""
-        if not self._snapshot_every:
-            return
-        snapshot = await self.log.read_snapshot(self._snapshot_name)
-        if snapshot is None:
-            return
-        try:
-            state = restore(snapshot, stamp=self._snapshot_stamp)
-        except SnapshotUnusable:
-            # The log is the truth: replayed from the start, it makes the next one.
+        state = await self._snapshots.load()
+        if state is None:
             return
         self._fold = state.fold
         self.projections = state.projections
@@ -692,160 +662,15 @@ class Runtime:
         self.peers = state.peers
         self._router.start_at(state.fold, state.position)
         self.restored_from = state.position
-        self._snapshot_due = self._next_snapshot_after(state.position)
 
-    def _take_snapshot(self, position: int) -> None:
-        """Capture the state now (synchronously: it changes at the next event) for the writer."""
-        self._snapshot = self._capture(position)
-        self._snapshot_taken.set()
-
-    def _capture(self, position: int) -> StoredSnapshot:
-        state = RuntimeState(
+    def _state_at(self, position: int) -> RuntimeState:
+        return RuntimeState(
             position=position,
             fold=self._fold,
             projections=self.projections,
             retention=self._retention,
             peers=self.peers,
         )
-        self._snapshot_due = self._next_snapshot_after(position)
-        return capture(state, name=self._snapshot_name, stamp=self._snapshot_stamp)
-
-    def _next_snapshot_after(self, position: int) -> int:
-        # At whole multiples: runtimes on one log snapshot at the same positions, however they
-        # started.
-        assert self._snapshot_every
-        return (position // self._snapshot_every + 1) * self._snapshot_every
-
-    async def _snapshot_replay(self) -> None:
-        """After a replay of at least ``snapshot_every`` events, write a snapshot at once, before
-        anything else runs: the next restart starts from it."""
-        every = self._snapshot_every
-        position = self._router.position
-        if every and position - (self.restored_from or 0) >= every:
-            await self.log.write_snapshot(self._capture(position))
-
-    async def _write_snapshots(self) -> None:
-        """Write each snapshot taken; one taken while another is written replaces it."""
-        while True:
-            await self._snapshot_taken.wait()
-            self._snapshot_taken = trio.Event()
-            snapshot, self._snapshot = self._snapshot, None
-            if snapshot is not None:
-                await self.log.write_snapshot(snapshot)
-
-    @property
-    def _snapshot_name(self) -> str:
-        return self.process or ""
-
-    # --- processes sharing the log ---
-
-    async def _keep_company(self, peers: Peers) -> None:
-        """Beat, bury the dead, take their turns over, end what they were streaming."""
-        assert self.process is not None
-        beat = process_stream(self.process)
-        period = peers.lease_time.total_seconds() / 4
-        while True:
-            await self.log.append(
-                [NewEvent(stream=beat, event=ProcessHeartbeat(process=self.process))]
-            )
-            for dead in peers.newly_dead(self.log.now()):
-                await self._bury(peers, dead)
-            while peers.gained:
-                await self._take_over(peers.gained.pop(0))
-            await trio.sleep(period)
-
-    async def _bury(self, peers: Peers, dead: str) -> None:
-        """Lease the dead process's turns (one survivor wins each) and record that the calls
-        its executors claimed have an unknown outcome."""
-        assert self.process is not None
-        for turn, (owner, version) in self._fold.leases().items():
-            if owner != dead:
-                continue
-            lease = TurnLeased(turn=turn, owner=self.process, previous=dead)
-            with contextlib.suppress(ConflictError):
-                await self.log.append(
-                    [NewEvent(stream=turn.lease_stream, event=lease)],
-                    {turn.lease_stream: version},
-                )
-        await self._record_unknown(lambda claimer, _: claimer == dead)
-
-    async def _take_over(self, turn: TurnRef) -> None:
-        """A turn this process leased from a dead one: what was still streaming is lost."""
-        await self._caught_up()
-        lease = self._fold.lease(turn)
-        assert lease is not None
-        lost = [
-            NewEvent(
-                stream=response.stream,
-                event=self._lost(response),
-                # Every survivor would write the same loss: one id makes it one event.
-                event_id=f"lost:{turn.lease_stream}:{lease[1]}:{response.stream}",
-            )
-            for response in self._fold.interrupted_responses()
-            if response.turn_ref == turn
-        ]
-        if lost:
-            await self.log.append(lost)
-
-    async def _record_unknown(self, concerns: Callable[[str | None, CallKey], bool]) -> None:
-        """Outcome unknown for dispatched calls without an outcome whose claim ``concerns``
-        (given the claiming process and the call)."""
-        unknown = []
-        for row in self.projections.ledger.rows():
-            if row.state != "dispatched" or row.outcome is not None:
-                continue
-            claim_id = self._claim_of(row.key)
-            claimer = None if self.peers is None else self.peers.claimer(claim_id)
-            if concerns(claimer, row.key):
-                unknown.append(
-                    NewEvent(
-                        stream=row.key.request_stream,
-                        event=ExecutionOutcomeUnknown(key=row.key, claim_id=claim_id),
-                        event_id=f"outcome-unknown:{claim_id}",
-                    )
-                )
-        if unknown:
-            await self.log.append(unknown)
-
-    # --- lifecycle ---
-
-    async def _recover(self) -> None:
-        """Record what the stop of the previous process means for the calls it left.
-
-        Alone on the log, that is every call; sharing it, the calls of the turns this process
-        owns and the claims of its own executors (it ran under the same name before).
-        """
-        # First the decisions the previous process made but never wrote: a claim it answered
-        # with a dispatch that never reached the log is dispatched now, then found unknown.
-        await self.settle()
-        owns = self._fold.owns
-        lost = [
-            NewEvent(stream=response.stream, event=self._lost(response))
-            for response in self._fold.interrupted_responses()
-            if owns(response.turn_ref)
-        ]
-        if lost:
-            await self.log.append(lost)
-            # Ready once the losses are folded: what is resumable is then known.
-            await self._caught_up()
-        await self._record_unknown(
-            lambda claimer, key: claimer == self.process or (claimer is None and owns(key.turn_ref))
-        )
-
-    def _lost(self, response: ResponseRef) -> StreamLost:
-        """The loss of a stream its process no longer feeds. A stream that was lost and
-        resumable before (a background response, resumed since) stays resumable, after the
-        sequence that loss recorded: the log holds everything up to it, and a continuation
-        from there sends again whatever the stopped process fed after it and did not write."""
-        point = self._fold.resume_point(response)
-        if point is None:
-            return StreamLost(response=response, resumable=False)
-        return StreamLost(response=response, resumable=True, last_sequence=point.after)
-
-    def _claim_of(self, key: CallKey) -> str:
-        state = self._fold.state(key)
-        assert state is not None
-        return state.claim_id
 
 
 class Changes:
