@@ -54,6 +54,7 @@ from ._catalog import (
     TurnRetired,
     TurnStarted,
     TurnSuperseded,
+    response_of,
 )
 from ._codec import CONVERTER, DEFAULT_CODEC, Codec
 from ._errors import (
@@ -149,5 +150,6 @@ __all__ = [
     "event_type",
     "process_stream",
     "registered_event_types",
+    "response_of",
     "without_sensitive",
 ]

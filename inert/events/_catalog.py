@@ -642,6 +642,18 @@ INGRESS_TYPES: tuple[type[Event], ...] = (
 )
 """What an agent server feeds from its provider streams."""
 
+
+def response_of(event: Event) -> ResponseRef | None:
+    """The provider response an ingress event belongs to (the stream it is written to is the
+    response's); ``None`` for an event of another family."""
+    match event:
+        case CallOpened() | ArgumentsAppended() | CallEnded() | ServerToolCalled():
+            return event.key.response_ref
+        case ResponseEnded() | StreamLost() | StreamResumed() | TextReceived():
+            return event.response
+    return None
+
+
 TRANSITION_TYPES = (
     CallCollecting,
     CallTerminalCandidate,

@@ -43,6 +43,7 @@ from ..events import (
     LogError,
     RefusedError,
     TraceContext,
+    response_of,
 )
 from ..log import Log, NewEvent
 
@@ -63,12 +64,9 @@ yield (a checkpoint costs more than holding a delta)."""
 
 def response_stream(event: Event) -> str:
     """The response stream an ingress event is written to."""
-    key = getattr(event, "key", None)
-    if isinstance(key, CallKey):
-        return key.response_ref.stream
-    response = getattr(event, "response", None)
-    assert response is not None
-    return str(response.stream)
+    response = response_of(event)
+    assert response is not None, "a feed holds ingress events only"
+    return response.stream
 
 
 class Held(enum.Enum):
