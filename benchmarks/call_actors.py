@@ -81,32 +81,29 @@ from inert import (
     DEFAULT_LIMITS,
     ArgumentLimits,
     ArgumentsAppended,
-    CallCollecting,
     CallEnded,
     CallKey,
     CallLimits,
     CallOpened,
-    CallValidated,
     CollectorSettings,
     Event,
-    NewEvent,
     Phase,
-    Projections,
     RecordedEvent,
     ResponseEnded,
     ResponseEndReason,
     ResponseRef,
     Retention,
     Runtime,
-    SQLiteLog,
     TerminalRef,
     ToolDeclaration,
     TurnRef,
-    new_event_id,
     open_log,
     open_runtime,
 )
 from inert.actors import CallFold
+from inert.events import CallCollecting, CallValidated
+from inert.log import NewEvent, SQLiteLog, new_event_id
+from inert.projections import Projections
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ("fragments", "latency", "memory", "replay")

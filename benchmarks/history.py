@@ -37,8 +37,10 @@ import trio
 
 from benchmarks.append_throughput import machine_facts
 from benchmarks.call_actors import UNIT_CALLS, Relabel, record_unit, rss_bytes
-from inert import Event, Projections, RecordedEvent, TurnRef, TurnRetired
+from inert import Event, RecordedEvent, TurnRef
 from inert.actors import CallFold
+from inert.events import TurnRetired
+from inert.projections import Projections
 
 HORIZON_UNITS = 100
 """Copies (seconds of the log's time) between a turn's end and its retirement."""

@@ -67,7 +67,6 @@ from inert import (
     CallOpened,
     ClaimRefused,
     Event,
-    NewEvent,
     Phase,
     ReadyCall,
     ResponseEnded,
@@ -76,6 +75,7 @@ from inert import (
     open_log,
     open_runtime,
 )
+from inert.log import NewEvent
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_EVENTS = 20_000

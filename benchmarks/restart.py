@@ -45,7 +45,9 @@ from benchmarks.call_actors import (
     record_unit,
     sqlite_url,
 )
-from inert import Event, NewEvent, RecordedEvent, SQLiteLog, TurnRef, TurnRetired, open_runtime
+from inert import Event, RecordedEvent, TurnRef, open_runtime
+from inert.events import TurnRetired
+from inert.log import NewEvent, SQLiteLog
 from inert.runtime._snapshot import DEFAULT_SNAPSHOT_EVERY
 
 TARGET_SECONDS = 1.0

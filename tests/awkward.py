@@ -40,7 +40,6 @@ from inert import (
     Dispatch,
     Event,
     Phase,
-    Projections,
     ResponseEnded,
     ResponseEndReason,
     ResponseRef,
@@ -51,10 +50,11 @@ from inert import (
     TerminalRef,
     ToolDeclaration,
     TurnRef,
-    ValidationRequested,
     ValidationResult,
     open_runtime,
 )
+from inert.actors import ValidationRequested
+from inert.projections import Projections
 
 TENANT = "acme"
 CONVERSATION = "conv-1"

@@ -11,7 +11,8 @@ import sys
 
 import trio
 
-from inert import ArgumentsAppended, CallKey, NewEvent, SQLiteLog
+from inert import ArgumentsAppended, CallKey
+from inert.log import NewEvent, SQLiteLog
 
 TASKS = 8
 

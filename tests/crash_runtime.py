@@ -15,15 +15,8 @@ from contextlib import suppress
 import trio
 from fault_scenarios import DIGEST, OPERATOR, PRINCIPAL, TOOLS, call_events, key_of
 
-from inert import (
-    CallKey,
-    ClaimRefused,
-    ConfirmationRefused,
-    Runtime,
-    SQLiteLog,
-    open_runtime,
-    trio_clock,
-)
+from inert import CallKey, ClaimRefused, ConfirmationRefused, Runtime, open_runtime, trio_clock
+from inert.log import SQLiteLog
 
 WORKERS = 4
 

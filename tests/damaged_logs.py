@@ -18,7 +18,7 @@ from pathlib import Path
 import attrs
 from attrs import frozen
 
-from inert import DEFAULT_CODEC, CallValidated
+from inert.events import DEFAULT_CODEC, CallValidated
 from inert.log._records import with_checksum
 from inert.log._sqlite import _SELECT
 

@@ -18,34 +18,36 @@ import attrs
 
 from inert import (
     ArgumentsAppended,
-    CallCancelled,
-    CallConfirmed,
-    CallDispatched,
     CallEnded,
     CallKey,
     CallOpened,
-    CallValidated,
     ClaimRefused,
-    ConfirmationDenied,
     ConfirmationRefused,
     Event,
-    ExecutionCompleted,
-    ExecutionFailed,
-    ExecutionOutcomeUnknown,
-    Projections,
     RecordedEvent,
     ResponseEnded,
     ResponseEndReason,
     Runtime,
     StatusCue,
-    TenantStopped,
     TerminalRef,
     ToolDeclaration,
-    TurnCancelled,
     TurnRef,
+)
+from inert.events import (
+    CallCancelled,
+    CallConfirmed,
+    CallDispatched,
+    CallValidated,
+    ConfirmationDenied,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    TenantStopped,
+    TurnCancelled,
     TurnRetired,
     TurnStarted,
 )
+from inert.projections import Projections
 from inert.testing import FaultyLog
 
 TOOLS = [

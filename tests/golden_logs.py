@@ -37,7 +37,6 @@ from awkward import TOOLS as AWKWARD_TOOLS
 
 import inert
 from inert import (
-    DEFAULT_CODEC,
     ArgumentLimits,
     ArgumentsAppended,
     CallEnded,
@@ -48,9 +47,6 @@ from inert import (
     ConfirmationRefused,
     Dispatch,
     Event,
-    MemoryLog,
-    MemoryStore,
-    Projections,
     RefusedError,
     ResponseEnded,
     ResponseEndReason,
@@ -62,11 +58,10 @@ from inert import (
     ToolDeclaration,
     TraceContext,
     TurnRef,
-    ValidationRequested,
     ValidationResult,
     open_runtime,
 )
-from inert.actors import CallFold
+from inert.actors import CallFold, ValidationRequested
 from inert.adapters import (
     AnthropicAdapter,
     BedrockAdapter,
@@ -75,9 +70,10 @@ from inert.adapters import (
     OpenAIResponsesAdapter,
     StreamAdapter,
 )
-from inert.events import FailReason
+from inert.events import DEFAULT_CODEC, FailReason
+from inert.log import MemoryLog, MemoryStore
 from inert.log._records import StoredRecord, check_page, decode_record, with_checksum
-from inert.projections import Snapshot, state_digest
+from inert.projections import Projections, Snapshot, state_digest
 from inert.testing import seeded_scheduling
 
 FORMAT = 1

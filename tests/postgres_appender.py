@@ -12,7 +12,8 @@ import sys
 
 import trio
 
-from inert import ArgumentsAppended, CallKey, NewEvent, open_log
+from inert import ArgumentsAppended, CallKey, open_log
+from inert.log import NewEvent
 
 TASKS = 4
 SHARED_STREAM = "shared"

@@ -17,7 +17,8 @@ from typing import Literal, cast
 
 import trio
 
-from inert import ArgumentsAppended, CallKey, NewEvent, SQLiteLog
+from inert import ArgumentsAppended, CallKey
+from inert.log import NewEvent, SQLiteLog
 
 Synchronous = Literal["FULL", "NORMAL"]
 

@@ -23,7 +23,6 @@ from inert import (
     CallOpened,
     ClaimRefused,
     ConfirmationRefused,
-    EventRejected,
     RefusedError,
     ResponseEnded,
     ResponseEndReason,
@@ -33,6 +32,7 @@ from inert import (
     TurnRef,
     open_runtime,
 )
+from inert.events import EventRejected
 
 OWNER, OTHER = "user:alice", "user:mallory"
 TOOL = ToolDeclaration(name="send_email", needs_confirmation=True)

@@ -16,12 +16,9 @@ import trio
 
 from inert import (
     ArgumentsAppended,
-    CallCancelled,
     CallEnded,
     CallKey,
     CallOpened,
-    CancelReason,
-    NewEvent,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -31,6 +28,8 @@ from inert import (
     open_runtime,
 )
 from inert.cli import main
+from inert.events import CallCancelled, CancelReason
+from inert.log import NewEvent
 
 LEDGER_FIELDS = [
     "tenant",

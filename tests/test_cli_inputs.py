@@ -28,11 +28,12 @@ import pytest
 import trio
 
 import inert.cli._common
-from inert import NewEvent, ProcessHeartbeat, Runtime, open_log
+from inert import Runtime, open_log
 from inert.cli import main
 from inert.cli._arguments import text_argument
 from inert.cli._main import _parser
-from inert.events import process_stream
+from inert.events import ProcessHeartbeat, process_stream
+from inert.log import NewEvent
 from inert.testing._faults import Tear, tear_sqlite_tail
 
 FIXTURES = Path(__file__).parent / "fixtures" / "provider-streams"

@@ -18,22 +18,24 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from inert import (
-    DEFAULT_CODEC,
     ArgumentsAppended,
-    CallAwaitingConfirmation,
-    CallCancelled,
     CallKey,
     CallOpened,
-    CallTerminalCandidate,
-    CancelReason,
-    Codec,
     CodecError,
     Event,
     InertError,
-    OfferedTool,
     StreamLost,
     TerminalRef,
     TextReceived,
+)
+from inert.events import (
+    DEFAULT_CODEC,
+    CallAwaitingConfirmation,
+    CallCancelled,
+    CallTerminalCandidate,
+    CancelReason,
+    Codec,
+    OfferedTool,
     ToolDisabled,
     TurnStarted,
     event_type,

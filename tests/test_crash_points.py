@@ -31,16 +31,9 @@ from fault_scenarios import (
     key_of,
 )
 
-from inert import (
-    CallKey,
-    ExecutionCompleted,
-    InertError,
-    MemoryLog,
-    MemoryStore,
-    SQLiteLog,
-    open_runtime,
-    trio_clock,
-)
+from inert import CallKey, InertError, open_runtime, trio_clock
+from inert.events import ExecutionCompleted
+from inert.log import MemoryLog, MemoryStore, SQLiteLog
 from inert.testing import Fault, FaultyLog
 
 DAY = 24 * 3600

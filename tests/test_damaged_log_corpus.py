@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from damaged_logs import CASES, DamagedLog
 
-from inert import InertError, LogDamaged, SQLiteLog, open_runtime
+from inert import InertError, LogDamaged, open_runtime
 from inert.cli import main
 from inert.cli._demo import DEMO_TOOLS
+from inert.log import SQLiteLog
 from inert.runtime._verify import verify_log
 
 

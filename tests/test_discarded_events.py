@@ -22,19 +22,9 @@ from test_runtime import (
     start,
 )
 
-from inert import (
-    ArgumentsAppended,
-    CallKey,
-    CallLimits,
-    DiscardReason,
-    EventRejected,
-    EventsDiscarded,
-    FailReason,
-    MemoryStore,
-    Phase,
-    Runtime,
-)
-from inert.events import RecordedEvent
+from inert import ArgumentsAppended, CallKey, CallLimits, Phase, Runtime
+from inert.events import DiscardReason, EventRejected, EventsDiscarded, FailReason, RecordedEvent
+from inert.log import MemoryStore
 
 
 def fragment(key: CallKey, sequence: int, data: bytes = b"xxxxxxxx") -> ArgumentsAppended:

@@ -22,19 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inert
-from inert import (
-    DEFAULT_CODEC,
-    ArgumentsAppended,
-    CallKey,
-    CodecError,
-    Event,
-    OfferedTool,
-    ResponseRef,
-    TerminalRef,
-    TurnRef,
-    registered_event_types,
-)
-from inert.events import RULES_VERSION
+import inert.events
+from inert import ArgumentsAppended, CallKey, CodecError, Event, ResponseRef, TerminalRef, TurnRef
+from inert.events import DEFAULT_CODEC, RULES_VERSION, OfferedTool, registered_event_types
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
 from inert.events._structure import GIVE_UP, fast_structure
@@ -42,42 +32,42 @@ from inert.events._structure import GIVE_UP, fast_structure
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
 # change has to be made here too, on purpose.
 EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
-    "ingress.turn_started": (inert.TurnStarted, 2),
+    "ingress.turn_started": (inert.events.TurnStarted, 2),
     "ingress.call_opened": (inert.CallOpened, 1),
     "ingress.arguments_appended": (inert.ArgumentsAppended, 2),
     "ingress.call_ended": (inert.CallEnded, 1),
-    "ingress.events_discarded": (inert.EventsDiscarded, 1),
+    "ingress.events_discarded": (inert.events.EventsDiscarded, 1),
     "ingress.response_ended": (inert.ResponseEnded, 1),
     "ingress.stream_lost": (inert.StreamLost, 1),
     "ingress.stream_resumed": (inert.StreamResumed, 1),
     "ingress.text_received": (inert.TextReceived, 1),
     "ingress.server_tool_called": (inert.ServerToolCalled, 1),
-    "user.turn_cancelled": (inert.TurnCancelled, 1),
-    "user.turn_superseded": (inert.TurnSuperseded, 1),
-    "user.confirmation_given": (inert.ConfirmationGiven, 1),
-    "user.confirmation_denied": (inert.ConfirmationDenied, 1),
-    "operator.response_quarantined": (inert.ResponseQuarantined, 1),
-    "operator.tool_disabled": (inert.ToolDisabled, 1),
-    "operator.tool_enabled": (inert.ToolEnabled, 1),
-    "operator.tenant_stopped": (inert.TenantStopped, 1),
-    "operator.tenant_resumed": (inert.TenantResumed, 1),
-    "process.turn_leased": (inert.TurnLeased, 1),
-    "process.heartbeat": (inert.ProcessHeartbeat, 1),
-    "process.turn_retired": (inert.TurnRetired, 1),
-    "request.claim": (inert.ClaimRequested, 1),
-    "request.deadline": (inert.DeadlineReached, 1),
-    "decision.collecting": (inert.CallCollecting, 1),
-    "decision.terminal_candidate": (inert.CallTerminalCandidate, 1),
-    "decision.validated": (inert.CallValidated, 1),
-    "decision.awaiting_confirmation": (inert.CallAwaitingConfirmation, 1),
-    "decision.confirmed": (inert.CallConfirmed, 1),
-    "decision.dispatched": (inert.CallDispatched, 1),
-    "decision.cancelled": (inert.CallCancelled, 1),
-    "decision.failed": (inert.CallFailed, 1),
-    "decision.rejected": (inert.EventRejected, 1),
-    "outcome.completed": (inert.ExecutionCompleted, 1),
-    "outcome.failed": (inert.ExecutionFailed, 1),
-    "outcome.unknown": (inert.ExecutionOutcomeUnknown, 1),
+    "user.turn_cancelled": (inert.events.TurnCancelled, 1),
+    "user.turn_superseded": (inert.events.TurnSuperseded, 1),
+    "user.confirmation_given": (inert.events.ConfirmationGiven, 1),
+    "user.confirmation_denied": (inert.events.ConfirmationDenied, 1),
+    "operator.response_quarantined": (inert.events.ResponseQuarantined, 1),
+    "operator.tool_disabled": (inert.events.ToolDisabled, 1),
+    "operator.tool_enabled": (inert.events.ToolEnabled, 1),
+    "operator.tenant_stopped": (inert.events.TenantStopped, 1),
+    "operator.tenant_resumed": (inert.events.TenantResumed, 1),
+    "process.turn_leased": (inert.events.TurnLeased, 1),
+    "process.heartbeat": (inert.events.ProcessHeartbeat, 1),
+    "process.turn_retired": (inert.events.TurnRetired, 1),
+    "request.claim": (inert.events.ClaimRequested, 1),
+    "request.deadline": (inert.events.DeadlineReached, 1),
+    "decision.collecting": (inert.events.CallCollecting, 1),
+    "decision.terminal_candidate": (inert.events.CallTerminalCandidate, 1),
+    "decision.validated": (inert.events.CallValidated, 1),
+    "decision.awaiting_confirmation": (inert.events.CallAwaitingConfirmation, 1),
+    "decision.confirmed": (inert.events.CallConfirmed, 1),
+    "decision.dispatched": (inert.events.CallDispatched, 1),
+    "decision.cancelled": (inert.events.CallCancelled, 1),
+    "decision.failed": (inert.events.CallFailed, 1),
+    "decision.rejected": (inert.events.EventRejected, 1),
+    "outcome.completed": (inert.events.ExecutionCompleted, 1),
+    "outcome.failed": (inert.events.ExecutionFailed, 1),
+    "outcome.unknown": (inert.events.ExecutionOutcomeUnknown, 1),
 }
 
 EVENT_TYPES = registered_event_types()

@@ -33,15 +33,12 @@ from inert import (
     InertError,
     Log,
     LogDamaged,
-    MemoryLog,
-    MemoryStore,
-    NewEvent,
     ReplayDivergence,
     Runtime,
-    SQLiteLog,
     open_runtime,
     trio_clock,
 )
+from inert.log import MemoryLog, MemoryStore, NewEvent, SQLiteLog
 from inert.log._records import PendingRecord
 from inert.testing import (
     Fault,

@@ -20,8 +20,9 @@ import trio
 from conftest import RUN_COUNTS
 from golden_logs import golden_paths, load
 
-from inert import DEFAULT_CODEC, InertError, RecordedEvent, TurnRef
+from inert import InertError, RecordedEvent, TurnRef
 from inert.actors import CallFold
+from inert.events import DEFAULT_CODEC
 from inert.log._records import StoredRecord, decode_record
 from inert.projections import DEFAULT_LEDGER_HORIZON
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS

@@ -16,17 +16,10 @@ import trio.testing
 from conftest import RUN_COUNTS
 from golden_logs import GOLDEN, RECORDINGS, golden_paths, load, replay
 
-from inert import (
-    DEFAULT_CODEC,
-    CallCancelled,
-    CancelReason,
-    MemoryLog,
-    MemoryStore,
-    ReplayDivergence,
-    Retention,
-    open_runtime,
-)
+from inert import ReplayDivergence, Retention, open_runtime
+from inert.events import DEFAULT_CODEC, CallCancelled, CancelReason
 from inert.events._times import micros_to_datetime
+from inert.log import MemoryLog, MemoryStore
 from inert.log._records import decode_record, redacted, with_checksum
 
 PATHS = golden_paths()

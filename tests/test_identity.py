@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inert import CallKey, ResponseRef, TurnRef, control_stream
+from inert import CallKey, ResponseRef, TurnRef
+from inert.events import control_stream
 from inert.events._identity import MAX_IDENTITY_LENGTH
 
 IDENTITY_CLASSES: list[type[Any]] = [TurnRef, ResponseRef, CallKey]

@@ -18,8 +18,6 @@ from inert import (
     ConflictError,
     Event,
     LogError,
-    MemoryLog,
-    NewEvent,
     Phase,
     RecordedEvent,
     Retention,
@@ -28,6 +26,7 @@ from inert import (
     TraceContext,
     open_runtime,
 )
+from inert.log import MemoryLog, NewEvent
 from inert.runtime._ingress import Held, Ingress
 from inert.testing import Fault, FaultyLog
 

@@ -8,10 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import inert
-import inert.events
-import inert.log
-
 PACKAGE = Path(__file__).parent.parent / "inert"
 PURE_MODULES = [
     *(f"events/{path.name}" for path in sorted((PACKAGE / "events").glob("*.py"))),
@@ -140,10 +136,3 @@ def test_the_layout_of_the_design_exists() -> None:
     ):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
-
-
-def test_public_names_are_reexported_from_the_package() -> None:
-    """Everything ``inert.events`` and ``inert.log`` export is importable from ``inert`` itself."""
-    exported = [*inert.events.__all__, *inert.log.__all__]
-    missing = [name for name in exported if not hasattr(inert, name)]
-    assert missing == []

@@ -22,12 +22,12 @@ from inert import (
     CallLimits,
     CallOpened,
     Event,
-    OfferedTool,
     Phase,
     TurnRef,
 )
 from inert.actors import CallContext, CallState, Input, TurnView, step
 from inert.adapters import OpenAIChatAdapter
+from inert.events import OfferedTool
 
 TURN = TurnRef(tenant="acme", conversation="conv-1", turn="t1")
 LIMITS = CallLimits(

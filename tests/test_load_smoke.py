@@ -28,15 +28,8 @@ import trio
 from conftest import RUN_COUNTS
 from fault_scenarios import DIGEST, OPERATOR, PRINCIPAL, TOOLS, Run, call_events, check_log
 
-from inert import (
-    CallKey,
-    InertError,
-    Phase,
-    Runtime,
-    SQLiteLog,
-    open_runtime,
-    trio_clock,
-)
+from inert import CallKey, InertError, Phase, Runtime, open_runtime, trio_clock
+from inert.log import SQLiteLog
 from inert.testing import FaultRates, FaultyLog
 
 KEYS = int(os.environ.get("INERT_LOAD_KEYS", "1000"))

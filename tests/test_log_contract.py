@@ -15,26 +15,27 @@ import trio
 from postgres_support import drop_schema, new_schema, server_url
 
 from inert import (
-    NO_STREAM,
     ArgumentsAppended,
     CallKey,
     CallOpened,
-    ConfirmationGiven,
     ConflictError,
     DuplicateEventError,
     Log,
     LogError,
+    RecordedEvent,
+    TraceContext,
+)
+from inert.events import ConfirmationGiven, Redacted
+from inert.log import (
+    NO_STREAM,
     MemoryLog,
     MemoryStore,
     NewEvent,
-    RecordedEvent,
-    Redacted,
+    PostgresLog,
     SnapshotPayload,
     SQLiteLog,
     StoredSnapshot,
-    TraceContext,
 )
-from inert.log import PostgresLog
 from inert.log._snapshots import state_digest
 
 OpenLog = Callable[[], AbstractAsyncContextManager[Log]]

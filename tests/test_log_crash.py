@@ -11,7 +11,8 @@ from pathlib import Path
 import trio
 from crash_appender import payload_of
 
-from inert import ArgumentsAppended, SQLiteLog
+from inert import ArgumentsAppended
+from inert.log import SQLiteLog
 
 # `make soak` raises the number of kills; each kill lands after a different number of acks.
 KILLS = int(os.environ.get("INERT_CRASH_KILLS", "6"))

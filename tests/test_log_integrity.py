@@ -25,28 +25,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from postgres_support import connect, drop_schema, new_schema, server_url
 
-from inert import (
-    DEFAULT_CODEC,
-    ArgumentsAppended,
-    CallKey,
-    CallValidated,
-    Log,
-    LogDamaged,
-    MemoryLog,
-    MemoryStore,
-    NewEvent,
-    ReplayDivergence,
-    SQLiteLog,
-    open_runtime,
-)
+from inert import ArgumentsAppended, CallKey, Log, LogDamaged, ReplayDivergence, open_runtime
 from inert.actors._fold import CallFold
 from inert.cli import main
 from inert.events import (
     DECISION_TYPES,
+    DEFAULT_CODEC,
     CallConfirmed,
     CallDispatched,
     CallOpened,
     CallTerminalCandidate,
+    CallValidated,
     ExecutionCompleted,
     OfferedTool,
     RecordedEvent,
@@ -54,7 +43,7 @@ from inert.events import (
     TerminalRef,
     TurnStarted,
 )
-from inert.log import PostgresLog
+from inert.log import MemoryLog, MemoryStore, NewEvent, PostgresLog, SQLiteLog
 from inert.log._records import (
     StoredRecord,
     check_page,

@@ -21,11 +21,9 @@ import trio
 
 from inert import (
     ArgumentsAppended,
-    CallDispatched,
     CallEnded,
     CallKey,
     CallOpened,
-    ClaimRequested,
     Dispatch,
     Event,
     LogError,
@@ -37,6 +35,7 @@ from inert import (
     open_runtime,
 )
 from inert.cli import main
+from inert.events import CallDispatched, ClaimRequested
 
 WEATHER = ToolDeclaration(name="get_weather")
 

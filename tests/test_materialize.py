@@ -26,7 +26,6 @@ from inert import (
     LedgerMaterializer,
     Log,
     LogError,
-    MemoryLog,
     RecordedEvent,
     Runtime,
     TurnRef,
@@ -34,6 +33,7 @@ from inert import (
     open_log,
     open_runtime,
 )
+from inert.log import MemoryLog
 from inert.projections import DEFAULT_LEDGER_HORIZON
 from inert.runtime._materialize import COLUMNS
 

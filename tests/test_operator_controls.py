@@ -27,10 +27,10 @@ from inert import (
     TerminalRef,
     ToolDeclaration,
     TurnRef,
-    ValidationRequested,
     ValidationResult,
     open_runtime,
 )
+from inert.actors import ValidationRequested
 from inert.adapters import AnthropicAdapter
 
 OPERATOR = "operator:olga"

@@ -15,18 +15,14 @@ import pytest
 import trio
 from postgres_support import fresh_schema, log_url
 
-from inert import (
-    ArgumentsAppended,
+from inert import ArgumentsAppended, RecordedEvent, ToolDeclaration, open_log, open_runtime
+from inert.events import (
     CallCancelled,
     CallDispatched,
     ExecutionCompleted,
     ExecutionOutcomeUnknown,
-    RecordedEvent,
-    ToolDeclaration,
     TurnLeased,
     TurnStarted,
-    open_log,
-    open_runtime,
 )
 
 CHILD = Path(__file__).parent / "peer_process.py"

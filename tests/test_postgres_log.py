@@ -23,13 +23,10 @@ from inert import (
     InertError,
     LogDamaged,
     LogError,
-    NewEvent,
     RecordedEvent,
-    SnapshotPayload,
-    StoredSnapshot,
     open_log,
 )
-from inert.log import PostgresLog, _postgres
+from inert.log import NewEvent, PostgresLog, SnapshotPayload, StoredSnapshot, _postgres
 from inert.log._group import AppendRequest
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")

@@ -26,15 +26,9 @@ from test_log_unwritable import (
     whole_call,
 )
 
-from inert import (
-    CallDispatched,
-    ClaimRequested,
-    Dispatch,
-    LogError,
-    NewEvent,
-    open_log,
-    open_runtime,
-)
+from inert import Dispatch, LogError, open_log, open_runtime
+from inert.events import CallDispatched, ClaimRequested
+from inert.log import NewEvent
 
 REFUSALS = {
     "read-only": ("25006", "cannot execute INSERT in a read-only transaction"),

@@ -32,7 +32,7 @@ import trio
 from conftest import RUN_COUNTS
 from power_cut_writer import Synchronous, event_of
 
-from inert import SQLiteLog
+from inert.log import SQLiteLog
 
 HERE = Path(__file__).parent
 

@@ -9,21 +9,9 @@ from pathlib import Path
 import trio
 from test_runtime import PRINCIPAL, TOOLS, call_events, ready_call
 
-from inert import (
-    CallCancelled,
-    CallDispatched,
-    CallKey,
-    ClaimRefused,
-    Log,
-    NewEvent,
-    Phase,
-    ProcessHeartbeat,
-    RecordedEvent,
-    Runtime,
-    TurnLeased,
-    TurnRef,
-    open_runtime,
-)
+from inert import CallKey, ClaimRefused, Log, Phase, RecordedEvent, Runtime, TurnRef, open_runtime
+from inert.events import CallCancelled, CallDispatched, ProcessHeartbeat, TurnLeased
+from inert.log import NewEvent
 
 LEASE_TIME = 0.6
 

@@ -28,8 +28,9 @@ from golden_logs import golden_paths, load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inert import DEFAULT_CODEC, CallKey, RecordedEvent, ResponseRef, TurnRef
+from inert import CallKey, RecordedEvent, ResponseRef, TurnRef
 from inert.events import (
+    DEFAULT_CODEC,
     ArgumentsAppended,
     ByTurn,
     CallAwaitingConfirmation,

@@ -19,13 +19,7 @@ import trio
 from test_processes import key_of, start
 from test_runtime import PRINCIPAL, TOOLS, ready_call
 
-from inert import (
-    CallKey,
-    ConfigurationError,
-    RequestTimedOut,
-    Runtime,
-    open_runtime,
-)
+from inert import CallKey, ConfigurationError, RequestTimedOut, Runtime, open_runtime
 
 SILENT_FOR = 600.0
 """A lease long enough that no takeover happens during a test."""

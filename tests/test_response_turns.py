@@ -21,9 +21,6 @@ from inert import (
     CallOpened,
     ClaimRefused,
     Event,
-    FailReason,
-    MemoryLog,
-    MemoryStore,
     Phase,
     ResponseEnded,
     ResponseEndReason,
@@ -37,6 +34,8 @@ from inert import (
     trio_clock,
 )
 from inert.actors._scope import ResponseTurns
+from inert.events import FailReason
+from inert.log import MemoryLog, MemoryStore
 
 TOOL = ToolDeclaration(name="lookup")
 PRINCIPAL = "user:alice"

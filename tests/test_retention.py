@@ -21,22 +21,18 @@ from inert import (
     ArgumentsAppended,
     CallEnded,
     CallKey,
-    CallValidated,
     ClaimRefused,
-    ClaimRequested,
     Log,
-    MemoryLog,
-    MemoryStore,
-    NewEvent,
     Phase,
-    Projections,
     RecordedEvent,
-    Redacted,
     Retention,
     Runtime,
     open_runtime,
     trio_clock,
 )
+from inert.events import CallValidated, ClaimRequested, Redacted
+from inert.log import MemoryLog, MemoryStore, NewEvent
+from inert.projections import Projections
 from inert.runtime._retention import FRAGMENT_TYPES
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)

@@ -22,24 +22,20 @@ from inert import (
     CallOpened,
     ClaimRefused,
     ConfigurationError,
-    EventRejected,
-    MemoryLog,
-    MemoryStore,
     Phase,
     RefusedError,
-    RejectReason,
     ResponseEnded,
     ResponseEndReason,
     Runtime,
     StreamLost,
     TerminalRef,
     ToolDeclaration,
-    TurnRetired,
     open_runtime,
     trio_clock,
 )
 from inert.actors import CallFold
-from inert.events import DEFAULT_CODEC
+from inert.events import DEFAULT_CODEC, EventRejected, RejectReason, TurnRetired
+from inert.log import MemoryLog, MemoryStore
 from inert.log._records import decode_record
 
 HORIZON = timedelta(hours=1)

@@ -15,23 +15,17 @@ import trio.testing
 from inert import (
     ArgumentsAppended,
     CallEnded,
-    CallFailed,
     CallKey,
     CallLimits,
     CallOpened,
     ClaimRefused,
-    ClaimRequested,
     ConfigurationError,
     ConfirmationRefused,
     ConflictError,
     Dispatch,
     Event,
     LogError,
-    MemoryLog,
-    MemoryStore,
-    NewEvent,
     Phase,
-    Projections,
     ReadyCall,
     RefusedError,
     ReplayDivergence,
@@ -42,16 +36,16 @@ from inert import (
     StreamLost,
     TerminalRef,
     ToolDeclaration,
-    ToolDisabled,
     TurnRef,
-    TurnStarted,
-    ValidationRequested,
     ValidationResult,
     open_runtime,
     trio_clock,
 )
-from inert.actors import Check
+from inert.actors import Check, ValidationRequested
+from inert.events import CallFailed, ClaimRequested, ToolDisabled, TurnStarted
+from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.log._records import PendingRecord
+from inert.projections import Projections
 from inert.testing import FaultRates, FaultyLog
 
 TOOLS = [

@@ -14,16 +14,15 @@ from inert import (
     CallOpened,
     CallUnderValidation,
     ConfigurationError,
-    FailReason,
     FieldProblem,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
     ToolDeclaration,
-    ValidationRequested,
     open_runtime,
 )
-from inert.actors import ParsedArguments, ToolRegistry, parse_arguments
+from inert.actors import ParsedArguments, ToolRegistry, ValidationRequested, parse_arguments
+from inert.events import FailReason
 
 KEY = CallKey(tenant="acme", conversation="c1", turn="t1", response="r1", item="i1", call="call_1")
 CONTACT = ToolDeclaration(

@@ -12,30 +12,30 @@ from conftest import RUN_COUNTS
 
 from inert import (
     ArgumentsAppended,
-    CallCollecting,
-    CallConfirmed,
-    CallDispatched,
     CallEnded,
     CallKey,
     CallOpened,
-    CallValidated,
-    ClaimRequested,
-    ConfirmationGiven,
     Event,
-    FailReason,
-    MemoryLog,
-    NewEvent,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
     ToolDeclaration,
-    TurnCancelled,
-    ValidationRequested,
     ValidationResult,
     open_runtime,
 )
-from inert.actors import _buffer, _decider, _handlers
+from inert.actors import ValidationRequested, _buffer, _decider, _handlers
 from inert.cli import main
+from inert.events import (
+    CallCollecting,
+    CallConfirmed,
+    CallDispatched,
+    CallValidated,
+    ClaimRequested,
+    ConfirmationGiven,
+    FailReason,
+    TurnCancelled,
+)
+from inert.log import MemoryLog, NewEvent
 from inert.testing import (
     DEMO_TOOLS,
     PLANTS,

@@ -21,8 +21,9 @@ import trio
 from golden_logs import golden_paths, load
 from test_fold_differential import _decoded, _folded, _work
 
-from inert import RecordedEvent, Redacted, TurnRef
+from inert import RecordedEvent, TurnRef
 from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
+from inert.events import Redacted
 from inert.log import StoredSnapshot
 from inert.log._snapshots import state_digest
 from inert.projections import Projections

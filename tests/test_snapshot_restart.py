@@ -21,17 +21,8 @@ from test_runtime import (
     start,
 )
 
-from inert import (
-    CallLimits,
-    ConfigurationError,
-    MemoryLog,
-    MemoryStore,
-    Phase,
-    Runtime,
-    StoredSnapshot,
-    open_runtime,
-    trio_clock,
-)
+from inert import CallLimits, ConfigurationError, Phase, Runtime, open_runtime, trio_clock
+from inert.log import MemoryLog, MemoryStore, StoredSnapshot
 
 
 @asynccontextmanager

@@ -18,7 +18,6 @@ from inert import (
     CallKey,
     CallOpened,
     Event,
-    MemoryLog,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -27,6 +26,7 @@ from inert import (
     open_runtime,
     trio_clock,
 )
+from inert.log import MemoryLog
 from inert.tracing import read_trace_headers
 
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

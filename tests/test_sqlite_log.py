@@ -10,21 +10,16 @@ import pytest
 import trio
 
 from inert import (
-    DEFAULT_CODEC,
     ArgumentsAppended,
     CallKey,
     CodecError,
     ConfigurationError,
     LogDamaged,
     LogError,
-    MemoryLog,
-    NewEvent,
-    SnapshotPayload,
-    SQLiteLog,
-    StoredSnapshot,
     open_log,
 )
-from inert.log import _sqlite
+from inert.events import DEFAULT_CODEC
+from inert.log import MemoryLog, NewEvent, SnapshotPayload, SQLiteLog, StoredSnapshot, _sqlite
 from inert.log._group import AppendRequest
 from inert.log._records import with_checksum
 
