@@ -1,5 +1,6 @@
 """Provider streams to portable ingress events: sans-IO, importing only ``inert.events``."""
 
+from ._adapter import StreamAdapter, as_object, event_digest
 from ._anthropic import AnthropicAdapter
 from ._bedrock import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -7,11 +8,11 @@ from ._bedrock import (
     EventStreamDecoder,
     event_stream_message,
 )
+from ._calls import ResponseCalls, ResumedCall
 from ._gemini import GeminiAdapter
 from ._openai_chat import OpenAIChatAdapter
 from ._openai_responses import OpenAIResponsesAdapter
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
-from ._tracker import ResponseCalls, ResumedCall, StreamAdapter, as_object, event_digest
 
 __all__ = [
     "DEFAULT_MAX_EVENT_SIZE",

@@ -27,9 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
-from ._json_stream import JSONEventStream, ProtocolBreak
+from ._adapter import JSONObject, ProtocolBreak, event_digest, kind_of
+from ._calls import ResponseCalls
+from ._json_stream import JSONEventStream
 from ._sse import DEFAULT_MAX_EVENT_SIZE
-from ._tracker import JSONObject, ResponseCalls, event_digest, kind_of
 
 _STOP_REASONS = {
     "end_turn": ResponseEndReason.COMPLETED,

@@ -37,8 +37,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
+from ._adapter import JSONObject, ProtocolBreak, as_object, event_digest
+from ._calls import ResponseCalls
 from ._envelope import EnvelopeRefused, read_event_json
-from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
 
 _STOP_REASONS = {
     "end_turn": ResponseEndReason.COMPLETED,
@@ -58,10 +59,6 @@ _FIXED_WIDTHS = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
 _SIZED = frozenset({6, 7})
 
 
-class _ProtocolBreak(Exception):
-    """An event or a frame that does not have the shape the protocol gives it."""
-
-
 def _headers(data: bytes) -> dict[str, object]:
     headers: dict[str, object] = {}
     offset = 0
@@ -70,7 +67,7 @@ def _headers(data: bytes) -> dict[str, object]:
         name = _text(data[offset + 1 : offset + 1 + length])
         offset += 1 + length
         if offset >= len(data):
-            raise _ProtocolBreak("a frame header without a value")
+            raise ProtocolBreak("a frame header without a value")
         kind = data[offset]
         offset += 1
         if kind in _SIZED:
@@ -82,9 +79,9 @@ def _headers(data: bytes) -> dict[str, object]:
             offset += _FIXED_WIDTHS[kind]
             headers[name] = kind == 0 if kind in (0, 1) else None
         else:
-            raise _ProtocolBreak(f"a frame header of unknown type {kind}")
+            raise ProtocolBreak(f"a frame header of unknown type {kind}")
         if offset > len(data):
-            raise _ProtocolBreak("a frame header longer than its frame")
+            raise ProtocolBreak("a frame header longer than its frame")
     return headers
 
 
@@ -92,7 +89,7 @@ def _text(raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise _ProtocolBreak("a frame header whose bytes are not UTF-8") from None
+        raise ProtocolBreak("a frame header whose bytes are not UTF-8") from None
 
 
 def _string_header(name: str, value: str) -> bytes:
@@ -153,7 +150,7 @@ class EventStreamDecoder:
                 if message is None:
                     break
                 messages.append(message)
-        except _ProtocolBreak as problem:
+        except ProtocolBreak as problem:
             self.broken = str(problem)
             self._buffer.clear()
         return messages
@@ -161,18 +158,18 @@ class EventStreamDecoder:
     def _next(self) -> tuple[dict[str, object], bytes] | None:
         total, header_length, prelude_crc = struct.unpack_from(">III", self._buffer)
         if zlib.crc32(self._buffer[:8]) != prelude_crc:
-            raise _ProtocolBreak("a frame whose prelude checksum does not match")
+            raise ProtocolBreak("a frame whose prelude checksum does not match")
         if total > self._max:
-            raise _ProtocolBreak(f"a frame of {total} bytes, longer than {self._max}")
+            raise ProtocolBreak(f"a frame of {total} bytes, longer than {self._max}")
         if total < _PRELUDE + header_length + 4:
-            raise _ProtocolBreak(f"a frame of impossible length {total}")
+            raise ProtocolBreak(f"a frame of impossible length {total}")
         if len(self._buffer) < total:
             return None
         frame = bytes(self._buffer[:total])
         del self._buffer[:total]
         (message_crc,) = struct.unpack_from(">I", frame, total - 4)
         if zlib.crc32(frame[: total - 4]) != message_crc:
-            raise _ProtocolBreak("a frame whose message checksum does not match")
+            raise ProtocolBreak("a frame whose message checksum does not match")
         headers = _headers(frame[_PRELUDE : _PRELUDE + header_length])
         return headers, frame[_PRELUDE + header_length : total - 4]
 
@@ -251,7 +248,7 @@ class BedrockAdapter:
             return self._violate(f"{kind} whose payload is not an object")
         try:
             return self._dispatch(kind, body)
-        except _ProtocolBreak as problem:
+        except ProtocolBreak as problem:
             return self._violate(str(problem))
 
     def _dispatch(self, kind: str, body: JSONObject) -> list[Event]:
@@ -267,7 +264,7 @@ class BedrockAdapter:
             message = self._message
             assert message is not None
         if message.ended:
-            raise _ProtocolBreak(f"{kind} after messageStop, outside a message")
+            raise ProtocolBreak(f"{kind} after messageStop, outside a message")
         if kind == "contentBlockStart":
             return self._block_start(message, body)
         if kind == "contentBlockDelta":
@@ -278,7 +275,7 @@ class BedrockAdapter:
                 self._started.discard(slot)
                 return message.end(slot)
             if message.knows(slot):
-                raise _ProtocolBreak(f"contentBlockStop for tool block {slot} twice")
+                raise ProtocolBreak(f"contentBlockStop for tool block {slot} twice")
             self._started.discard(slot)
             return []
         if kind == "messageStop":
@@ -302,38 +299,38 @@ class BedrockAdapter:
             self._message = ResponseCalls(self.turn, name)
         except ValueError:
             self._message = None
-            raise _ProtocolBreak("a message name that cannot name a response") from None
+            raise ProtocolBreak("a message name that cannot name a response") from None
         self._started = set()
         return events
 
     def _block_start(self, message: ResponseCalls, body: JSONObject) -> list[Event]:
         slot = _index("contentBlockStart", body)
         if slot in self._started or message.is_open(slot):
-            raise _ProtocolBreak(f"block {slot} started again while open")
+            raise ProtocolBreak(f"block {slot} started again while open")
         self._started.add(slot)
         start = body.get("start")
         tool = start.get("toolUse") if isinstance(start, dict) else None
         if tool is None:
             return []
         if not isinstance(tool, dict):
-            raise _ProtocolBreak(f"block {slot} whose toolUse is not an object")
+            raise ProtocolBreak(f"block {slot} whose toolUse is not an object")
         call, name = tool.get("toolUseId"), tool.get("name")
         if not isinstance(call, str) or not call or not isinstance(name, str) or not name:
-            raise _ProtocolBreak(f"tool block {slot} without a toolUseId and a name")
+            raise ProtocolBreak(f"tool block {slot} without a toolUseId and a name")
         return message.open(slot, call=call, tool=name)
 
     def _block_delta(self, message: ResponseCalls, body: JSONObject) -> list[Event]:
         slot = _index("contentBlockDelta", body)
         delta = body.get("delta")
         if not isinstance(delta, dict):
-            raise _ProtocolBreak(f"contentBlockDelta of block {slot} without a delta")
+            raise ProtocolBreak(f"contentBlockDelta of block {slot} without a delta")
         tool = delta.get("toolUse")
         if tool is not None:
             if not message.is_open(slot):
-                raise _ProtocolBreak(f"tool input for block {slot}, which is not an open tool")
+                raise ProtocolBreak(f"tool input for block {slot}, which is not an open tool")
             piece = tool.get("input") if isinstance(tool, dict) else None
             if not isinstance(piece, str):
-                raise _ProtocolBreak(f"tool input of block {slot} that is not a string")
+                raise ProtocolBreak(f"tool input of block {slot} that is not a string")
             return message.append(slot, piece.encode("utf-8", "surrogatepass"))
         text = delta.get("text")
         if isinstance(text, str):
@@ -359,5 +356,5 @@ class BedrockAdapter:
 def _index(kind: str, body: JSONObject) -> str:
     index = body.get("contentBlockIndex")
     if type(index) is not int or index < 0:
-        raise _ProtocolBreak(f"{kind} without a content block index")
+        raise ProtocolBreak(f"{kind} without a content block index")
     return str(index)

@@ -40,9 +40,10 @@ import re
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
-from ._json_stream import JSONEventStream, ProtocolBreak
+from ._adapter import JSONObject, ProtocolBreak, event_digest
+from ._calls import ResponseCalls
+from ._json_stream import JSONEventStream
 from ._sse import DEFAULT_MAX_EVENT_SIZE
-from ._tracker import JSONObject, ResponseCalls, event_digest
 
 _FILTERED = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}

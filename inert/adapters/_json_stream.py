@@ -9,14 +9,9 @@ import abc
 import json
 
 from ..events import Event
+from ._adapter import JSONObject, ProtocolBreak, as_object
 from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
-from ._tracker import JSONObject, as_object
-
-
-class ProtocolBreak(Exception):
-    """An event that does not have the shape the protocol gives it; its message says how,
-    never with a value of the arguments."""
 
 
 class JSONEventStream(abc.ABC):

@@ -46,9 +46,10 @@ from typing import TypeGuard
 from attrs import define, field
 
 from ..events import CallKey, Event, ResponseEndReason, TerminalRef, TurnRef
+from ._adapter import JSONObject, ProtocolBreak, as_object, event_digest
+from ._calls import ResponseCalls
 from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
-from ._tracker import JSONObject, ResponseCalls, as_object, event_digest
 
 _DONE = "[DONE]"
 
@@ -61,10 +62,6 @@ _FINISHED = {
 }
 
 _LEGACY_SLOT = "function_call"
-
-
-class _Malformed(Exception):
-    """A chunk that breaks the protocol; the message names identities only, never data."""
 
 
 @define
@@ -225,10 +222,10 @@ class OpenAIChatAdapter:
         try:
             choices = chunk.get("choices")
             if not isinstance(choices, list):
-                raise _Malformed("a chunk without a list of choices")
+                raise ProtocolBreak("a chunk without a list of choices")
             for choice in choices:
                 self._choice(completion, choice, events)
-        except _Malformed as problem:
+        except ProtocolBreak as problem:
             events += completion.calls.violate(str(problem))
         return events
 
@@ -246,16 +243,16 @@ class OpenAIChatAdapter:
 
     def _choice(self, completion: _Completion, choice: object, events: list[Event]) -> None:
         if not isinstance(choice, Mapping):
-            raise _Malformed("a choice that is not an object")
+            raise ProtocolBreak("a choice that is not an object")
         index = choice.get("index")
         if not _is_index(index):
-            raise _Malformed("a choice without an index")
+            raise ProtocolBreak("a choice without an index")
         completion.finished.setdefault(index, "")
         delta = choice.get("delta")
         if delta is None:
             delta = {}
         elif not isinstance(delta, Mapping):
-            raise _Malformed(f"choice {index}: a delta that is not an object")
+            raise ProtocolBreak(f"choice {index}: a delta that is not an object")
         for kind in ("content", "refusal"):
             text = delta.get(kind)
             if isinstance(text, str):
@@ -263,7 +260,7 @@ class OpenAIChatAdapter:
         tool_calls = delta.get("tool_calls")
         if tool_calls is not None:
             if not isinstance(tool_calls, list):
-                raise _Malformed(f"choice {index}: tool_calls that are not a list")
+                raise ProtocolBreak(f"choice {index}: tool_calls that are not a list")
             for fragment in tool_calls:
                 self._tool_call(completion, index, fragment, events)
         legacy = delta.get("function_call")
@@ -282,24 +279,24 @@ class OpenAIChatAdapter:
         reason = choice.get("finish_reason")
         if reason is not None:
             if not isinstance(reason, str):
-                raise _Malformed(f"choice {index}: a finish_reason that is not a string")
+                raise ProtocolBreak(f"choice {index}: a finish_reason that is not a string")
             self._finish(completion, index, reason, events)
 
     def _tool_call(
         self, completion: _Completion, choice: int, fragment: object, events: list[Event]
     ) -> None:
         if not isinstance(fragment, Mapping):
-            raise _Malformed(f"choice {choice}: a tool call that is not an object")
+            raise ProtocolBreak(f"choice {choice}: a tool call that is not an object")
         index = fragment.get("index")
         if not _is_index(index):
-            raise _Malformed(f"choice {choice}: a tool call without an index")
+            raise ProtocolBreak(f"choice {choice}: a tool call without an index")
         slot = _slot(choice, str(index))
         call = _present(fragment.get("id"), f"tool call {slot}: an id")
         if call is not None and not _names_a_call(completion.calls, slot, call):
-            raise _Malformed(f"tool call {slot}: an id that cannot name a call")
+            raise ProtocolBreak(f"tool call {slot}: an id that cannot name a call")
         name, arguments = _function(fragment.get("function"), slot)
         if slot not in completion.bound and (call is None or name is None):
-            raise _Malformed(f"tool call {slot}: a fragment before its id and name")
+            raise ProtocolBreak(f"tool call {slot}: a fragment before its id and name")
         self._fragment(
             completion, events, choice=choice, slot=slot, call=call, name=name, arguments=arguments
         )
@@ -317,18 +314,18 @@ class OpenAIChatAdapter:
     ) -> None:
         calls = completion.calls
         if completion.finished[choice]:
-            raise _Malformed(f"tool call {slot} after its choice finished")
+            raise ProtocolBreak(f"tool call {slot} after its choice finished")
         bound = completion.bound.get(slot)
         if bound is None:
             if name is None:
-                raise _Malformed(f"{slot}: a fragment before its name")
+                raise ProtocolBreak(f"{slot}: a fragment before its name")
             completion.bound[slot] = (call, name)
             completion.slots.setdefault(choice, []).append(slot)
             events += calls.open(slot, call=call, tool=name)
         else:
             opened_as, tool = bound
             if call is not None and call != opened_as:
-                raise _Malformed(f"tool call {slot} changed its id")
+                raise ProtocolBreak(f"tool call {slot} changed its id")
             if name is not None and name != tool:
                 events += calls.open(slot, call=opened_as, tool=name)
         if arguments:
@@ -341,10 +338,10 @@ class OpenAIChatAdapter:
         previous = completion.finished[choice]
         if previous:
             if previous != reason:
-                raise _Malformed(f"choice {choice} finished twice, differently")
+                raise ProtocolBreak(f"choice {choice} finished twice, differently")
             return
         if not reason:
-            raise _Malformed(f"choice {choice}: an empty finish_reason")
+            raise ProtocolBreak(f"choice {choice}: an empty finish_reason")
         completion.finished[choice] = reason
         for slot in completion.slots.get(choice, []):
             if completion.calls.is_open(slot):
@@ -364,7 +361,7 @@ def _present(value: object, what: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise _Malformed(f"{what} that is not a string")
+        raise ProtocolBreak(f"{what} that is not a string")
     return value
 
 
@@ -373,13 +370,13 @@ def _function(function: object, slot: str) -> tuple[str | None, str]:
     if function is None:
         return None, ""
     if not isinstance(function, Mapping):
-        raise _Malformed(f"tool call {slot}: a function that is not an object")
+        raise ProtocolBreak(f"tool call {slot}: a function that is not an object")
     name = _present(function.get("name"), f"tool call {slot}: a name")
     arguments = function.get("arguments")
     if arguments is None:
         return name, ""
     if not isinstance(arguments, str):
-        raise _Malformed(f"tool call {slot}: arguments that are not a string")
+        raise ProtocolBreak(f"tool call {slot}: arguments that are not a string")
     return name, arguments
 
 

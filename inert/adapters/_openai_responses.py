@@ -86,16 +86,10 @@ from collections.abc import Callable, Mapping
 from attrs import define, field
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
+from ._adapter import JSONObject, ProtocolBreak, as_object, event_digest, kind_of
+from ._calls import ResponseCalls, ResumedCall
 from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
-from ._tracker import (
-    JSONObject,
-    ResponseCalls,
-    ResumedCall,
-    as_object,
-    event_digest,
-    kind_of,
-)
 
 _FUNCTION = "function_call"
 _CUSTOM = "custom_tool_call"
@@ -125,10 +119,6 @@ _INCOMPLETE = {
 _CUSTOM_OPEN = b'{"input":"'
 _CUSTOM_CLOSE = b'"}'
 _DONE = "[DONE]"
-
-
-class _Malformed(Exception):
-    """An event that breaks the protocol; the message names identities only, never data."""
 
 
 @define
@@ -296,7 +286,7 @@ class OpenAIResponsesAdapter:
                     self._terminal(response, kind, payload, events)
                 return events
             self._event(response, kind, payload, events)
-        except _Malformed as problem:
+        except ProtocolBreak as problem:
             events += self._violate(str(problem))
         return events
 
@@ -334,7 +324,7 @@ class OpenAIResponsesAdapter:
             return True
         sequence = payload["sequence_number"]
         if not _is_index(sequence):
-            raise _Malformed("a sequence_number that is not a non-negative integer")
+            raise ProtocolBreak("a sequence_number that is not a non-negative integer")
         if sequence <= response.highest:
             return False
         expected = response.highest + 1
@@ -391,17 +381,17 @@ class OpenAIResponsesAdapter:
         bound = response.at.get(index)
         if kind not in _CALL_KINDS and kind not in _SERVER_KINDS:
             if bound is not None and _is_call(bound) and bound.id != identity:
-                raise _Malformed(f"output {index} added again as another item")
+                raise ProtocolBreak(f"output {index} added again as another item")
             if isinstance(identity, str):
                 response.at[index] = _Item(id=identity, kind=kind, index=index)
             return
         if not isinstance(identity, str) or not identity:
-            raise _Malformed(f"a {kind} item at output {index} without an id")
+            raise ProtocolBreak(f"a {kind} item at output {index} without an id")
         if bound is not None and bound.id != identity and (_is_call(bound) or kind in _CALL_KINDS):
-            raise _Malformed(f"output {index} added again as another item")
+            raise ProtocolBreak(f"output {index} added again as another item")
         known = response.items.get(identity)
         if known is not None and known.index not in (None, index):
-            raise _Malformed(f"item {_shown(identity)} added at a second output")
+            raise ProtocolBreak(f"item {_shown(identity)} added at a second output")
         calls = response.calls
         if kind in _SERVER_KINDS:
             name = added.get("name")
@@ -412,7 +402,7 @@ class OpenAIResponsesAdapter:
             call = _string(added, "call_id", kind)
             tool = _tool_name(_string(added, "name", kind), added.get("namespace"))
             if known is not None and (known.call != call or known.kind not in (None, kind)):
-                raise _Malformed(f"item {_shown(identity)} added again as another call")
+                raise ProtocolBreak(f"item {_shown(identity)} added again as another call")
             events += _naming(lambda: calls.open(identity, call=call, tool=tool))
             item = known or _Item(id=identity, kind=kind, index=index, call=call, tool=tool)
             item.kind, item.index = kind, index
@@ -427,20 +417,22 @@ class OpenAIResponsesAdapter:
         bound = response.at.get(index)
         if kind not in _CALL_KINDS:
             if bound is not None and _is_call(bound):
-                raise _Malformed(f"output {index} done as another item")
+                raise ProtocolBreak(f"output {index} done as another item")
             return
         if not isinstance(identity, str) or not identity:
-            raise _Malformed(f"a {kind} item done at output {index} without an id")
+            raise ProtocolBreak(f"a {kind} item done at output {index} without an id")
         item = self._resolve(response, identity, index, str(kind))
         call = _string(done, "call_id", str(kind))
         if call != item.call:
-            raise _Malformed(f"item {_shown(identity)} done with another call id")
+            raise ProtocolBreak(f"item {_shown(identity)} done with another call id")
         tool = _tool_name(_string(done, "name", str(kind)), done.get("namespace"))
         self._same_tool(response, item, tool, events)
         status = done.get("status")
         if status is not None:
             if not isinstance(status, str):
-                raise _Malformed(f"item {_shown(identity)} done with a status that is not a string")
+                raise ProtocolBreak(
+                    f"item {_shown(identity)} done with a status that is not a string"
+                )
             item.status = status
         if kind == _FUNCTION:
             self._end_function(response, item, _string(done, "arguments", str(kind)), events)
@@ -450,7 +442,7 @@ class OpenAIResponsesAdapter:
     def _call_item(self, response: _Response, payload: JSONObject, kind: str) -> _Item:
         identity = payload.get("item_id")
         if not isinstance(identity, str) or not identity:
-            raise _Malformed(f"{kind} input without an item_id")
+            raise ProtocolBreak(f"{kind} input without an item_id")
         return self._resolve(response, identity, _index(payload), kind)
 
     def _resolve(self, response: _Response, identity: str, index: int, kind: str) -> _Item:
@@ -460,19 +452,19 @@ class OpenAIResponsesAdapter:
         if bound is None:
             item = response.items.get(identity)
             if item is None:
-                raise _Malformed(f"item {_shown(identity)} was never added")
+                raise ProtocolBreak(f"item {_shown(identity)} was never added")
             if item.index is not None:
-                raise _Malformed(f"item {_shown(identity)} named at output {index}")
+                raise ProtocolBreak(f"item {_shown(identity)} named at output {index}")
             # A call taken up by resume: its first event tells where it is.
             item.index = index
             response.at[index] = item
             bound = item
         if bound.id != identity:
-            raise _Malformed(f"output {index} named as item {_shown(identity)}")
+            raise ProtocolBreak(f"output {index} named as item {_shown(identity)}")
         if bound.kind is None:
             bound.kind = kind
         if bound.kind != kind:
-            raise _Malformed(f"{kind} input for item {_shown(identity)}, a {_shown(bound.kind)}")
+            raise ProtocolBreak(f"{kind} input for item {_shown(identity)}, a {_shown(bound.kind)}")
         return bound
 
     def _same_tool(self, response: _Response, item: _Item, tool: str, events: list[Event]) -> None:
@@ -524,10 +516,10 @@ class OpenAIResponsesAdapter:
             reason = ResponseEndReason.CANCELLED
         elif kind == "response.completed":
             if status not in (None, "completed"):
-                raise _Malformed("response.completed for a response that did not complete")
+                raise ProtocolBreak("response.completed for a response that did not complete")
             for item in response.items.values():
                 if _is_call(item) and item.status not in (None, "completed"):
-                    raise _Malformed(
+                    raise ProtocolBreak(
                         f"item {_shown(item.id)} not completed in a completed response"
                     )
             reason = ResponseEndReason.COMPLETED
@@ -556,7 +548,7 @@ def _naming(make: Callable[[], list[Event]]) -> list[Event]:
     try:
         return make()
     except ValueError:
-        raise _Malformed("an item id or call id that cannot name a call") from None
+        raise ProtocolBreak("an item id or call id that cannot name a call") from None
 
 
 def _shown(name: str | None) -> str:
@@ -577,7 +569,7 @@ def _is_call(item: _Item) -> bool:
 def _index(payload: JSONObject) -> int:
     index = payload.get("output_index")
     if not _is_index(index):
-        raise _Malformed(f"{payload.get('type')} without an output_index")
+        raise ProtocolBreak(f"{payload.get('type')} without an output_index")
     assert isinstance(index, int)
     return index
 
@@ -585,34 +577,34 @@ def _index(payload: JSONObject) -> int:
 def _item_object(payload: JSONObject) -> JSONObject:
     item = payload.get("item")
     if not isinstance(item, Mapping):
-        raise _Malformed(f"{payload.get('type')} without an item")
+        raise ProtocolBreak(f"{payload.get('type')} without an item")
     return item
 
 
 def _response_object(payload: JSONObject) -> JSONObject:
     body = payload.get("response")
     if not isinstance(body, Mapping):
-        raise _Malformed(f"{payload.get('type')} without a response")
+        raise ProtocolBreak(f"{payload.get('type')} without a response")
     return body
 
 
 def _response_id(payload: JSONObject) -> str:
     identity = _response_object(payload).get("id")
     if not isinstance(identity, str):
-        raise _Malformed(f"{payload.get('type')} without a response id")
+        raise ProtocolBreak(f"{payload.get('type')} without a response id")
     return identity
 
 
 def _string(payload: JSONObject, name: str, what: str) -> str:
     value = payload.get(name)
     if not isinstance(value, str):
-        raise _Malformed(f"{what} without a string {name}")
+        raise ProtocolBreak(f"{what} without a string {name}")
     return value
 
 
 def _tool_name(name: str, namespace: object) -> str:
     if not name:
-        raise _Malformed("a call without a tool name")
+        raise ProtocolBreak("a call without a tool name")
     if isinstance(namespace, str) and namespace:
         return f"{namespace}.{name}"
     return name

@@ -1,4 +1,4 @@
-"""What every adapter shares: the calls of one provider response, and the adapter interface.
+"""The calls of one provider response, as every adapter tracks them.
 
 ``ResponseCalls`` owns the identities of the calls of one response, so that no adapter can merge
 or guess them: a provider item key ("slot": an item id, a block index, a part position) is bound
@@ -18,9 +18,6 @@ as duplicates.
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Mapping
-from typing import Any, Protocol
 
 from attrs import define
 
@@ -40,54 +37,6 @@ from ..events import (
     TextReceived,
     TurnRef,
 )
-
-JSONObject = Mapping[str, Any]
-
-
-class StreamAdapter(Protocol):
-    """One provider stream of one turn, turned into portable ingress events.
-
-    ``feed`` takes the raw HTTP body as it comes off the wire, split anywhere; ``feed_event``
-    takes one decoded event (the JSON object, or the event object of the provider's SDK);
-    ``close`` says the body ended, and reports the responses it left unfinished as lost.
-    """
-
-    def feed(self, chunk: bytes | str) -> list[Event]: ...
-
-    def feed_event(self, event: object) -> list[Event]: ...
-
-    def close(self) -> list[Event]: ...
-
-
-def kind_of(value: JSONObject) -> str | None:
-    """An object's ``type`` where it is a string, else ``None``: a provider's JSON may put any
-    value there, and a list or an object cannot even be looked up in a set of known kinds."""
-    kind = value.get("type")
-    return kind if isinstance(kind, str) else None
-
-
-def as_object(event: object) -> JSONObject:
-    """An event as the JSON object the provider sent: SDK models are dumped as on the wire."""
-    if isinstance(event, Mapping):
-        return event
-    to_dict = getattr(event, "to_dict", None)
-    if callable(to_dict):
-        dumped = to_dict()
-    else:
-        model_dump = getattr(event, "model_dump", None)
-        if not callable(model_dump):
-            kind = type(event).__name__
-            raise TypeError(f"a provider event must be a JSON object or an SDK event, not {kind}")
-        dumped = model_dump(mode="json", by_alias=True, exclude_unset=True)
-    if not isinstance(dumped, Mapping):
-        raise TypeError(f"{type(event).__name__} does not dump to a JSON object")
-    return dumped
-
-
-def event_digest(event: JSONObject) -> str:
-    """A stable identity for a provider event that has no sequence number of its own."""
-    canonical = json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @define
