@@ -14,7 +14,7 @@ from pathlib import Path
 from attrs import define, field
 
 from inert import Dispatch, Event, Runtime, ToolDeclaration, TurnRef, open_runtime
-from inert.adapters import StreamAdapter
+from inert.adapters import PROVIDERS, StreamAdapter
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "provider-streams"
 TENANT = "acme"
@@ -44,6 +44,15 @@ def declarations(names: Iterable[str]) -> list[ToolDeclaration]:
 
 def turn_ref(turn: str = TURN) -> TurnRef:
     return TurnRef(tenant=TENANT, conversation=CONVERSATION, turn=turn)
+
+
+def provider_adapter(
+    provider: str, turn: TurnRef | None = None, *, resumable: bool = False
+) -> StreamAdapter:
+    """The registered adapter of a provider for a turn of these tests; a stream whose protocol
+    names no response of its own is named ``req-1``."""
+    factory = PROVIDERS[provider]
+    return factory(turn or turn_ref(), response="req-1", resumable=resumable)
 
 
 async def feed_stream(

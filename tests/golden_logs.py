@@ -24,13 +24,14 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 import trio.testing
-from adapter_support import FIXTURES, declarations, feed_stream
+from adapter_support import FIXTURES, declarations, feed_stream, provider_adapter
 from attrs import define, field, frozen
 from awkward import SCENARIOS, GatedCheck, Scenario, run_scenario
 from awkward import TOOLS as AWKWARD_TOOLS
@@ -63,11 +64,7 @@ from inert import (
 )
 from inert.actors import CallFold, ValidationRequested
 from inert.adapters import (
-    AnthropicAdapter,
-    BedrockAdapter,
-    GeminiAdapter,
-    OpenAIChatAdapter,
-    OpenAIResponsesAdapter,
+    PROVIDERS,
     StreamAdapter,
 )
 from inert.events import DEFAULT_CODEC, FailReason
@@ -967,14 +964,6 @@ RECORDINGS.extend(
 
 # --- captured provider streams ---------------------------------------------------------------
 
-ADAPTERS: dict[str, Callable[[TurnRef], StreamAdapter]] = {
-    "openai-responses": OpenAIResponsesAdapter,
-    "openai-chat": OpenAIChatAdapter,
-    "anthropic": AnthropicAdapter,
-    "bedrock": lambda turn: BedrockAdapter(turn, response="req-1"),
-    "gemini": GeminiAdapter,
-}
-
 
 @frozen(kw_only=True)
 class Capture:
@@ -1013,7 +1002,7 @@ def _fed(factory: Callable[[TurnRef], StreamAdapter], turn: TurnRef, capture: Ca
 
 
 def _provider_run(provider: str, capture: Capture) -> Callable[[Lab], Awaitable[None]]:
-    factory = ADAPTERS[provider]
+    factory = partial(provider_adapter, provider)
 
     async def run(lab: Lab) -> None:
         turn = TurnRef(tenant=TENANT, conversation=CONVERSATION, turn="t1")
@@ -1047,7 +1036,7 @@ REDACTED_STREAMS = frozenset(
 
 def _stream_recordings() -> list[Recording]:
     recordings = []
-    for provider in ADAPTERS:
+    for provider in PROVIDERS:
         for path in sorted((FIXTURES / provider).iterdir()):
             for suffix, capture in captures(provider, path).items():
                 twice = not suffix and path.stem in REDACTED_STREAMS

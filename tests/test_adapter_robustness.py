@@ -4,32 +4,18 @@ every strangely shaped event becomes a protocol violation, a lost stream, or not
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from adapter_support import FIXTURES, turn_ref
+from adapter_support import FIXTURES, provider_adapter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inert import Event
 from inert.adapters import (
-    AnthropicAdapter,
-    BedrockAdapter,
-    GeminiAdapter,
-    OpenAIChatAdapter,
-    OpenAIResponsesAdapter,
-    StreamAdapter,
+    PROVIDERS,
     event_stream_message,
 )
-
-ADAPTERS: dict[str, Callable[[], StreamAdapter]] = {
-    "openai-responses": lambda: OpenAIResponsesAdapter(turn_ref(), resumable=True),
-    "openai-chat": lambda: OpenAIChatAdapter(turn_ref()),
-    "anthropic": lambda: AnthropicAdapter(turn_ref()),
-    "bedrock": lambda: BedrockAdapter(turn_ref(), response="req-1"),
-    "gemini": lambda: GeminiAdapter(turn_ref(), response="named"),
-}
 
 scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=8)
 json_values = st.recursive(
@@ -60,7 +46,7 @@ def real_events(provider: str) -> list[dict[str, Any]]:
     return found
 
 
-SEEDS = {provider: real_events(provider) for provider in ADAPTERS}
+SEEDS = {provider: real_events(provider) for provider in PROVIDERS}
 
 
 def mutated(seed: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
@@ -86,12 +72,12 @@ def mutated(seed: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
     return event
 
 
-@pytest.mark.parametrize("provider", sorted(ADAPTERS))
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_real_events_never_raise(provider: str, data: st.DataObject) -> None:
     """Real events with a field removed or replaced by any JSON value are judged, not crashed on."""
-    adapter = ADAPTERS[provider]()
+    adapter = provider_adapter(provider, resumable=True)
     seeds = SEEDS[provider]
     produced: list[Event] = []
     for _ in range(data.draw(st.integers(1, 12), label="events")):
@@ -128,7 +114,7 @@ def _replaced(event: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[
     return copy
 
 
-@pytest.mark.parametrize("provider", sorted(ADAPTERS))
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_any_field_holding_a_list_or_an_object_is_judged_not_raised(provider: str) -> None:
     """Every field of the first events of a real stream, replaced in its place by a list or an
     object, ends as events of the protocol, never as an exception out of the adapter."""
@@ -136,7 +122,7 @@ def test_any_field_holding_a_list_or_an_object_is_judged_not_raised(provider: st
     for index, event in enumerate(stream):
         for path in _paths(event):
             for value in UNHASHABLE:
-                adapter = ADAPTERS[provider]()
+                adapter = provider_adapter(provider, resumable=True)
                 fed = [*stream[:index], _replaced(event, path, value), *stream[index + 1 :]]
                 produced: list[Event] = []
                 for each in fed:
@@ -146,12 +132,12 @@ def test_any_field_holding_a_list_or_an_object_is_judged_not_raised(provider: st
                 assert all(isinstance(item, Event) for item in produced), (index, path)
 
 
-@pytest.mark.parametrize("provider", sorted(ADAPTERS))
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 @settings(max_examples=60, deadline=None)
 @given(body=st.binary(max_size=300))
 def test_arbitrary_bytes_never_raise(provider: str, body: bytes) -> None:
     """Any bytes on the wire, SSE or event-stream, are read without an exception."""
-    adapter = ADAPTERS[provider]()
+    adapter = provider_adapter(provider, resumable=True)
     prefix = (
         event_stream_message("messageStart", {"role": "assistant"})
         if provider == "bedrock"

@@ -10,18 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter_support import FIXTURES, turn_ref
+from adapter_support import FIXTURES, provider_adapter
 from hypothesis import given
 from hypothesis import strategies as st
 
 from inert import Event, ResponseEnded, ResponseEndReason
 from inert.adapters import (
-    AnthropicAdapter,
-    BedrockAdapter,
-    GeminiAdapter,
-    OpenAIChatAdapter,
-    OpenAIResponsesAdapter,
-    StreamAdapter,
+    PROVIDERS,
     event_stream_message,
 )
 from inert.adapters._envelope import (
@@ -30,14 +25,6 @@ from inert.adapters._envelope import (
     EnvelopeRefused,
     read_event_json,
 )
-
-ADAPTERS: dict[str, Callable[[], StreamAdapter]] = {
-    "openai-responses": lambda: OpenAIResponsesAdapter(turn_ref()),
-    "openai-chat": lambda: OpenAIChatAdapter(turn_ref()),
-    "anthropic": lambda: AnthropicAdapter(turn_ref()),
-    "bedrock": lambda: BedrockAdapter(turn_ref(), response="req-1"),
-    "gemini": lambda: GeminiAdapter(turn_ref(), response="named"),
-}
 
 DEEP = "[" * 10_000 + "]" * 10_000
 LONG_NUMBER = "9" * 10_000
@@ -76,7 +63,7 @@ def _sse_events(path: Path) -> list[str]:
 def captures() -> list[tuple[str, Path]]:
     return [
         (provider, path)
-        for provider in sorted(ADAPTERS)
+        for provider in sorted(PROVIDERS)
         for path in sorted((FIXTURES / provider).iterdir())
         if path.suffix == (".jsonl" if provider == "bedrock" else ".sse")
     ]
@@ -113,7 +100,7 @@ def _ended(produced: list[Event]) -> bool:
 
 
 def _run(provider: str, payloads: list[tuple[str, bytes]]) -> list[Event]:
-    adapter = ADAPTERS[provider]()
+    adapter = provider_adapter(provider)
     return adapter.feed(_wire(provider, payloads)) + adapter.close()
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from attrs import frozen
 
 from inert import InertError, ToolDeclaration, TurnRef
-from inert.adapters import AnthropicAdapter, OpenAIResponsesAdapter, StreamAdapter
+from inert.adapters import PROVIDERS, StreamAdapter
 
 OPENAI_URL = "https://api.openai.com/v1"
 OPENAI_MODEL = "gpt-4.1-mini"
@@ -33,8 +33,10 @@ class ProviderError(InertError):
 
 
 class Protocol(enum.StrEnum):
+    """The wire protocol of a provider, named as inert's registry of adapters names it."""
+
     OPENAI_RESPONSES = "openai-responses"
-    ANTHROPIC_MESSAGES = "anthropic-messages"
+    ANTHROPIC_MESSAGES = "anthropic"
 
 
 @frozen(kw_only=True)
@@ -85,9 +87,7 @@ class Provider:
 
     def adapter(self, turn: TurnRef) -> StreamAdapter:
         """A fresh adapter for one response of ``turn``."""
-        if self.protocol is Protocol.OPENAI_RESPONSES:
-            return OpenAIResponsesAdapter(turn)
-        return AnthropicAdapter(turn)
+        return PROVIDERS[self.protocol](turn, response=self.name)
 
 
 def openai_responses(

@@ -12,11 +12,14 @@ from ._calls import ResponseCalls, ResumedCall
 from ._gemini import GeminiAdapter
 from ._openai_chat import OpenAIChatAdapter
 from ._openai_responses import OpenAIResponsesAdapter
+from ._providers import PROVIDERS, AdapterFactory
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 
 __all__ = [
     "DEFAULT_MAX_EVENT_SIZE",
     "DEFAULT_MAX_FRAME_SIZE",
+    "PROVIDERS",
+    "AdapterFactory",
     "AnthropicAdapter",
     "BedrockAdapter",
     "EventStreamDecoder",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attrs import frozen
 
-from ..adapters import OpenAIResponsesAdapter, StreamAdapter
+from ..adapters import PROVIDERS, OpenAIResponsesAdapter, StreamAdapter
 from ..events import (
     Event,
     RefusedError,
@@ -20,7 +20,7 @@ from ..tracing import IncomingTrace, read_trace_headers
 from ._common import runtime_on, settle_within
 from ._execute import Recorder, execute_ready, execution_lines
 from ._operators import turn_rows
-from ._streams import PROVIDERS, StreamFile, UnreadableInput, read_stream, read_tools, stream_name
+from ._streams import StreamFile, UnreadableInput, read_stream, read_tools, stream_name
 from ._tables import LEDGER_HEADER, Keys, key_part, ledger_cells, text_table
 
 # --- feed ------------------------------------------------------------------------------------
@@ -89,7 +89,10 @@ def _adapt(runtime: Runtime, request: FeedRequest, stream: StreamFile) -> list[E
 
 
 def _adapter(request: FeedRequest, stream: StreamFile) -> StreamAdapter:
-    return PROVIDERS[request.provider](request.turn, stream_name(request.provider, stream))
+    # A stream that ends early leaves its calls collecting for a continuation where its
+    # protocol can continue one (OpenAI Responses in background mode).
+    factory = PROVIDERS[request.provider]
+    return factory(request.turn, response=stream_name(request.provider, stream), resumable=True)
 
 
 def _no_stream(request: FeedRequest) -> UnreadableInput:

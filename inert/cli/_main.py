@@ -18,6 +18,7 @@ from functools import partial
 import trio
 
 from .. import __version__
+from ..adapters import PROVIDERS
 from ..events import (
     ConfigurationError,
     InertError,
@@ -40,7 +41,6 @@ from ._operators import (
 )
 from ._read import audit_command, ledger_command, replay_command, verify_command
 from ._simulate import simulate_arguments, simulate_command
-from ._streams import PROVIDERS
 
 
 def _control_arguments(control: argparse.ArgumentParser) -> None:

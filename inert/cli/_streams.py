@@ -10,22 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 from attrs import frozen
 
 from ..actors import ToolDeclaration, ToolRegistry, declarations_from_json
-from ..adapters import (
-    AnthropicAdapter,
-    BedrockAdapter,
-    GeminiAdapter,
-    OpenAIChatAdapter,
-    OpenAIResponsesAdapter,
-    StreamAdapter,
-)
 from ..adapters._envelope import read_event_json
-from ..events import ConfigurationError, InertError, TurnRef
+from ..events import ConfigurationError, InertError
 
 
 class UnreadableInput(InertError):
@@ -100,21 +91,6 @@ def read_tools(path: Path) -> list[ToolDeclaration]:
     except ConfigurationError as error:
         raise UnreadableInput(f"{path}: {error}") from None
     return declarations
-
-
-AdapterFactory = Callable[[TurnRef, str], StreamAdapter]
-"""Builds a provider's adapter for a turn; the string names the stream where the protocol
-carries no response id of its own."""
-
-PROVIDERS: dict[str, AdapterFactory] = {
-    "openai-responses": lambda turn, _: OpenAIResponsesAdapter(turn, resumable=True),
-    "openai-chat": lambda turn, _: OpenAIChatAdapter(turn),
-    "anthropic": lambda turn, _: AnthropicAdapter(turn),
-    "bedrock": lambda turn, name: BedrockAdapter(turn, response=name),
-    "gemini": lambda turn, name: GeminiAdapter(turn, response=name),
-}
-"""Every provider ``inert feed`` reads. OpenAI Responses streams are taken as resumable
-(background mode): a file that ends early leaves its calls collecting for a continuation."""
 
 
 def stream_name(provider: str, stream: StreamFile) -> str:
