@@ -87,6 +87,7 @@ fragment buffer (``inert.actors._buffer``) and the strict parse (``inert.actors.
 from __future__ import annotations
 
 from ..events import (
+    STOPPING_CONTROL_TYPES,
     ArgumentsAppended,
     CallEnded,
     CallOpened,
@@ -96,12 +97,9 @@ from ..events import (
     DeadlineReached,
     Event,
     ResponseEnded,
-    ResponseQuarantined,
     ServerToolCalled,
     StreamLost,
     StreamResumed,
-    TenantStopped,
-    ToolDisabled,
     TurnCancelled,
     TurnStarted,
     TurnSuperseded,
@@ -156,9 +154,7 @@ _SCOPE_EVENTS: tuple[type[Event], ...] = (
     TurnStarted,
     TurnCancelled,
     TurnSuperseded,
-    ResponseQuarantined,
-    ToolDisabled,
-    TenantStopped,
+    *STOPPING_CONTROL_TYPES,
 )
 
 INPUT_TYPES: tuple[type, ...] = (

@@ -6,10 +6,12 @@ Pure: nothing here does I/O; the log and its backends are ``inert.log``.
 from ._base import Event, TraceContext, Upcaster, event_type, registered_event_types
 from ._by_turn import ByTurn as ByTurn
 from ._catalog import (
+    CONTROL_TYPES,
     DECISION_TYPES,
     INGRESS_TYPES,
     OUTCOME_TYPES,
     RULES_VERSION,
+    STOPPING_CONTROL_TYPES,
     TRANSITION_TYPES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
@@ -35,6 +37,7 @@ from ._catalog import (
     ExecutionOutcomeUnknown,
     FailReason,
     OfferedTool,
+    OperatorControl,
     ProcessHeartbeat,
     RejectReason,
     ResponseEnded,
@@ -75,12 +78,14 @@ from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_st
 from ._recorded import RecordedEvent, Redacted, without_sensitive
 
 __all__ = [
+    "CONTROL_TYPES",
     "CONVERTER",
     "DECISION_TYPES",
     "DEFAULT_CODEC",
     "INGRESS_TYPES",
     "OUTCOME_TYPES",
     "RULES_VERSION",
+    "STOPPING_CONTROL_TYPES",
     "TRANSITION_TYPES",
     "ArgumentsAppended",
     "CallAwaitingConfirmation",
@@ -118,6 +123,7 @@ __all__ = [
     "LogDamaged",
     "LogError",
     "OfferedTool",
+    "OperatorControl",
     "ProcessHeartbeat",
     "RecordedEvent",
     "Redacted",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from attrs import field, frozen, validators
 
@@ -351,12 +351,32 @@ class ConfirmationDenied(Event):
 
 
 # --- operator ------------------------------------------------------------------------------
+#
+# One family: every control says who gave it and why, for every tenant or for one. A new
+# control is a class of it here and its meaning in ``inert.actors._scope``; the audit, the spans
+# and the decider's table find it by its family.
+
+
+@frozen(kw_only=True)
+class OperatorControl(Event):
+    """An operator's control of what may run. ``STOPS``: it stops calls (a quarantine, a
+    disabled tool, a stopped tenant) rather than letting new ones run again."""
+
+    STOPS: ClassVar[bool]
+
+    if TYPE_CHECKING:
+        # Each control declares these as its own fields (the stored order of its payload).
+        tenant: str | None
+        operator: str
+        reason: str
 
 
 @event_type("operator.response_quarantined")
 @frozen(kw_only=True)
-class ResponseQuarantined(Event):
+class ResponseQuarantined(OperatorControl):
     """An operator quarantined a provider response: none of its calls may run."""
+
+    STOPS = True
 
     response: str
     tenant: str | None
@@ -366,8 +386,10 @@ class ResponseQuarantined(Event):
 
 @event_type("operator.tool_disabled")
 @frozen(kw_only=True)
-class ToolDisabled(Event):
+class ToolDisabled(OperatorControl):
     """An operator disabled a tool, for every tenant or for one."""
+
+    STOPS = True
 
     tool: str
     tenant: str | None
@@ -377,8 +399,10 @@ class ToolDisabled(Event):
 
 @event_type("operator.tool_enabled")
 @frozen(kw_only=True)
-class ToolEnabled(Event):
+class ToolEnabled(OperatorControl):
     """An operator enabled a disabled tool again; calls it ended stay ended."""
+
+    STOPS = False
 
     tool: str
     tenant: str | None
@@ -388,8 +412,10 @@ class ToolEnabled(Event):
 
 @event_type("operator.tenant_stopped")
 @frozen(kw_only=True)
-class TenantStopped(Event):
+class TenantStopped(OperatorControl):
     """An operator stopped every call of a tenant that has not been dispatched."""
+
+    STOPS = True
 
     tenant: str
     operator: str
@@ -398,8 +424,10 @@ class TenantStopped(Event):
 
 @event_type("operator.tenant_resumed")
 @frozen(kw_only=True)
-class TenantResumed(Event):
+class TenantResumed(OperatorControl):
     """An operator let a stopped tenant start new turns again."""
+
+    STOPS = False
 
     tenant: str
     operator: str
@@ -668,6 +696,18 @@ TRANSITION_TYPES = (
 
 DECISION_TYPES = (*TRANSITION_TYPES, EventRejected)
 """Everything a call's actor writes to the call's stream."""
+
+CONTROL_TYPES: tuple[type[OperatorControl], ...] = (
+    ResponseQuarantined,
+    ToolDisabled,
+    ToolEnabled,
+    TenantStopped,
+    TenantResumed,
+)
+"""Every operator control."""
+
+STOPPING_CONTROL_TYPES = tuple(control for control in CONTROL_TYPES if control.STOPS)
+"""The controls that stop calls: what a call's actor must hear."""
 
 OUTCOME_TYPES = (
     ExecutionCompleted,

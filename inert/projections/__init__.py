@@ -16,7 +16,7 @@ horizon; the audit, a record of operator actions, keeps its entries.
 from datetime import timedelta
 
 from ..events import Event, RecordedEvent
-from ._audit import CONTROL_TYPES, Audit, AuditEntry
+from ._audit import Audit, AuditEntry
 from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
 from ._dispatch import DispatchQueue
 from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger
@@ -91,7 +91,6 @@ class Projections(Routed):
 
 
 __all__ = [
-    "CONTROL_TYPES",
     "DEFAULT_LEDGER_HORIZON",
     "JSON",
     "Audit",

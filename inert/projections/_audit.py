@@ -16,6 +16,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from ..events import (
+    CONTROL_TYPES,
     CallCancelled,
     CallKey,
     Event,
@@ -29,7 +30,6 @@ from ..events import (
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routed, Routes
 
-CONTROL_TYPES = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
 """The operator controls the audit records."""
 
 Control = ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed

@@ -51,6 +51,7 @@ from ..events import (
     EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
+    OperatorControl,
     RecordedEvent,
     RefusedError,
     RequestRefused,
@@ -356,39 +357,40 @@ class Runtime:
         event = ResponseQuarantined(
             response=response, tenant=tenant, operator=operator, reason=reason
         )
-        return await self._control(event, tenant)
+        return await self._control(event)
 
     async def disable_tool(
         self, tool: str, *, operator: str, reason: str, tenant: str | None = None
     ) -> int:
         """Stop every call of a tool (everywhere, or for one tenant) until it is enabled."""
         event = ToolDisabled(tool=tool, tenant=tenant, operator=operator, reason=reason)
-        return await self._control(event, tenant)
+        return await self._control(event)
 
     async def enable_tool(
         self, tool: str, *, operator: str, reason: str, tenant: str | None = None
     ) -> int:
         """Let new calls of a tool run again; the calls the disabling ended stay ended."""
         event = ToolEnabled(tool=tool, tenant=tenant, operator=operator, reason=reason)
-        return await self._control(event, tenant)
+        return await self._control(event)
 
     async def stop_tenant(self, tenant: str, *, operator: str, reason: str) -> int:
         """Emergency stop: every call of the tenant not yet dispatched ends, inertly."""
         event = TenantStopped(tenant=tenant, operator=operator, reason=reason)
-        return await self._control(event, tenant)
+        return await self._control(event)
 
     async def resume_tenant(self, tenant: str, *, operator: str, reason: str) -> int:
         """Let the tenant's new turns run calls again; stopped calls stay ended."""
         event = TenantResumed(tenant=tenant, operator=operator, reason=reason)
-        return await self._control(event, tenant)
+        return await self._control(event)
 
-    async def _control(self, event: Event, tenant: str | None) -> int:
-        operator = getattr(event, "operator", "")
+    async def _control(self, event: OperatorControl) -> int:
+        operator = event.operator
         if not operator or not self.operators(operator):
             raise RefusedError(f"{operator!r} is not an operator: controls need the operator role")
-        if not getattr(event, "reason", ""):
+        if not event.reason:
             raise RefusedError("a control needs a reason, for the audit")
-        [position] = await self.log.append([NewEvent(stream=control_stream(tenant), event=event)])
+        stream = control_stream(event.tenant)
+        [position] = await self.log.append([NewEvent(stream=stream, event=event)])
         await self._caught_up()
         if self.spans is not None:
             # The control's span names the calls it ended: they are known once the actors

@@ -41,6 +41,7 @@ from attrs import define, field, frozen
 
 from ..actors import CallLimits, ToolDeclaration
 from ..events import (
+    CONTROL_TYPES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -113,13 +114,6 @@ class Observation:
 
 _ADDRESSED_INGRESS = (CallOpened, ArgumentsAppended, CallEnded, ServerToolCalled)
 _REQUESTS = (ConfirmationGiven, ConfirmationDenied, ClaimRequested, DeadlineReached)
-_CONTROLS = (
-    ResponseQuarantined,
-    ToolDisabled,
-    ToolEnabled,
-    TenantStopped,
-    TenantResumed,
-)
 
 
 @define
@@ -271,7 +265,7 @@ class InvariantChecker:
                 self._response_turns.setdefault(
                     (response.tenant, response.response), response.turn_ref
                 )
-            case _ if isinstance(event, _CONTROLS):
+            case _ if isinstance(event, CONTROL_TYPES):
                 self._controls.append((position, event))
             case _ if isinstance(event, _ADDRESSED_INGRESS):
                 entry = _Input(position, recorded.event_id, recorded.recorded_at, event)

@@ -20,6 +20,7 @@ from opentelemetry.trace import Link, Span, SpanContext, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..events import (
+    CONTROL_TYPES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -36,12 +37,8 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    OperatorControl,
     RecordedEvent,
-    ResponseQuarantined,
-    TenantResumed,
-    TenantStopped,
-    ToolDisabled,
-    ToolEnabled,
     TraceContext,
     TurnCancelled,
     TurnRef,
@@ -52,7 +49,6 @@ from ..events import (
 
 DEFAULT_MAX_LINKS = 16
 _PROPAGATOR = TraceContextTextMapPropagator()
-_CONTROLS = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
 
 
 def _ns(moment: datetime) -> int:
@@ -156,7 +152,7 @@ class CallSpans:
             case ExecutionOutcomeUnknown(key=key):
                 self._end_phase(key, at, event.TAG)
                 self._end_call(key, at, "dispatched", None, "unknown")
-            case _ if isinstance(event, _CONTROLS):
+            case _ if isinstance(event, CONTROL_TYPES):
                 self._control(event, recorded.position, at)
 
     def _retired(self, turn: TurnRef, at: int) -> None:
@@ -277,7 +273,7 @@ class CallSpans:
 
     def _control(
         self,
-        event: ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed,
+        event: OperatorControl,
         position: int,
         at: int,
     ) -> None:
