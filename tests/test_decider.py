@@ -19,14 +19,12 @@ import pytest
 
 from inert.actors._arguments import ArgumentLimits, ParsedArguments, parse_arguments
 from inert.actors._call import (
-    TERMINAL_PHASES,
     CallContext,
     CallLimits,
     CallState,
     Decision,
     IllegalTransition,
     Input,
-    Phase,
     TurnStatus,
     TurnView,
     ValidationOutcome,
@@ -37,6 +35,7 @@ from inert.actors._call import (
 )
 from inert.actors._decider import INPUT_TYPES, TABLE, decide, step
 from inert.events import (
+    TERMINAL_PHASES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -58,6 +57,7 @@ from inert.events import (
     EventRejected,
     FailReason,
     OfferedTool,
+    Phase,
     RejectReason,
     ResponseEnded,
     ResponseEndReason,

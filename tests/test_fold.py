@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 
-from inert.actors._call import CallLimits, Phase, ValidationRequested, ValidationResult
+from inert.actors._call import CallLimits, ValidationRequested, ValidationResult
 from inert.actors._fold import (
     AppendDecisions,
     CallFold,
@@ -49,6 +49,7 @@ from inert.events import (
     FailReason,
     LogDamaged,
     OfferedTool,
+    Phase,
     RecordedEvent,
     RejectReason,
     ResponseEnded,

@@ -31,13 +31,14 @@ from test_decider import (
 
 from inert.actors._arguments import ArgumentLimits
 from inert.actors._buffer import EMPTY_BUFFER, Fit, RangeBuffer
-from inert.actors._call import CallLimits, Phase, recorded
+from inert.actors._call import CallLimits, recorded
 from inert.events import (
     ArgumentsAppended,
     CallFailed,
     CallTerminalCandidate,
     CallValidated,
     FailReason,
+    Phase,
     RejectReason,
 )
 

@@ -1,5 +1,6 @@
 """The pure call decider, the fold of every call from the log, the call actors and their router."""
 
+from ..events import TERMINAL_PHASES, Phase
 from ._arguments import (
     ArgumentLimits,
     ArgumentProblem,
@@ -10,13 +11,11 @@ from ._arguments import (
 )
 from ._call import (
     DEFAULT_LIMITS,
-    TERMINAL_PHASES,
     CallContext,
     CallLimits,
     CallState,
     IllegalTransition,
     Input,
-    Phase,
     TurnStatus,
     TurnView,
     ValidationOutcome,

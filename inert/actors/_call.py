@@ -17,6 +17,7 @@ from attrs import field, frozen, validators
 
 from ..events import (
     RULES_VERSION,
+    TERMINAL_PHASES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -34,6 +35,7 @@ from ..events import (
     FailReason,
     InertError,
     OfferedTool,
+    Phase,
     TerminalRef,
 )
 from ._arguments import (
@@ -41,21 +43,6 @@ from ._arguments import (
     ParsedArguments,
 )
 from ._buffer import EMPTY_BUFFER, Buffer
-
-
-class Phase(enum.StrEnum):
-    """Where a call is in its life."""
-
-    ABSENT = "absent"
-    COLLECTING = "collecting"
-    TERMINAL_CANDIDATE = "terminal_candidate"
-    VALIDATED = "validated"
-    DISPATCHED = "dispatched"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-
-TERMINAL_PHASES = frozenset({Phase.DISPATCHED, Phase.CANCELLED, Phase.FAILED})
 
 
 class IllegalTransition(InertError):

@@ -88,6 +88,7 @@ from __future__ import annotations
 
 from ..events import (
     STOPPING_CONTROL_TYPES,
+    TERMINAL_PHASES,
     ArgumentsAppended,
     CallEnded,
     CallOpened,
@@ -96,6 +97,7 @@ from ..events import (
     ConfirmationGiven,
     DeadlineReached,
     Event,
+    Phase,
     ResponseEnded,
     ServerToolCalled,
     StreamLost,
@@ -105,14 +107,12 @@ from ..events import (
     TurnSuperseded,
 )
 from ._call import (
-    TERMINAL_PHASES,
     CallContext,
     CallState,
     CallView,
     Decision,
     IllegalTransition,
     Input,
-    Phase,
     ValidationOutcome,
     evolve,
 )

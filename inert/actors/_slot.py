@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..events import CallKey, Event, TerminalRef
+from ..events import CallKey, Event, Phase, TerminalRef
 from ._arguments import ParsedArguments
 from ._buffer import EMPTY_BUFFER, Buffer
 from ._call import (
@@ -21,7 +21,6 @@ from ._call import (
     CallView,
     Decision,
     Input,
-    Phase,
     ValidationRequested,
     changes,
     check_arguments,

@@ -75,6 +75,7 @@ from ._errors import (
     RequestTimedOut,
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
+from ._phase import TERMINAL_PHASES, Phase
 from ._recorded import RecordedEvent, Redacted, without_sensitive
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
     "OUTCOME_TYPES",
     "RULES_VERSION",
     "STOPPING_CONTROL_TYPES",
+    "TERMINAL_PHASES",
     "TRANSITION_TYPES",
     "ArgumentsAppended",
     "CallAwaitingConfirmation",
@@ -124,6 +126,7 @@ __all__ = [
     "LogError",
     "OfferedTool",
     "OperatorControl",
+    "Phase",
     "ProcessHeartbeat",
     "RecordedEvent",
     "Redacted",

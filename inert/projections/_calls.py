@@ -28,10 +28,9 @@ from ..events import (
     EventRejected,
     EventsDiscarded,
     FailReason,
+    Phase,
 )
-from ._rows import Dispatch, LedgerRow, Outcome, State, terminal_label
-
-TERMINAL_STATES: frozenset[str] = frozenset({"dispatched", "cancelled", "failed"})
+from ._rows import Dispatch, LedgerRow, Outcome, terminal_label
 
 _VALIDATION_FAILURES = frozenset(
     {
@@ -55,7 +54,7 @@ Decision = (
     | CallFailed
 )
 
-Step: TypeAlias = tuple[int, str, State | None, str]
+Step: TypeAlias = tuple[int, str, Phase | None, str]
 """A transition as the ledger keeps it: position, event type, state and detail."""
 
 
@@ -159,7 +158,7 @@ class Row:
 
     def __init__(self, tool: str, fragments: int, size: int) -> None:
         self.tool = tool
-        self.state: State = "collecting"
+        self.state: Phase = Phase.COLLECTING
         self.fragments = fragments
         self.bytes = size
         self.terminal_event: str | None = None
@@ -231,7 +230,7 @@ class Call:
 
 def _collecting(call: Call, row: Row, event: CallCollecting) -> None:
     row.tool = event.tool
-    row.state = "collecting"
+    row.state = Phase.COLLECTING
     row.dispatch = "inert"
 
 
@@ -241,7 +240,7 @@ def _collecting_detail(event: CallCollecting) -> str:
 
 
 def _terminal_candidate(call: Call, row: Row, event: CallTerminalCandidate) -> None:
-    row.state = "terminal_candidate"
+    row.state = Phase.TERMINAL_CANDIDATE
     row.fragments = event.fragments
     row.bytes = event.size
     row.terminal_event = terminal_label(event.terminal)
@@ -258,7 +257,7 @@ def _terminal_candidate_detail(event: CallTerminalCandidate) -> str:
 
 def _validated(call: Call, row: Row, event: CallValidated) -> None:
     needs_confirmation = event.needs_confirmation
-    row.state = "validated"
+    row.state = Phase.VALIDATED
     row.validation = "ok, needs confirmation" if needs_confirmation else "ok"
     row.dispatch = "await_confirmation" if needs_confirmation else "ready"
 
@@ -271,7 +270,7 @@ def _validated_detail(event: CallValidated) -> str:
 
 
 def _awaiting_confirmation(call: Call, row: Row, event: CallAwaitingConfirmation) -> None:
-    row.state = "validated"
+    row.state = Phase.VALIDATED
     row.dispatch = "await_confirmation"
 
 
@@ -291,7 +290,7 @@ def _confirmed_detail(event: CallConfirmed) -> str:
 
 def _dispatched(call: Call, row: Row, event: CallDispatched) -> None:
     call.claim = event.claim_id
-    row.state = "dispatched"
+    row.state = Phase.DISPATCHED
     row.dispatch = "dispatched"
 
 
@@ -300,7 +299,7 @@ def _dispatched_detail(event: CallDispatched) -> str:
 
 
 def _cancelled(call: Call, row: Row, event: CallCancelled) -> None:
-    _ended(row, "cancelled", event.reason.value, event)
+    _ended(row, Phase.CANCELLED, event.reason.value, event)
 
 
 def _cancelled_detail(event: CallCancelled) -> str:
@@ -309,7 +308,7 @@ def _cancelled_detail(event: CallCancelled) -> str:
 
 def _failed(call: Call, row: Row, event: CallFailed) -> None:
     reason = event.reason
-    _ended(row, "failed", reason.value, event)
+    _ended(row, Phase.FAILED, reason.value, event)
     parse = _parse_problem(reason, event.detail)
     if parse is not None:
         row.parse = parse
@@ -322,8 +321,8 @@ def _failed_detail(event: CallFailed) -> str:
     return f"{reason.value}: {detail}" if detail else reason.value
 
 
-def _ended(row: Row, state: State, reason: str, event: CallCancelled | CallFailed) -> None:
-    if row.state == "collecting":
+def _ended(row: Row, state: Phase, reason: str, event: CallCancelled | CallFailed) -> None:
+    if row.state is Phase.COLLECTING:
         # The decision's own counts, not the fragments seen here: retention may have
         # redacted those.
         row.fragments = event.fragments or 0

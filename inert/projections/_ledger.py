@@ -25,6 +25,7 @@ from functools import partial
 
 from ..events import (
     OUTCOME_TYPES,
+    TERMINAL_PHASES,
     ArgumentsAppended,
     ByTurn,
     CallCollecting,
@@ -35,12 +36,12 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    Phase,
     RecordedEvent,
     TurnRetired,
 )
 from ._calls import (
     RULES,
-    TERMINAL_STATES,
     Call,
     Decision,
     Received,
@@ -52,7 +53,7 @@ from ._calls import (
 )
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routed, Routes
-from ._rows import LedgerRow, Outcome, State, Transition
+from ._rows import LedgerRow, Outcome, Transition
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""
@@ -167,7 +168,7 @@ class Ledger(Routed):
         return call
 
     def _record(
-        self, call: Call, recorded: RecordedEvent, state: State | None, detail: str
+        self, call: Call, recorded: RecordedEvent, state: Phase | None, detail: str
     ) -> None:
         history = call.history
         if history is None:
@@ -180,7 +181,7 @@ class Ledger(Routed):
         # A fragment for a call past collecting is the actor's to reject or fail on; it is
         # never part of the call's data. One before the call's row may still be (the actor's
         # answer to the opening can land after the first fragments).
-        if row is not None and row.state != "collecting":
+        if row is not None and row.state is not Phase.COLLECTING:
             return
         received = call.received
         if received is None:
@@ -194,7 +195,7 @@ class Ledger(Routed):
     def _decision(self, rule: Rule, recorded: RecordedEvent, event: Decision) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
         row = call.row
-        if row is not None and row.state in TERMINAL_STATES:
+        if row is not None and row.state in TERMINAL_PHASES:
             # Terminal is absorbing: the entry shows the anomaly, the row keeps the truth.
             detail = f"{rule.detail(event)}; ignored: the call is {row.state}"
             self._record(call, recorded, row.state, detail)
@@ -212,9 +213,9 @@ class Ledger(Routed):
             row.fragments, row.bytes = fragments, size
         rule.change(call, row, event)
         state = row.state
-        if state != "collecting":
+        if state is not Phase.COLLECTING:
             call.received = None
-        if state in ("cancelled", "failed"):
+        if state in (Phase.CANCELLED, Phase.FAILED):
             self._finish(call, recorded.recorded_at)
         call.public = None
         self._record(call, recorded, state, rule.detail(event))
@@ -243,7 +244,7 @@ class Ledger(Routed):
         turns, calls, finished = self._turns, self._calls, self._finished
         for key in turns.take(event.turn):
             row = calls[key].row
-            if row is not None and row.state not in TERMINAL_STATES:
+            if row is not None and row.state not in TERMINAL_PHASES:
                 turns.add(key)
                 continue
             finished.pop(key, None)
@@ -294,7 +295,7 @@ class Ledger(Routed):
                 )
             case ExecutionOutcomeUnknown():
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
-        if row is None or row.state != "dispatched" or call.claim != event.claim_id:
+        if row is None or row.state is not Phase.DISPATCHED or call.claim != event.claim_id:
             # An outcome never makes a call look as if it ran: only its dispatch does.
             state = None if row is None else row.state
             self._record(call, recorded, state, f"{detail}; ignored: no dispatch of this claim")

@@ -11,12 +11,9 @@ from typing import Literal
 import attrs
 from attrs import frozen
 
-from ..events import CallKey, TerminalRef
+from ..events import CallKey, Phase, TerminalRef
 from ._digest import Snapshot
 
-State = Literal[
-    "collecting", "terminal_candidate", "validated", "dispatched", "cancelled", "failed"
-]
 Dispatch = Literal["inert", "await_confirmation", "ready", "dispatched", "reject"]
 Outcome = Literal["completed", "failed", "unknown"]
 
@@ -32,7 +29,7 @@ class LedgerRow:
     item: str
     call: str
     tool: str
-    state: State
+    state: Phase
     fragments: int
     bytes: int
     terminal_event: str | None = None
@@ -53,7 +50,7 @@ class LedgerRow:
             item=key.item,
             call=key.call,
             tool=tool,
-            state="collecting",
+            state=Phase.COLLECTING,
             fragments=fragments,
             bytes=size,
         )
@@ -81,7 +78,7 @@ class Transition:
 
     position: int
     event_type: str
-    state: State | None
+    state: Phase | None
     detail: str
 
     def to_json(self) -> Snapshot:

@@ -25,9 +25,7 @@ from ..actors._arguments import (
     arguments_digest,
     parse_arguments,
 )
-from ..events import CallOpened, ClaimRequested, ConfirmationGiven, InertError
-
-Phase = _call.Phase
+from ..events import CallOpened, ClaimRequested, ConfirmationGiven, InertError, Phase
 
 
 class UnknownPlant(InertError):
@@ -49,7 +47,7 @@ def _replaced(owner: Any, name: str, value: object) -> Iterator[None]:
 
 
 @contextmanager
-def _table_row(phase: _call.Phase, input_type: type, handler: _handlers.Handler) -> Iterator[None]:
+def _table_row(phase: Phase, input_type: type, handler: _handlers.Handler) -> Iterator[None]:
     table = _decider.TABLE
     original = table[(phase, input_type)]
     table[(phase, input_type)] = handler
