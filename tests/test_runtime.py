@@ -41,7 +41,7 @@ from inert import (
     open_runtime,
     trio_clock,
 )
-from inert.actors import Check, ValidationRequested
+from inert.actors import ValidationRequested, Validator
 from inert.events import CallFailed, ClaimRequested, ToolDisabled, TurnStarted
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.log._records import PendingRecord
@@ -71,7 +71,7 @@ def key_of(call: str, *, turn: str = "t1", response: str = "r1") -> CallKey:
 async def running(
     store: MemoryStore | None = None,
     *,
-    check: Check | None = None,
+    check: Validator | None = None,
     limits: CallLimits | None = None,
     validation_timeout: float = 1.0,
 ) -> AsyncIterator[Runtime]:

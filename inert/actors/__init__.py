@@ -21,6 +21,7 @@ from ._call import (
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
+    Validator,
     evolve,
     initial_state,
     recorded,
@@ -34,13 +35,12 @@ from ._fold import (
     ScheduleDeadline,
     Work,
 )
-from ._router import CallRouter, Validator
+from ._router import CallRouter
 from ._scope import Scope
 from ._slot import Slot
 from ._tools import (
     BusinessValidator,
     CallUnderValidation,
-    Check,
     FieldProblem,
     PermissionPolicy,
     ToolDeclaration,
@@ -63,7 +63,6 @@ __all__ = [
     "CallRouter",
     "CallState",
     "CallUnderValidation",
-    "Check",
     "FieldProblem",
     "IllegalTransition",
     "Input",

@@ -8,7 +8,7 @@ are in ``inert.actors._handlers``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -184,6 +184,10 @@ class ValidationRequested:
 
 
 Internal = Opened | FragmentAccepted | ArgumentsParsed | ValidationRequested
+
+Validator = Callable[[ValidationRequested], Awaitable[ValidationResult]]
+"""What validates a call once: the declaration's schema, and any further check (business
+rules, permission policy) of a call whose declaration is known."""
 Decision = Event | Internal
 
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 
 import trio
 
 from ..events import CallKey, ConflictError, DeadlineReached, FailReason, LogError, RecordedEvent
 from ..log import Log, NewEvent
-from ._call import ValidationOutcome, ValidationRequested, ValidationResult, recorded
+from ._call import ValidationOutcome, ValidationResult, Validator, recorded
 from ._decider import decide
 from ._fold import (
     AppendDecisions,
@@ -37,9 +37,6 @@ from ._fold import (
     ScheduleDeadline,
     Work,
 )
-
-Validator = Callable[[ValidationRequested], Awaitable[ValidationResult]]
-"""Validates one call's parsed arguments against the declaration its turn offered."""
 
 Listener = Callable[[RecordedEvent], None]
 

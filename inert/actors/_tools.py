@@ -28,7 +28,7 @@ from attrs import field, frozen, validators
 
 from ..events import CallKey, ConfigurationError, FailReason, OfferedTool
 from ._arguments import ParsedArguments, canonical_json
-from ._call import ValidationRequested, ValidationResult
+from ._call import ValidationRequested, ValidationResult, Validator
 
 
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -118,10 +118,6 @@ class ToolDeclaration:
         return OfferedTool(name=self.name, digest=self.digest)
 
 
-Check = Callable[[ValidationRequested], Awaitable[ValidationResult]]
-"""A further check of a call whose declaration is known: business rules, permission policy."""
-
-
 class ToolRegistry:
     """Every declaration registered, by digest, and the latest one of each name.
 
@@ -131,7 +127,7 @@ class ToolRegistry:
     """
 
     def __init__(
-        self, declarations: Iterable[ToolDeclaration] = (), *, check: Check | None = None
+        self, declarations: Iterable[ToolDeclaration] = (), *, check: Validator | None = None
     ) -> None:
         self._by_digest: dict[str, ToolDeclaration] = {}
         self._schemas: dict[str, jsonschema_rs.Validator | None] = {}

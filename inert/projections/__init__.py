@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from ..events import Event, RecordedEvent
 from ._audit import Audit, AuditEntry
-from ._digest import JSON, Projection, Snapshot, canonical_json, state_digest
+from ._digest import JSON, Projection, Snapshot, digest_json, state_digest
 from ._dispatch import DispatchQueue
 from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger
 from ._routing import Handler, Routed, Routes
@@ -104,6 +104,6 @@ __all__ = [
     "Status",
     "StatusCue",
     "Transition",
-    "canonical_json",
+    "digest_json",
     "state_digest",
 ]

@@ -61,7 +61,7 @@ def response_json(response: ResponseRef) -> Snapshot:
     }
 
 
-def canonical_json(value: JSON) -> bytes:
+def digest_json(value: JSON) -> bytes:
     """The one encoding of a JSON value that the digest hashes."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -78,4 +78,4 @@ def state_digest(*projections: Projection) -> str:
         if name in snapshots:
             raise ValueError(f"two projections named {name} cannot share one digest")
         snapshots[name] = projection.snapshot()
-    return "sha256:" + hashlib.sha256(canonical_json(snapshots)).hexdigest()
+    return "sha256:" + hashlib.sha256(digest_json(snapshots)).hexdigest()

@@ -19,9 +19,9 @@ from ..actors import (
     CallLimits,
     ToolDeclaration,
     ToolRegistry,
+    Validator,
 )
 from ..actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
-from ..actors._tools import Check
 from ..events import (
     ConfigurationError,
     InertError,
@@ -48,7 +48,7 @@ async def open_runtime(
     *,
     log: str | Log,
     tools: Iterable[ToolDeclaration] = (),
-    check: Check | None = None,
+    check: Validator | None = None,
     limits: CallLimits = DEFAULT_LIMITS,
     validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
     inbox_size: int = DEFAULT_INBOX_SIZE,

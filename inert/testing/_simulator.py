@@ -41,6 +41,7 @@ from ..actors import (
     ReplayDivergence,
     ValidationRequested,
     ValidationResult,
+    Validator,
 )
 from ..events import (
     DEFAULT_CODEC,
@@ -72,7 +73,6 @@ from ._workload import (
     SIMULATION_LIMITS,
     VALIDATION_TIMEOUT,
     CancelTurn,
-    Check,
     Confirmations,
     Conversation,
     Feed,
@@ -287,7 +287,7 @@ class _Stop(Exception):
 class _Run:
     plan: Plan
     tools: Sequence[SimulatedTool]
-    check: Check | None
+    check: Validator | None
     limits: CallLimits
     seed: int
     retention: Retention
@@ -665,7 +665,7 @@ def _run_once(
     *,
     plan: Plan,
     tools: Sequence[SimulatedTool],
-    check: Check | None,
+    check: Validator | None,
     limits: CallLimits,
     retention: Retention,
     horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
@@ -694,7 +694,7 @@ def simulate(
     keys: int = 200,
     plant: str | None = None,
     tools: Sequence[SimulatedTool] = DEMO_TOOLS,
-    check: Check | None = demo_check,
+    check: Validator | None = demo_check,
     retention: Retention = DEFAULT_RETENTION,
     horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
     twice: bool = True,

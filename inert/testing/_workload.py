@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from attrs import field, frozen
@@ -22,8 +22,6 @@ from ..actors import (
     ArgumentLimits,
     CallLimits,
     ToolDeclaration,
-    ValidationRequested,
-    ValidationResult,
 )
 from ..events import (
     ArgumentsAppended,
@@ -131,8 +129,6 @@ SIMULATION_LIMITS = CallLimits(
 20 s to confirm, 4 calls alive in a turn (a response that passes it opens no call any more)."""
 
 VALIDATION_TIMEOUT = 0.1
-
-Check = Callable[[ValidationRequested], Awaitable[ValidationResult]]
 
 
 # --- the plan ----------------------------------------------------------------------------------

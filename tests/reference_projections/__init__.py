@@ -19,7 +19,7 @@ position and proves their state with one digest.
 from datetime import timedelta
 
 from inert.events import RecordedEvent
-from inert.projections._digest import JSON, Projection, Snapshot, canonical_json, state_digest
+from inert.projections._digest import JSON, Projection, Snapshot, digest_json, state_digest
 
 from ._audit import CONTROL_TYPES, Audit, AuditEntry
 from ._dispatch import DispatchQueue
@@ -73,6 +73,6 @@ __all__ = [
     "Status",
     "StatusCue",
     "Transition",
-    "canonical_json",
+    "digest_json",
     "state_digest",
 ]
