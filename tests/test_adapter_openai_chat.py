@@ -420,7 +420,7 @@ def test_a_data_line_that_is_not_json_is_a_protocol_violation() -> None:
     adapter = OpenAIChatAdapter(TURN)
     events = adapter.feed(wire(opening()) + b"data: {not json\n\n" + wire(finish(), "[DONE]"))
     assert ends(events) == [
-        (CID, ResponseEndReason.PROTOCOL_VIOLATION, "a data payload that is not a JSON object")
+        (CID, ResponseEndReason.PROTOCOL_VIOLATION, "an event whose data is not JSON")
     ]
 
 

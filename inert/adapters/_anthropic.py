@@ -29,8 +29,8 @@ from typing import Any
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._adapter import JSONObject, ProtocolBreak, event_digest, kind_of
 from ._calls import ResponseCalls
-from ._json_stream import JSONEventStream
 from ._sse import DEFAULT_MAX_EVENT_SIZE
+from ._sse_adapter import SSEAdapter
 
 _STOP_REASONS = {
     "end_turn": ResponseEndReason.COMPLETED,
@@ -44,8 +44,10 @@ _STOP_REASONS = {
 _SERVER_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 
 
-class AnthropicAdapter(JSONEventStream):
+class AnthropicAdapter(SSEAdapter):
     """One Anthropic Messages stream of one turn."""
+
+    PROTOCOL = "Anthropic Messages"
 
     def __init__(self, turn: TurnRef, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
         super().__init__(max_event_size=max_event_size)

@@ -42,8 +42,8 @@ from typing import Any
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
 from ._adapter import JSONObject, ProtocolBreak, event_digest
 from ._calls import ResponseCalls
-from ._json_stream import JSONEventStream
 from ._sse import DEFAULT_MAX_EVENT_SIZE
+from ._sse_adapter import SSEAdapter
 
 _FILTERED = frozenset(
     {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
@@ -158,9 +158,11 @@ class _Candidate:
         self.finish: str | None = None
 
 
-class GeminiAdapter(JSONEventStream):
+class GeminiAdapter(SSEAdapter):
     """One ``streamGenerateContent`` stream of one turn (``response``: its name where the
     chunks carry no ``responseId``)."""
+
+    PROTOCOL = "Gemini"
 
     def __init__(
         self,

@@ -46,10 +46,11 @@ from typing import TypeGuard
 from attrs import define, field
 
 from ..events import CallKey, Event, ResponseEndReason, TerminalRef, TurnRef
-from ._adapter import JSONObject, ProtocolBreak, as_object, event_digest
+from ._adapter import JSONObject, ProtocolBreak, event_digest
 from ._calls import ResponseCalls
-from ._envelope import EnvelopeRefused, read_event_json
-from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
+from ._envelope import read_event_json
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
+from ._sse_adapter import SSEAdapter
 
 _DONE = "[DONE]"
 
@@ -91,86 +92,54 @@ class _Completion:
         return ResponseEndReason.COMPLETED, detail
 
 
-class OpenAIChatAdapter:
+class OpenAIChatAdapter(SSEAdapter):
     """One Chat Completions HTTP body of a turn, turned into portable ingress events."""
 
-    def __init__(self, turn: TurnRef, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
-        self._turn = turn
-        self._decoder = SSEDecoder(max_event_size=max_event_size)
-        self._completion: _Completion | None = None
-        self._closed = False
+    PROTOCOL = "Chat Completions"
 
-    def feed(self, chunk: bytes | str) -> list[Event]:
-        """Raw body bytes (or text) as they come off the wire, split anywhere."""
-        self._check_open()
-        if not isinstance(chunk, bytes | str):
-            raise TypeError(f"a body chunk is bytes or str, not {type(chunk).__name__}")
-        events: list[Event] = []
-        for sse in self._decoder.feed(chunk):
-            events += self._sse(sse)
-        return events
+    def __init__(self, turn: TurnRef, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
+        super().__init__(max_event_size=max_event_size)
+        self._turn = turn
+        self._completion: _Completion | None = None
 
     def feed_event(self, event: object) -> list[Event]:
         """One decoded chunk: a dict or an SDK ``ChatCompletionChunk``; ``"[DONE]"`` for the end."""
-        self._check_open()
         if isinstance(event, str):
+            self._check_open()
             if event.strip() != _DONE:
                 raise TypeError("the only text event of a Chat Completions stream is '[DONE]'")
             return self._done()
-        return self._object(as_object(event))
+        return super().feed_event(event)
 
-    def close(self) -> list[Event]:
-        """The body ended: a completion that did not reach ``[DONE]`` is lost (no resume)."""
-        if self._closed:
+    def _unfinished(self) -> list[Event]:
+        """A completion that did not reach ``[DONE]`` is lost (no resume)."""
+        if self._completion is None:
             return []
-        self._closed = True
-        events: list[Event] = []
-        for sse in self._decoder.close():
-            events += self._sse(sse)
-        if self._completion is not None:
-            events += self._completion.calls.lost(resumable=False)
-        return events
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("the Chat Completions stream was closed")
+        return self._completion.calls.lost(resumable=False)
 
     # --- payloads ------------------------------------------------------------------------------
 
-    def _sse(self, sse: ServerSentEvent) -> list[Event]:
-        if sse.refused:
-            return self._refused(sse.refused)
-        if sse.event != "error" and sse.data.strip() == _DONE:
-            return self._done()
-        try:
-            payload: object = read_event_json(sse.data)
-        except EnvelopeRefused as refused:
-            if sse.complete and sse.event != "error":
-                return self._refused(refused.msg)
-            payload = None
-        except ValueError:
-            payload = None
-        if sse.event == "error":
+    def _not_json(self, message: ServerSentEvent) -> list[Event] | None:
+        if message.event == "error":
+            # An error event ends the completion whatever its data holds.
+            try:
+                payload: object = read_event_json(message.data)
+            except ValueError:
+                payload = None
             if not isinstance(payload, Mapping):
-                payload = {"event": sse.event, "data": sse.data}
+                payload = {"event": message.event, "data": message.data}
             return self._error(payload)
-        if isinstance(payload, Mapping):
-            return self._object(payload)
-        if not sse.complete:
-            # Cut off with the connection: close() reports the completion lost.
-            return []
+        if message.data.strip() == _DONE:
+            return self._done()
+        return None
+
+    def _violate(self, detail: str) -> list[Event]:
         completion = self._open_completion()
         if completion is None:
             return []
-        return completion.calls.violate("a data payload that is not a JSON object")
+        return completion.calls.violate(detail)
 
-    def _refused(self, why: str) -> list[Event]:
-        completion = self._open_completion()
-        if completion is None:
-            return []
-        return completion.calls.violate(why)
-
-    def _object(self, payload: JSONObject) -> list[Event]:
+    def _handle(self, payload: JSONObject) -> list[Event]:
         # openai-python raises for any payload with a truthy top-level "error".
         if payload.get("error"):
             return self._error(payload)

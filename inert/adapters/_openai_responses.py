@@ -86,10 +86,10 @@ from collections.abc import Callable, Mapping
 from attrs import define, field
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
-from ._adapter import JSONObject, ProtocolBreak, as_object, event_digest, kind_of
+from ._adapter import JSONObject, ProtocolBreak, event_digest, kind_of
 from ._calls import ResponseCalls, ResumedCall
-from ._envelope import EnvelopeRefused, read_event_json
-from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
+from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
+from ._sse_adapter import SSEAdapter
 
 _FUNCTION = "function_call"
 _CUSTOM = "custom_tool_call"
@@ -152,12 +152,14 @@ class _Response:
     """output_index -> the item bound there."""
 
 
-class OpenAIResponsesAdapter:
+class OpenAIResponsesAdapter(SSEAdapter):
     """One OpenAI Responses HTTP body of a turn, turned into portable ingress events.
 
     ``resumable``: the response runs in background mode, so a body that ends before its terminal
     event can be continued later (see ``resume``) and its calls keep collecting meanwhile.
     """
+
+    PROTOCOL = "OpenAI Responses"
 
     def __init__(
         self,
@@ -166,45 +168,32 @@ class OpenAIResponsesAdapter:
         resumable: bool = False,
         max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
     ) -> None:
+        super().__init__(max_event_size=max_event_size)
         self._turn = turn
         self._resumable = resumable
-        self._decoder = SSEDecoder(max_event_size=max_event_size)
         self._response: _Response | None = None
         self._started = False
-        self._closed = False
 
     def feed(self, chunk: bytes | str) -> list[Event]:
         """Raw body bytes (or text) as they come off the wire, split anywhere."""
-        self._check_open()
-        if not isinstance(chunk, bytes | str):
-            raise TypeError(f"a body chunk is bytes or str, not {type(chunk).__name__}")
+        events = super().feed(chunk)
         self._started = True
-        events: list[Event] = []
-        for sse in self._decoder.feed(chunk):
-            events += self._sse(sse)
         return events
 
     def feed_event(self, event: object) -> list[Event]:
         """One decoded event: a dict or an ``openai`` SDK event object."""
-        self._check_open()
-        payload = as_object(event)
+        events = super().feed_event(event)
         self._started = True
-        return self._payload(payload)
-
-    def close(self) -> list[Event]:
-        """The body ended: a response without its terminal event is lost (resumable in
-        background mode, with the last sequence number seen)."""
-        if self._closed:
-            return []
-        events: list[Event] = []
-        for sse in self._decoder.close():
-            events += self._sse(sse)
-        self._closed = True
-        response = self._response
-        if response is not None:
-            last = response.highest if response.highest >= 0 else None
-            events += response.calls.lost(resumable=self._resumable, last_sequence=last)
         return events
+
+    def _unfinished(self) -> list[Event]:
+        """A response without its terminal event is lost (resumable in background mode, with
+        the last sequence number seen)."""
+        response = self._response
+        if response is None:
+            return []
+        last = response.highest if response.highest >= 0 else None
+        return response.calls.lost(resumable=self._resumable, last_sequence=last)
 
     def resume(
         self, response_id: str, *, after_sequence: int, calls: list[ResumedCall]
@@ -241,34 +230,13 @@ class OpenAIResponsesAdapter:
         self._resumable = True
         return tracker.resumed(after_sequence)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("the OpenAI Responses stream was closed")
-
     # --- payloads ------------------------------------------------------------------------------
 
-    def _sse(self, sse: ServerSentEvent) -> list[Event]:
-        if sse.refused:
-            return self._violate(sse.refused)
-        if sse.data.strip() == _DONE:
-            # OpenAI-compatible servers may end the body like Chat Completions: nothing to read.
-            return []
-        try:
-            payload: object = read_event_json(sse.data)
-        except EnvelopeRefused as refused:
-            if sse.complete:
-                return self._violate(refused.msg)
-            payload = None
-        except ValueError:
-            payload = None
-        if isinstance(payload, Mapping):
-            return self._payload(payload)
-        if not sse.complete:
-            # Cut off with the connection: close() reports the response lost.
-            return []
-        return self._violate("a data payload that is not a JSON object")
+    def _not_json(self, message: ServerSentEvent) -> list[Event] | None:
+        # OpenAI-compatible servers may end the body like Chat Completions: nothing to read.
+        return [] if message.data.strip() == _DONE else None
 
-    def _payload(self, payload: JSONObject) -> list[Event]:
+    def _handle(self, payload: JSONObject) -> list[Event]:
         kind = payload.get("type")
         if kind is None and payload.get("error"):
             kind = "error"
