@@ -33,8 +33,6 @@ import trio
 import trio.testing
 from adapter_support import FIXTURES, declarations, feed_stream, provider_adapter
 from attrs import define, field, frozen
-from awkward import SCENARIOS, GatedCheck, Scenario, run_scenario
-from awkward import TOOLS as AWKWARD_TOOLS
 
 import inert
 from inert import (
@@ -72,6 +70,8 @@ from inert.log import MemoryLog, MemoryStore
 from inert.log._records import StoredRecord, check_page, decode_record, with_checksum
 from inert.projections import Projections, Snapshot, state_digest
 from inert.testing import seeded_scheduling
+from inert.testing.contracts import SCENARIOS, GatedCheck, Scenario, run_scenario
+from inert.testing.contracts import TOOLS as AWKWARD_TOOLS
 
 FORMAT = 1
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -10,18 +10,6 @@ from typing import Any, ClassVar
 import pytest
 from adapter_support import FIXTURES, outcome, run_stream, turn_ref
 from anthropic.types import RawMessageStreamEvent
-from awkward import (
-    SCENARIOS,
-    End,
-    EndResponse,
-    Fragment,
-    Open,
-    Scenario,
-    Stream,
-    assert_outcome,
-    run_scenario,
-    sqlite_runtimes,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
@@ -38,6 +26,15 @@ from inert import (
     TurnRef,
 )
 from inert.adapters import AnthropicAdapter
+from inert.testing.contracts import (
+    AdapterContract,
+    End,
+    EndResponse,
+    Fragment,
+    Open,
+    Renderer,
+    Stream,
+)
 
 DIRECTORY = FIXTURES / "anthropic"
 MESSAGE: dict[str, Any] = {
@@ -392,16 +389,12 @@ class AnthropicRenderer:
         return self.messages[message].feed(sse(stop(index)))
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-async def test_the_awkward_orders_through_the_anthropic_wire(
-    scenario: Scenario, restart: bool, tmp_path: Path
-) -> None:
+class TestAwkwardOrders(AdapterContract):
     """Every awkward order, worded as Anthropic events, ends as the portable suite expects."""
-    result = await run_scenario(
-        scenario, sqlite_runtimes(tmp_path), renderer=AnthropicRenderer(), restart=restart
-    )
-    assert_outcome(scenario, result)
+
+    @pytest.fixture
+    def renderer(self) -> Renderer:
+        return AnthropicRenderer()
 
 
 def test_ids_that_cannot_name_a_call_or_response_end_nothing_but_the_stream_s_trust() -> None:

@@ -10,18 +10,6 @@ from typing import Any
 
 import pytest
 from adapter_support import FIXTURES, outcome, run_stream, turn_ref
-from awkward import (
-    SCENARIOS,
-    End,
-    EndResponse,
-    Fragment,
-    Open,
-    Scenario,
-    Stream,
-    assert_outcome,
-    run_scenario,
-    sqlite_runtimes,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +24,15 @@ from inert import (
     TurnRef,
 )
 from inert.adapters import BedrockAdapter, EventStreamDecoder, event_stream_message
+from inert.testing.contracts import (
+    AdapterContract,
+    End,
+    EndResponse,
+    Fragment,
+    Open,
+    Renderer,
+    Stream,
+)
 
 DIRECTORY = FIXTURES / "bedrock"
 
@@ -346,16 +343,12 @@ class BedrockRenderer:
         return self.adapters[message].feed(frames(event))
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-async def test_the_awkward_orders_through_the_bedrock_wire(
-    scenario: Scenario, restart: bool, tmp_path: Path
-) -> None:
-    """Every awkward order, framed as ConverseStream events, ends as the portable suite expects."""
-    result = await run_scenario(
-        scenario, sqlite_runtimes(tmp_path), renderer=BedrockRenderer(), restart=restart
-    )
-    assert_outcome(scenario, result)
+class TestAwkwardOrders(AdapterContract):
+    """Every awkward order, worded as ConverseStream events, ends as the portable suite expects."""
+
+    @pytest.fixture
+    def renderer(self) -> Renderer:
+        return BedrockRenderer()
 
 
 def test_a_response_name_that_cannot_name_a_response_is_refused_at_once() -> None:

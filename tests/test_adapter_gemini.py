@@ -9,19 +9,6 @@ from typing import Any
 
 import pytest
 from adapter_support import FIXTURES, outcome, run_stream, turn_ref
-from awkward import (
-    SCENARIOS,
-    End,
-    EndResponse,
-    Expected,
-    Fragment,
-    Open,
-    Scenario,
-    Stream,
-    assert_outcome,
-    run_scenario,
-    sqlite_runtimes,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +26,16 @@ from inert import (
     TurnRef,
 )
 from inert.adapters import GeminiAdapter
+from inert.testing.contracts import (
+    AdapterContract,
+    End,
+    EndResponse,
+    Expected,
+    Fragment,
+    Open,
+    Renderer,
+    Stream,
+)
 
 DIRECTORY = FIXTURES / "gemini"
 
@@ -511,17 +508,14 @@ OVERRIDES: dict[str, dict[str, Expected]] = {
 }
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-async def test_the_awkward_orders_through_the_vertex_wire(
-    scenario: Scenario, restart: bool, tmp_path: Path
-) -> None:
-    """Every awkward order, worded as Vertex chunks, ends as the portable suite expects (where
-    Vertex cannot say a step as the suite does, as ``OVERRIDES`` says and why)."""
-    result = await run_scenario(
-        scenario, sqlite_runtimes(tmp_path), renderer=GeminiRenderer(), restart=restart
-    )
-    assert_outcome(scenario, result, overrides=OVERRIDES.get(scenario.name))
+class TestAwkwardOrders(AdapterContract):
+    """Every awkward order, worded as Vertex chunks, ends as the portable suite expects."""
+
+    OVERRIDES = OVERRIDES
+
+    @pytest.fixture
+    def renderer(self) -> Renderer:
+        return GeminiRenderer()
 
 
 def test_the_renderer_speaks_for_one_turn_per_adapter() -> None:

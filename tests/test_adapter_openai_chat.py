@@ -10,20 +10,6 @@ from pathlib import Path
 import pydantic
 import pytest
 from adapter_support import FIXTURES, PRINCIPAL, declarations, outcome, run_stream, turn_ref
-from awkward import (
-    SCENARIOS,
-    WEATHER,
-    End,
-    EndResponse,
-    Expected,
-    Fragment,
-    Open,
-    Scenario,
-    Stream,
-    assert_outcome,
-    run_scenario,
-    sqlite_runtimes,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
@@ -46,6 +32,17 @@ from inert import (
 )
 from inert.adapters import SSEDecoder, event_digest
 from inert.adapters._openai_chat import OpenAIChatAdapter
+from inert.testing.contracts import (
+    WEATHER,
+    AdapterContract,
+    End,
+    EndResponse,
+    Expected,
+    Fragment,
+    Open,
+    Renderer,
+    Stream,
+)
 
 CHAT = FIXTURES / "openai-chat"
 TURN = turn_ref()
@@ -840,11 +837,11 @@ OVERRIDES: dict[str, dict[str, Expected]] = {
 }
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-@pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
-async def test_awkward_order(scenario: Scenario, restart: bool, tmp_path: Path) -> None:
-    """Each awkward order, as Chat Completions bytes, ends as the portable suite expects."""
-    outcome_ = await run_scenario(
-        scenario, sqlite_runtimes(tmp_path), renderer=ChatRenderer(), restart=restart
-    )
-    assert_outcome(scenario, outcome_, overrides=OVERRIDES.get(scenario.name))
+class TestAwkwardOrders(AdapterContract):
+    """Every awkward order, worded as Chat Completions bytes, ends as the portable suite expects."""
+
+    OVERRIDES = OVERRIDES
+
+    @pytest.fixture
+    def renderer(self) -> Renderer:
+        return ChatRenderer()

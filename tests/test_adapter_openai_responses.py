@@ -26,19 +26,6 @@ from adapter_support import (
     run_stream,
     turn_ref,
 )
-from awkward import (
-    SCENARIOS,
-    End,
-    EndResponse,
-    Expected,
-    Fragment,
-    Open,
-    Scenario,
-    Stream,
-    assert_outcome,
-    run_scenario,
-    sqlite_runtimes,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
@@ -64,6 +51,16 @@ from inert import (
 )
 from inert.adapters import ResumedCall
 from inert.adapters._openai_responses import OpenAIResponsesAdapter
+from inert.testing.contracts import (
+    AdapterContract,
+    End,
+    EndResponse,
+    Expected,
+    Fragment,
+    Open,
+    Renderer,
+    Stream,
+)
 
 RESPONSES = FIXTURES / "openai-responses"
 TURN = turn_ref()
@@ -1309,15 +1306,14 @@ OVERRIDES: dict[str, dict[str, Expected]] = {
 }
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["live", "restart"])
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-async def test_awkward_order(scenario: Scenario, restart: bool, tmp_path: Path) -> None:
-    """Each awkward order, written on the Responses wire, ends as the suite expects (with and
-    without a restart in the middle)."""
-    result = await run_scenario(
-        scenario, sqlite_runtimes(tmp_path), renderer=ResponsesRenderer(), restart=restart
-    )
-    assert_outcome(scenario, result, overrides=OVERRIDES.get(scenario.name))
+class TestAwkwardOrders(AdapterContract):
+    """Every awkward order, worded as the Responses wire, ends as the portable suite expects."""
+
+    OVERRIDES = OVERRIDES
+
+    @pytest.fixture
+    def renderer(self) -> Renderer:
+        return ResponsesRenderer()
 
 
 # --- background mode: a cut stream resumed in a new process -----------------------------------

@@ -1,5 +1,5 @@
-"""The awkward-order fixtures through a runtime on the SQLite and PostgreSQL logs, and again with
-a restart."""
+"""The awkward-order suite written as portable events, through a runtime on the SQLite and
+PostgreSQL logs, with and without a restart (``inert.testing.contracts.AdapterContract``)."""
 
 from __future__ import annotations
 
@@ -7,36 +7,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from awkward import (
-    SCENARIOS,
+from postgres_support import fresh_schema, log_url
+
+from inert.testing.contracts import (
+    AdapterContract,
     OpenRuntime,
-    Scenario,
-    assert_outcome,
-    postgres_runtimes,
-    run_scenario,
+    PortableRenderer,
+    Renderer,
+    runtimes_on,
     sqlite_runtimes,
 )
-from postgres_support import fresh_schema
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def runtimes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenRuntime]:
-    if request.param == "sqlite":
-        yield sqlite_runtimes(tmp_path)
-    else:
-        with fresh_schema() as schema:
-            yield postgres_runtimes(schema)
+class TestPortableEvents(AdapterContract):
+    """The suite's own baseline: the steps as inert's portable ingress events, on both logs."""
 
+    @pytest.fixture
+    def renderer(self) -> Renderer:
+        return PortableRenderer()
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-async def test_scenario(scenario: Scenario, runtimes: OpenRuntime) -> None:
-    """Each awkward order ends as expected, with no executor input before validation."""
-    outcome = await run_scenario(scenario, runtimes)
-    assert_outcome(scenario, outcome)
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[scenario.name for scenario in SCENARIOS])
-async def test_scenario_with_a_restart(scenario: Scenario, runtimes: OpenRuntime) -> None:
-    """Each awkward order ends the same when the runtime restarts in the middle of it."""
-    outcome = await run_scenario(scenario, runtimes, restart=True)
-    assert_outcome(scenario, outcome)
+    @pytest.fixture(params=["sqlite", "postgresql"])
+    def runtimes(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenRuntime]:
+        if request.param == "sqlite":
+            yield sqlite_runtimes(tmp_path)
+        else:
+            with fresh_schema() as schema:
+                yield runtimes_on(log_url(schema))

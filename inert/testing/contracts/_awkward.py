@@ -22,39 +22,33 @@ lost and resumable before the restart and resumed after it, and the outcome must
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol
 
 import trio
 from attrs import define, field, frozen
-from postgres_support import log_url
 
-from inert import (
+from ...actors import ToolDeclaration, ValidationRequested, ValidationResult
+from ...events import (
     ArgumentsAppended,
     CallEnded,
     CallKey,
     CallOpened,
     ClaimRefused,
-    Dispatch,
     Event,
     Phase,
     ResponseEnded,
     ResponseEndReason,
     ResponseRef,
-    Runtime,
-    StatusCue,
     StreamLost,
     StreamResumed,
     TerminalRef,
-    ToolDeclaration,
     TurnRef,
-    ValidationResult,
-    open_runtime,
 )
-from inert.actors import ValidationRequested
-from inert.projections import Projections
+from ...projections import Projections, StatusCue
+from ...runtime import Dispatch, Runtime, open_runtime
 
 TENANT = "acme"
 CONVERSATION = "conv-1"
@@ -454,32 +448,18 @@ TOOLS = [
 OpenRuntime = Callable[[GatedCheck], AbstractAsyncContextManager[Runtime]]
 
 
-def sqlite_runtimes(tmp_path: Path) -> OpenRuntime:
-    """Opens runtimes on one SQLite file of ``tmp_path`` with the suite's tools and check."""
-    url = f"sqlite:///{tmp_path / 'awkward.db'}"
-
-    def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
-        @asynccontextmanager
-        async def opened() -> AsyncIterator[Runtime]:
-            async with open_runtime(
-                log=url, tools=TOOLS, check=check, validation_timeout=30.0
-            ) as runtime:
-                yield runtime
-
-        return opened()
-
-    return opener
-
-
-def postgres_runtimes(schema: str) -> OpenRuntime:
-    """Opens runtimes on the test PostgreSQL server, in ``schema``, with the suite's tools and
-    check."""
-    url = log_url(schema)
+def runtimes_on(url: str) -> OpenRuntime:
+    """Opens runtimes on the log at ``url``, with the suite's tools and check."""
 
     def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
         return open_runtime(log=url, tools=TOOLS, check=check, validation_timeout=30.0)
 
     return opener
+
+
+def sqlite_runtimes(directory: Path) -> OpenRuntime:
+    """Opens runtimes on one SQLite file in ``directory``, with the suite's tools and check."""
+    return runtimes_on(f"sqlite:///{directory / 'awkward.db'}")
 
 
 @define

@@ -1,0 +1,66 @@
+"""Contract suites for those who extend inert, to subclass in a test module: the tests a log
+backend keeps (``LogContract``) and the awkward-order suite a provider adapter keeps
+(``AdapterContract``, with the scenarios, their steps and the portable renderer). They need
+pytest and pytest-trio, which ``import inert`` does not."""
+
+from ._adapter import AdapterContract
+from ._awkward import (
+    SCENARIOS,
+    TOOLS,
+    WEATHER,
+    CancelTurn,
+    End,
+    EndResponse,
+    Expected,
+    Fragment,
+    GatedCheck,
+    HoldValidation,
+    Late,
+    NewTurn,
+    Open,
+    OpenRuntime,
+    Outcome,
+    PortableRenderer,
+    ReleaseValidation,
+    Renderer,
+    Repeat,
+    Scenario,
+    Stream,
+    assert_outcome,
+    run_scenario,
+    runtimes_on,
+    sqlite_runtimes,
+)
+from ._log import LogContract, OpenLog, TickingClock
+
+__all__ = [
+    "SCENARIOS",
+    "TOOLS",
+    "WEATHER",
+    "AdapterContract",
+    "CancelTurn",
+    "End",
+    "EndResponse",
+    "Expected",
+    "Fragment",
+    "GatedCheck",
+    "HoldValidation",
+    "Late",
+    "LogContract",
+    "NewTurn",
+    "Open",
+    "OpenLog",
+    "OpenRuntime",
+    "Outcome",
+    "PortableRenderer",
+    "ReleaseValidation",
+    "Renderer",
+    "Repeat",
+    "Scenario",
+    "Stream",
+    "TickingClock",
+    "assert_outcome",
+    "run_scenario",
+    "runtimes_on",
+    "sqlite_runtimes",
+]
