@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Generic, TypeVar
 
 import attrs
 import trio
@@ -21,6 +22,10 @@ from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
 from ._log import Clock, Log
 from ._records import PendingRecord
+from ._snapshots import StoredSnapshot
+
+ConnectionT = TypeVar("ConnectionT")
+_T = TypeVar("_T")
 
 
 @attrs.define
@@ -33,7 +38,7 @@ class AppendRequest:
     error: InertError | None = None
 
 
-class GroupCommitLog(Log):
+class GroupCommitLog(Log, Generic[ConnectionT]):
     """A log whose appends are committed in groups by one writer task."""
 
     def __init__(
@@ -65,6 +70,42 @@ class GroupCommitLog(Log):
     def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
         """Write a group in one transaction (in a worker thread): each request's positions, or
         the error that refused that request alone."""
+
+    @abc.abstractmethod
+    def _in_own_transaction(self, what: str, work: Callable[[ConnectionT], _T]) -> _T:
+        """Run ``work`` in a transaction of its own (in a worker thread), beside the writer's."""
+
+    @abc.abstractmethod
+    def _redact_in(
+        self,
+        connection: ConnectionT,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+    ) -> int:
+        """Redact in ``connection``'s transaction; how many events were redacted."""
+
+    @abc.abstractmethod
+    def _write_snapshot_in(self, connection: ConnectionT, snapshot: StoredSnapshot) -> None:
+        """Write a snapshot in ``connection``'s transaction."""
+
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
+        self._check_accepting("nothing was redacted")
+        return await trio.to_thread.run_sync(
+            self._in_own_transaction,
+            "redaction",
+            lambda connection: self._redact_in(connection, stream, up_to_version, event_types),
+        )
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        self._check_accepting("the snapshot was not written")
+        await trio.to_thread.run_sync(
+            self._in_own_transaction,
+            "snapshot write",
+            lambda connection: self._write_snapshot_in(connection, snapshot),
+        )
 
     @asynccontextmanager
     async def _running(self, *tasks: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:

@@ -302,7 +302,7 @@ class _ConnectionLost(Exception):
         self.reason = reason
 
 
-class PostgresLog(GroupCommitLog):
+class PostgresLog(GroupCommitLog[Connection]):
     """The PostgreSQL backend. Open it with :meth:`open` (an async context manager)."""
 
     def __init__(
@@ -664,16 +664,6 @@ class PostgresLog(GroupCommitLog):
         )
         return problems
 
-    async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
-    ) -> int:
-        self._check_accepting("nothing was redacted")
-        return await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "redaction",
-            lambda connection: self._redact_in(connection, stream, up_to_version, event_types),
-        )
-
     def _redact_in(
         self,
         connection: Connection,
@@ -698,14 +688,6 @@ class PostgresLog(GroupCommitLog):
             )
         connection.execute(sql.redact_snapshots, (stream, up_to_version))
         return len(done)
-
-    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
-        self._check_accepting("the snapshot was not written")
-        await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "snapshot write",
-            lambda connection: self._write_snapshot_in(connection, snapshot),
-        )
 
     def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
         sql = self._sql

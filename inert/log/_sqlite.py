@@ -201,7 +201,7 @@ class _StreamCache:
         self.head = -1
 
 
-class SQLiteLog(GroupCommitLog):
+class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
     """The SQLite backend. Open it with :meth:`open` (an async context manager)."""
 
     def __init__(
@@ -563,16 +563,6 @@ class SQLiteLog(GroupCommitLog):
         )
         return problems
 
-    async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
-    ) -> int:
-        self._check_accepting("nothing was redacted")
-        return await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "redaction",
-            lambda connection: self._redact_in(connection, stream, up_to_version, event_types),
-        )
-
     def _redact_in(
         self,
         connection: sqlite3.Connection,
@@ -602,14 +592,6 @@ class SQLiteLog(GroupCommitLog):
             (stream, up_to_version),
         )
         return len(done)
-
-    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
-        self._check_accepting("the snapshot was not written")
-        await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "snapshot write",
-            lambda connection: self._write_snapshot_in(connection, snapshot),
-        )
 
     def _write_snapshot_in(self, connection: sqlite3.Connection, snapshot: StoredSnapshot) -> None:
         redacted: dict[str, int] = {}
