@@ -28,7 +28,7 @@ from ..events import (
     ToolEnabled,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._routing import Handler, Routed, Routes
+from ._routing import Handler, Routed
 
 """The operator controls the audit records."""
 
@@ -73,26 +73,11 @@ def _scope(event: Event) -> dict[str, str | None]:
 class Audit(Routed):
     """Every control in log order, with the call keys each ended."""
 
-    __slots__ = ("_entries", "_position", "_routes")
+    __slots__ = ("_entries",)
 
     def __init__(self) -> None:
-        self._position = 0
+        super().__init__()
         self._entries: dict[int, AuditEntry] = {}
-        self._routes = Routes(self._handlers)
-
-    @property
-    def position(self) -> int:
-        return self._position
-
-    def apply(self, recorded: RecordedEvent) -> None:
-        """Fold one recorded event; a record at or before ``position`` was folded already."""
-        position = recorded.position
-        if position <= self._position:
-            return
-        self._position = position
-        event = recorded.event
-        for handler in self._routes[type(event)]:
-            handler(recorded, event)
 
     def entries(self) -> list[AuditEntry]:
         """The controls in the order the log holds them."""

@@ -30,27 +30,21 @@ from ..events import (
     TurnRetired,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._routing import Handler, Routed, Routes
+from ._routing import Handler, Routed
 
 
 class DispatchQueue(Routed):
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
-    __slots__ = ("_awaiting", "_ended", "_ended_turns", "_position", "_ready", "_routes")
+    __slots__ = ("_awaiting", "_ended", "_ended_turns", "_ready")
 
     def __init__(self) -> None:
-        self._position = 0
+        super().__init__()
         # Dicts as ordered sets: insertion order is the order of the log.
         self._ready: dict[CallKey, None] = {}
         self._awaiting: dict[CallKey, None] = {}
         self._ended: set[CallKey] = set()
         self._ended_turns: ByTurn[CallKey] = ByTurn()
-        self._routes = Routes(self._handlers)
-
-    @property
-    def position(self) -> int:
-        """The position of the last record applied (0 before any)."""
-        return self._position
 
     def ready(self) -> list[CallKey]:
         """The calls that may be claimed, in the order they became ready."""
@@ -67,16 +61,6 @@ class DispatchQueue(Routed):
     def __len__(self) -> int:
         """The number of calls ready to be claimed."""
         return len(self._ready)
-
-    def apply(self, recorded: RecordedEvent) -> None:
-        """Fold one recorded event; a record at or before ``position`` was folded already."""
-        position = recorded.position
-        if position <= self._position:
-            return
-        self._position = position
-        event = recorded.event
-        for handler in self._routes[type(event)]:
-            handler(recorded, event)
 
     def snapshot(self) -> Snapshot:
         """Position, ready keys and awaiting keys as JSON, in queue order."""

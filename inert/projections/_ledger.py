@@ -52,7 +52,7 @@ from ._calls import (
     rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._routing import Handler, Routed, Routes
+from ._routing import Handler, Routed
 from ._rows import LedgerRow, Outcome, Transition
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
@@ -74,15 +74,13 @@ class Ledger(Routed):
         "_finished",
         "_histories",
         "_horizon",
-        "_position",
-        "_routes",
         "_rows",
         "_turns",
     )
 
     def __init__(self, *, horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
+        super().__init__()
         self._horizon = horizon
-        self._position = 0
         self._calls: dict[CallKey, Call] = {}
         # The same calls by turn, for a retirement to find its own.
         self._turns: ByTurn[CallKey] = ByTurn()
@@ -94,12 +92,6 @@ class Ledger(Routed):
         # that time of the first of them: a record before it ages nothing out.
         self._finished: dict[CallKey, datetime] = {}
         self._due: datetime | None = None
-        self._routes = Routes(self._handlers)
-
-    @property
-    def position(self) -> int:
-        """The position of the last record applied (0 before any)."""
-        return self._position
 
     def rows(self) -> list[LedgerRow]:
         """The latest row of every call, in the order the calls first appeared."""

@@ -55,13 +55,33 @@ class Routes(dict[type[Event] | type[Redacted], tuple[Handler, ...]]):
 
 
 class Routed:
-    """A projection with routes: its pickled state leaves them out (they hold its bound
+    """A projection folded record by record: each record routed to the handlers of its event's
+    class, a record at or before the projection's position skipped (so that resuming a read at
+    a checkpoint is harmless). Its pickled state leaves the routes out (they hold its bound
     methods, which are code, not state) and loading it chooses them again."""
 
-    __slots__ = ()
+    __slots__ = ("_position", "_routes")
 
-    _routes: Routes
     _handlers: Choose
+
+    def __init__(self) -> None:
+        self._position = 0
+        self._routes = Routes(self._handlers)
+
+    @property
+    def position(self) -> int:
+        """The position of the last record applied (0 before any)."""
+        return self._position
+
+    def apply(self, recorded: RecordedEvent) -> None:
+        """Fold one recorded event; a record at or before ``position`` was folded already."""
+        position = recorded.position
+        if position <= self._position:
+            return
+        self._position = position
+        event = recorded.event
+        for handler in self._routes[type(event)]:
+            handler(recorded, event)
 
     def __getstate__(self) -> dict[str, object]:
         return {

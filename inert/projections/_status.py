@@ -40,7 +40,7 @@ from ..events import (
     TurnRetired,
 )
 from ._digest import JSON, Snapshot, key_json, response_json
-from ._routing import Handler, Routed, Routes
+from ._routing import Handler, Routed
 
 
 class StatusCue(enum.StrEnum):
@@ -106,21 +106,15 @@ class _Call:
 class Status(Routed):
     """Per call key its cue, per response the number of text characters received."""
 
-    __slots__ = ("_call_turns", "_calls", "_position", "_routes", "_text", "_text_turns")
+    __slots__ = ("_call_turns", "_calls", "_text", "_text_turns")
 
     def __init__(self) -> None:
-        self._position = 0
+        super().__init__()
         self._calls: dict[CallKey, _Call] = {}
         self._text: dict[ResponseRef, int] = {}
         # The same calls and responses by turn, for a retirement to find its own.
         self._call_turns: ByTurn[CallKey] = ByTurn()
         self._text_turns: ByTurn[ResponseRef] = ByTurn()
-        self._routes = Routes(self._handlers)
-
-    @property
-    def position(self) -> int:
-        """The position of the last record applied (0 before any)."""
-        return self._position
 
     def of(self, key: CallKey) -> StatusCue | None:
         """The cue of one call, or ``None`` if nothing may be shown about it."""
@@ -134,16 +128,6 @@ class Status(Routed):
     def text_characters(self, response: ResponseRef) -> int:
         """The number of text characters the response has carried so far."""
         return self._text.get(response, 0)
-
-    def apply(self, recorded: RecordedEvent) -> None:
-        """Fold one recorded event; a record at or before ``position`` was folded already."""
-        position = recorded.position
-        if position <= self._position:
-            return
-        self._position = position
-        event = recorded.event
-        for handler in self._routes[type(event)]:
-            handler(recorded, event)
 
     def snapshot(self) -> Snapshot:
         """Position, cues and text counts as JSON, in the order they first appeared."""
