@@ -56,13 +56,13 @@ example: $(STAMP)
 # 200 of a process running the runtime, 10,000 fault runs (100 on SQLite), the load of
 # 10,000 call keys for 10 minutes with faults, and 10,000 simulator seeds.
 soak: $(STAMP)
-	INERT_CRASH_KILLS=200 $(BIN)/pytest tests/test_log_crash.py
+	INERT_CRASH_KILLS=200 $(BIN)/pytest tests/log/test_log_crash.py
 	INERT_RUNTIME_KILLS=200 INERT_FAULT_SEEDS=10000 INERT_FAULT_SQLITE_SEEDS=100 \
 		INERT_LOAD_KEYS=10000 INERT_LOAD_SECONDS=600 \
-		$(BIN)/pytest tests/test_crash_points.py tests/test_faults.py tests/test_load_smoke.py
-	INERT_SIMULATION_SEEDS=10000 $(BIN)/pytest tests/test_simulator.py -k every_seed
-	INERT_DECIDER_EXAMPLES=20000 $(BIN)/pytest tests/test_decider_stateful.py
-	INERT_POWER_CUT_SEEDS=100 $(BIN)/pytest tests/test_power_loss.py
+		$(BIN)/pytest tests/runtime/test_crash_points.py tests/testing/test_faults.py tests/runtime/test_load_smoke.py
+	INERT_SIMULATION_SEEDS=10000 $(BIN)/pytest tests/testing/test_simulator.py -k every_seed
+	INERT_DECIDER_EXAMPLES=20000 $(BIN)/pytest tests/actors/test_decider_stateful.py
+	INERT_POWER_CUT_SEEDS=100 $(BIN)/pytest tests/log/test_power_loss.py
 
 # Records the golden logs of tests/golden that do not exist yet (see tests/golden/README.md);
 # make test replays them all.

@@ -114,3 +114,13 @@ async def run_stream(
 def outcome(row: Mapping[str, object]) -> tuple[object, object, object]:
     """The (state, terminal_reason, dispatch) of a ledger row: what fixture tests pin down."""
     return row["state"], row["terminal_reason"], row["dispatch"]
+
+
+def recorded_body(path: Path, interaction: int = 0) -> bytes:
+    """One recorded HTTP body of a fixture file (files of several separate them with
+    ``: interaction N`` comment lines), its last event closed by a blank line as on the wire."""
+    content = path.read_bytes()
+    marker = b": interaction "
+    if marker in content:
+        content = content.split(marker)[1 + interaction].split(b"\n", 1)[1]
+    return content.rstrip(b"\r\n") + b"\n\n"

@@ -136,3 +136,32 @@ def test_the_layout_of_the_design_exists() -> None:
     ):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
+
+
+LAYERS = [
+    "cli",
+    "testing",
+    "runtime",
+    "tracing",
+    "actors",
+    "projections",
+    "adapters",
+    "log",
+    "events",
+]
+"""inert's packages, each importing only those below it (the README's layout, in its order)."""
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_imports_run_one_way_down_the_layers(layer: str) -> None:
+    """A package imports only packages below it in ``LAYERS``, never one above or beside."""
+    below = set(LAYERS[LAYERS.index(layer) + 1 :])
+    for path in (PACKAGE / layer).rglob("*.py"):
+        depth = len(path.relative_to(PACKAGE).parts) - 1
+        for name in imported_modules(path):
+            dots = len(name) - len(name.lstrip("."))
+            if dots <= depth:
+                continue
+            target = name.lstrip(".").split(".")[0]
+            if target and target in LAYERS and target != layer:
+                assert target in below, f"{path.relative_to(PACKAGE)} imports {name}"

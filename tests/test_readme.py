@@ -7,9 +7,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from adapter_support import FIXTURES
+from adapter_support import FIXTURES, recorded_body
 from replay_server import threaded_replay_server
-from test_sdk_clients import recorded_body
 
 README = Path(__file__).parent.parent / "README.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)

@@ -30,11 +30,12 @@ from pathlib import Path
 import pytest
 import trio
 from conftest import RUN_COUNTS
+from locations import TESTS
 from power_cut_writer import Synchronous, event_of
 
 from inert.log import SQLiteLog
 
-HERE = Path(__file__).parent
+HERE = TESTS
 
 # `INERT_POWER_CUT_SEEDS=100 pytest tests/test_power_loss.py` for a longer run.
 SEEDS = int(os.environ.get("INERT_POWER_CUT_SEEDS", "6"))

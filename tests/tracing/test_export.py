@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from builders import call_key
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from inert import (
@@ -75,9 +76,7 @@ def test_without_an_endpoint_no_provider_is_made(monkeypatch: pytest.MonkeyPatch
 
 
 def key(call: str) -> CallKey:
-    return CallKey(
-        tenant="acme", conversation="c1", turn="t1", response=f"r_{call}", item="fc", call=call
-    )
+    return call_key(call, response=f"r_{call}", item="fc")
 
 
 async def two_calls_one_dispatched_one_cancelled() -> None:

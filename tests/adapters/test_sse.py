@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from locations import TESTS
 
 from inert.adapters import ServerSentEvent, SSEDecoder
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "provider-streams"
+FIXTURES = TESTS / "fixtures" / "provider-streams"
 SSE_FIXTURES = sorted(FIXTURES.glob("*/*.sse"))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 from adapter_support import FIXTURES
+from builders import call_key
 
 from inert import (
     ArgumentsAppended,
@@ -44,9 +45,7 @@ TOOLS = [
 def key(
     turn: str = "t1", tenant: str = "acme", call: str = "call_1", response: str = "resp_1"
 ) -> CallKey:
-    return CallKey(
-        tenant=tenant, conversation="c1", turn=turn, response=response, item="fc_1", call=call
-    )
+    return call_key(call, turn=turn, tenant=tenant, response=response)
 
 
 def opened(call: CallKey, tool: str = "get_weather") -> list[Event]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
-from adapter_support import FIXTURES, run_stream, turn_ref
+from adapter_support import FIXTURES, recorded_body, run_stream, turn_ref
 from replay_server import replay_server
 
 from inert import Event
@@ -29,16 +29,6 @@ pytestmark = pytest.mark.filterwarnings(
     r" (PoolByteStream|Response\.aiter_bytes|SSEDecoder\.aiter_bytes|AsyncStream\._iter_events)"
     ":pytest.PytestUnraisableExceptionWarning"
 )
-
-
-def recorded_body(path: Path, interaction: int = 0) -> bytes:
-    """One recorded HTTP body of a fixture file (files of several separate them with
-    ``: interaction N`` comment lines), its last event closed by a blank line as on the wire."""
-    content = path.read_bytes()
-    marker = b": interaction "
-    if marker in content:
-        content = content.split(marker)[1 + interaction].split(b"\n", 1)[1]
-    return content.rstrip(b"\r\n") + b"\n\n"
 
 
 async def chat_chunks(body: bytes) -> tuple[list[object], str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import trio
 import trio.testing
+from builders import call_key
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -35,9 +36,7 @@ SECRET = b'{"to": "secret-address@example.com"}'
 
 
 def key(call: str) -> CallKey:
-    return CallKey(
-        tenant="acme", conversation="c1", turn="t1", response=f"resp_{call}", item="fc", call=call
-    )
+    return call_key(call, response=f"resp_{call}", item="fc")
 
 
 def stream(call: CallKey, tool: str) -> list[Event]:

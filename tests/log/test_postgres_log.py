@@ -8,11 +8,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from locations import TESTS
 from postgres_appender import SHARED_STREAM, TASKS
 from postgres_support import connect, fresh_schema, log_url, server_url
 
@@ -70,7 +70,7 @@ def _start_appender(url: str, run: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
-            str(Path(__file__).parent / "postgres_appender.py"),
+            str(TESTS / "postgres_appender.py"),
             url,
             run,
             str(BATCHES),

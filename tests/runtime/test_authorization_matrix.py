@@ -15,6 +15,7 @@ import itertools
 from datetime import timedelta
 
 import pytest
+from builders import call_key
 
 from inert import (
     ArgumentsAppended,
@@ -46,12 +47,6 @@ REPLAYS = ("none", "old cancel", "old complete")
 MATRIX = list(itertools.product(TENANTS, ACTORS, TURNS, APPROVALS, REPLAYS))
 
 
-def call_key(tenant: str) -> CallKey:
-    return CallKey(
-        tenant=tenant, conversation="c1", turn="t1", response="resp_1", item="fc_1", call="call_1"
-    )
-
-
 def ending(key: CallKey) -> list[CallEnded | ResponseEnded]:
     return [
         CallEnded(key=key, terminal=TerminalRef(sequence=2)),
@@ -69,7 +64,7 @@ async def waiting_call(runtime: Runtime, replay: str) -> tuple[CallKey, str]:
         old = await runtime.start_turn(tenant="A", conversation="c1", turn="t0", principal=OWNER)
         await runtime.cancel_turn(old, principal=OWNER)
     await runtime.start_turn(tenant="A", conversation="c1", turn="t1", principal=OWNER)
-    key = call_key("A")
+    key = call_key(tenant="A")
     await runtime.feed(
         [
             CallOpened(key=key, tool=TOOL.name, sequence=0),
@@ -144,8 +139,8 @@ async def test_only_the_single_valid_path_dispatches(
         elif approval == "other arguments":
             refused += not await confirm(runtime, key, principal, "sha256:" + "0" * 64)
         else:
-            refused += not await confirm(runtime, call_key("B"), principal, digest)
-        claimed = await claim(runtime, key if tenant == "call's" else call_key("B"))
+            refused += not await confirm(runtime, call_key(tenant="B"), principal, digest)
+        claimed = await claim(runtime, key if tenant == "call's" else call_key(tenant="B"))
         refused += not claimed
         await runtime.settle()
         valid = (tenant, actor, turn, approval) == ("call's", "owner", "current", "fresh")

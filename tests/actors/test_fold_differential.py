@@ -18,12 +18,11 @@ import pytest
 import reference_fold
 import trio
 from conftest import RUN_COUNTS
+from fold_views import decoded, folded_view, work_of
 from golden_logs import golden_paths, load
 
-from inert import InertError, RecordedEvent, TurnRef
+from inert import InertError, RecordedEvent
 from inert.actors import CallFold
-from inert.events import DEFAULT_CODEC
-from inert.log._records import StoredRecord, decode_record
 from inert.projections import DEFAULT_LEDGER_HORIZON
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check
@@ -33,65 +32,9 @@ PATHS = golden_paths()
 SEEDS = range(4)
 
 
-def _work(items: Sequence[Any]) -> list[tuple[object, ...]]:
-    """Work for the actors as plain values: its kind, its call and what it carries."""
-    described: list[tuple[object, ...]] = []
-    for item in items:
-        kind = type(item).__name__
-        match kind:
-            case "AppendDecisions":
-                described.append((kind, item.key, item.decisions))
-            case "RunValidation":
-                described.append((kind, item.key, item.request, item.context))
-            case "ScheduleDeadline":
-                described.append((kind, item.key, item.at))
-            case _:
-                raise AssertionError(f"unknown work {kind}")
-    return described
-
-
-def _call(state: Any) -> tuple[object, ...]:
-    """What the fold knows of one call, as the runtime and the router read it."""
-    return (
-        state.key,
-        state.phase,
-        state.tool,
-        state.fragments,
-        state.size,
-        state.next_sequence,
-        state.end,
-        state.terminal,
-        state.arguments_digest,
-        state.tool_digest,
-        state.needs_confirmation,
-        state.confirmation_expires,
-        state.confirmed,
-        state.claim_id,
-        state.reason,
-        state.live,
-        state.ready,
-        state.needs_stream,
-        state.awaiting_confirmation,
-        state.deadline(SIMULATION_LIMITS),
-        state.validating,
-    )
-
-
-def _folded(fold: Any, turns: set[TurnRef]) -> dict[str, object]:
-    """What the runtime asks a fold, beyond its calls."""
-    return {
-        "position": fold.position,
-        "calls": {key: _call(fold.state(key)) for key in fold.records},
-        "live": fold.live_keys(),
-        "interrupted": fold.interrupted_responses(),
-        "leases": fold.leases(),
-        "resumable": {turn: fold.resumable_streams(turn) for turn in sorted(turns, key=str)},
-    }
-
-
 def _step(apply: Callable[[RecordedEvent], list[Any]], recorded: RecordedEvent) -> object:
     try:
-        return _work(apply(recorded))
+        return work_of(apply(recorded))
     except InertError as error:
         return (type(error).__name__, str(error))
 
@@ -122,12 +65,8 @@ def compare(records: Sequence[RecordedEvent], *, live: bool, limits: Any = None)
                 state.key for state in reference.live_calls_of(response)
             ]
     if live:
-        assert _work(fold.go_live()) == _work(reference.go_live())
-    assert _folded(fold, turns) == _folded(reference, turns)
-
-
-def _decoded(rows: Sequence[StoredRecord]) -> list[RecordedEvent]:
-    return [decode_record(DEFAULT_CODEC, row) for row in rows]
+        assert work_of(fold.go_live()) == work_of(reference.go_live())
+    assert folded_view(fold, turns) == folded_view(reference, turns)
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
@@ -135,7 +74,7 @@ def _decoded(rows: Sequence[StoredRecord]) -> list[RecordedEvent]:
 def test_every_golden_log_folds_as_the_reference_folds_it(path: Path, live: bool) -> None:
     """A golden log gives the same work, divergences and calls through both folds."""
     golden = load(path)
-    compare(_decoded(golden.rows), live=live, limits=golden.limits)
+    compare(decoded(golden.rows), live=live, limits=golden.limits)
     RUN_COUNTS["golden logs folded by both folds"] = (
         RUN_COUNTS.get("golden logs folded by both folds", 0) + 1
     )

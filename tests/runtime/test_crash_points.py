@@ -30,6 +30,7 @@ from fault_scenarios import (
     drain,
     key_of,
 )
+from locations import TESTS
 
 from inert import CallKey, InertError, open_runtime, trio_clock
 from inert.events import ExecutionCompleted
@@ -145,7 +146,7 @@ async def test_a_crash_between_dispatch_and_outcome_is_surfaced(
 
 # `make soak` raises the number of kills; each lands after a different number of printed steps.
 KILLS = int(os.environ.get("INERT_RUNTIME_KILLS", "4"))
-CHILD = Path(__file__).parent / "crash_runtime.py"
+CHILD = TESTS / "crash_runtime.py"
 SILENCE = 30.0
 
 

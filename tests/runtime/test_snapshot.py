@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from fold_views import decoded, folded_view, work_of
 from golden_logs import golden_paths, load
-from test_fold_differential import _decoded, _folded, _work
 
 from inert import RecordedEvent, TurnRef
 from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
@@ -113,12 +113,12 @@ def compare_from_snapshot(
     after = Folded(loaded.fold, loaded.projections, loaded.retention)
     after.apply(later[cut:])
     turns = _turns(later)
-    assert _work(after.fold.go_live()) == _work(full.fold.go_live())
+    assert work_of(after.fold.go_live()) == work_of(full.fold.go_live())
     kept = _as_stored_later(snapshot, later).payloads
     dropped = {_call_stream(p.part) for p in snapshot.payloads if p not in kept}
     dropped |= _redacted_since(written[:cut], later)
-    assert _without_counts(_folded(after.fold, turns), dropped) == _without_counts(
-        _folded(full.fold, turns), dropped
+    assert _without_counts(folded_view(after.fold, turns), dropped) == _without_counts(
+        folded_view(full.fold, turns), dropped
     )
     assert after.projections.digest() == full.projections.digest()
     assert _effective(after.retention, later) == _effective(full.retention, later)
@@ -207,7 +207,7 @@ def test_a_snapshot_of_a_simulator_log_folds_on_as_a_full_replay(
 def test_a_snapshot_of_a_golden_log_folds_on_as_a_full_replay(path: Path) -> None:
     """Every golden log, cut anywhere, folds on from a snapshot as from the start."""
     golden = load(path)
-    records = _decoded(golden.rows)
+    records = decoded(golden.rows)
     for cut in range(1, len(records) + 1):
         compare_from_snapshot(
             records, records, cut, limits=golden.limits, retention=DEFAULT_RETENTION, live=False
@@ -226,10 +226,10 @@ def test_capturing_leaves_the_state_as_it_was() -> None:
     folded, snapshot = _some_state()
     assert snapshot.payloads
     turns = {key.turn_ref for key in folded.fold.records}
-    before = _folded(folded.fold, turns)
+    before = folded_view(folded.fold, turns)
     held = {key: _payload_fields(slot) for key, slot in folded.fold.records.items()}
     capture(folded.state(), name="", stamp=STAMP)
-    assert _folded(folded.fold, turns) == before
+    assert folded_view(folded.fold, turns) == before
     for key, slot in folded.fold.records.items():
         assert all(a is b for a, b in zip(_payload_fields(slot), held[key], strict=True))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from locations import TESTS
 
 import inert.cli._common
 from inert import Runtime, open_log
@@ -36,7 +37,7 @@ from inert.events import ProcessHeartbeat, process_stream
 from inert.log import NewEvent
 from inert.testing._faults import Tear, tear_sqlite_tail
 
-FIXTURES = Path(__file__).parent / "fixtures" / "provider-streams"
+FIXTURES = TESTS / "fixtures" / "provider-streams"
 CHAT = FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse"
 CHAT_TOOLS = [
     {"type": "function", "function": {"name": name}, "x-inert": {"strict": False}}
@@ -628,7 +629,7 @@ def test_a_command_beside_a_running_runtime_process_is_refused(
 ) -> None:
     """A command refuses to open a runtime beside a named process that runs, until it stops."""
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    script = Path(__file__).parent / "peer_process.py"
+    script = TESTS / "peer_process.py"
     with child(str(script), url, "web-1", "1") as peer:
         wait_for_line(peer, "fed-all")
         # A few heartbeats (every 0.25 s) tell its lease time; a lone one counts as 10 s.

@@ -8,6 +8,7 @@ import anthropic
 import openai
 import pytest
 from adapter_support import FIXTURES
+from builders import call_key
 from replay_server import threaded_replay_server
 
 from inert import (
@@ -32,9 +33,7 @@ TOOLS = [
 
 
 def key(call: str) -> CallKey:
-    return CallKey(
-        tenant="acme", conversation="c1", turn="t1", response="resp_1", item=call, call=call
-    )
+    return call_key(call, item=call)
 
 
 def opening(call: str, tool: str, data: bytes) -> list[Event]:

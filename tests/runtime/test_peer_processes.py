@@ -9,10 +9,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import trio
+from locations import TESTS
 from postgres_support import fresh_schema, log_url
 
 from inert import ArgumentsAppended, RecordedEvent, ToolDeclaration, open_log, open_runtime
@@ -25,7 +25,7 @@ from inert.events import (
     TurnStarted,
 )
 
-CHILD = Path(__file__).parent / "peer_process.py"
+CHILD = TESTS / "peer_process.py"
 TURNS = 8
 NAMES = ("p0", "p1", "p2")
 VICTIM = "p1"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 from crash_appender import payload_of
+from locations import TESTS
 
 from inert import ArgumentsAppended
 from inert.log import SQLiteLog
@@ -22,7 +23,7 @@ ACKS_BEFORE_KILL = [(40, 150, 400, 75, 900, 10)[kill % 6] + kill for kill in ran
 def _run_until_killed(path: Path, run: str, acks_wanted: int) -> list[str]:
     """Start a child appender, read its acknowledgements, and SIGKILL it mid-append."""
     child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "crash_appender.py"), str(path), run],
+        [sys.executable, str(TESTS / "crash_appender.py"), str(path), run],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -28,6 +28,7 @@ from adapter_support import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from locations import TESTS
 from openai.types.responses import ResponseStreamEvent
 
 from inert import (
@@ -1433,7 +1434,7 @@ async def _resumed_and_killed(tmp_path: Path, *written: str) -> int:
     killed before they are written (or after, given ``"written"``); how many it fed."""
     url = f"sqlite:///{tmp_path / 'resume.db'}"
     child = await trio.run_process(
-        [sys.executable, str(Path(__file__).parent / "resume_killed.py"), url, *written],
+        [sys.executable, str(TESTS / "resume_killed.py"), url, *written],
         capture_stdout=True,
         check=False,
     )
