@@ -89,7 +89,6 @@ from ._call import (
     CallContext,
     CallLimits,
     Input,
-    TurnStatus,
     TurnView,
     ValidationOutcome,
     ValidationRequested,
@@ -98,7 +97,7 @@ from ._call import (
     recorded,
 )
 from ._decider import decide
-from ._handlers import accepts_fragment
+from ._handlers import takes_fragment_alone
 from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
 from ._slot import Slot
 
@@ -258,24 +257,17 @@ class CallFold:
 
     def _took_fragment(self, recorded_event: RecordedEvent, fragment: ArgumentsAppended) -> bool:
         """Take a fragment a wanted, collecting call accepts as new data, the most common input,
-        without asking ``decide`` (``accepts_fragment`` is its rule): nothing is decided and no
+        without asking ``decide`` (``takes_fragment_alone`` is its rule): nothing is decided, no
         deadline comes sooner. Whether it was."""
         slot = self.records.get(fragment.key)
-        if (
-            slot is None
-            or slot.phase is not Phase.COLLECTING
-            or slot.validating is not None
-            or slot.held
-            or slot.degraded
-        ):
+        # A call with inputs held back, or known only by its recorded decisions, is the slow
+        # path's.
+        if slot is None or slot.held or slot.degraded:
             return False
         key = slot.key
-        turn = self.scope.turn(key.turn_ref)
-        if (
-            turn is None
-            or turn.status is not TurnStatus.ACTIVE
-            or self.scope.blocked(key, slot.tool) is not None
-            or not accepts_fragment(slot, fragment, self.limits)
+        scope = self.scope
+        if not takes_fragment_alone(
+            slot, fragment, scope.turn(key.turn_ref), scope.blocked(key, slot.tool), self.limits
         ):
             return False
         slot._buffer = slot._buffer.add(fragment)

@@ -51,6 +51,7 @@ from ._call import (
     Input,
     Opened,
     TurnStatus,
+    TurnView,
     ValidationOutcome,
     ValidationRequested,
 )
@@ -256,8 +257,7 @@ def reopen(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
 
 
 def accepts_fragment(state: CallView, event: ArgumentsAppended, limits: CallLimits) -> bool:
-    """Whether a wanted, collecting call takes this fragment as new data (rule 3): the common
-    case, which the fold checks before it asks ``decide``."""
+    """Whether a wanted, collecting call takes this fragment as new data (rule 3)."""
     buffer = state._buffer
     opened = state.opened_sequence
     first = event.first_sequence
@@ -266,6 +266,27 @@ def accepts_fragment(state: CallView, event: ArgumentsAppended, limits: CallLimi
         and (opened is None or first is None or first > opened)
         and buffer.needed(event) <= limits.max_bytes
         and buffer.fragments + event.fragments <= limits.max_fragments
+    )
+
+
+def takes_fragment_alone(
+    state: CallView,
+    event: ArgumentsAppended,
+    turn: TurnView | None,
+    blocked: CancelReason | None,
+    limits: CallLimits,
+) -> bool:
+    """Whether the only decision on this fragment is to take it as data: the call is collecting,
+    not being validated, wanted (rule 6: its turn active, no control against it) and the
+    fragment is new data within the limits (rule 3). The most common input: the fold asks this
+    before it asks ``decide``, and takes the fragment without a decision where it holds."""
+    return (
+        state.phase is Phase.COLLECTING
+        and state.validating is None
+        and turn is not None
+        and turn.status is TurnStatus.ACTIVE
+        and blocked is None
+        and accepts_fragment(state, event, limits)
     )
 
 
