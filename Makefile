@@ -7,18 +7,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench soak golden clean
+.PHONY: demo test lint typecheck package pytest bench soak golden clean
 
-$(STAMP): pyproject.toml constraints.txt
+DEMO_STAMP := $(VENV)/.installed-demo
+
+# What the demo needs and nothing more: inert and its own dependencies.
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing inert and its dependencies into $(VENV) (once)..."
+	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --disable-pip-version-check \
+		--progress-bar on -e .
+	touch $(DEMO_STAMP)
+
+# Everything the tests, the benchmarks and the examples use besides.
+$(STAMP): $(DEMO_STAMP)
+	@echo "Installing the tools of the tests, the benchmarks and the examples (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
 		--disable-pip-version-check -e '.[test,bench,postgresql,examples]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/inert demo
 
-test: lint typecheck pytest
+test: lint typecheck package pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -26,6 +37,13 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The wheel and the source distribution build, and their metadata and README pass twine's check.
+package: $(STAMP)
+	rm -rf build dist
+	$(BIN)/python -m build --no-isolation --outdir dist . > /dev/null
+	$(BIN)/twine check --strict dist/*
+	rm -rf build
 
 # The tests spread over TEST_WORKERS processes (pytest-xdist), the slowest started first; idle
 # workers take queued tests from busy ones. TEST_WORKERS=0 runs them all in this process.
@@ -70,4 +88,4 @@ golden: $(STAMP)
 	$(BIN)/python tests/golden_logs.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
