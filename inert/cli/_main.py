@@ -74,9 +74,13 @@ def _feed_arguments(feed: argparse.ArgumentParser) -> None:
         required=True,
         help="the tool declarations offered, in any provider's format",
     )
-    feed.add_argument("--tenant", type=text_argument, default="default")
-    feed.add_argument("--conversation", type=text_argument, default="default")
-    feed.add_argument("--turn", type=text_argument, default="1")
+    feed.add_argument("--tenant", type=text_argument, default="default", help="the turn's tenant")
+    feed.add_argument(
+        "--conversation", type=text_argument, default="default", help="the turn's conversation"
+    )
+    feed.add_argument(
+        "--turn", type=text_argument, default="1", help="the turn the stream is fed to"
+    )
     feed.add_argument(
         "--principal", type=text_argument, default="cli", help="the principal the turn belongs to"
     )
@@ -94,6 +98,7 @@ def _feed_arguments(feed: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inert",
+        formatter_class=_HelpWithDefaults,
         description="Streamed LLM tool calls that cannot act before they are finished,"
         " validated and still wanted.",
         epilog=(
@@ -105,10 +110,24 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help_text, description=help_text)
+        return commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            formatter_class=_HelpWithDefaults,
+        )
+
+    default_log = os.environ.get(LOG_VARIABLE) or None
 
     def log_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--log", metavar="URL", required=True, help="the log URL")
+        sub.add_argument(
+            "--log",
+            metavar="URL",
+            default=default_log,
+            required=default_log is None,
+            help=f"the log URL (default: ${LOG_VARIABLE}"
+            + (f", now {default_log!r})" if default_log else ", not set)"),
+        )
 
     def log_command(name: str, help_text: str, json_help: str) -> argparse.ArgumentParser:
         sub = command(name, help_text)
@@ -333,6 +352,8 @@ def _run(arguments: argparse.Namespace) -> None:
                     if url == "memory://":
                         url = "memory://inert-demo-" + secrets.token_hex(4)
                     trio.run(demo_command, url, provider)
+                    if not url.startswith("memory://"):
+                        print(_next_steps(url))
                 else:
                     with tempfile.TemporaryDirectory(prefix="inert-demo-") as folder:
                         trio.run(
@@ -341,6 +362,42 @@ def _run(arguments: argparse.Namespace) -> None:
             finally:
                 if provider is not None:
                     provider.shutdown()
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """Shows an option's default where it has one worth saying (not a flag's off, not none) and
+    its help does not say it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or "default" in text
+            or default is None
+            or default is False
+            or default == argparse.SUPPRESS
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+LOG_VARIABLE = "INERT_LOG"
+"""Names the log of every command that takes ``--log`` and is given none."""
+
+
+def _next_steps(url: str) -> str:
+    """What to run on the log a demo kept."""
+    return "\n".join(
+        [
+            f"the demo's log stays at {url}; look into it with:",
+            f"  inert ledger --log {url} --history",
+            f"  inert replay --log {url}",
+            f"  inert verify --log {url}",
+            f"  inert audit --log {url}",
+            f"(export {LOG_VARIABLE}={url} to leave --log out)",
+        ]
+    )
 
 
 MAX_MESSAGE = 400

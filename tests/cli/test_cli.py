@@ -142,12 +142,21 @@ def ledger_rows(capsys: pytest.CaptureFixture[str], url: str) -> list[dict[str, 
 # --- demo ------------------------------------------------------------------------------------
 
 
+def digest_line(output: str) -> str:
+    """The state digest a demo printed."""
+    return next(line for line in output.splitlines() if line.startswith("digest sha256:"))
+
+
 def test_demo_narrates_each_step_and_ends_with_the_ledger_and_digest(
     demo: tuple[str, str],
 ) -> None:
-    """The demo prints a line per step, the executed calls, a ledger table and the digest last."""
+    """The demo prints a line per step, the executed calls, a ledger table and the digest, then
+    (on a log it keeps) what to run on it."""
     _, output = demo
     lines = output.splitlines()
+    kept = next(i for i, line in enumerate(lines) if line.startswith("the demo's log stays at"))
+    assert lines[kept + 1].strip().startswith("inert ledger --log ")
+    lines = lines[:kept]
     for step in ("turn t1:", "turn t2:", "turn t3:", "turn t4:", "restart:", "turn t5:"):
         assert any(line.startswith(step) for line in lines), step
     assert "interleaved" in output
@@ -324,7 +333,7 @@ def test_replay_gives_the_digest_the_demo_ended_with(
 ) -> None:
     """Rebuilding everything from the log gives the state digest the live runtime printed."""
     url, output = demo
-    live = output.splitlines()[-1]
+    live = digest_line(output)
     status, replayed, error = run(capsys, ["replay", "--log", url])
     assert status == 0, error
     lines = replayed.splitlines()
@@ -346,7 +355,7 @@ def test_replay_json(demo: tuple[str, str], capsys: pytest.CaptureFixture[str]) 
     assert summary["ready"] == 0
     assert summary["rejections"] == 3
     assert summary["events"] > 0
-    assert "digest " + summary["digest"] == output.splitlines()[-1]
+    assert "digest " + summary["digest"] == digest_line(output)
 
 
 def test_replay_reports_a_decision_the_decider_would_not_make(

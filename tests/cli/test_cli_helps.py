@@ -1,0 +1,94 @@
+"""The command helps its user: a default log from ``INERT_LOG``, a demo that keeps its log and
+says what to run on it, every default visible in ``--help``, and a sample of tool declarations
+that feeds a captured stream."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from locations import ROOT, TESTS
+
+from inert.cli import main
+from inert.cli._main import LOG_VARIABLE, _parser
+
+ANTHROPIC = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
+
+
+def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_the_demo_keeps_its_log_and_says_what_to_run_on_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inert demo --log URL`` ends with the commands that inspect its log, and they work, with
+    the log named once in ``INERT_LOG``."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    status, out, err = run(capsys, ["demo", "--log", url])
+    assert status == 0, err
+    steps = [line.strip() for line in out.splitlines() if line.startswith("  inert ")]
+    assert steps == [
+        f"inert ledger --log {url} --history",
+        f"inert replay --log {url}",
+        f"inert verify --log {url}",
+        f"inert audit --log {url}",
+    ]
+    monkeypatch.setenv(LOG_VARIABLE, url)
+    status, out, err = run(capsys, ["replay"])
+    assert status == 0, err
+    assert "every decision found in the log was made again" in out
+    status, out, err = run(capsys, ["verify", "--json"])
+    assert status == 0, err
+    assert json.loads(out)["problems"] == []
+
+
+def test_without_inert_log_a_command_asks_for_its_log(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``INERT_LOG`` unset, a command given no ``--log`` is a usage error naming it."""
+    monkeypatch.delenv(LOG_VARIABLE, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["ledger"])
+    assert exited.value.code == 2
+    assert "--log" in capsys.readouterr().err
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    [commands] = [
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    ]
+    return dict(commands.choices)
+
+
+def test_every_default_is_shown_in_the_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each option of each command that has a default says it in ``--help``."""
+    monkeypatch.delenv(LOG_VARIABLE, raising=False)
+    for name, sub in _subparsers(_parser()).items():
+        text = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            default = action.default
+            if not action.option_strings or default in (None, False, argparse.SUPPRESS):
+                continue
+            assert action.help, f"{name} {action.option_strings[0]} has no help"
+            shown = str(default) if "default" not in action.help else ""
+            assert "default" in text, name
+            assert shown in text, f"{name} {action.option_strings[0]}: {default!r} not shown"
+
+
+def test_the_sample_tool_declarations_feed_a_captured_stream(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``examples/tools/TOOLS.json`` declares the tool of a captured Anthropic stream: fed with
+    it, the call is validated and runs once."""
+    tools = ROOT / "examples" / "tools" / "TOOLS.json"
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    argv = ["feed", str(ANTHROPIC), "--provider", "anthropic", "--tools", str(tools)]
+    status, out, err = run(capsys, [*argv, "--log", url, "--execute", "--json"])
+    assert status == 0, err
+    [row] = [json.loads(line) for line in out.splitlines()]
+    assert (row["tool"], row["state"], row["outcome"]) == ("get_weather", "dispatched", "completed")
