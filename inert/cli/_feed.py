@@ -7,14 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 from attrs import frozen
 
 from ..adapters import PROVIDERS, OpenAIResponsesAdapter, StreamAdapter
-from ..events import (
-    Event,
-    RefusedError,
-    TurnRef,
-)
+from ..events import CallOpened, Event, RefusedError, ResponseEnded, TurnRef
 from ..runtime import Runtime
 from ..tracing import IncomingTrace, read_trace_headers
 from ._common import runtime_on, settle_within
@@ -84,7 +81,7 @@ def _adapt(runtime: Runtime, request: FeedRequest, stream: StreamFile) -> list[E
         )
     read = _read_through(adapter, request, stream)
     if not read:
-        raise _no_stream(request)
+        raise _no_stream(request, stream)
     return events + read
 
 
@@ -95,12 +92,28 @@ def _adapter(request: FeedRequest, stream: StreamFile) -> StreamAdapter:
     return factory(request.turn, response=stream_name(request.provider, stream), resumable=True)
 
 
-def _no_stream(request: FeedRequest) -> UnreadableInput:
+def _no_stream(request: FeedRequest, stream: StreamFile) -> UnreadableInput:
     # A wrong file or a wrong --provider: a turn started for it would stay empty.
+    likely = _reads_as(request, stream)
+    hint = "is --provider right?" if likely is None else f"it reads as --provider {likely}"
     return UnreadableInput(
-        f"{request.stream} holds no event of a {request.provider} stream: nothing was fed"
-        " (is --provider right?)"
+        f"{request.stream} holds no event of a {request.provider} stream: nothing was fed ({hint})"
     )
+
+
+def _reads_as(request: FeedRequest, stream: StreamFile) -> str | None:
+    """The first other provider whose adapter reads a call or a response's end in the file."""
+    for provider in sorted(PROVIDERS):
+        if provider == request.provider:
+            continue
+        other = attrs.evolve(request, provider=provider)
+        try:
+            events = _read_through(_adapter(other, stream), other, stream)
+        except UnreadableInput:
+            continue
+        if any(isinstance(event, CallOpened | ResponseEnded) for event in events):
+            return provider
+    return None
 
 
 def _read_through(adapter: StreamAdapter, request: FeedRequest, stream: StreamFile) -> list[Event]:
@@ -128,7 +141,7 @@ async def feed_command(request: FeedRequest) -> None:
     if not isinstance(adapter, OpenAIResponsesAdapter) and not _read_through(
         adapter, request, stream
     ):
-        raise _no_stream(request)
+        raise _no_stream(request, stream)
     # Feeding starts the turn: the log is created if need be.
     async with runtime_on(request.log, create=True, tools=declarations) as runtime:
         await settle_within(runtime)

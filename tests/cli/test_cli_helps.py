@@ -92,3 +92,17 @@ def test_the_sample_tool_declarations_feed_a_captured_stream(
     assert status == 0, err
     [row] = [json.loads(line) for line in out.splitlines()]
     assert (row["tool"], row["state"], row["outcome"]) == ("get_weather", "dispatched", "completed")
+
+
+def test_a_stream_fed_as_another_provider_names_the_one_it_reads_as(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An Anthropic stream fed with ``--provider openai-chat`` feeds nothing, exits 1, creates
+    no log and says which ``--provider`` reads it."""
+    tools = ROOT / "examples" / "tools" / "TOOLS.json"
+    log = tmp_path / "feed.db"
+    argv = ["feed", str(ANTHROPIC), "--provider", "openai-chat", "--tools", str(tools)]
+    status, _, err = run(capsys, [*argv, "--log", f"sqlite:///{log}"])
+    assert status == 1
+    assert "nothing was fed (it reads as --provider anthropic)" in err
+    assert not log.exists()
