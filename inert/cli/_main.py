@@ -22,6 +22,7 @@ from ..adapters import PROVIDERS
 from ..events import (
     ConfigurationError,
     InertError,
+    Phase,
     TurnRef,
 )
 from ..tracing._export import provider_for_file, provider_from_environment
@@ -41,6 +42,7 @@ from ._operators import (
 )
 from ._read import audit_command, ledger_command, replay_command, verify_command
 from ._simulate import simulate_arguments, simulate_command
+from ._tables import RowFilter
 
 
 def _control_arguments(control: argparse.ArgumentParser) -> None:
@@ -62,6 +64,24 @@ def _control_arguments(control: argparse.ArgumentParser) -> None:
         "--operator", type=text_argument, required=True, help="the operator principal"
     )
     control.add_argument("--reason", type=text_argument, required=True, help="why, for the audit")
+
+
+def _ledger_arguments(ledger: argparse.ArgumentParser) -> None:
+    ledger.add_argument("--json", action="store_true", help="one JSON object per line")
+    ledger.add_argument(
+        "--history", action="store_true", help="also each key's transitions, rejections included"
+    )
+    ledger.add_argument(
+        "--wide", action="store_true", help="every id whole (a table cuts long ids short)"
+    )
+    ledger.add_argument("--tenant", type=text_argument, help="only the calls of this tenant")
+    ledger.add_argument("--turn", type=text_argument, help="only the calls of turns of this id")
+    ledger.add_argument(
+        "--state",
+        choices=[phase.value for phase in Phase if phase is not Phase.ABSENT],
+        help="only the calls in this state",
+    )
+    ledger.add_argument("--tool", type=text_argument, help="only the calls of this tool")
 
 
 def _feed_arguments(feed: argparse.ArgumentParser) -> None:
@@ -137,10 +157,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ledger = command("ledger", "print the assembly ledger of a log: one line per call key")
     log_option(ledger)
-    ledger.add_argument("--json", action="store_true", help="one JSON object per line")
-    ledger.add_argument(
-        "--history", action="store_true", help="also each key's transitions, rejections included"
-    )
+    _ledger_arguments(ledger)
 
     log_command(
         "replay",
@@ -263,9 +280,20 @@ def _turn_option(arguments: argparse.Namespace) -> TurnRef:
 def _run(arguments: argparse.Namespace) -> None:
     match arguments.command:
         case "ledger":
+            shown_rows = RowFilter(
+                tenant=arguments.tenant,
+                turn=arguments.turn,
+                state=arguments.state,
+                tool=arguments.tool,
+            )
             trio.run(
                 partial(
-                    ledger_command, arguments.log, as_json=arguments.json, history=arguments.history
+                    ledger_command,
+                    arguments.log,
+                    as_json=arguments.json,
+                    history=arguments.history,
+                    wide=arguments.wide,
+                    shown_rows=shown_rows,
                 )
             )
         case "replay":

@@ -14,19 +14,27 @@ from ..log import open_log
 from ..projections import JSON, Projections
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
 from ._common import fold_log
-from ._tables import Keys, ledger_json, ledger_table, text_table
+from ._tables import EVERY_ROW, Keys, RowFilter, ledger_json, ledger_table, text_table
 
 # --- ledger ----------------------------------------------------------------------------------
 
 
-async def ledger_command(url: str, *, as_json: bool, history: bool) -> None:
+async def ledger_command(
+    url: str,
+    *,
+    as_json: bool,
+    history: bool,
+    wide: bool = False,
+    shown_rows: RowFilter = EVERY_ROW,
+) -> None:
     projections = Projections()
     await fold_log(url, projections.apply)
     if as_json:
-        for entry in ledger_json(projections.ledger, history=history):
+        for entry in ledger_json(projections.ledger, history=history, shown_rows=shown_rows):
             print(json.dumps(entry, ensure_ascii=False))
     else:
-        for line in ledger_table(projections.ledger, history=history):
+        table = ledger_table(projections.ledger, history=history, wide=wide, shown_rows=shown_rows)
+        for line in table:
             print(line)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
+from attrs import frozen
+
 from ..events import (
     CallKey,
 )
@@ -23,10 +25,32 @@ def key_part(value: str) -> str:
     return quote(value, safe="")
 
 
-class Keys:
-    """How call keys are shown: the leading identities every key shares are named once."""
+SHORT_ID = 12
+"""The longest identity a narrow table shows whole; a longer one is cut to the shortest prefix
+of at least ``SHORT_ID - 4`` characters that no other identity of its column shares."""
 
-    def __init__(self, keys: Iterable[CallKey]) -> None:
+
+def _shortened(values: Iterable[str]) -> dict[str, str]:
+    distinct = sorted(set(values))
+    short: dict[str, str] = {}
+    for value in distinct:
+        if len(value) <= SHORT_ID:
+            continue
+        length = SHORT_ID - 4
+        while length < len(value) and any(
+            other != value and other.startswith(value[:length]) for other in distinct
+        ):
+            length += 1
+        if length < len(value):
+            short[value] = value[:length] + "…"
+    return short
+
+
+class Keys:
+    """How call keys are shown: the leading identities every key shares are named once and, in
+    a narrow table, long provider ids are cut to a prefix that still tells them apart."""
+
+    def __init__(self, keys: Iterable[CallKey], *, wide: bool = True) -> None:
         keys = list(keys)
         self.shared: list[tuple[str, str]] = []
         for name in ("tenant", "conversation"):
@@ -35,15 +59,47 @@ class Keys:
                 break
             self.shared.append((name, values.pop()))
         self.fields = KEY_FIELDS[len(self.shared) :]
+        self._short: dict[str, dict[str, str]] = {
+            name: {} if wide else _shortened(getattr(key, name) for key in keys)
+            for name in self.fields
+        }
 
     def show(self, key: CallKey) -> str:
-        return "/".join(key_part(getattr(key, name)) for name in self.fields)
+        parts = []
+        for name in self.fields:
+            value = getattr(key, name)
+            parts.append(self._short[name].get(value) or key_part(value))
+        return "/".join(parts)
 
     def legend(self) -> str:
         """For instance ``tenant acme; calls shown as conversation/turn/response/item/call``."""
         shared = ", ".join(f"{name} {key_part(value)}" for name, value in self.shared)
         shown = f"calls shown as {'/'.join(self.fields)}"
+        if any(self._short.values()):
+            shown += " (long ids cut short: --wide shows them whole)"
         return f"{shared}; {shown}" if shared else shown
+
+
+@frozen(kw_only=True)
+class RowFilter:
+    """Which calls a ledger shows: by tenant, turn, state and tool (each, where given)."""
+
+    tenant: str | None = None
+    turn: str | None = None
+    state: str | None = None
+    tool: str | None = None
+
+    def keeps(self, key: CallKey, row: LedgerRow | None) -> bool:
+        if self.tenant is not None and key.tenant != self.tenant:
+            return False
+        if self.turn is not None and key.turn != self.turn:
+            return False
+        if self.state is not None and (row is None or row.state != self.state):
+            return False
+        return self.tool is None or (row is not None and row.tool == self.tool)
+
+
+EVERY_ROW = RowFilter()
 
 
 def text_table(
@@ -108,18 +164,22 @@ def _transition_cells(step: Transition) -> list[str]:
     return [f"@{step.position}", step.event_type, _cell(step.state), step.detail]
 
 
-def ledger_table(ledger: Ledger, *, history: bool = False) -> list[str]:
+def ledger_table(
+    ledger: Ledger, *, history: bool = False, wide: bool = True, shown_rows: RowFilter = EVERY_ROW
+) -> list[str]:
     """The ledger as lines a person reads: a legend, a header and one line per call key.
 
     With ``history``, each key's transitions follow it, indented, and keys that only have
-    rejected events (no row) are listed too.
+    rejected events (no row) are listed too; ``wide`` shows every id whole; ``shown_rows`` says
+    which calls to show.
     """
     rows = ledger.rows()
+    by_key = {row.key: row for row in rows}
     keys = _history_keys(ledger) if history else [row.key for row in rows]
+    keys = [key for key in keys if shown_rows.keeps(key, by_key.get(key))]
     if not keys:
         return ["(no calls)"]
-    shown = Keys(keys)
-    by_key = {row.key: row for row in rows}
+    shown = Keys(keys, wide=wide)
     cells = [
         ledger_cells(shown, by_key[key])
         if key in by_key
@@ -142,14 +202,18 @@ def key_json(key: CallKey) -> dict[str, JSON]:
     return {name: getattr(key, name) for name in KEY_FIELDS}
 
 
-def ledger_json(ledger: Ledger, *, history: bool) -> list[dict[str, JSON]]:
+def ledger_json(
+    ledger: Ledger, *, history: bool, shown_rows: RowFilter = EVERY_ROW
+) -> list[dict[str, JSON]]:
     if not history:
-        return [row.to_json() for row in ledger.rows()]
+        return [row.to_json() for row in ledger.rows() if shown_rows.keeps(row.key, row)]
     by_key = {row.key: row for row in ledger.rows()}
     histories = ledger.histories()
     objects: list[dict[str, JSON]] = []
     for key in _history_keys(ledger):
         row = by_key.get(key)
+        if not shown_rows.keeps(key, row):
+            continue
         # A key with only rejected events has no row: its columns are null.
         entry = row.to_json() if row is not None else _row_of_nothing(key)
         entry["history"] = [step.to_json() for step in histories.get(key, [])]

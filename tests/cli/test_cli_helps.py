@@ -106,3 +106,52 @@ def test_a_stream_fed_as_another_provider_names_the_one_it_reads_as(
     assert status == 1
     assert "nothing was fed (it reads as --provider anthropic)" in err
     assert not log.exists()
+
+
+RESPONSES = TESTS / "fixtures" / "provider-streams" / "openai-responses"
+
+
+def test_the_ledger_shows_only_the_calls_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--state``, ``--turn``, ``--tool`` and ``--tenant`` keep only the calls they name, in
+    the table and in JSON alike."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run(capsys, ["demo", "--log", url])[0] == 0
+
+    def rows(*options: str) -> list[dict[str, object]]:
+        status, out, err = run(capsys, ["ledger", "--log", url, "--json", *options])
+        assert status == 0, err
+        return [json.loads(line) for line in out.splitlines()]
+
+    assert {row["state"] for row in rows("--state", "dispatched")} == {"dispatched"}
+    assert len(rows("--state", "dispatched")) == 3
+    assert [row["terminal_reason"] for row in rows("--turn", "t4")] == ["connection_lost"]
+    assert {row["tool"] for row in rows("--tool", "send_email")} == {"send_email"}
+    assert rows("--tenant", "someone-else") == []
+    status, out, _ = run(capsys, ["ledger", "--log", url, "--tenant", "someone-else"])
+    assert (status, out) == (0, "(no calls)\n")
+
+
+def test_a_narrow_ledger_cuts_long_ids_and_wide_shows_them_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Provider ids past 12 characters are cut to a prefix that tells them apart, and the
+    legend says so; ``--wide`` and ``--json`` show them whole."""
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    stream = RESPONSES / "two-function-calls-gpt-4o.sse"
+    tools = ROOT / "examples" / "tools" / "TOOLS.json"
+    argv = ["feed", str(stream), "--provider", "openai-responses", "--tools", str(tools)]
+    assert run(capsys, [*argv, "--log", url])[0] == 0
+    _, narrow, _ = run(capsys, ["ledger", "--log", url])
+    _, wide, _ = run(capsys, ["ledger", "--log", url, "--wide"])
+    _, as_json, _ = run(capsys, ["ledger", "--log", url, "--json"])
+    calls = [json.loads(line)["call"] for line in as_json.splitlines()]
+    assert len(calls) == 2
+    assert all(len(call) > 12 for call in calls)
+    assert "--wide shows them whole" in narrow.splitlines()[0]
+    shown = [line.split()[0] for line in narrow.splitlines()[2:]]
+    assert len(set(shown)) == 2
+    assert all("…" in cell and len(cell) < 60 for cell in shown)
+    assert all(call in wide for call in calls)
+    assert all(call not in narrow for call in calls)
