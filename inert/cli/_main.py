@@ -64,6 +64,7 @@ def _control_arguments(control: argparse.ArgumentParser) -> None:
         "--operator", type=text_argument, required=True, help="the operator principal"
     )
     control.add_argument("--reason", type=text_argument, required=True, help="why, for the audit")
+    control.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def _ledger_arguments(ledger: argparse.ArgumentParser) -> None:
@@ -187,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         "--principal", type=text_argument, required=True, help="the principal the turn belongs to"
     )
     cancel.add_argument("--reason", type=text_argument, default="", help="why (no argument values)")
+    cancel.add_argument("--json", action="store_true", help="one JSON object")
 
     def call_options(sub: argparse.ArgumentParser) -> None:
         turn_options(sub)
@@ -204,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
             required=True,
             help="the principal the turn belongs to",
         )
+        sub.add_argument("--json", action="store_true", help="one JSON object")
 
     confirm = command(
         "confirm",
@@ -309,6 +312,7 @@ def _run(arguments: argparse.Namespace) -> None:
                     turn,
                     principal=arguments.principal,
                     reason=arguments.reason,
+                    as_json=arguments.json,
                 )
             )
         case "execute":
@@ -325,6 +329,7 @@ def _run(arguments: argparse.Namespace) -> None:
                     tenant=arguments.tenant,
                     operator=arguments.operator,
                     reason=arguments.reason,
+                    as_json=arguments.json,
                 )
             )
         case "confirm":
@@ -337,6 +342,7 @@ def _run(arguments: argparse.Namespace) -> None:
                     response=arguments.response,
                     principal=arguments.principal,
                     arguments_digest=arguments.arguments_digest,
+                    as_json=arguments.json,
                 )
             )
         case "deny":
@@ -349,6 +355,7 @@ def _run(arguments: argparse.Namespace) -> None:
                     response=arguments.response,
                     principal=arguments.principal,
                     reason=arguments.reason,
+                    as_json=arguments.json,
                 )
             )
         case "feed":

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from ..actors import TERMINAL_PHASES
@@ -12,10 +13,10 @@ from ..events import (
     RefusedError,
     TurnRef,
 )
-from ..projections import LedgerRow
+from ..projections import JSON, LedgerRow
 from ..runtime import Runtime
 from ._common import runtime_on, settle_within
-from ._tables import Keys, key_part
+from ._tables import Keys, key_json, key_part
 
 # --- cancel-turn -----------------------------------------------------------------------------
 
@@ -24,7 +25,9 @@ def turn_rows(runtime: Runtime, turn: TurnRef) -> dict[CallKey, LedgerRow]:
     return {row.key: row for row in runtime.projections.ledger.rows() if row.key.turn_ref == turn}
 
 
-async def cancel_turn_command(url: str, turn: TurnRef, *, principal: str, reason: str) -> None:
+async def cancel_turn_command(
+    url: str, turn: TurnRef, *, principal: str, reason: str, as_json: bool = False
+) -> None:
     async with runtime_on(url) as runtime:
         await settle_within(runtime)
         before = turn_rows(runtime, turn)
@@ -37,6 +40,21 @@ async def cancel_turn_command(url: str, turn: TurnRef, *, principal: str, reason
         if row.state == "cancelled" and (key not in before or before[key].state != "cancelled")
     ]
     ended = sum(1 for row in before.values() if row.state in TERMINAL_PHASES)
+    if as_json:
+        _print_json(
+            {
+                "turn": {
+                    "tenant": turn.tenant,
+                    "conversation": turn.conversation,
+                    "turn": turn.turn,
+                },
+                "principal": principal,
+                "calls": len(after),
+                "ended_before": ended,
+                "cancelled": [key_json(key) for key in cancelled],
+            }
+        )
+        return
     shown = Keys(after)
     noun = "call" if len(cancelled) == 1 else "calls"
     print(
@@ -62,7 +80,14 @@ def _operators() -> frozenset[str]:
 
 
 async def control_command(
-    url: str, action: str, target: str, *, tenant: str | None, operator: str, reason: str
+    url: str,
+    action: str,
+    target: str,
+    *,
+    tenant: str | None,
+    operator: str,
+    reason: str,
+    as_json: bool = False,
 ) -> None:
     operators = _operators()
     if not operators:
@@ -91,6 +116,18 @@ async def control_command(
         await settle_within(runtime)
         [entry] = [e for e in runtime.projections.audit.entries() if e.position == position]
     ended = len(entry.ended)
+    if as_json:
+        _print_json(
+            {
+                "action": action,
+                "target": target,
+                "tenant": tenant,
+                "operator": operator,
+                "position": position,
+                "ended": [key_json(key) for key in entry.ended],
+            }
+        )
+        return
     print(
         f"{action} {target} by {operator} at position {position}:"
         f" {ended} {'call' if ended == 1 else 'calls'} ended"
@@ -128,6 +165,7 @@ async def confirm_command(
     response: str | None,
     principal: str,
     arguments_digest: str | None,
+    as_json: bool = False,
 ) -> None:
     async with runtime_on(url) as runtime:
         await settle_within(runtime)
@@ -142,6 +180,17 @@ async def confirm_command(
         digest = arguments_digest or pending.arguments_digest
         await runtime.confirm(key, principal=principal, arguments_digest=digest)
         await settle_within(runtime)
+    if as_json:
+        _print_json(
+            {
+                "call": key_json(key),
+                "tool": pending.tool,
+                "principal": principal,
+                "arguments_digest": digest,
+                "ready": True,
+            }
+        )
+        return
     print(
         f"confirmed {Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
         f" {digest}; the call is ready to run"
@@ -149,7 +198,14 @@ async def confirm_command(
 
 
 async def deny_command(
-    url: str, turn: TurnRef, *, call_id: str, response: str | None, principal: str, reason: str
+    url: str,
+    turn: TurnRef,
+    *,
+    call_id: str,
+    response: str | None,
+    principal: str,
+    reason: str,
+    as_json: bool = False,
 ) -> None:
     async with runtime_on(url) as runtime:
         await settle_within(runtime)
@@ -158,4 +214,11 @@ async def deny_command(
         await settle_within(runtime)
         row = runtime.projections.ledger.row(key)
     state = "-" if row is None else row.state
+    if as_json:
+        _print_json({"call": key_json(key), "principal": principal, "state": state})
+        return
     print(f"denied {Keys([key]).show(key)} for {principal}: the call is {state}, it never runs")
+
+
+def _print_json(entry: dict[str, JSON]) -> None:
+    print(json.dumps(entry, ensure_ascii=False))

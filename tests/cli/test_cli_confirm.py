@@ -161,3 +161,26 @@ def test_a_call_id_the_turn_reuses_needs_its_response(
     _, out, _ = run(capsys, ["ledger", "--log", url, "--json"])
     states = {row["response"]: row["state"] for row in map(json.loads, out.splitlines())}
     assert states == {"chatcmpl-a": "validated", "chatcmpl-b": "cancelled"}
+
+
+def test_confirm_and_deny_answer_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--json``, a confirmation prints the call, its tool and the digest it binds, and a
+    denial the call and the state it ended in."""
+    url = fed(tmp_path, capsys)
+    status, out, err = run(capsys, ["confirm", *call_options(url), "--json"])
+    assert status == 0, err
+    confirmed = json.loads(out)
+    assert (confirmed["call"]["call"], confirmed["tool"], confirmed["ready"]) == (
+        COUNTRY_CALL,
+        "get_country",
+        True,
+    )
+    assert confirmed["arguments_digest"].startswith("sha256:")
+    other = tmp_path / "other"
+    other.mkdir()
+    url = fed(other, capsys)
+    status, out, err = run(capsys, ["deny", *call_options(url), "--json"])
+    assert status == 0, err
+    assert json.loads(out)["state"] == "cancelled"

@@ -155,3 +155,33 @@ def test_a_narrow_ledger_cuts_long_ids_and_wide_shows_them_whole(
     assert all("…" in cell and len(cell) < 60 for cell in shown)
     assert all(call in wide for call in calls)
     assert all(call not in narrow for call in calls)
+
+
+def test_every_command_speaks_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command but the demo (a narration) takes ``--json``."""
+    monkeypatch.delenv(LOG_VARIABLE, raising=False)
+    for name, sub in _subparsers(_parser()).items():
+        options = {option for action in sub._actions for option in action.option_strings}
+        assert ("--json" in options) == (name != "demo"), name
+
+
+def test_the_commands_of_people_answer_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cancel-turn``, ``control`` and ``deny`` with ``--json`` print one object each: what
+    they did, keys whole."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run(capsys, ["demo", "--log", url])[0] == 0
+    monkeypatch.setenv("INERT_OPERATORS", "ops")
+    control_argv = ["control", "stop-tenant", "acme", "--operator", "ops", "--reason", "drill"]
+    status, out, err = run(capsys, [*control_argv, "--log", url, "--json"])
+    assert status == 0, err
+    control = json.loads(out)
+    assert (control["action"], control["target"], control["ended"]) == ("stop-tenant", "acme", [])
+    turn = ["--tenant", "acme", "--conversation", "c1", "--turn", "t1"]
+    status, out, err = run(
+        capsys, ["cancel-turn", *turn, "--principal", "user:alice", "--log", url, "--json"]
+    )
+    assert status == 0, err
+    cancelled = json.loads(out)
+    assert (cancelled["calls"], cancelled["ended_before"], cancelled["cancelled"]) == (2, 2, [])
