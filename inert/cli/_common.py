@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -42,17 +44,60 @@ class NoProgress(InertError):
 # --- the log a command works on ----------------------------------------------------------------
 
 
-async def fold_log(url: str, *folds: Callable[[RecordedEvent], object]) -> int:
-    """Apply every event of the log, in position order, read a page at a time; how many."""
+def _on_a_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+class Progress:
+    """How far a long command is, as one line on standard error rewritten in place, at most a
+    few times a second; shown only where standard error is a terminal, and gone when done."""
+
+    INTERVAL = 0.25
+    """Seconds between two updates of the line."""
+
+    def __init__(self, what: str, total: int | None = None) -> None:
+        self.what = what
+        self.total = total
+        self.shown = _on_a_terminal()
+        self._next = 0.0
+        self._width = 0
+
+    def advance(self, done: int) -> None:
+        now = time.monotonic()
+        if not self.shown or now < self._next:
+            return
+        self._next = now + self.INTERVAL
+        if self.total:
+            line = f"{self.what}: {done:,} of {self.total:,} ({done / self.total:.0%})"
+        else:
+            line = f"{self.what}: {done:,}"
+        self._width = max(self._width, len(line))
+        print(f"\r{line.ljust(self._width)}", end="", file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.shown and self._width:
+            print(f"\r{' ' * self._width}\r", end="", file=sys.stderr, flush=True)
+
+
+async def fold_log(
+    url: str, *folds: Callable[[RecordedEvent], object], what: str = "reading the log"
+) -> int:
+    """Apply every event of the log, in position order, read a page at a time; how many. A log
+    long enough to take a while shows how far the reading is (``Progress``)."""
     count = position = 0
     # A read must not leave a new, empty log behind where a path was mistyped.
     async with open_log(url, create=False) as log:
-        while page := await log.read(position + 1, limit=READ_PAGE):
-            for recorded in page:
-                for fold in folds:
-                    fold(recorded)
-            count += len(page)
-            position = page[-1].position
+        progress = Progress(what, await log.head())
+        try:
+            while page := await log.read(position + 1, limit=READ_PAGE):
+                for recorded in page:
+                    for fold in folds:
+                        fold(recorded)
+                count += len(page)
+                position = page[-1].position
+                progress.advance(count)
+        finally:
+            progress.finish()
     return count
 
 

@@ -13,7 +13,7 @@ from ..events import (
 from ..log import open_log
 from ..projections import JSON, Projections
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
-from ._common import fold_log
+from ._common import Progress, fold_log
 from ._tables import EVERY_ROW, Keys, RowFilter, ledger_json, ledger_table, text_table
 
 # --- ledger ----------------------------------------------------------------------------------
@@ -28,7 +28,7 @@ async def ledger_command(
     shown_rows: RowFilter = EVERY_ROW,
 ) -> None:
     projections = Projections()
-    await fold_log(url, projections.apply)
+    await fold_log(url, projections.apply, what="ledger")
     if as_json:
         for entry in ledger_json(projections.ledger, history=history, shown_rows=shown_rows):
             print(json.dumps(entry, ensure_ascii=False))
@@ -46,7 +46,11 @@ async def replay_command(url: str, *, as_json: bool) -> None:
     projections = Projections()
     kinds: Counter[str] = Counter()
     events = await fold_log(
-        url, fold.apply, projections.apply, lambda recorded: kinds.update((recorded.event_type,))
+        url,
+        fold.apply,
+        projections.apply,
+        lambda recorded: kinds.update((recorded.event_type,)),
+        what="replay",
     )
     rejections = kinds[EventRejected.TAG]
     # A key that only ever had events rejected stays absent: it is no call.
@@ -79,7 +83,11 @@ async def replay_command(url: str, *, as_json: bool) -> None:
 
 async def verify_command(url: str, *, as_json: bool) -> None:
     async with open_log(url, create=False) as log:
-        found = await verify_log(log)
+        progress = Progress("verify", await log.head())
+        try:
+            found = await verify_log(log, progress=progress.advance)
+        finally:
+            progress.finish()
     if as_json:
         print(
             json.dumps(

@@ -9,6 +9,7 @@ import sys
 
 from ..testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
 from ._arguments import MAX_KEYS, MAX_SEEDS, MAX_WORKERS, count_argument, text_argument
+from ._common import Progress
 
 
 def simulate_command(arguments: argparse.Namespace) -> None:
@@ -18,13 +19,18 @@ def simulate_command(arguments: argparse.Namespace) -> None:
         return
     if arguments.plant is not None:
         plant_description(arguments.plant)
-    results = simulate_many(
-        range(arguments.seed, arguments.seed + arguments.seeds),
-        keys=arguments.keys,
-        plant=arguments.plant,
-        retention=arguments.retention,
-        workers=arguments.workers,
-    )
+    progress = Progress("simulate: seeds", arguments.seeds)
+    try:
+        results = simulate_many(
+            range(arguments.seed, arguments.seed + arguments.seeds),
+            keys=arguments.keys,
+            plant=arguments.plant,
+            retention=arguments.retention,
+            workers=arguments.workers,
+            progress=progress.advance,
+        )
+    finally:
+        progress.finish()
     for result in results:
         if arguments.json:
             print(

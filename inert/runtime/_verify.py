@@ -13,6 +13,8 @@ damage wants the whole picture instead, so verification goes on past a damaged r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from attrs import frozen
 
 from ..actors import CallFold
@@ -51,8 +53,14 @@ class Verification:
         return not self.problems
 
 
-async def verify_log(log: Log, *, max_problems: int = DEFAULT_MAX_PROBLEMS) -> Verification:
-    """Run every check on the log; stops listing after ``max_problems``."""
+async def verify_log(
+    log: Log,
+    *,
+    max_problems: int = DEFAULT_MAX_PROBLEMS,
+    progress: Callable[[int], object] | None = None,
+) -> Verification:
+    """Run every check on the log; stops listing after ``max_problems``. ``progress`` is told
+    how many events were read after each page."""
     try:
         problems = [Problem(position=None, what=what) for what in await log.storage_problems()]
     except LogError as error:
@@ -84,6 +92,8 @@ async def verify_log(log: Log, *, max_problems: int = DEFAULT_MAX_PROBLEMS) -> V
                 replaying = False
             elif replaying:
                 replaying = _replayed(fold, projections, recorded, problems)
+        if progress is not None:
+            progress(events)
     return Verification(
         events=events,
         problems=tuple(problems[:max_problems]),

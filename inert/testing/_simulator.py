@@ -23,7 +23,15 @@ import hashlib
 import importlib
 import multiprocessing
 import random
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -784,22 +792,35 @@ def simulate_many(
     plant: str | None = None,
     retention: str = "default",
     workers: int = 1,
+    progress: Callable[[int], object] | None = None,
 ) -> list[SimulationResult]:
     """Run ``simulate`` on each seed with the demo tools, in ``workers`` processes, in order.
 
     ``retention`` names a policy of ``RETENTIONS``. Workers are started fresh (``spawn``), so
     that nothing of the calling process (its threads, a planted bug) leaks into them.
+    ``progress`` is told how many seeds are done as each one is.
     """
     if retention not in RETENTIONS:
         raise ConfigurationError(
             f"no retention policy is named {retention!r}: choose from {', '.join(RETENTIONS)}"
         )
     jobs = [(seed, keys, plant, retention) for seed in seeds]
+    results: list[SimulationResult] = []
+
+    def done(result: SimulationResult) -> None:
+        results.append(result)
+        if progress is not None:
+            progress(len(results))
+
     if workers <= 1 or len(jobs) <= 1:
-        return [_simulate_job(job) for job in jobs]
+        for job in jobs:
+            done(_simulate_job(job))
+        return results
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         # One seed at a time: a seed takes about a second and its result is small, so handing
         # out chunks saves nothing, and a chunk of many seeds left to one worker at the end
         # (60 of 1,000 seeds over two workers) keeps the other idle that long.
-        return list(pool.map(_simulate_job, jobs))
+        for result in pool.map(_simulate_job, jobs):
+            done(result)
+    return results

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from locations import ROOT, TESTS
 
-from inert.cli import main
+from inert.cli import _common, main
 from inert.cli._main import LOG_VARIABLE, _parser
 
 ANTHROPIC = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
@@ -185,3 +185,34 @@ def test_the_commands_of_people_answer_in_json(
     assert status == 0, err
     cancelled = json.loads(out)
     assert (cancelled["calls"], cancelled["ended_before"], cancelled["cancelled"]) == (2, 2, [])
+
+
+@pytest.mark.parametrize("command", ["replay", "verify", "ledger"])
+def test_a_long_read_shows_how_far_it_is_on_a_terminal(
+    command: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a terminal, reading a log says on standard error how many of its events are read,
+    and clears that line at the end; elsewhere it says nothing."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run(capsys, ["demo", "--log", url])[0] == 0
+    status, _, err = run(capsys, [command, "--log", url])
+    assert (status, err) == (0, "")
+    monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
+    status, out, err = run(capsys, [command, "--log", url])
+    assert status == 0
+    assert f"\r{command}: 61 of 61 (100%)" in err
+    assert err.endswith("\r")
+    assert "\r" not in out
+
+
+def test_the_simulator_shows_its_seeds_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inert simulate`` on a terminal counts the seeds done on standard error."""
+    monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
+    status, _, err = run(capsys, ["simulate", "--seeds", "1", "--keys", "4"])
+    assert status == 0, err
+    assert "\rsimulate: seeds: 1 of 1 (100%)" in err
