@@ -83,6 +83,11 @@ def _ledger_arguments(ledger: argparse.ArgumentParser) -> None:
         help="only the calls in this state",
     )
     ledger.add_argument("--tool", type=text_argument, help="only the calls of this tool")
+    ledger.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print each row again as it changes, until interrupted",
+    )
 
 
 def _feed_arguments(feed: argparse.ArgumentParser) -> None:
@@ -297,6 +302,7 @@ def _run(arguments: argparse.Namespace) -> None:
                     history=arguments.history,
                     wide=arguments.wide,
                     shown_rows=shown_rows,
+                    follow=arguments.follow,
                 )
             )
         case "replay":

@@ -9,12 +9,21 @@ from ..actors import CallFold, Phase
 from ..events import (
     EventRejected,
     LogError,
+    call_of,
 )
 from ..log import open_log
 from ..projections import JSON, Projections
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
 from ._common import Progress, fold_log
-from ._tables import EVERY_ROW, Keys, RowFilter, ledger_json, ledger_table, text_table
+from ._tables import (
+    EVERY_ROW,
+    Keys,
+    RowFilter,
+    ledger_cells,
+    ledger_json,
+    ledger_table,
+    text_table,
+)
 
 # --- ledger ----------------------------------------------------------------------------------
 
@@ -26,6 +35,7 @@ async def ledger_command(
     history: bool,
     wide: bool = False,
     shown_rows: RowFilter = EVERY_ROW,
+    follow: bool = False,
 ) -> None:
     projections = Projections()
     await fold_log(url, projections.apply, what="ledger")
@@ -36,6 +46,29 @@ async def ledger_command(
         table = ledger_table(projections.ledger, history=history, wide=wide, shown_rows=shown_rows)
         for line in table:
             print(line)
+    if follow:
+        await _follow(url, projections, as_json=as_json, wide=wide, shown_rows=shown_rows)
+
+
+async def _follow(
+    url: str, projections: Projections, *, as_json: bool, wide: bool, shown_rows: RowFilter
+) -> None:
+    """Print each row of the ledger as it changes, until stopped (or the log closes): a JSON
+    object, or a line led by the position of the event that changed it."""
+    ledger = projections.ledger
+    async with open_log(url, create=False) as log:
+        async for recorded in log.subscribe(projections.position + 1):
+            key = call_of(recorded.kept)
+            before = None if key is None else ledger.row(key)
+            projections.apply(recorded)
+            row = None if key is None else ledger.row(key)
+            if key is None or row is None or row == before or not shown_rows.keeps(key, row):
+                continue
+            if as_json:
+                print(json.dumps(row.to_json(), ensure_ascii=False), flush=True)
+            else:
+                cells = ledger_cells(Keys([key], wide=wide), row)
+                print(f"@{recorded.position}  " + "  ".join(cells), flush=True)
 
 
 # --- replay ----------------------------------------------------------------------------------

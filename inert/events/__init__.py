@@ -57,6 +57,7 @@ from ._catalog import (
     TurnRetired,
     TurnStarted,
     TurnSuperseded,
+    call_of,
     response_of,
 )
 from ._codec import CONVERTER, DEFAULT_CODEC, Codec
@@ -155,6 +156,7 @@ __all__ = [
     "TurnStarted",
     "TurnSuperseded",
     "Upcaster",
+    "call_of",
     "control_stream",
     "event_type",
     "process_stream",

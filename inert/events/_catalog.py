@@ -671,6 +671,13 @@ INGRESS_TYPES: tuple[type[Event], ...] = (
 """What an agent server feeds from its provider streams."""
 
 
+def call_of(event: Event | None) -> CallKey | None:
+    """The call an event is about (what feeds it, asks of it, decides on it or reports its
+    run), or ``None`` for an event about no one call (or none at all)."""
+    key = getattr(event, "key", None)
+    return key if isinstance(key, CallKey) else None
+
+
 def response_of(event: Event) -> ResponseRef | None:
     """The provider response an ingress event belongs to (the stream it is written to is the
     response's); ``None`` for an event of another family."""

@@ -1,18 +1,33 @@
 """The command helps its user: a default log from ``INERT_LOG``, a demo that keeps its log and
-says what to run on it, every default visible in ``--help``, and a sample of tool declarations
+says what to run on it, every default visible in ``--help``, JSON from every command, a ledger
+that filters, shortens and follows, progress on a terminal, and a sample of tool declarations
 that feeds a captured stream."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
+from builders import call_key
 from locations import ROOT, TESTS
 
+from inert import (
+    ArgumentsAppended,
+    CallEnded,
+    CallOpened,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
+    ToolDeclaration,
+    open_runtime,
+)
 from inert.cli import _common, main
 from inert.cli._main import LOG_VARIABLE, _parser
+from inert.cli._read import ledger_command
 
 ANTHROPIC = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
 
@@ -216,3 +231,52 @@ def test_the_simulator_shows_its_seeds_on_a_terminal(
     status, _, err = run(capsys, ["simulate", "--seeds", "1", "--keys", "4"])
     assert status == 0, err
     assert "\rsimulate: seeds: 1 of 1 (100%)" in err
+
+
+async def test_following_the_ledger_prints_each_row_as_it_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ledger --follow`` prints the ledger, then each row again as the events of another
+    process change it, until it is stopped."""
+    url = f"sqlite:///{tmp_path / 'follow.db'}"
+    tools = [ToolDeclaration(name="get_weather", parameters={"type": "object"}, strict=False)]
+    async with open_runtime(log=url, tools=tools) as runtime:
+        turn = await runtime.start_turn(
+            tenant="acme", conversation="c1", turn="t1", principal="user:alice"
+        )
+        key = call_key(turn=turn.turn)
+        await runtime.feed(
+            [
+                CallOpened(key=key, tool="get_weather", sequence=0),
+                ArgumentsAppended(key=key, data=b"{}", offset=0, first_sequence=1, last_sequence=1),
+            ]
+        )
+        await runtime.settle()
+        states: list[object] = []
+
+        async def read_until(state: str) -> None:
+            with trio.fail_after(10):
+                while state not in states:
+                    await trio.sleep(0.05)
+                    out = capsys.readouterr().out
+                    states.extend(json.loads(line)["state"] for line in out.splitlines())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                partial(ledger_command, url, as_json=True, history=False, follow=True)
+            )
+            # The ledger as it stands first, then what changes.
+            await read_until("collecting")
+            await runtime.feed(
+                [
+                    CallEnded(key=key, terminal=TerminalRef(sequence=2)),
+                    ResponseEnded(
+                        response=key.response_ref,
+                        reason=ResponseEndReason.COMPLETED,
+                        terminal=TerminalRef(sequence=3),
+                    ),
+                ]
+            )
+            await read_until("validated")
+            nursery.cancel_scope.cancel()
+    assert states == ["collecting", "terminal_candidate", "validated"]
