@@ -28,7 +28,7 @@ from ..events import (
 )
 from ..log import Log, open_log
 from ..projections import DEFAULT_LEDGER_HORIZON
-from ..tracing import CallSpans
+from ..tracing import CallSpans, global_tracer_provider
 from . import _collector
 from ._boundary import OperatorAuthorizer
 from ._collector import DEFAULT_COLLECTOR, CollectorSettings
@@ -76,20 +76,20 @@ async def open_runtime(
     (by default fragments and validated arguments, see :class:`Retention`). Where several runtime
     processes share one log, each names itself (``process``): it owns the turns it starts, and
     takes over the turns of a process silent for ``lease_time`` seconds (see
-    :mod:`inert.runtime._peers`). With a ``tracer_provider`` (OpenTelemetry), turns, calls,
-    validations, confirmations, dispatches and controls become spans, made from the log once the
-    runtime is live, never on replay. The garbage collector is set as ``collector`` says (higher
-    thresholds from the start; the objects alive frozen once a snapshot is loaded and once
-    everything is rebuilt from the log; ``None`` leaves it alone, see
-    :mod:`inert.runtime._collector`); the runtime stops when the block ends. Fragments fed are held
-    for the next append of the log: past ``held_bytes`` of them (16 MiB) a feed of fragments waits
-    until the writer has made room. Every ``snapshot_every`` events folded (and once after a
-    restart that folded at least that many), the runtime writes a snapshot of its state beside the
-    log, and a restart starts from the newest one its code and configuration made (``None``: never;
-    see :mod:`inert.runtime._snapshot`). A request the runtime makes of a call's actor (a claim, a
-    confirmation, a denial) or of its own fold (catching up before a control or a confirmation)
-    that is not answered within ``request_timeout`` seconds (30, three lease times) raises
-    ``RequestTimedOut``, naming what was not answered and why.
+    :mod:`inert.runtime._peers`). With a ``tracer_provider`` (OpenTelemetry; by default the global
+    one, where the application set one), turns, calls, validations, confirmations, dispatches and
+    controls become spans, made from the log once the runtime is live, never on replay. The garbage
+    collector is set as ``collector`` says (higher thresholds from the start; the objects alive
+    frozen once a snapshot is loaded and once everything is rebuilt from the log; ``None`` leaves
+    it alone, see :mod:`inert.runtime._collector`); the runtime stops when the block ends.
+    Fragments fed are held for the next append of the log: past ``held_bytes`` of them (16 MiB) a
+    feed of fragments waits until the writer has made room. Every ``snapshot_every`` events folded
+    (and once after a restart that folded at least that many), the runtime writes a snapshot of its
+    state beside the log, and a restart starts from the newest one its code and configuration made
+    (``None``: never; see :mod:`inert.runtime._snapshot`). A request the runtime makes of a call's
+    actor (a claim, a confirmation, a denial) or of its own fold (catching up before a control or a
+    confirmation) that is not answered within ``request_timeout`` seconds (30, three lease times)
+    raises ``RequestTimedOut``, naming what was not answered and why.
     """
     for name, seconds in (
         ("validation_timeout", validation_timeout),
@@ -130,8 +130,9 @@ async def open_runtime(
             request_timeout=request_timeout,
         )
         runtime.operators = authorizer
-        if tracer_provider is not None:
-            runtime.spans = CallSpans(tracer_provider.get_tracer("inert"))
+        provider = tracer_provider if tracer_provider is not None else global_tracer_provider()
+        if provider is not None:
+            runtime.spans = CallSpans(provider.get_tracer("inert"))
         async with _run(runtime, collector) as running:
             yield running
 

@@ -71,7 +71,7 @@ from ..events import (
 )
 from ..log import NO_STREAM, Log, NewEvent, new_event_id
 from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
-from ..tracing import CallSpans, IncomingTrace
+from ..tracing import CallSpans, IncomingTrace, current_trace
 from ._boundary import Dispatch, Executor, OperatorAuthorizer, PendingConfirmation, ReadyCall
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
@@ -274,13 +274,17 @@ class Runtime:
         """Start a turn for an authenticated principal, offering these tools (default: all).
 
         A new turn supersedes the previous turn of the conversation: its calls are cancelled.
-        ``trace`` continues the caller's trace; given as what ``read_trace_headers`` made of the
-        caller's headers, a refused header starts a new trace and the turn's span says why.
+        ``trace`` continues the caller's trace (without it, the trace of the OpenTelemetry span
+        current here, if any); given as what ``read_trace_headers`` made of the caller's
+        headers, a refused header starts a new trace and the turn's span says why.
         """
         try:
             ref = TurnRef(tenant=tenant, conversation=conversation, turn=turn)
         except ValueError as error:
             raise RefusedError(f"not a turn identity: {error}") from None
+        if trace is None:
+            # As OpenTelemetry's libraries do: a turn started inside a span continues its trace.
+            trace = current_trace()
         if isinstance(trace, IncomingTrace):
             if trace.problem is not None and self.spans is not None:
                 self.spans.note_trace_problem(ref, trace.problem)

@@ -6,7 +6,7 @@ from ._context import (
     IncomingTrace,
     read_trace_headers,
 )
-from ._spans import DEFAULT_MAX_LINKS, CallSpans
+from ._spans import DEFAULT_MAX_LINKS, CallSpans, current_trace, global_tracer_provider
 
 __all__ = [
     "DEFAULT_MAX_LINKS",
@@ -14,5 +14,7 @@ __all__ = [
     "MAX_TRACESTATE_MEMBERS",
     "CallSpans",
     "IncomingTrace",
+    "current_trace",
+    "global_tracer_provider",
     "read_trace_headers",
 ]

@@ -51,6 +51,25 @@ DEFAULT_MAX_LINKS = 16
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+def global_tracer_provider() -> trace.TracerProvider | None:
+    """The tracer provider the application set for the process (OpenTelemetry's global one), or
+    ``None`` where it set none: the API's stand-in sends spans nowhere, and making them would
+    cost every call for nothing."""
+    provider = trace.get_tracer_provider()
+    return None if isinstance(provider, trace.ProxyTracerProvider) else provider
+
+
+def current_trace() -> TraceContext | None:
+    """The W3C context of the span current where this is called (OpenTelemetry's context), or
+    ``None`` outside of any valid span."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    traceparent = carrier.get("traceparent")
+    if traceparent is None:
+        return None
+    return TraceContext(traceparent=traceparent, tracestate=carrier.get("tracestate") or None)
+
+
 def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1_000_000_000)
 
