@@ -11,19 +11,20 @@ STAMP := $(VENV)/.installed
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-# What the demo needs and nothing more: inert and its own dependencies.
+# What the demo needs and nothing more: inert, its own dependencies and the OTLP export of
+# its spans.
 $(DEMO_STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing inert and its dependencies into $(VENV) (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --disable-pip-version-check \
-		--progress-bar on -e .
+		--progress-bar on -e '.[otlp]'
 	touch $(DEMO_STAMP)
 
 # Everything the tests, the benchmarks and the examples use besides.
 $(STAMP): $(DEMO_STAMP)
 	@echo "Installing the tools of the tests, the benchmarks and the examples (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
-		--disable-pip-version-check -e '.[test,bench,postgresql,examples]'
+		--disable-pip-version-check -e '.[test,bench,postgresql,examples,otlp]'
 	touch $(STAMP)
 
 demo: $(DEMO_STAMP)

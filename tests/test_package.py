@@ -1,5 +1,6 @@
 """The package as a user gets it: the wheel, installed into a fresh virtual environment with its
-own dependencies and nothing else, runs ``inert demo``."""
+own dependencies and nothing else (not even the OpenTelemetry SDK, an extra), runs ``inert
+demo``."""
 
 from __future__ import annotations
 
@@ -60,5 +61,5 @@ def test_the_wheel_installed_alone_runs_the_demo(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     ).stdout.lower()
-    for tool in ("pytest", "mypy", "hypothesis", "psycopg"):
+    for tool in ("pytest", "mypy", "hypothesis", "psycopg", "opentelemetry-sdk"):
         assert f"{tool}==" not in listed, tool

@@ -21,6 +21,7 @@ from ..events import (
 from ..log import Log, open_log
 from ..runtime import Runtime, open_runtime, trio_clock
 from ..runtime._peers import DEFAULT_LEASE_TIME
+from ._tracing import exported_spans
 
 READ_PAGE = 1024
 """Events read from the log at a time."""
@@ -154,8 +155,10 @@ async def runtime_on(url: str, *, create: bool = False, **options: Any) -> Async
                 " ago): this command opens a runtime that must be alone on the log; stop it"
                 " first, or act through it"
             )
-        async with open_runtime(log=log, **options) as runtime:
-            yield runtime
+        # Spans as the OTEL_* variables say, in the caller's trace where it gave one.
+        with exported_spans() as provider:
+            async with open_runtime(log=log, tracer_provider=provider, **options) as runtime:
+                yield runtime
 
 
 async def settle_within(runtime: Runtime) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import TracerProvider
 
 from ..actors import ToolDeclaration
 from ..events import (

@@ -25,7 +25,6 @@ from ..events import (
     Phase,
     TurnRef,
 )
-from ..tracing._export import provider_for_file, provider_from_environment
 from ._arguments import (
     path_argument,
     text_argument,
@@ -43,6 +42,7 @@ from ._operators import (
 from ._read import audit_command, ledger_command, replay_command, verify_command
 from ._simulate import simulate_arguments, simulate_command
 from ._tables import RowFilter
+from ._tracing import exported_spans
 
 
 def _control_arguments(control: argparse.ArgumentParser) -> None:
@@ -381,12 +381,7 @@ def _run(arguments: argparse.Namespace) -> None:
         case "simulate":
             simulate_command(arguments)
         case "demo":
-            provider = (
-                provider_for_file(arguments.traces)
-                if arguments.traces
-                else provider_from_environment()
-            )
-            try:
+            with exported_spans(arguments.traces) as provider:
                 if arguments.log is not None:
                     # A fresh memory log would be lost at the restart: give it a name.
                     url = arguments.log
@@ -400,9 +395,6 @@ def _run(arguments: argparse.Namespace) -> None:
                         trio.run(
                             demo_command, "sqlite:///" + os.path.join(folder, "demo.db"), provider
                         )
-            finally:
-                if provider is not None:
-                    provider.shutdown()
 
 
 class _HelpWithDefaults(argparse.HelpFormatter):

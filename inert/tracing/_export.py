@@ -1,4 +1,4 @@
-"""Where spans go: OTLP/HTTP as the standard ``OTEL_*`` variables say, or an OTLP JSON file.
+"""Where spans go: OTLP as the standard ``OTEL_*`` variables say, or an OTLP JSON file.
 
 I/O at the edge: the pure span-making lives in ``inert.tracing``; this module only builds the
 OpenTelemetry SDK's provider and exporters that carry the spans out.
@@ -6,6 +6,7 @@ OpenTelemetry SDK's provider and exporters that carry the spans out.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,23 +25,41 @@ from opentelemetry.sdk.trace.export import (
 
 from ..events import ConfigurationError, InertError
 
-_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-
 
 def _resource() -> Resource:
     return Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", "inert")})
 
 
-def provider_from_environment() -> TracerProvider | None:
-    """A provider exporting over OTLP/HTTP in batches when an ``OTEL_*`` endpoint is set (and
-    ``OTEL_TRACES_EXPORTER`` is not ``none``); None otherwise, so tracing costs nothing."""
-    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
-        return None
-    if not any(os.environ.get(name) for name in _ENDPOINTS):
-        return None
+def provider_from_environment() -> TracerProvider:
+    """A provider exporting in batches over OTLP as the ``OTEL_*`` variables say: HTTP with
+    protobuf by default, gRPC where ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (or
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``) says ``grpc``."""
     provider = TracerProvider(resource=_resource())
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(_exporter()))
     return provider
+
+
+def _exporter() -> SpanExporter:
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol == "http/protobuf":
+        return OTLPSpanExporter()
+    if protocol == "grpc":
+        try:
+            grpc = importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+        except ImportError:
+            raise ConfigurationError(
+                "OTLP over gRPC needs its exporter:"
+                " pip install opentelemetry-exporter-otlp-proto-grpc"
+            ) from None
+        exporter: SpanExporter = grpc.OTLPSpanExporter()
+        return exporter
+    raise ConfigurationError(
+        f"OTLP protocol {protocol!r} is not one inert exports with: http/protobuf or grpc"
+    )
 
 
 class OTLPJSONFile(SpanExporter):

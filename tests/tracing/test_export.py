@@ -4,6 +4,9 @@ an OTLP JSON file from ``inert demo --traces``; without either, nothing is set u
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 from builders import call_key
+from locations import ROOT, TESTS
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from inert import (
@@ -19,6 +23,7 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
+    ConfigurationError,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -27,6 +32,7 @@ from inert import (
     open_runtime,
 )
 from inert.cli import main
+from inert.cli._tracing import spans_asked
 from inert.tracing._export import provider_from_environment
 
 SECRET = b'{"path": "/home/secret-value"}'
@@ -65,14 +71,79 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServic
     server.server_close()
 
 
-def test_without_an_endpoint_no_provider_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_an_endpoint_no_span_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """No OTEL endpoint, or OTEL_TRACES_EXPORTER=none: tracing is not set up, and costs nothing."""
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-    assert provider_from_environment() is None
+    assert not spans_asked()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-    assert provider_from_environment() is None
+    assert not spans_asked()
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER")
+    assert spans_asked()
+
+
+def test_an_otlp_protocol_other_than_http_or_grpc_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``OTEL_EXPORTER_OTLP_PROTOCOL`` is read: one inert cannot export with is an error."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    with pytest.raises(ConfigurationError, match=r"'http/json'.*http/protobuf or grpc"):
+        provider_from_environment()
+
+
+def test_spans_asked_for_without_the_sdk_say_what_to_install() -> None:
+    """Without the OpenTelemetry SDK (the ``otlp`` extra), a command asked for spans fails with
+    one line naming the extra; without being asked, it runs."""
+    script = (
+        "import sys; sys.modules['opentelemetry.sdk'] = None\n"
+        "from inert.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    asked = subprocess.run(
+        [sys.executable, "-c", script, "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert asked.returncode == 1
+    assert "pip install 'inert[otlp]'" in asked.stderr
+    del env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    quiet = subprocess.run(
+        [sys.executable, "-c", script, "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert quiet.returncode == 0, quiet.stderr
+
+
+def test_a_fed_stream_s_spans_reach_the_receiver_in_the_caller_s_trace(
+    tmp_path: Path, receiver: list[ExportTraceServiceRequest]
+) -> None:
+    """``inert feed --traceparent ... --execute`` exports by the ``OTEL_*`` variables: the turn,
+    its call and the call's dispatch, in the caller's trace."""
+    stream = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
+    tools = ROOT / "examples" / "tools" / "TOOLS.json"
+    argv = ["feed", str(stream), "--provider", "anthropic", "--tools", str(tools)]
+    log = f"sqlite:///{tmp_path / 'traced.db'}"
+    assert main([*argv, "--log", log, "--execute", "--traceparent", UPSTREAM]) == 0
+    spans = [
+        span
+        for request in receiver
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+    caller = bytes.fromhex(UPSTREAM.split("-")[1])
+    in_trace = {span.name for span in spans if span.trace_id == caller}
+    assert {"inert.turn", "inert.call get_weather", "inert.dispatch"} <= in_trace
 
 
 def key(call: str) -> CallKey:
