@@ -192,8 +192,11 @@ class Runtime:
         if self.peers is not None:
             self.peers.heard(recorded, self._live)
         self._plan_retention(recorded)
-        if self.spans is not None and self._live:
-            self.spans.apply(recorded)
+        if self.spans is not None:
+            if self._live:
+                self.spans.apply(recorded)
+            else:
+                self.spans.remember(recorded)
         self._requests.heard(recorded, self._fold)
         self._announce_change()
         if self._live:

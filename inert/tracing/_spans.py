@@ -110,6 +110,9 @@ class CallSpans:
         self._controls: dict[int, Span] = {}
         self._trace_problems: dict[TurnRef, str] = {}
         self._affected: dict[int, list[CallKey]] = {}
+        # What replay before going live leaves for the calls still open (see ``remember``).
+        self._replayed_turns: dict[TurnRef, SpanContext] = {}
+        self._replayed_calls: dict[CallKey, str] = {}
 
     def context_of(self, key: CallKey) -> TraceContext | None:
         """The W3C context of a call's span, for the executor to continue its trace."""
@@ -121,6 +124,31 @@ class CallSpans:
         return TraceContext(
             traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate")
         )
+
+    def remember(self, recorded: RecordedEvent) -> None:
+        """Keep, from a record replayed before the runtime is live (no span is made of it),
+        what a call still open then needs to get its span when its next decision comes: its
+        turn's trace and its tool."""
+        event = recorded.event
+        match event:
+            case TurnStarted(turn=turn):
+                remote = _remote(recorded.trace)
+                if remote is not None:
+                    self._replayed_turns[turn] = remote
+            case TurnRetired(turn=turn):
+                self._replayed_turns.pop(turn, None)
+                for key in [key for key in self._replayed_calls if key.turn_ref == turn]:
+                    del self._replayed_calls[key]
+            case CallCollecting(key=key, tool=tool):
+                self._replayed_calls[key] = tool
+            case (
+                CallCancelled(key=key)
+                | CallFailed(key=key)
+                | ExecutionCompleted(key=key)
+                | ExecutionFailed(key=key)
+                | ExecutionOutcomeUnknown(key=key)
+            ):
+                self._replayed_calls.pop(key, None)
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Make, extend or end the spans this recorded event concerns."""
@@ -257,7 +285,7 @@ class CallSpans:
     def _phase(
         self, key: CallKey, name: str, at: int, attributes: dict[str, str] | None = None
     ) -> None:
-        call = self._calls.get(key)
+        call = self._calls.get(key) or self._resumed_call(key, at)
         if call is None:
             return
         self._end_phase(key, at, "superseded by " + name)
@@ -268,6 +296,32 @@ class CallSpans:
             attributes=attributes or {},
         )
         self._phases[key] = (name, span)
+
+    def _resumed_call(self, key: CallKey, at: int) -> Span | None:
+        """The span of a call opened before this runtime went live (by the process before a
+        restart), made at its first decision since, in its turn's trace."""
+        tool = self._replayed_calls.pop(key, None)
+        if tool is None:
+            return None
+        turn = self._turns.get(key.turn_ref)
+        remote = self._replayed_turns.get(key.turn_ref)
+        if turn is not None:
+            parent = trace.set_span_in_context(turn)
+        elif remote is not None:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+        else:
+            parent = None
+        span = self._calls[key] = self._tracer.start_span(
+            f"inert.call {tool}",
+            context=parent,
+            start_time=at,
+            attributes={
+                **_key_attributes(key),
+                "gen_ai.tool.name": tool,
+                "inert.call.resumed": True,
+            },
+        )
+        return span
 
     def _end_phase(self, key: CallKey, at: int, result: str) -> None:
         phase = self._phases.pop(key, None)

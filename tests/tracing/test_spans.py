@@ -129,6 +129,45 @@ async def test_no_span_is_made_while_the_log_is_replayed(tmp_path: Path) -> None
     assert exporter.get_finished_spans() == ()
 
 
+async def test_a_call_dispatched_after_a_restart_gets_its_spans_in_its_turn_s_trace(
+    tmp_path: Path,
+) -> None:
+    """A call validated before a restart and claimed after it gets a call span (marked
+    resumed) and its dispatch span, in the trace its turn started in, and the executor gets
+    the call's context."""
+    url = f"sqlite:///{tmp_path / 'restart.db'}"
+    tools = [ToolDeclaration(name="send")]
+    sent = key("call_1")
+    async with open_runtime(log=url, tools=tools) as runtime:
+        await runtime.start_turn(
+            tenant="acme",
+            conversation="c1",
+            turn="t1",
+            principal="user:alice",
+            trace=TraceContext(traceparent=CALLER),
+        )
+        await runtime.feed(stream(sent, "send"))
+        await runtime.settle()
+    tracer_provider, exporter = provider()
+    async with open_runtime(
+        log=url, tools=tools, tracer_provider=tracer_provider, snapshot_every=None
+    ) as runtime:
+        dispatch = await runtime.claim(sent, executor="worker-1")
+        await runtime.complete(dispatch)
+        await runtime.settle()
+    spans = exporter.get_finished_spans()
+    [call_span] = named(spans, "inert.call send")
+    [dispatch_span] = named(spans, "inert.dispatch")
+    assert call_span.attributes is not None
+    assert call_span.attributes["inert.call.resumed"] is True
+    assert call_span.attributes["inert.outcome"] == "completed"
+    assert {span.context.trace_id for span in spans} == {0x4BF92F3577B34DA6A3CE929D0E0E4736}
+    assert dispatch_span.parent is not None
+    assert dispatch_span.parent.span_id == call_span.context.span_id
+    assert dispatch.trace is not None
+    assert f"{call_span.context.span_id:016x}" in dispatch.trace.traceparent
+
+
 async def test_a_control_span_names_its_operator_and_the_calls_it_ended() -> None:
     """An emergency stop is a span of its own, with the operator, the reason and the streams of
     the calls it ended; those calls' spans end with the stop's reason."""
