@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck package pytest bench soak golden clean
+.PHONY: demo test lint typecheck package docs pytest bench soak golden clean
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
@@ -24,13 +24,13 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 $(STAMP): $(DEMO_STAMP)
 	@echo "Installing the tools of the tests, the benchmarks and the examples (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
-		--disable-pip-version-check -e '.[test,bench,postgresql,examples,otlp]'
+		--disable-pip-version-check -e '.[test,bench,postgresql,examples,otlp,docs]'
 	touch $(STAMP)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/inert demo
 
-test: lint typecheck package pytest
+test: lint typecheck docs package pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,6 +38,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The documentation site (MkDocs, the API reference from the docstrings), built strictly: a
+# broken link or reference fails it. Its Python examples run in the tests (tests/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The wheel and the source distribution build, and their metadata and README pass twine's check.
 package: $(STAMP)

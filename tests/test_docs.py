@@ -1,0 +1,51 @@
+"""The Python examples of the README and of the documentation run as they are written."""
+
+from __future__ import annotations
+
+import re
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from adapter_support import FIXTURES, recorded_body
+from locations import ROOT
+from replay_server import threaded_replay_server
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLES = [
+    (f"{page.relative_to(ROOT)} example {number}", code)
+    for page in PAGES
+    for number, code in enumerate(
+        re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
+    )
+]
+
+
+def test_the_readme_and_the_docs_have_examples() -> None:
+    """The README shows the embedding API in code, and the documentation the log, the runtime
+    under Trio and under asyncio."""
+    names = [name for name, _ in EXAMPLES]
+    assert any(name.startswith("README.md") for name in names)
+    assert len(EXAMPLES) >= 5
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=[name for name, _ in EXAMPLES])
+def test_an_example_runs(
+    index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each Python block of the README and the docs runs without error in an empty folder (one
+    that calls a model does so against a local server replaying a recorded answer)."""
+    name, code = EXAMPLES[index]
+    monkeypatch.chdir(tmp_path)
+    with ExitStack() as stack:
+        if "anthropic.AsyncAnthropic()" in code:
+            body = recorded_body(FIXTURES / "anthropic" / "text-then-tool-use.sse")
+            served = threaded_replay_server(body, fresh_id=b"msg_019Q1hrJbZG26Fb9BQhrkHEr")
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", stack.enter_context(served))
+            monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+        exec(compile(code, name, "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    # A print the reader is told the output of, in a comment on its line, prints just that.
+    promised = re.findall(r"^\s*print\(.*\)\s+#\s*(.+)$", code, flags=re.MULTILINE)
+    if promised:
+        assert printed == "".join(f"{line}\n" for line in promised)
