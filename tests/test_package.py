@@ -14,7 +14,8 @@ from locations import ROOT
 
 @pytest.mark.slow(seconds=90)
 def test_the_wheel_installed_alone_runs_the_demo(tmp_path: Path) -> None:
-    """``pip install`` of the built wheel into a clean venv, then ``inert demo``, works."""
+    """``pip install`` of the built wheel into a clean venv, then ``inert demo --log
+    sqlite:///demo.db`` and the commands it prints, all work."""
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
@@ -43,8 +44,9 @@ def test_the_wheel_installed_alone_runs_the_demo(tmp_path: Path) -> None:
         check=False,
     )
     assert installed.returncode == 0, installed.stderr
+    inert = str(venv / "bin" / "inert")
     demo = subprocess.run(
-        [str(venv / "bin" / "inert"), "demo"],
+        [inert, "demo", "--log", "sqlite:///demo.db"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -53,6 +55,19 @@ def test_the_wheel_installed_alone_runs_the_demo(tmp_path: Path) -> None:
     )
     assert demo.returncode == 0, demo.stderr
     assert "dispatched" in demo.stdout
+    # Then the commands it ends with, as printed.
+    printed = [line.split() for line in demo.stdout.splitlines() if line.startswith("  inert ")]
+    assert [command[1] for command in printed] == ["ledger", "replay", "verify", "audit"]
+    for command in printed:
+        done = subprocess.run(
+            [inert, *command[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stderr)
     # Nothing of the tests' tools came along: the package needs none of them.
     listed = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
