@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -47,6 +48,12 @@ class NoProgress(InertError):
 
 def _on_a_terminal() -> bool:
     return sys.stderr.isatty()
+
+
+def in_colour() -> bool:
+    """Whether what is printed may have colours: standard output is a terminal, and
+    ``NO_COLOR`` (no-color.org) is not set."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 class Progress:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import datetime
 
 from ..actors import CallFold, Phase
 from ..events import (
+    CallKey,
     EventRejected,
     LogError,
+    RecordedEvent,
     call_of,
 )
 from ..log import open_log
 from ..projections import JSON, Projections
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
-from ._common import Progress, fold_log
+from ._common import Progress, fold_log, in_colour
 from ._tables import (
     EVERY_ROW,
     Keys,
@@ -22,6 +25,7 @@ from ._tables import (
     ledger_cells,
     ledger_json,
     ledger_table,
+    shown_time,
     text_table,
 )
 
@@ -38,12 +42,26 @@ async def ledger_command(
     follow: bool = False,
 ) -> None:
     projections = Projections()
-    await fold_log(url, projections.apply, what="ledger")
+    changed: dict[CallKey, datetime] = {}
+
+    def note_time(recorded: RecordedEvent) -> None:
+        key = call_of(recorded.kept)
+        if key is not None:
+            changed[key] = recorded.recorded_at
+
+    await fold_log(url, projections.apply, note_time, what="ledger")
     if as_json:
         for entry in ledger_json(projections.ledger, history=history, shown_rows=shown_rows):
             print(json.dumps(entry, ensure_ascii=False))
     else:
-        table = ledger_table(projections.ledger, history=history, wide=wide, shown_rows=shown_rows)
+        table = ledger_table(
+            projections.ledger,
+            history=history,
+            wide=wide,
+            shown_rows=shown_rows,
+            changed=changed,
+            colour=in_colour(),
+        )
         for line in table:
             print(line)
     if follow:
@@ -68,7 +86,8 @@ async def _follow(
                 print(json.dumps(row.to_json(), ensure_ascii=False), flush=True)
             else:
                 cells = ledger_cells(Keys([key], wide=wide), row)
-                print(f"@{recorded.position}  " + "  ".join(cells), flush=True)
+                moment = shown_time(recorded.recorded_at)
+                print(f"@{recorded.position}  {moment}  " + "  ".join(cells), flush=True)
 
 
 # --- replay ----------------------------------------------------------------------------------

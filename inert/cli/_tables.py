@@ -6,7 +6,8 @@ and digests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 from attrs import frozen
@@ -103,19 +104,41 @@ EVERY_ROW = RowFilter()
 
 
 def text_table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    numeric: set[int],
+    paint: Callable[[int, str, str], str] | None = None,
 ) -> list[str]:
-    """Aligned columns (numbers to the right), two spaces apart, under a header line."""
+    """Aligned columns (numbers to the right), two spaces apart, under a header line.
+    ``paint`` (column, cell, the cell padded) gives a body cell its colour, after alignment."""
     widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
 
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            cell.rjust(width) if column in numeric else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ]
+    def line(cells: Sequence[str], painted: bool) -> str:
+        parts = []
+        for column, (cell, width) in enumerate(zip(cells, widths, strict=True)):
+            padded = cell.rjust(width) if column in numeric else cell.ljust(width)
+            parts.append(paint(column, cell, padded) if painted and paint else padded)
         return "  ".join(parts).rstrip()
 
-    return [line(header), *(line(row) for row in rows)]
+    return [line(header, False), *(line(row, True) for row in rows)]
+
+
+STATE_COLOURS = {
+    "dispatched": "32",
+    "validated": "36",
+    "terminal_candidate": "36",
+    "cancelled": "33",
+    "failed": "31",
+}
+"""ANSI colours of the states a terminal shows: green, cyan, yellow, red."""
+
+STATE_COLUMN = 2
+
+
+def paint_state(column: int, cell: str, padded: str) -> str:
+    """The state column in its colour, the rest as it is."""
+    colour = STATE_COLOURS.get(cell) if column == STATE_COLUMN else None
+    return padded if colour is None else f"\x1b[{colour}m{padded}\x1b[0m"
 
 
 LEDGER_HEADER = (
@@ -164,14 +187,26 @@ def _transition_cells(step: Transition) -> list[str]:
     return [f"@{step.position}", step.event_type, _cell(step.state), step.detail]
 
 
+def shown_time(moment: datetime) -> str:
+    """A time of the log as a table shows it: UTC, to the second."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def ledger_table(
-    ledger: Ledger, *, history: bool = False, wide: bool = True, shown_rows: RowFilter = EVERY_ROW
+    ledger: Ledger,
+    *,
+    history: bool = False,
+    wide: bool = True,
+    shown_rows: RowFilter = EVERY_ROW,
+    changed: Mapping[CallKey, datetime] | None = None,
+    colour: bool = False,
 ) -> list[str]:
     """The ledger as lines a person reads: a legend, a header and one line per call key.
 
     With ``history``, each key's transitions follow it, indented, and keys that only have
     rejected events (no row) are listed too; ``wide`` shows every id whole; ``shown_rows`` says
-    which calls to show.
+    which calls to show; ``changed``, where given, the log's time of each call's last event,
+    shown in a last column; ``colour``, each state in its colour (for a terminal).
     """
     rows = ledger.rows()
     by_key = {row.key: row for row in rows}
@@ -186,7 +221,13 @@ def ledger_table(
         else [shown.show(key), "-", "(no call: only rejected events)", *[""] * 8]
         for key in keys
     ]
-    table = text_table(LEDGER_HEADER, cells, {3, 4})
+    header: tuple[str, ...] = LEDGER_HEADER
+    if changed is not None:
+        header = (*header, "changed (UTC)")
+        for key, row_cells in zip(keys, cells, strict=True):
+            moment = changed.get(key)
+            row_cells.append("-" if moment is None else shown_time(moment))
+    table = text_table(header, cells, {3, 4}, paint_state if colour else None)
     lines = [shown.legend(), table[0]]
     histories = ledger.histories() if history else {}
     steps = [_transition_cells(step) for key in keys for step in histories.get(key, [])]

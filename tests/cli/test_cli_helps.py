@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from inert import (
     ToolDeclaration,
     open_runtime,
 )
-from inert.cli import _common, main
+from inert.cli import _common, _read, main
 from inert.cli._main import LOG_VARIABLE, _parser
 from inert.cli._read import ledger_command
 
@@ -280,3 +282,40 @@ async def test_following_the_ledger_prints_each_row_as_it_changes(
             await read_until("validated")
             nursery.cancel_scope.cancel()
     assert states == ["collecting", "terminal_candidate", "validated"]
+
+
+def test_the_ledger_table_shows_when_each_call_last_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table's last column is the log's time (UTC, to the second) of each call's last
+    event; the JSON rows keep the ledger's columns alone."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run(capsys, ["demo", "--log", url])[0] == 0
+    _, table, _ = run(capsys, ["ledger", "--log", url])
+    lines = table.splitlines()
+    assert lines[1].endswith("changed (UTC)")
+    assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$", line) for line in lines[2:])
+    _, as_json, _ = run(capsys, ["ledger", "--log", url, "--json"])
+    assert all("changed" not in json.loads(line) for line in as_json.splitlines())
+
+
+def test_the_ledger_shows_states_in_colour_on_a_terminal_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal the states have their colours (dispatched green, failed red, cancelled
+    yellow); with ``NO_COLOR`` set, or to a pipe, the table is plain text."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run(capsys, ["demo", "--log", url])[0] == 0
+    _, plain, _ = run(capsys, ["ledger", "--log", url])
+    assert "\x1b[" not in plain
+    monkeypatch.setattr(_read, "in_colour", lambda: True)
+    _, coloured, _ = run(capsys, ["ledger", "--log", url])
+    assert "\x1b[32mdispatched" in coloured
+    assert "\x1b[31mfailed" in coloured
+    assert "\x1b[33mcancelled" in coloured
+    assert re.sub(r"\x1b\[\d*m", "", coloured) == plain
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert _common.in_colour()
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not _common.in_colour()
