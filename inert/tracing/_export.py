@@ -52,8 +52,7 @@ def _exporter() -> SpanExporter:
             grpc = importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
         except ImportError:
             raise ConfigurationError(
-                "OTLP over gRPC needs its exporter:"
-                " pip install opentelemetry-exporter-otlp-proto-grpc"
+                "OTLP over gRPC needs its exporter: pip install 'inert[otlp-grpc]'"
             ) from None
         exporter: SpanExporter = grpc.OTLPSpanExporter()
         return exporter

@@ -9,14 +9,20 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import grpc
 import pytest
 import trio
 from builders import call_key
 from locations import ROOT, TESTS
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 from inert import (
     ArgumentsAppended,
@@ -225,3 +231,48 @@ def test_the_demo_writes_its_spans_as_otlp_json(tmp_path: Path) -> None:
     }
     assert {"inert.turn", "inert.call get_weather", "inert.validation"} <= names
     assert "Reykjavik" not in traces.read_text()
+
+
+class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self.received: list[ExportTraceServiceRequest] = []
+
+    def Export(
+        self, request: ExportTraceServiceRequest, context: object
+    ) -> ExportTraceServiceResponse:
+        self.received.append(request)
+        return ExportTraceServiceResponse()
+
+
+def test_spans_reach_an_otlp_grpc_receiver_when_the_protocol_says_grpc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` sends a command's spans over OTLP/gRPC, in the
+    caller's trace."""
+    collector = _Collector()
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+        monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+        stream = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
+        tools = ROOT / "examples" / "tools" / "TOOLS.json"
+        argv = ["feed", str(stream), "--provider", "anthropic", "--tools", str(tools)]
+        log = f"sqlite:///{tmp_path / 'grpc.db'}"
+        assert main([*argv, "--log", log, "--execute", "--traceparent", UPSTREAM]) == 0
+    finally:
+        server.stop(grace=None)
+    caller = bytes.fromhex(UPSTREAM.split("-")[1])
+    names = {
+        span.name
+        for request in collector.received
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+        if span.trace_id == caller
+    }
+    assert {"inert.turn", "inert.call get_weather", "inert.dispatch"} <= names
