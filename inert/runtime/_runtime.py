@@ -671,6 +671,27 @@ class Runtime:
         self.peers = state.peers
         self._router.start_at(state.fold, state.position)
         self.restored_from = state.position
+        if self.spans is not None:
+            await self._remember_open_calls()
+
+    async def _remember_open_calls(self) -> None:
+        """What the spans of calls still open need, which the replay skipped by starting from a
+        snapshot: each call's tool, and the trace its turn started in (read from the log)."""
+        assert self.spans is not None
+        turns: set[TurnRef] = set()
+        for key in self._fold.live_keys():
+            slot = self._fold.state(key)
+            assert slot is not None
+            self.spans.remember_call(key, slot.tool)
+            turns.add(key.turn_ref)
+        for turn in turns:
+            started = [
+                recorded
+                for recorded in await self.log.read_stream(turn.stream)
+                if isinstance(recorded.event, TurnStarted)
+            ]
+            if started:
+                self.spans.remember_turn(turn, started[0].trace)
 
     def _state_at(self, position: int) -> RuntimeState:
         return RuntimeState(

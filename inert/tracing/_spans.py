@@ -125,6 +125,17 @@ class CallSpans:
             traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate")
         )
 
+    def remember_turn(self, turn: TurnRef, context: TraceContext | None) -> None:
+        """Keep the trace a turn started in, for its calls still open when the runtime went
+        live from a snapshot (whose records it does not replay)."""
+        remote = _remote(context)
+        if remote is not None:
+            self._replayed_turns[turn] = remote
+
+    def remember_call(self, key: CallKey, tool: str) -> None:
+        """Keep the tool of a call still open when the runtime went live from a snapshot."""
+        self._replayed_calls[key] = tool
+
     def remember(self, recorded: RecordedEvent) -> None:
         """Keep, from a record replayed before the runtime is live (no span is made of it),
         what a call still open then needs to get its span when its next decision comes: its

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 from builders import call_key
@@ -129,16 +130,18 @@ async def test_no_span_is_made_while_the_log_is_replayed(tmp_path: Path) -> None
     assert exporter.get_finished_spans() == ()
 
 
+@pytest.mark.parametrize("from_snapshot", [False, True], ids=["replayed", "from-a-snapshot"])
 async def test_a_call_dispatched_after_a_restart_gets_its_spans_in_its_turn_s_trace(
-    tmp_path: Path,
+    tmp_path: Path, from_snapshot: bool
 ) -> None:
     """A call validated before a restart and claimed after it gets a call span (marked
     resumed) and its dispatch span, in the trace its turn started in, and the executor gets
-    the call's context."""
+    the call's context, whether the restart replays the log or loads a snapshot."""
     url = f"sqlite:///{tmp_path / 'restart.db'}"
+    every = 5 if from_snapshot else None
     tools = [ToolDeclaration(name="send")]
     sent = key("call_1")
-    async with open_runtime(log=url, tools=tools) as runtime:
+    async with open_runtime(log=url, tools=tools, snapshot_every=every) as runtime:
         await runtime.start_turn(
             tenant="acme",
             conversation="c1",
@@ -150,8 +153,9 @@ async def test_a_call_dispatched_after_a_restart_gets_its_spans_in_its_turn_s_tr
         await runtime.settle()
     tracer_provider, exporter = provider()
     async with open_runtime(
-        log=url, tools=tools, tracer_provider=tracer_provider, snapshot_every=None
+        log=url, tools=tools, tracer_provider=tracer_provider, snapshot_every=every
     ) as runtime:
+        assert (runtime.restored_from is not None) == from_snapshot
         dispatch = await runtime.claim(sent, executor="worker-1")
         await runtime.complete(dispatch)
         await runtime.settle()
