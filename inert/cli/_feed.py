@@ -14,7 +14,7 @@ from ..adapters import PROVIDERS, OpenAIResponsesAdapter, StreamAdapter
 from ..events import CallOpened, Event, RefusedError, ResponseEnded, TurnRef
 from ..runtime import Runtime
 from ..tracing import IncomingTrace, read_trace_headers
-from ._common import runtime_on, settle_within
+from ._common import Progress, runtime_on, settle_within
 from ._execute import Recorder, execute_ready, execution_lines
 from ._operators import turn_rows
 from ._streams import StreamFile, UnreadableInput, read_stream, read_tools, stream_name
@@ -152,8 +152,13 @@ async def feed_command(request: FeedRequest) -> None:
         trace = incoming.context
         names = [declaration.name for declaration in declarations]
         await _open_turn(runtime, request, names, incoming)
-        for start in range(0, len(events), FEED_BATCH):
-            await runtime.feed(events[start : start + FEED_BATCH], trace=trace)
+        progress = Progress("feed", len(events))
+        try:
+            for start in range(0, len(events), FEED_BATCH):
+                await runtime.feed(events[start : start + FEED_BATCH], trace=trace)
+                progress.advance(min(start + FEED_BATCH, len(events)))
+        finally:
+            progress.finish()
         await settle_within(runtime)
         results = (
             await execute_ready(runtime, Recorder(), turn=request.turn) if request.execute else []

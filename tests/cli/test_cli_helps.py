@@ -319,3 +319,15 @@ def test_the_ledger_shows_states_in_colour_on_a_terminal_only(
     assert _common.in_colour()
     monkeypatch.setenv("NO_COLOR", "1")
     assert not _common.in_colour()
+
+
+def test_a_feed_shows_how_far_it_is_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal, ``inert feed`` counts the events it fed on standard error."""
+    monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
+    tools = ROOT / "examples" / "tools" / "TOOLS.json"
+    argv = ["feed", str(ANTHROPIC), "--provider", "anthropic", "--tools", str(tools)]
+    status, _, err = run(capsys, [*argv, "--log", f"sqlite:///{tmp_path / 'feed.db'}"])
+    assert status == 0, err
+    assert re.search(r"\rfeed: (\d+) of \1 \(100%\)", err)
