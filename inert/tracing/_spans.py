@@ -126,14 +126,14 @@ class CallSpans:
         )
 
     def remember_turn(self, turn: TurnRef, context: TraceContext | None) -> None:
-        """Keep the trace a turn started in, for its calls still open when the runtime went
-        live from a snapshot (whose records it does not replay)."""
+        """Keep the trace a turn started in, for its calls still open when the runtime goes
+        live (read from the replayed records, or from the log after a snapshot)."""
         remote = _remote(context)
         if remote is not None:
             self._replayed_turns[turn] = remote
 
     def remember_call(self, key: CallKey, tool: str) -> None:
-        """Keep the tool of a call still open when the runtime went live from a snapshot."""
+        """Keep the tool of a call that may still be open when the runtime goes live."""
         self._replayed_calls[key] = tool
 
     def remember(self, recorded: RecordedEvent) -> None:
@@ -143,15 +143,13 @@ class CallSpans:
         event = recorded.event
         match event:
             case TurnStarted(turn=turn):
-                remote = _remote(recorded.trace)
-                if remote is not None:
-                    self._replayed_turns[turn] = remote
+                self.remember_turn(turn, recorded.trace)
             case TurnRetired(turn=turn):
                 self._replayed_turns.pop(turn, None)
                 for key in [key for key in self._replayed_calls if key.turn_ref == turn]:
                     del self._replayed_calls[key]
             case CallCollecting(key=key, tool=tool):
-                self._replayed_calls[key] = tool
+                self.remember_call(key, tool)
             case (
                 CallCancelled(key=key)
                 | CallFailed(key=key)

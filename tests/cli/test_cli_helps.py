@@ -40,6 +40,14 @@ def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, 
     return status, captured.out, captured.err
 
 
+@pytest.fixture
+def demo_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The URL of a log the demo wrote (what it printed read and dropped)."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run(capsys, ["demo", "--log", url])[0] == 0
+    return url
+
+
 def test_the_demo_keeps_its_log_and_says_what_to_run_on_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,12 +137,11 @@ RESPONSES = TESTS / "fixtures" / "provider-streams" / "openai-responses"
 
 
 def test_the_ledger_shows_only_the_calls_asked_for(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    demo_log: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--state``, ``--turn``, ``--tool`` and ``--tenant`` keep only the calls they name, in
     the table and in JSON alike."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    assert run(capsys, ["demo", "--log", url])[0] == 0
+    url = demo_log
 
     def rows(*options: str) -> list[dict[str, object]]:
         status, out, err = run(capsys, ["ledger", "--log", url, "--json", *options])
@@ -183,12 +190,11 @@ def test_every_command_speaks_json(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_commands_of_people_answer_in_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    demo_log: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``cancel-turn``, ``control`` and ``deny`` with ``--json`` print one object each: what
     they did, keys whole."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    assert run(capsys, ["demo", "--log", url])[0] == 0
+    url = demo_log
     monkeypatch.setenv("INERT_OPERATORS", "ops")
     control_argv = ["control", "stop-tenant", "acme", "--operator", "ops", "--reason", "drill"]
     status, out, err = run(capsys, [*control_argv, "--log", url, "--json"])
@@ -207,14 +213,13 @@ def test_the_commands_of_people_answer_in_json(
 @pytest.mark.parametrize("command", ["replay", "verify", "ledger"])
 def test_a_long_read_shows_how_far_it_is_on_a_terminal(
     command: str,
-    tmp_path: Path,
+    demo_log: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On a terminal, reading a log says on standard error how many of its events are read,
     and clears that line at the end; elsewhere it says nothing."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    assert run(capsys, ["demo", "--log", url])[0] == 0
+    url = demo_log
     status, _, err = run(capsys, [command, "--log", url])
     assert (status, err) == (0, "")
     monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
@@ -285,12 +290,11 @@ async def test_following_the_ledger_prints_each_row_as_it_changes(
 
 
 def test_the_ledger_table_shows_when_each_call_last_changed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    demo_log: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The table's last column is the log's time (UTC, to the second) of each call's last
     event; the JSON rows keep the ledger's columns alone."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    assert run(capsys, ["demo", "--log", url])[0] == 0
+    url = demo_log
     _, table, _ = run(capsys, ["ledger", "--log", url])
     lines = table.splitlines()
     assert lines[1].endswith("changed (UTC)")
@@ -300,12 +304,11 @@ def test_the_ledger_table_shows_when_each_call_last_changed(
 
 
 def test_the_ledger_shows_states_in_colour_on_a_terminal_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    demo_log: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a terminal the states have their colours (dispatched green, failed red, cancelled
     yellow); with ``NO_COLOR`` set, or to a pipe, the table is plain text."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    assert run(capsys, ["demo", "--log", url])[0] == 0
+    url = demo_log
     _, plain, _ = run(capsys, ["ledger", "--log", url])
     assert "\x1b[" not in plain
     monkeypatch.setattr(_read, "in_colour", lambda: True)

@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from inert import (
     ArgumentsAppended,
@@ -75,6 +76,32 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServic
     yield received
     server.shutdown()
     server.server_close()
+
+
+def spans_of(requests: list[ExportTraceServiceRequest]) -> list[Span]:
+    """Every span the receiver got, in the order it got them."""
+    return [
+        span
+        for request in requests
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+
+
+def feed_in_the_caller_s_trace(tmp_path: Path) -> None:
+    """``inert feed`` of a captured Anthropic stream, executed, continuing ``UPSTREAM``."""
+    stream = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
+    tools = ROOT / "examples" / "tools" / "TOOLS.json"
+    argv = ["feed", str(stream), "--provider", "anthropic", "--tools", str(tools)]
+    log = f"sqlite:///{tmp_path / 'traced.db'}"
+    assert main([*argv, "--log", log, "--execute", "--traceparent", UPSTREAM]) == 0
+
+
+def names_in_the_caller_s_trace(requests: list[ExportTraceServiceRequest]) -> set[str]:
+    """The names of the spans received in ``UPSTREAM``'s trace."""
+    caller = bytes.fromhex(UPSTREAM.split("-")[1])
+    return {span.name for span in spans_of(requests) if span.trace_id == caller}
 
 
 def test_without_an_endpoint_no_span_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,21 +162,12 @@ def test_a_fed_stream_s_spans_reach_the_receiver_in_the_caller_s_trace(
 ) -> None:
     """``inert feed --traceparent ... --execute`` exports by the ``OTEL_*`` variables: the turn,
     its call and the call's dispatch, in the caller's trace."""
-    stream = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
-    tools = ROOT / "examples" / "tools" / "TOOLS.json"
-    argv = ["feed", str(stream), "--provider", "anthropic", "--tools", str(tools)]
-    log = f"sqlite:///{tmp_path / 'traced.db'}"
-    assert main([*argv, "--log", log, "--execute", "--traceparent", UPSTREAM]) == 0
-    spans = [
-        span
-        for request in receiver
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    ]
-    caller = bytes.fromhex(UPSTREAM.split("-")[1])
-    in_trace = {span.name for span in spans if span.trace_id == caller}
-    assert {"inert.turn", "inert.call get_weather", "inert.dispatch"} <= in_trace
+    feed_in_the_caller_s_trace(tmp_path)
+    assert {
+        "inert.turn",
+        "inert.call get_weather",
+        "inert.dispatch",
+    } <= names_in_the_caller_s_trace(receiver)
 
 
 def key(call: str) -> CallKey:
@@ -194,13 +212,7 @@ async def test_spans_reach_an_otlp_http_receiver(
     under it (linked to the context their stream was fed under), validation and dispatch under
     the dispatched one, their states and reasons, and no argument value in the payload."""
     await two_calls_one_dispatched_one_cancelled()
-    spans = [
-        span
-        for request in receiver
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    ]
+    spans = spans_of(receiver)
     by_name = {span.name: span for span in spans}
     assert {span.trace_id for span in spans} == {by_name["inert.turn"].trace_id}
     turn = by_name["inert.turn"]
@@ -259,20 +271,8 @@ def test_spans_reach_an_otlp_grpc_receiver_when_the_protocol_says_grpc(
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
         monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
-        stream = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
-        tools = ROOT / "examples" / "tools" / "TOOLS.json"
-        argv = ["feed", str(stream), "--provider", "anthropic", "--tools", str(tools)]
-        log = f"sqlite:///{tmp_path / 'grpc.db'}"
-        assert main([*argv, "--log", log, "--execute", "--traceparent", UPSTREAM]) == 0
+        feed_in_the_caller_s_trace(tmp_path)
     finally:
         server.stop(grace=None)
-    caller = bytes.fromhex(UPSTREAM.split("-")[1])
-    names = {
-        span.name
-        for request in collector.received
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-        if span.trace_id == caller
-    }
+    names = names_in_the_caller_s_trace(collector.received)
     assert {"inert.turn", "inert.call get_weather", "inert.dispatch"} <= names
