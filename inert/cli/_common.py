@@ -5,11 +5,10 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -23,6 +22,10 @@ from ..log import Log, open_log
 from ..runtime import Runtime, open_runtime, trio_clock
 from ..runtime._peers import DEFAULT_LEASE_TIME
 from ._tracing import exported_spans
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress as RichProgress
 
 READ_PAGE = 1024
 """Events read from the log at a time."""
@@ -46,45 +49,89 @@ class NoProgress(InertError):
 # --- the log a command works on ----------------------------------------------------------------
 
 
-def _on_a_terminal() -> bool:
-    return sys.stderr.isatty()
-
-
 def in_colour() -> bool:
     """Whether what is printed may have colours: standard output is a terminal, and
     ``NO_COLOR`` (no-color.org) is not set."""
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
+def _stderr_console() -> Console | None:
+    """Standard error as Rich draws on it, where it is a terminal (Rich is imported only then:
+    a command whose output goes to a file or a pipe does not pay for it)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console  # noqa: PLC0415
+
+    return Console(file=sys.stderr)
+
+
 class Progress:
-    """How far a long command is, as one line on standard error rewritten in place, at most a
-    few times a second; shown only where standard error is a terminal, and gone when done."""
+    """How far a long command is, drawn by Rich on standard error: a bar with the count, the
+    share done and the time spent and left where the total is known, a spinner and the count
+    where it is not; shown only where standard error is a terminal, and gone when done.
 
-    INTERVAL = 0.25
-    """Seconds between two updates of the line."""
+    ``console``, where given, is drawn on instead (where it is a terminal).
+    """
 
-    def __init__(self, what: str, total: int | None = None) -> None:
-        self.what = what
-        self.total = total
-        self.shown = _on_a_terminal()
-        self._next = 0.0
-        self._width = 0
+    REFRESHES = 4
+    """Times a second the bar is drawn again."""
+
+    def __init__(
+        self, what: str, total: int | None = None, *, console: Console | None = None
+    ) -> None:
+        if console is None:
+            console = _stderr_console()
+        self._bar: RichProgress | None = None
+        if console is None or not console.is_terminal:
+            return
+        import rich.progress  # noqa: PLC0415
+
+        columns: tuple[rich.progress.ProgressColumn, ...]
+        described = rich.progress.TextColumn("{task.description}", markup=False)
+        if total:
+            columns = (
+                described,
+                rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(separator=" of "),
+                rich.progress.TaskProgressColumn(),
+                rich.progress.TimeElapsedColumn(),
+                rich.progress.TimeRemainingColumn(),
+            )
+        else:
+            columns = (
+                rich.progress.SpinnerColumn(),
+                described,
+                rich.progress.TextColumn("{task.completed:,.0f}"),
+                rich.progress.TimeElapsedColumn(),
+            )
+        # Left to itself, Rich would stand in for sys.stdout while the bar shows and write what
+        # the command prints there to standard error, with the bar.
+        self._bar = rich.progress.Progress(
+            *columns,
+            console=console,
+            refresh_per_second=self.REFRESHES,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._task = self._bar.add_task(what, total=total or None)
+        self._bar.start()
+
+    @property
+    def shown(self) -> bool:
+        """Whether the progress is drawn (until ``finish``)."""
+        return self._bar is not None
 
     def advance(self, done: int) -> None:
-        now = time.monotonic()
-        if not self.shown or now < self._next:
-            return
-        self._next = now + self.INTERVAL
-        if self.total:
-            line = f"{self.what}: {done:,} of {self.total:,} ({done / self.total:.0%})"
-        else:
-            line = f"{self.what}: {done:,}"
-        self._width = max(self._width, len(line))
-        print(f"\r{line.ljust(self._width)}", end="", file=sys.stderr, flush=True)
+        """``done`` of the total are done (a count, not a step)."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
 
     def finish(self) -> None:
-        if self.shown and self._width:
-            print(f"\r{' ' * self._width}\r", end="", file=sys.stderr, flush=True)
+        """The command is done with it: the bar is taken off the terminal."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 async def fold_log(

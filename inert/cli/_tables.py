@@ -123,22 +123,29 @@ def text_table(
     return [line(header, False), *(line(row, True) for row in rows)]
 
 
-STATE_COLOURS = {
-    "dispatched": "32",
-    "validated": "36",
-    "terminal_candidate": "36",
-    "cancelled": "33",
-    "failed": "31",
+STATE_STYLES = {
+    "dispatched": "green",
+    "validated": "cyan",
+    "terminal_candidate": "cyan",
+    "cancelled": "yellow",
+    "failed": "red",
 }
-"""ANSI colours of the states a terminal shows: green, cyan, yellow, red."""
+"""The Rich styles of the states a terminal shows in colour."""
 
 STATE_COLUMN = 2
 
 
 def paint_state(column: int, cell: str, padded: str) -> str:
     """The state column in its colour, the rest as it is."""
-    colour = STATE_COLOURS.get(cell) if column == STATE_COLUMN else None
-    return padded if colour is None else f"\x1b[{colour}m{padded}\x1b[0m"
+    style = STATE_STYLES.get(cell) if column == STATE_COLUMN else None
+    if style is None:
+        return padded
+    # Only a table in colour needs Rich: the other commands do not wait for its import.
+    from rich.color import ColorSystem  # noqa: PLC0415
+    from rich.style import Style  # noqa: PLC0415
+
+    # The terminal's own sixteen colours, which every terminal has and its theme sets.
+    return Style.parse(style).render(padded, color_system=ColorSystem.STANDARD)
 
 
 LEDGER_HEADER = (

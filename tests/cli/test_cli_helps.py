@@ -6,6 +6,7 @@ that feeds a captured stream."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
@@ -16,6 +17,7 @@ import pytest
 import trio
 from builders import call_key
 from locations import ROOT, TESTS
+from rich.console import Console
 
 from inert import (
     ArgumentsAppended,
@@ -28,8 +30,10 @@ from inert import (
     open_runtime,
 )
 from inert.cli import _common, _read, main
+from inert.cli._common import Progress
 from inert.cli._main import LOG_VARIABLE, _parser
 from inert.cli._read import ledger_command
+from inert.cli._tables import paint_state
 
 ANTHROPIC = TESTS / "fixtures" / "provider-streams" / "anthropic" / "text-then-tool-use.sse"
 
@@ -38,6 +42,24 @@ def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, 
     status = main(argv)
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def a_terminal() -> tuple[Console, io.StringIO]:
+    """A console Rich takes for a terminal, and what is drawn on it (without colours)."""
+    drawn = io.StringIO()
+    return Console(file=drawn, force_terminal=True, width=120, color_system=None), drawn
+
+
+ERASED = "\x1b[2K"
+"""What ends a transient progress bar: the line it was on, erased."""
+
+
+def stderr_a_terminal(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """Standard error as the commands see it made a terminal (the captured one is not); what
+    is drawn on it."""
+    console, drawn = a_terminal()
+    monkeypatch.setattr(_common, "_stderr_console", lambda: console)
+    return drawn
 
 
 @pytest.fixture
@@ -217,27 +239,69 @@ def test_a_long_read_shows_how_far_it_is_on_a_terminal(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On a terminal, reading a log says on standard error how many of its events are read,
-    and clears that line at the end; elsewhere it says nothing."""
+    """On a terminal, reading a log draws a bar of how many of its events are read, and takes
+    it off at the end; elsewhere it says nothing."""
     url = demo_log
     status, _, err = run(capsys, [command, "--log", url])
     assert (status, err) == (0, "")
-    monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
+    drawn = stderr_a_terminal(monkeypatch)
     status, out, err = run(capsys, [command, "--log", url])
-    assert status == 0
-    assert f"\r{command}: 61 of 61 (100%)" in err
-    assert err.endswith("\r")
-    assert "\r" not in out
+    assert (status, err) == (0, "")
+    assert re.search(rf"{command} ━+ 61 of 61 100%", drawn.getvalue())
+    assert drawn.getvalue().endswith(ERASED)
+    assert "\x1b" not in out
 
 
 def test_the_simulator_shows_its_seeds_on_a_terminal(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``inert simulate`` on a terminal counts the seeds done on standard error."""
-    monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
+    """``inert simulate`` on a terminal draws a bar of the seeds done."""
+    terminal = stderr_a_terminal(monkeypatch)
     status, _, err = run(capsys, ["simulate", "--seeds", "1", "--keys", "4"])
     assert status == 0, err
-    assert "\rsimulate: seeds: 1 of 1 (100%)" in err
+    assert re.search(r"simulate: seeds ━+ 1 of 1 100%", terminal.getvalue())
+    assert terminal.getvalue().endswith(ERASED)
+
+
+def test_progress_shows_nothing_where_standard_error_is_not_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``Progress`` draws nothing on standard error that is not a terminal, nor on a console
+    that is not one."""
+    progress = Progress("verify", 10)
+    progress.advance(5)
+    progress.finish()
+    assert not progress.shown
+    assert capsys.readouterr().err == ""
+    drawn = io.StringIO()
+    progress = Progress("verify", 10, console=Console(file=drawn))
+    progress.advance(5)
+    progress.finish()
+    assert not progress.shown
+    assert drawn.getvalue() == ""
+
+
+def test_progress_on_a_terminal_draws_a_bar_and_takes_it_off() -> None:
+    """On a terminal, ``Progress`` with a total draws its description, a bar, the count done of
+    the total and the share, and erases them when finished."""
+    console, drawn = a_terminal()
+    progress = Progress("verify", 2000, console=console)
+    assert progress.shown
+    progress.advance(500)
+    progress.finish()
+    assert re.search(r"verify ━+ +500 of 2000 +25%", drawn.getvalue())
+    assert drawn.getvalue().endswith(ERASED)
+
+
+def test_progress_without_a_total_counts_by_a_spinner() -> None:
+    """On a terminal, ``Progress`` without a total draws a spinner, its description and the
+    count done, and erases them when finished."""
+    console, drawn = a_terminal()
+    progress = Progress("feed", console=console)
+    progress.advance(1234)
+    progress.finish()
+    assert re.search(r"[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] feed 1,234", drawn.getvalue())
+    assert drawn.getvalue().endswith(ERASED)
 
 
 async def test_following_the_ledger_prints_each_row_as_it_changes(
@@ -324,13 +388,33 @@ def test_the_ledger_shows_states_in_colour_on_a_terminal_only(
     assert not _common.in_colour()
 
 
+@pytest.mark.parametrize(
+    ("state", "colour"),
+    [
+        ("dispatched", 32),
+        ("validated", 36),
+        ("terminal_candidate", 36),
+        ("cancelled", 33),
+        ("failed", 31),
+    ],
+)
+def test_each_state_has_its_terminal_colour(state: str, colour: int) -> None:
+    """The state column paints each state in its own standard colour of the terminal, padding
+    included; other states and other columns stay plain."""
+    padded = state.ljust(20)
+    assert paint_state(2, state, padded) == f"\x1b[{colour}m{padded}\x1b[0m"
+    assert paint_state(1, state, padded) == padded
+    assert paint_state(2, "collecting", "collecting  ") == "collecting  "
+
+
 def test_a_feed_shows_how_far_it_is_on_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a terminal, ``inert feed`` counts the events it fed on standard error."""
-    monkeypatch.setattr(_common, "_on_a_terminal", lambda: True)
+    """On a terminal, ``inert feed`` draws a bar of the events it fed."""
+    terminal = stderr_a_terminal(monkeypatch)
     tools = ROOT / "examples" / "tools" / "TOOLS.json"
     argv = ["feed", str(ANTHROPIC), "--provider", "anthropic", "--tools", str(tools)]
     status, _, err = run(capsys, [*argv, "--log", f"sqlite:///{tmp_path / 'feed.db'}"])
     assert status == 0, err
-    assert re.search(r"\rfeed: (\d+) of \1 \(100%\)", err)
+    assert re.search(r"feed ━+ (\d+) of \1 100%", terminal.getvalue())
+    assert terminal.getvalue().endswith(ERASED)
