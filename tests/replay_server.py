@@ -90,10 +90,13 @@ async def replay_server(
 
 
 @contextmanager
-def threaded_replay_server(body: bytes, *, fresh_id: bytes | None = None) -> Iterator[str]:
+def threaded_replay_server(
+    body: bytes, *, fresh_id: bytes | None = None, cut_after: int | None = None
+) -> Iterator[str]:
     """The same answer from a server on its own thread, for clients outside Trio (asyncio's);
     its base URL. With ``fresh_id``, each answer gets that response id made unique, as a
-    provider's are (the same id in two turns is a replayed response, which never acts)."""
+    provider's are (the same id in two turns is a replayed response, which never acts). With
+    ``cut_after``, the connection drops after that many bytes of a body announced whole."""
     answers = itertools.count(1)
 
     class Handler(BaseHTTPRequestHandler):
@@ -106,7 +109,7 @@ def threaded_replay_server(body: bytes, *, fresh_id: bytes | None = None) -> Ite
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            self.wfile.write(answer)
+            self.wfile.write(answer[:cut_after])
 
         def log_message(self, *_: object) -> None:
             """Quiet: tests read what the client made of the body."""

@@ -43,6 +43,13 @@ def test_an_example_runs(
             served = threaded_replay_server(body, fresh_id=b"msg_019Q1hrJbZG26Fb9BQhrkHEr")
             monkeypatch.setenv("ANTHROPIC_BASE_URL", stack.enter_context(served))
             monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+        if "openai.AsyncOpenAI()" in code:
+            body = recorded_body(
+                FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse", interaction=1
+            )
+            served = threaded_replay_server(body)
+            monkeypatch.setenv("OPENAI_BASE_URL", f"{stack.enter_context(served)}/v1")
+            monkeypatch.setenv("OPENAI_API_KEY", "test")
         exec(compile(code, name, "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out
     # A print the reader is told the output of, in a comment on its line, prints just that.

@@ -74,6 +74,7 @@ from ._errors import (
     RefusedError,
     RequestRefused,
     RequestTimedOut,
+    RuntimeClosed,
 )
 from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
 from ._phase import TERMINAL_PHASES, Phase
@@ -139,6 +140,7 @@ __all__ = [
     "ResponseEnded",
     "ResponseQuarantined",
     "ResponseRef",
+    "RuntimeClosed",
     "ServerToolCalled",
     "StreamLost",
     "StreamResumed",

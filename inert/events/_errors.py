@@ -103,3 +103,8 @@ class RequestTimedOut(InertError):
     def __init__(self, what: str, seconds: float, why: str) -> None:
         super().__init__(f"{what} was not answered within {seconds:g} s: {why}")
         self.seconds = seconds
+
+
+class RuntimeClosed(InertError):
+    """An operation was asked of a runtime that is closing or closed (through the asyncio
+    facade, whose runtime runs in a Trio run that may have ended)."""

@@ -10,6 +10,7 @@ from ._collector import CollectorSettings
 from ._open import open_runtime
 from ._retention import Retention
 from ._runtime import Runtime, trio_clock
+from ._sdk_streams import StreamFeed, feed_stream
 
 __all__ = [
     "AsyncioRuntime",
@@ -21,6 +22,8 @@ __all__ = [
     "ReadyCall",
     "Retention",
     "Runtime",
+    "StreamFeed",
+    "feed_stream",
     "open_asyncio_runtime",
     "open_runtime",
     "trio_clock",

@@ -1,71 +1,202 @@
 """inert inside an asyncio application: the Trio runtime runs as a guest of asyncio's loop.
 
 ``open_asyncio_runtime`` starts Trio in guest mode (``trio.lowlevel.start_guest_run``) on the
-running asyncio loop, opens the runtime there, and hands back a facade whose coroutines run each
-operation inside Trio and await its answer from asyncio. Both run on the loop's thread: nothing
-is shared across threads, and the runtime's guarantees are the Trio runtime's own.
+running asyncio loop, opens the runtime there, and hands back ``AsyncioRuntime``: every
+operation of the Trio ``Runtime`` under the same name, with the same parameters and types, as
+asyncio coroutines (async iterators where the runtime gives async iterators). The facade is made
+from the runtime's own methods rather than written beside them, so the two cannot drift apart;
+a test compares them. Both run on the loop's thread: nothing is shared across threads, what the
+facade reads (the ledger, a call's phase) it reads directly between two steps of Trio, and the
+runtime's guarantees are the Trio runtime's own. How an operation crosses is
+:mod:`inert.runtime._guest`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import trio
 from outcome import Outcome
 
-from ..events import CallKey, Event, InertError, TurnRef
-from ._boundary import Dispatch, PendingConfirmation, ReadyCall
+from ..actors import CallLimits, ToolRegistry
+from ..events import CallKey, InertError
+from ..log import Log
+from ..projections import Ledger, Projections
+from ..tracing import CallSpans
+from ._boundary import Dispatch, Executor, OperatorAuthorizer, ReadyCall, execute_with
+from ._guest import GuestCrossing
 from ._open import open_runtime
+from ._peers import Peers
 from ._runtime import Runtime
 
+P = ParamSpec("P")
 T = TypeVar("T")
+Item = TypeVar("Item")
+
+
+def _in_trio(
+    method: Callable[Concatenate[Runtime, P], Awaitable[T]],
+) -> Callable[Concatenate[AsyncioRuntime, P], Coroutine[Any, Any, T]]:
+    """The runtime's coroutine method, run inside Trio for an asyncio caller."""
+
+    @functools.wraps(method)
+    async def crossing(self: AsyncioRuntime, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._crossing.call(functools.partial(method, self._runtime, *args, **kwargs))
+
+    return crossing
+
+
+def _iterated_in_trio(
+    method: Callable[Concatenate[Runtime, P], AsyncIterator[Item]],
+) -> Callable[Concatenate[AsyncioRuntime, P], AsyncioIterator[Item]]:
+    """The runtime's async iterator, each step taken inside Trio for an asyncio caller."""
+
+    @functools.wraps(method)
+    def iterating(
+        self: AsyncioRuntime, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncioIterator[Item]:
+        return AsyncioIterator(self._crossing, method(self._runtime, *args, **kwargs))
+
+    return iterating
+
+
+def _read(
+    method: Callable[Concatenate[Runtime, P], T],
+) -> Callable[Concatenate[AsyncioRuntime, P], T]:
+    """The runtime's view, read directly: asyncio code runs only between two steps of Trio."""
+
+    @functools.wraps(method)
+    def reading(self: AsyncioRuntime, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return method(self._runtime, *args, **kwargs)
+
+    return reading
+
+
+class AsyncioIterator(Generic[Item]):
+    """An async iterator of the Trio runtime, for asyncio: each step is taken inside Trio, and
+    cancelling the task that waits for one cancels the wait."""
+
+    def __init__(self, crossing: GuestCrossing, iterator: AsyncIterator[Item]) -> None:
+        self._crossing = crossing
+        self._iterator = iterator
+
+    def __aiter__(self) -> AsyncioIterator[Item]:
+        return self
+
+    async def __anext__(self) -> Item:
+        return await self._crossing.call(self._iterator.__anext__)
 
 
 class AsyncioRuntime:
-    """The runtime's operations, as asyncio coroutines."""
+    """The runtime's operations for asyncio code; open one with :func:`open_asyncio_runtime`.
 
-    def __init__(self, runtime: Runtime, call: Callable[..., Awaitable[Any]]) -> None:
+    Every operation of :class:`Runtime` is here under its name, with its parameters and its
+    documentation: coroutines run inside Trio and return (or raise) what the runtime does,
+    views are read directly. Cancelling the asyncio task that awaits an operation cancels the
+    operation.
+    """
+
+    def __init__(self, runtime: Runtime, crossing: GuestCrossing) -> None:
         self._runtime = runtime
-        self._call = call
+        self._crossing = crossing
+
+    # --- turns, ingress, confirmation, operator controls: inside Trio ---
+
+    start_turn = _in_trio(Runtime.start_turn)
+    cancel_turn = _in_trio(Runtime.cancel_turn)
+    feed = _in_trio(Runtime.feed)
+    quarantine_response = _in_trio(Runtime.quarantine_response)
+    disable_tool = _in_trio(Runtime.disable_tool)
+    enable_tool = _in_trio(Runtime.enable_tool)
+    stop_tenant = _in_trio(Runtime.stop_tenant)
+    resume_tenant = _in_trio(Runtime.resume_tenant)
+    confirm = _in_trio(Runtime.confirm)
+    pending_confirmation = _in_trio(Runtime.pending_confirmation)
+    deny = _in_trio(Runtime.deny)
+    claim = _in_trio(Runtime.claim)
+    complete = _in_trio(Runtime.complete)
+    fail = _in_trio(Runtime.fail)
+    settle = _in_trio(Runtime.settle)
+    ready_calls = _iterated_in_trio(Runtime.ready_calls)
+    changes = _iterated_in_trio(Runtime.changes)
+
+    async def execute(
+        self, call: CallKey | ReadyCall, executor: Executor, *, name: str
+    ) -> Dispatch:
+        """Claim a call, run ``executor`` on it (an asyncio coroutine function, run here, in
+        asyncio) and record its outcome."""
+        return await execute_with(self, call, executor, name=name)
+
+    # --- views: read directly ---
+
+    digest = _read(Runtime.digest)
+    phase = _read(Runtime.phase)
+    turn_owner = _read(Runtime.turn_owner)
+    turn_principal = _read(Runtime.turn_principal)
+    resumable_streams = _read(Runtime.resumable_streams)
+    resumable_calls = _read(Runtime.resumable_calls)
 
     @property
-    def projections(self) -> Any:
-        """The ledger, queue, status and audit (read them between operations)."""
+    def ledger(self) -> Ledger:
+        """The assembly ledger: per call key its latest row and its history."""
+        return self._runtime.ledger
+
+    @property
+    def projections(self) -> Projections:
+        """The ledger, the dispatch queue, the status and the audit, as the log has them."""
         return self._runtime.projections
 
-    async def start_turn(self, **turn: Any) -> TurnRef:
-        return await self._call(lambda: self._runtime.start_turn(**turn))  # type: ignore[no-any-return]
+    @property
+    def log(self) -> Log:
+        """The log the runtime works on."""
+        return self._runtime.log
 
-    async def feed(self, events: Sequence[Event], **options: Any) -> None:
-        await self._call(lambda: self._runtime.feed(events, **options))
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tool declarations the runtime knows."""
+        return self._runtime.tools
 
-    async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None:
-        await self._call(
-            lambda: self._runtime.cancel_turn(turn, principal=principal, reason=reason)
-        )
+    @property
+    def limits(self) -> CallLimits:
+        """The limits of live calls."""
+        return self._runtime.limits
 
-    async def pending_confirmation(self, key: CallKey) -> PendingConfirmation | None:
-        return await self._call(lambda: self._runtime.pending_confirmation(key))  # type: ignore[no-any-return]
+    @property
+    def process(self) -> str | None:
+        """The name of this runtime process, where several share the log."""
+        return self._runtime.process
 
-    async def confirm(self, key: CallKey, *, principal: str, arguments_digest: str) -> None:
-        await self._call(
-            lambda: self._runtime.confirm(
-                key, principal=principal, arguments_digest=arguments_digest
-            )
-        )
+    @property
+    def peers(self) -> Peers | None:
+        """The other processes sharing the log, as this one sees them."""
+        return self._runtime.peers
 
-    async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
-        await self._call(lambda: self._runtime.deny(key, principal=principal, reason=reason))
+    @property
+    def spans(self) -> CallSpans | None:
+        """The OpenTelemetry spans of the runtime's turns and calls (``None``: no tracing)."""
+        return self._runtime.spans
 
-    async def settle(self) -> None:
-        await self._call(self._runtime.settle)
+    @property
+    def operators(self) -> OperatorAuthorizer:
+        """Who holds the operator role."""
+        return self._runtime.operators
+
+    @property
+    def request_timeout(self) -> float:
+        """Seconds a request waits for its call's actor to answer."""
+        return self._runtime.request_timeout
+
+    @property
+    def restored_from(self) -> int | None:
+        """The position of the snapshot the runtime started from (``None``: the whole log)."""
+        return self._runtime.restored_from
 
     async def ready(self) -> list[ReadyCall]:
-        """The calls ready to be claimed now."""
+        """The calls ready to be claimed now (``ready_calls`` waits for new ones as well)."""
 
         async def ready_now() -> list[ReadyCall]:
             await self._runtime.settle()
@@ -74,41 +205,25 @@ class AsyncioRuntime:
             ]
             return [call for call in found if call is not None]
 
-        return await self._call(ready_now)  # type: ignore[no-any-return]
-
-    async def claim(self, call: CallKey | ReadyCall, *, executor: str) -> Dispatch:
-        return await self._call(lambda: self._runtime.claim(call, executor=executor))  # type: ignore[no-any-return]
-
-    async def complete(self, dispatch: Dispatch) -> None:
-        await self._call(lambda: self._runtime.complete(dispatch))
-
-    async def fail(self, dispatch: Dispatch, error: str = "") -> None:
-        await self._call(lambda: self._runtime.fail(dispatch, error))
+        return await self._crossing.call(ready_now)
 
 
 @asynccontextmanager
-async def open_asyncio_runtime(**options: Any) -> AsyncIterator[AsyncioRuntime]:
-    """``open_runtime(**options)`` for an asyncio application: use it under a running loop."""
+async def _open_guest(
+    opening: Callable[[], AbstractAsyncContextManager[Runtime]],
+) -> AsyncIterator[AsyncioRuntime]:
     loop = asyncio.get_running_loop()
-    opened: asyncio.Future[tuple[Runtime, trio.MemorySendChannel[Any]]] = loop.create_future()
+    opened: asyncio.Future[tuple[Runtime, GuestCrossing]] = loop.create_future()
     finished: asyncio.Future[Outcome[None]] = loop.create_future()
-    trio_token: list[trio.lowlevel.TrioToken] = []
     stop = trio.Event()
 
     async def host() -> None:
-        trio_token.append(trio.lowlevel.current_trio_token())
-        # Unbounded: a full channel would drop a request whose coroutine then waits forever;
-        # asyncio's side bounds the requests in flight by the coroutines awaiting them.
-        send, receive = trio.open_memory_channel[Any](math.inf)
-        async with open_runtime(**options) as runtime, trio.open_nursery() as nursery:
-            loop.call_soon(_resolve, opened, (runtime, send))
-
-            async def serve() -> None:
-                async for work, future in receive:
-                    nursery.start_soon(_run_for, loop, work, future)
-
-            nursery.start_soon(serve)
+        async with opening() as runtime, trio.open_nursery() as nursery:
+            crossing = GuestCrossing(loop, nursery)
+            if not opened.done():
+                opened.set_result((runtime, crossing))
             await stop.wait()
+            crossing.close()
             nursery.cancel_scope.cancel()
 
     def done(outcome: Outcome[None]) -> None:
@@ -120,43 +235,41 @@ async def open_asyncio_runtime(**options: Any) -> AsyncIterator[AsyncioRuntime]:
     trio.lowlevel.start_guest_run(
         host,
         run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+        # Trio's consecutive steps are scheduled from the loop's own thread: no need to wake
+        # the loop through its self-pipe for each of them.
+        run_sync_soon_not_threadsafe=loop.call_soon,
         done_callback=done,
         host_uses_signal_set_wakeup_fd=True,
     )
     try:
-        runtime, send = await opened
+        runtime, crossing = await opened
     except BaseException:
         (await finished).unwrap()
         raise
-
-    async def call(work: Callable[[], Awaitable[T]]) -> T:
-        future: asyncio.Future[T] = loop.create_future()
-        trio_token[0].run_sync_soon(send.send_nowait, (work, future))
-        return await future
-
     try:
-        yield AsyncioRuntime(runtime, call)
+        yield AsyncioRuntime(runtime, crossing)
     finally:
-        trio_token[0].run_sync_soon(stop.set)
+        crossing.call_soon(stop.set)
         (await finished).unwrap()
 
 
-def _resolve(future: asyncio.Future[T], value: T) -> None:
-    if not future.done():
-        future.set_result(value)
+def _opened_under_asyncio(
+    opener: Callable[P, AbstractAsyncContextManager[Runtime]],
+) -> Callable[P, AbstractAsyncContextManager[AsyncioRuntime]]:
+    def open_asyncio_runtime(
+        *args: P.args, **kwargs: P.kwargs
+    ) -> AbstractAsyncContextManager[AsyncioRuntime]:
+        """``open_runtime(...)`` for an asyncio application, with the same parameters: use it
+        as ``async with open_asyncio_runtime(log=..., tools=...) as runtime`` under a running
+        loop; ``runtime`` is an :class:`AsyncioRuntime`, and it stops when the block ends."""
+        return _open_guest(lambda: opener(*args, **kwargs))
+
+    # Its parameters are the opener's, to the letter: ``inspect.signature`` follows this.
+    open_asyncio_runtime.__wrapped__ = opener  # type: ignore[attr-defined]
+    return open_asyncio_runtime
 
 
-async def _run_for(
-    loop: asyncio.AbstractEventLoop, work: Callable[[], Awaitable[Any]], future: asyncio.Future[Any]
-) -> None:
-    try:
-        result = await work()
-    except Exception as error:
-        loop.call_soon(_fail, future, error)
-    else:
-        loop.call_soon(_resolve, future, result)
-
-
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
+open_asyncio_runtime = _opened_under_asyncio(open_runtime)
+"""``open_runtime(...)`` for an asyncio application, with the same parameters: use it as
+``async with open_asyncio_runtime(log=..., tools=...) as runtime`` under a running loop, and
+``runtime`` is an :class:`AsyncioRuntime`. The runtime stops when the block ends."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from attrs import frozen
 
@@ -73,3 +73,28 @@ class PendingConfirmation:
 OperatorAuthorizer = Callable[[str], bool]
 """Whether an operator principal holds the operator role (the operators' own authentication is
 the embedding server's; this decides what an authenticated principal may do)."""
+
+
+class _Claims(Protocol):
+    """What running an executor on a call needs of a runtime (the Trio one or its facade)."""
+
+    async def claim(self, call: CallKey | ReadyCall, *, executor: str) -> Dispatch: ...
+
+    async def complete(self, dispatch: Dispatch) -> None: ...
+
+    async def fail(self, dispatch: Dispatch, error: str = "") -> None: ...
+
+
+async def execute_with(
+    runtime: _Claims, call: CallKey | ReadyCall, executor: Executor, *, name: str
+) -> Dispatch:
+    """Claim a call, run ``executor`` on it and record its outcome: a failure by the name of
+    the error's type only (its message may hold argument values)."""
+    dispatch = await runtime.claim(call, executor=name)
+    try:
+        await executor(dispatch)
+    except Exception as error:
+        await runtime.fail(dispatch, type(error).__name__)
+        raise
+    await runtime.complete(dispatch)
+    return dispatch

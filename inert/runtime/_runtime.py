@@ -72,7 +72,14 @@ from ..events import (
 from ..log import NO_STREAM, Log, NewEvent, new_event_id
 from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
 from ..tracing import CallSpans, IncomingTrace, current_trace
-from ._boundary import Dispatch, Executor, OperatorAuthorizer, PendingConfirmation, ReadyCall
+from ._boundary import (
+    Dispatch,
+    Executor,
+    OperatorAuthorizer,
+    PendingConfirmation,
+    ReadyCall,
+    execute_with,
+)
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._requests import Requests
@@ -180,6 +187,7 @@ class Runtime:
         return self.projections.digest()
 
     def phase(self, key: CallKey) -> Phase:
+        """Where one call is in its lifecycle (``ABSENT`` for a call the runtime does not hold)."""
         state = self._fold.state(key)
         return Phase.ABSENT if state is None else state.phase
 
@@ -608,14 +616,7 @@ class Runtime:
         self, call: CallKey | ReadyCall, executor: Executor, *, name: str
     ) -> Dispatch:
         """Claim a call, run ``executor`` on it and record its outcome."""
-        dispatch = await self.claim(call, executor=name)
-        try:
-            await executor(dispatch)
-        except Exception as error:
-            await self.fail(dispatch, type(error).__name__)
-            raise
-        await self.complete(dispatch)
-        return dispatch
+        return await execute_with(self, call, executor, name=name)
 
     # --- quiet ---
 

@@ -43,7 +43,7 @@ def opening(call: str, tool: str, data: bytes) -> list[Event]:
     ]
 
 
-async def two_calls() -> tuple[list[str], str, str]:
+async def two_calls() -> tuple[list[str], str | None, str | None]:
     """A turn with two calls: one confirmed and run, one refused by its person mid-stream."""
     ran: list[str] = []
     async with open_asyncio_runtime(log="memory://", tools=TOOLS) as runtime:
@@ -146,7 +146,7 @@ def test_the_openai_async_client_s_responses_events_feed_inert_under_asyncio() -
     body = (FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse").read_bytes()
     body = body.rstrip(b"\n") + b"\n\n"
 
-    async def run(url: str) -> tuple[list[str], list[str]]:
+    async def run(url: str) -> tuple[list[str], list[str | None]]:
         ran: list[str] = []
         tools = [ToolDeclaration(name="search"), ToolDeclaration(name="weather")]
         async with open_asyncio_runtime(log="memory://", tools=tools) as runtime:

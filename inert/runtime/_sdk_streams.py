@@ -1,0 +1,245 @@
+"""An official SDK's async stream fed into the runtime, for servers that call the provider through
+its SDK rather than reading the HTTP body themselves.
+
+The SDKs hide two ends that decide what may act. The ``openai`` SDK stops iterating a Chat
+Completions stream at ``data: [DONE]`` without yielding it: fed event by event, the completion
+never ends, and closing its adapter reports it lost. And a stream that raises mid-way (a dropped
+connection, a timeout, a cancellation) leaves a hand-written loop without closing its adapter:
+its calls stay open until their idle limit instead of being reported lost at once. Here a clean
+end of the SDK's iteration stands for the whole body (the HTTP client raises on a body cut
+short), and any other end reports what was unfinished as lost, as the provider's protocol says.
+
+It imports neither trio nor asyncio: the same iteration runs under the Trio runtime and under the
+asyncio facade.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterable, Awaitable, Sequence
+from types import TracebackType
+from typing import Generic, Protocol, Self, TypeVar
+
+from ..adapters import (
+    AnthropicAdapter,
+    OpenAIChatAdapter,
+    OpenAIResponsesAdapter,
+    StreamAdapter,
+    as_object,
+)
+from ..events import Event, TraceContext, TurnRef
+
+T = TypeVar("T")
+
+_DONE = "[DONE]"
+"""The Chat Completions line that ends the body, which the ``openai`` SDK does not yield."""
+
+_ANTHROPIC_KINDS = frozenset(
+    {
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "ping",
+    }
+)
+
+
+class EventFeeder(Protocol):
+    """What feeding a stream needs of a runtime: ``Runtime`` and ``AsyncioRuntime`` both have it."""
+
+    def feed(
+        self, events: Sequence[Event], *, trace: TraceContext | None = None
+    ) -> Awaitable[None]: ...
+
+
+def feed_stream(
+    runtime: EventFeeder,
+    stream: AsyncIterable[T],
+    *,
+    turn: TurnRef | None = None,
+    adapter: StreamAdapter | None = None,
+    trace: TraceContext | None = None,
+) -> StreamFeed[T]:
+    """Feed an SDK's async stream of one turn into ``runtime``, through its adapter.
+
+    Use it as ``async with feed_stream(...) as events: async for event in events: ...``: each of
+    the SDK's events is fed (with ``trace``) before it is handed on, unchanged; or
+    ``await feed_stream(...).run()`` to feed the whole stream without seeing its events.
+
+    The adapter is ``adapter``, or the one of the stream's first event, for ``turn``: an
+    ``openai`` Responses stream event (``response.*``) takes ``OpenAIResponsesAdapter``, a
+    ``ChatCompletionChunk`` ``OpenAIChatAdapter``, an ``anthropic`` message stream event
+    ``AnthropicAdapter``; decoded JSON objects of those shapes are read alike. A first event of
+    none of them raises ``ValueError``, and an event the adapter cannot read raises its
+    ``TypeError`` or ``ValueError``: no event is passed over. A stream of another protocol, or an
+    OpenAI Responses stream in background mode (``resumable=True``), needs its adapter given.
+    Pass ``turn`` or ``adapter``, not both (``TypeError``).
+
+    How the feed ends:
+
+    - The SDK's iteration ends: the body was whole. A Chat Completions stream is ended as by its
+      ``[DONE]``, which the ``openai`` SDK does not yield (each choice's ``finish_reason`` still
+      decides whether its calls may act); then the adapter is closed and what it reports is fed.
+    - The SDK's iteration raises (a dropped connection, a timeout, a cancellation), or feeding
+      an event fails: the adapter is closed, the responses it left unfinished are fed as lost,
+      and the exception is raised again as it was. Where feeding the loss fails too, that
+      failure is raised instead, chained to the first, unless the first is a cancellation (an
+      exception that is no ``Exception``), which always wins.
+    - The block is left before the end (a ``break``, an error in its body) or ``aclose`` is
+      called: as when the iteration raises; the exception of the body, if any, goes on.
+
+    Whichever way it ends, the SDK stream is closed (its ``aclose()`` or ``close()``). Iterated
+    without ``async with``, a loop left early leaves the stream open and the loss unfed: leave
+    it through ``aclose``.
+    """
+    if turn is not None and adapter is not None:
+        raise TypeError(
+            "feed_stream takes the turn or an adapter, not both: an adapter has its turn"
+        )
+    chosen_by = adapter if adapter is not None else turn
+    if chosen_by is None:
+        raise TypeError(
+            "feed_stream needs the stream's turn (its adapter is then chosen by the first"
+            " event) or its adapter"
+        )
+    return StreamFeed(runtime, stream, chosen_by, trace=trace)
+
+
+class StreamFeed(Generic[T]):
+    """An SDK stream being fed into a runtime; :func:`feed_stream` makes it and says its rules.
+
+    An async iterator of the SDK's own events (each fed before it is handed on) and an async
+    context manager that ends the feed when its block is left.
+    """
+
+    def __init__(
+        self,
+        runtime: EventFeeder,
+        stream: AsyncIterable[T],
+        adapter: StreamAdapter | TurnRef,
+        *,
+        trace: TraceContext | None,
+    ) -> None:
+        self._runtime = runtime
+        self._stream = stream
+        self._events = aiter(stream)
+        # Until the first event chooses the adapter, the turn it is to be made for.
+        self._adapter = adapter
+        self._trace = trace
+        self._finished = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if error is None:
+            await self.aclose()
+        else:
+            await self._abandon(error)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            event = await anext(self._events)
+        except StopAsyncIteration:
+            await self._finish(whole=True)
+            raise
+        except BaseException as error:
+            await self._abandon(error)
+            raise
+        try:
+            await self._feed(self._adapter_for(event).feed_event(event))
+        except BaseException as error:
+            await self._abandon(error)
+            raise
+        return event
+
+    async def run(self) -> None:
+        """Feed the whole stream, its events unseen, and end the feed."""
+        async with self:
+            async for _ in self:
+                pass
+
+    async def aclose(self) -> None:
+        """End the feed now: what the stream left unfinished is fed as lost, and the SDK stream
+        is closed. Nothing happens once the feed has ended."""
+        await self._finish(whole=False)
+
+    def _adapter_for(self, event: object) -> StreamAdapter:
+        if isinstance(self._adapter, TurnRef):
+            self._adapter = _adapter_of_first_event(self._adapter, event)
+        return self._adapter
+
+    async def _feed(self, events: list[Event]) -> None:
+        # Most of a stream's events (text, bookkeeping) come to nothing: a runtime behind a
+        # loop crossing is not woken for those.
+        if events:
+            await self._runtime.feed(events, trace=self._trace)
+
+    async def _abandon(self, error: BaseException) -> None:
+        """End the feed after ``error``; a cancellation wins over a failure to feed the loss."""
+        try:
+            await self._finish(whole=False)
+        except BaseException:
+            if isinstance(error, Exception):
+                raise
+
+    async def _finish(self, *, whole: bool) -> None:
+        """Close the adapter (after the ``[DONE]`` the SDK hid, where the body was ``whole``),
+        feed what it reports, and close the SDK stream."""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            adapter = self._adapter
+            if not isinstance(adapter, TurnRef):
+                ending = (
+                    adapter.feed_event(_DONE)
+                    if whole and isinstance(adapter, OpenAIChatAdapter)
+                    else []
+                )
+                await self._feed(ending + adapter.close())
+        finally:
+            await _close(self._events)
+            if self._stream is not self._events:
+                await _close(self._stream)
+
+
+def _adapter_of_first_event(turn: TurnRef, first: object) -> StreamAdapter:
+    """The adapter, for ``turn``, of the stream whose first event (an SDK event object or its
+    JSON object) is ``first``; ``ValueError`` where it is of none of the streams told apart."""
+    event = as_object(first)
+    kind = event.get("type")
+    if isinstance(kind, str):
+        if kind.startswith("response."):
+            return OpenAIResponsesAdapter(turn)
+        if kind in _ANTHROPIC_KINDS:
+            return AnthropicAdapter(turn)
+    elif "choices" in event:
+        return OpenAIChatAdapter(turn)
+    shown = f" of type {kind!r}" if isinstance(kind, str) else ""
+    raise ValueError(
+        f"the stream's first event (a {type(first).__name__}{shown}) is not one of an OpenAI"
+        " Responses, OpenAI Chat Completions or Anthropic Messages stream: pass its adapter"
+    )
+
+
+async def _close(source: object) -> None:
+    """Close an async iterator or an SDK stream, whichever way it closes, if it does."""
+    close = getattr(source, "aclose", None) or getattr(source, "close", None)
+    if callable(close):
+        closed = close()
+        if inspect.isawaitable(closed):
+            await closed
