@@ -56,3 +56,15 @@ def test_an_example_runs(
     promised = re.findall(r"^\s*print\(.*\)\s+#\s*(.+)$", code, flags=re.MULTILINE)
     if promised:
         assert printed == "".join(f"{line}\n" for line in promised)
+
+
+def test_an_asyncio_embedding_is_shown_in_under_40_lines() -> None:
+    """The docs show a whole asyncio embedding (open, feed, confirm, execute) in under 40 lines,
+    and it is one of the examples the tests run."""
+    asyncio_examples = [
+        code
+        for _, code in EXAMPLES
+        if "open_asyncio_runtime" in code and "asyncio.run(" in code and ".execute(" in code
+    ]
+    assert asyncio_examples
+    assert min(len(code.strip().splitlines()) for code in asyncio_examples) < 40
