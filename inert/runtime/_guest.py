@@ -10,9 +10,12 @@ across threads. An asyncio coroutine hands Trio an operation and awaits its answ
   burst of requests then pays once, not once each.
 - Answers need no hop back: Trio's steps run inside a callback of the asyncio loop, on its
   thread, so an operation that ends sets its asyncio future there and then.
-- An asyncio task cancelled while it waits cancels its operation in Trio (a cancel scope per
-  operation) and waits until Trio has stopped it, so that nothing of it runs after the
-  cancellation reached the caller. An operation that had finished already keeps its effect.
+- Operations are performed by worker tasks, parked between two operations: starting one is a
+  wake-up of a parked worker rather than a new task with a cancel scope of its own.
+- An asyncio task cancelled while it waits cancels its operation in Trio (the cancel scope of
+  the worker performing it, which then ends) and waits until Trio has stopped it, so that
+  nothing of it runs after the cancellation reached the caller. An operation that had finished
+  already keeps its effect.
 - An error of the operation reaches the coroutine as it was raised, an ``InertError`` as
   itself; a Trio cancellation of the whole run (the runtime closing) as ``RuntimeClosed``.
 """
@@ -31,16 +34,19 @@ from ..events import RuntimeClosed
 
 T = TypeVar("T")
 
+MAX_IDLE_WORKERS = 64
+"""Workers kept parked for the next operations; a burst beyond starts more, which end after."""
+
 
 class _Operation:
     """One operation asked from asyncio, on its way through Trio."""
 
-    __slots__ = ("cancelled", "finished", "future", "scope", "stopped", "work")
+    __slots__ = ("cancelled", "finished", "future", "stopped", "work", "worker")
 
     def __init__(self, work: Callable[[], Awaitable[Any]], future: asyncio.Future[Any]) -> None:
         self.work = work
         self.future = future
-        self.scope: trio.CancelScope | None = None
+        self.worker: _Worker | None = None
         self.cancelled = False
         self.finished = False
         # Made only for an operation whose caller was cancelled: it waits on it for Trio.
@@ -59,6 +65,7 @@ class GuestCrossing:
         self._nursery = nursery
         self._token = trio.lowlevel.current_trio_token()
         self._queue: deque[_Operation] = deque()
+        self._idle: list[_Worker] = []
         self._waking = False
         self._closed = False
 
@@ -111,35 +118,83 @@ class GuestCrossing:
 
     def _start_queued(self) -> None:
         self._waking = False
-        queue, start = self._queue, self._nursery.start_soon
+        queue, idle = self._queue, self._idle
         while queue:
-            start(self._run, queue.popleft())
+            operation = queue.popleft()
+            if idle:
+                worker = idle.pop()
+                worker.operation = operation
+                trio.lowlevel.reschedule(worker.task)
+            else:
+                self._nursery.start_soon(self._work, operation)
 
     @staticmethod
     def _cancel_in_trio(operation: _Operation) -> None:
-        if operation.scope is not None:
-            operation.scope.cancel()
+        # Not started yet: its worker cancels it as it starts; finished: nothing to stop.
+        worker = operation.worker
+        if worker is not None and worker.operation is operation:
+            worker.scope.cancel()
 
-    async def _run(self, operation: _Operation) -> None:
-        future = operation.future
-        try:
-            with trio.CancelScope() as scope:
-                operation.scope = scope
+    async def _work(self, operation: _Operation) -> None:
+        """A worker: performs operations one after another, parked between two, and ends with
+        an operation whose caller cancelled it (the cancel scope is the worker's) or when
+        enough workers are idle already."""
+        worker = _Worker(trio.lowlevel.current_task())
+        with worker.scope:
+            while True:
+                worker.operation = operation
+                operation.worker = worker
                 if operation.cancelled:
-                    scope.cancel()
-                result = await operation.work()
-                if not future.done():
-                    future.set_result(result)
-            if scope.cancelled_caught:
-                # Its own scope caught the cancellation its caller asked for.
-                _fail(future, asyncio.CancelledError())
-        except trio.Cancelled:
+                    worker.scope.cancel()
+                await _perform(operation)
+                worker.operation = None
+                if len(self._idle) >= MAX_IDLE_WORKERS:
+                    return
+                operation = await self._next(worker)
+
+    async def _next(self, worker: _Worker) -> _Operation:
+        idle = self._idle
+        idle.append(worker)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            idle.remove(worker)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        assert worker.operation is not None
+        return worker.operation
+
+
+class _Worker:
+    """A Trio task performing operations for asyncio callers: one after another, each started
+    by a wake-up rather than a task of its own (waking a parked task costs a third of starting
+    one with a cancel scope)."""
+
+    __slots__ = ("operation", "scope", "task")
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.scope = trio.CancelScope()
+        self.operation: _Operation | None = None
+
+
+async def _perform(operation: _Operation) -> None:
+    future = operation.future
+    try:
+        result = await operation.work()
+    except trio.Cancelled:
+        # Cancelled at its caller's asking (whose future is cancelled already), or the run is
+        # ending under it.
+        if not operation.cancelled:
             _fail(future, RuntimeClosed("the runtime closed during the operation"))
-            raise
-        except Exception as error:
-            _fail(future, error)
-        finally:
-            _finished(operation)
+        raise
+    except Exception as error:
+        _fail(future, error)
+    else:
+        if not future.done():
+            future.set_result(result)
+    finally:
+        _finished(operation)
 
 
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:

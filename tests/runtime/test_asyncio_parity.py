@@ -33,6 +33,7 @@ from inert import (
     open_asyncio_runtime,
     open_runtime,
 )
+from inert.runtime._guest import MAX_IDLE_WORKERS
 
 TOOLS = [
     ToolDeclaration(name="get_weather"),
@@ -306,3 +307,31 @@ def test_a_refused_turn_reaches_asyncio_as_the_runtime_s_error() -> None:
 
     with pytest.raises(RefusedError):
         asyncio.run(run())
+
+
+def test_a_burst_of_operations_is_done_and_leaves_few_workers_parked() -> None:
+    """Many operations at once each get their answer; afterwards at most MAX_IDLE_WORKERS
+    Trio tasks stay parked for the next ones."""
+
+    async def run() -> tuple[int, int]:
+        async with started() as runtime:
+            phases = await asyncio.gather(*(runtime.settle() for _ in range(300)))
+            return len(phases), len(runtime._crossing._idle)
+
+    done, parked = asyncio.run(run())
+    assert done == 300
+    assert 0 < parked <= MAX_IDLE_WORKERS
+
+
+def test_a_worker_whose_operation_was_cancelled_is_replaced() -> None:
+    """After operations cancelled mid-way, later operations still run, on fresh workers."""
+
+    async def run() -> list[str]:
+        async with started() as runtime:
+            for _ in range(3):
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(anext(runtime.ready_calls()), timeout=0.01)
+            await runtime.feed(whole_call("a", "get_weather"))
+            return [call.key.call for call in await runtime.ready()]
+
+    assert asyncio.run(run()) == ["a"]
