@@ -150,6 +150,12 @@ async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() 
             assert cancelled["reason"] == "confirmation_denied"
             assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
             _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            # The person is shown what they confirm: the arguments, and their digest.
+            assert pending["arguments"] == {
+                "to": "bob@example.com",
+                "subject": "Lunch",
+                "body": "Noon at the usual place?",
+            }
             assert pending["arguments_digest"].startswith("sha256:")
             confirmed = await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
             assert confirmed.json() == {"call": EMAIL, "confirmed": pending["arguments_digest"]}

@@ -6,7 +6,7 @@ confirms or stops calls, and the demo tools run only when inert dispatches them,
 Run it with ``python -m examples.agent_server``.
 """
 
-from ._agent import Agent, TurnSession, open_agent
+from ._agent import Agent, open_agent
 from ._app import create_app
 from ._providers import (
     Provider,
@@ -16,16 +16,19 @@ from ._providers import (
     provider_from_environment,
     replayed,
 )
-from ._replay import TWO_CALLS, Replay, replay_app
+from ._replay import TWO_CALLS, Replay, replay_app, two_calls
 from ._serve import run, serve
 from ._tools import TOOLS, Toolbox
+from ._turns import AgentCore, Refusal, TurnSession
 
 __all__ = [
     "TOOLS",
     "TWO_CALLS",
     "Agent",
+    "AgentCore",
     "Provider",
     "ProviderError",
+    "Refusal",
     "Replay",
     "Toolbox",
     "TurnSession",
@@ -38,4 +41,5 @@ __all__ = [
     "replayed",
     "run",
     "serve",
+    "two_calls",
 ]

@@ -11,7 +11,7 @@ refusal is JSON: ``{"error": ...}`` with a 4xx status.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -22,7 +22,8 @@ from starlette.routing import Route
 
 from inert import RefusedError, RequestRefused
 
-from ._agent import Agent, Refusal, TooLarge, TurnSession
+from ._agent import Agent
+from ._turns import Refusal, TooLarge, TurnSession
 
 DEFAULT_USER = "user:demo"
 MAX_BODY = 64 * 1024
@@ -103,14 +104,10 @@ def create_app(agent: Agent) -> Starlette:
         )
 
     async def events(request: Request) -> Response:
-        turn = session(request)
-
-        async def messages() -> AsyncIterator[bytes]:
-            async for kind, data in turn.follow():
-                yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
         return StreamingResponse(
-            messages(), media_type="text/event-stream", headers={"cache-control": "no-store"}
+            session(request).server_sent(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store"},
         )
 
     async def confirm(request: Request) -> Response:

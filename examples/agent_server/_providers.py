@@ -3,7 +3,8 @@
 OpenAI's Responses API when ``OPENAI_API_KEY`` is set, Anthropic's Messages API when
 ``ANTHROPIC_API_KEY`` is, and otherwise a local replay of a recorded stream, which speaks the
 Responses protocol and needs neither a key nor the network. Each is asked for a streamed
-response offering the demo tools; the raw body goes to the adapter as it arrives.
+response offering the demo tools; the raw body goes to the adapter as it arrives (the asyncio
+twin, ``examples.fastapi_server``, asks the same through the providers' official SDKs).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from inert import InertError, ToolDeclaration, TurnRef
 from inert.adapters import PROVIDERS, StreamAdapter
@@ -44,10 +45,25 @@ class Provider:
     """One provider endpoint: where to send the request, how, and how to read the answer."""
 
     protocol: Protocol
-    url: str
-    headers: Mapping[str, str]
+    base_url: str
+    """The API's root, as the provider's official SDK takes it."""
+    api_key: str = field(repr=False)
     model: str
     name: str
+
+    @property
+    def url(self) -> str:
+        """Where the streamed response is asked for."""
+        if self.protocol is Protocol.OPENAI_RESPONSES:
+            return self.base_url + "/responses"
+        return self.base_url + "/v1/messages"
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The request's credentials (and, for Anthropic, the API version)."""
+        if self.protocol is Protocol.OPENAI_RESPONSES:
+            return {"authorization": f"Bearer {self.api_key}"}
+        return {"x-api-key": self.api_key, "anthropic-version": ANTHROPIC_VERSION}
 
     def request(self, message: str, tools: Sequence[ToolDeclaration]) -> dict[str, Any]:
         """The JSON body asking for a streamed response to ``message`` offering ``tools``."""
@@ -96,8 +112,8 @@ def openai_responses(
     """OpenAI's Responses API (or a server that speaks it) at ``base_url``."""
     return Provider(
         protocol=Protocol.OPENAI_RESPONSES,
-        url=base_url.rstrip("/") + "/responses",
-        headers={"authorization": f"Bearer {api_key}"},
+        base_url=base_url.rstrip("/"),
+        api_key=api_key,
         model=model,
         name=name,
     )
@@ -109,8 +125,8 @@ def anthropic_messages(
     """Anthropic's Messages API (or a server that speaks it) at ``base_url``."""
     return Provider(
         protocol=Protocol.ANTHROPIC_MESSAGES,
-        url=base_url.rstrip("/") + "/v1/messages",
-        headers={"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION},
+        base_url=base_url.rstrip("/"),
+        api_key=api_key,
         model=model,
         name="anthropic",
     )

@@ -6,7 +6,8 @@ request, so that each replay is a new response, as from a provider (which never 
 response id: inert knows a response's events by it). With ``hold``, the replay waits at each
 ``: pause`` comment line of the body until ``release()`` (or ``POST /release``) lets every
 stream waiting there go on: meanwhile a person can stop a call whose arguments are still
-streaming, before its terminal event is sent.
+streaming, before its terminal event is sent. It waits with AnyIO, so that it serves on Trio
+(the example) and on asyncio (its FastAPI twin) alike.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import trio
+import anyio
 from attrs import define, field
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -42,13 +43,13 @@ class Replay:
     requests: list[tuple[str, Any]] = field(factory=list)
     waiting: int = 0
     """Streams waiting at a pause point now."""
-    _released: trio.Event = field(factory=trio.Event, init=False)
-    _arrived: trio.Event = field(factory=trio.Event, init=False)
+    _released: anyio.Event = field(factory=anyio.Event, init=False)
+    _arrived: anyio.Event = field(factory=anyio.Event, init=False)
 
     def release(self) -> int:
         """Let every stream waiting at a pause point go on; how many there were."""
         self._released.set()
-        self._released = trio.Event()
+        self._released = anyio.Event()
         return self.waiting
 
     async def paused(self, streams: int) -> None:
@@ -67,14 +68,19 @@ class Replay:
             if self.hold and PAUSE in block.split(b"\n"):
                 self.waiting += 1
                 self._arrived.set()
-                self._arrived = trio.Event()
+                self._arrived = anyio.Event()
                 try:
                     await self._released.wait()
                 finally:
                     self.waiting -= 1
             elif self.delay:
-                await trio.sleep(self.delay)
+                await anyio.sleep(self.delay)
             yield block.strip(b"\n") + b"\n\n"
+
+
+def two_calls(*, hold: bool = False, delay: float = 0.0) -> Replay:
+    """The replay of :data:`TWO_CALLS` the example servers default to, a new response each time."""
+    return Replay(TWO_CALLS.read_bytes(), fresh_ids=(b"resp_example",), hold=hold, delay=delay)
 
 
 def replay_app(replay: Replay) -> Starlette:

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 from ._agent import open_agent
 from ._app import create_app
 from ._providers import provider_from_environment, replayed
-from ._replay import TWO_CALLS, Replay, replay_app
+from ._replay import TWO_CALLS, replay_app, two_calls
 
 
 async def serve(
@@ -55,10 +55,9 @@ async def run(
     async with trio.open_nursery() as nursery:
         provider = provider_from_environment(environ)
         if provider is None:
-            replay = Replay(
-                TWO_CALLS.read_bytes(), fresh_ids=(b"resp_example",), hold=hold, delay=delay
+            replay_url = await nursery.start(
+                partial(serve, replay_app(two_calls(hold=hold, delay=delay)))
             )
-            replay_url = await nursery.start(partial(serve, replay_app(replay)))
             print(f"provider: a replay of {TWO_CALLS.name} at {replay_url}", flush=True)
             provider = replayed(replay_url)
         else:
