@@ -535,6 +535,33 @@ async def _confirmation_expired(lab: Lab) -> None:
         )
 
 
+@scenario("confirmation-outlived", redacted_too=True)
+async def _confirmation_outlived(lab: Lab) -> None:
+    """A call confirmed for one minute and claimed two minutes later is cancelled
+    ``confirmation_expired`` by the claim, which is refused; a call confirmed alike and claimed
+    within the minute runs (rules 4)."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        late, in_time = key_of("a"), key_of("b", response="r2")
+        for key in (late, in_time):
+            await ready(runtime, key, EMAIL, tool="send_email")
+            pending = await runtime.pending_confirmation(key)
+            assert pending is not None
+            await runtime.confirm(
+                key,
+                principal=PRINCIPAL,
+                arguments_digest=pending.arguments_digest,
+                expires_in=timedelta(minutes=1),
+            )
+        await runtime.settle()
+        await trio.sleep(30)
+        dispatch = await runtime.claim(in_time, executor="worker")
+        await runtime.complete(dispatch)
+        await trio.sleep(90)
+        await refused(runtime.claim(late, executor="worker"), ClaimRefused)
+        await runtime.settle()
+
+
 @scenario("operator-quarantine")
 async def _quarantine(lab: Lab) -> None:
     """An operator quarantines a response: its collecting call is cancelled, and what arrives

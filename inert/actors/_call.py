@@ -372,8 +372,10 @@ def changes(state: CallView, decision: Decision) -> dict[str, object]:
             }
         case CallAwaitingConfirmation(expires_at=expires_at):
             return {"confirmation_expires": expires_at}
-        case CallConfirmed():
-            return {"confirmed": True}
+        case CallConfirmed(expires_at=expires_at):
+            # From here on the expiry of the confirmation given (None: the turn's rules let it
+            # be claimed however late), no longer that of the wait for one.
+            return {"confirmed": True, "confirmation_expires": expires_at}
         case CallDispatched(claim_id=claim_id):
             return {**_ended(state, Phase.DISPATCHED, ""), "claim_id": claim_id}
         case CallCancelled(reason=reason):

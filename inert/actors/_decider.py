@@ -63,11 +63,14 @@ Rules:
 7. Confirmation. A validated call whose tool needs it waits for one confirmation from the
    turn's principal, for the tool digest and arguments digest of the call, before both its own
    expiry and the call's. Anything else is rejected and recorded. A denial from that principal
-   cancels the call in any state before ``dispatched``.
+   cancels the call in any state before ``dispatched``. The confirmation given is valid until
+   its own expiry, which the call keeps (rules 4 on).
 8. Claim. A claim dispatches only a validated, wanted call (confirmed where needed, the
    digest of the arguments that would run computed again and equal to the one confirmed) and
    is answered with ``dispatched`` or a rejection. The first claim wins; every later one is
-   rejected.
+   rejected. A confirmation bounds the ready window (rules 4 on): a claim at or after the
+   expiry of the confirmation given cancels the call (``confirmation_expired``) and is
+   rejected, so that a confirmation meant for a minute never lets the call run an hour later.
 9. Deadlines. A call still collecting or waiting for its response is cancelled once the idle
    time has passed since its last ingress event (its opening, a fragment or its end event); a
    call waiting for confirmation is cancelled when the confirmation lifetime ends. Both are

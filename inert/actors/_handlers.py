@@ -526,6 +526,7 @@ def confirm(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
             cause=judge.cause,
             principal=event.principal,
             confirmation_event_id=judge.received.event_id,
+            expires_at=event.expires_at if context.turn.rules >= 4 else None,
         ),
     )
 
@@ -554,6 +555,12 @@ def claim(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
                 RejectReason.NOT_READY, "the call stopped waiting for confirmation"
             )
         return judge.reject(RejectReason.NOT_READY, "the call awaits confirmation")
+    # A confirmed call has an expiry only where its turn's rules bound the ready window.
+    expires = state.confirmation_expires
+    if state.confirmed and expires is not None and expires <= _at(judge):
+        return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
+            RejectReason.NOT_READY, "the confirmation expired before a claim"
+        )
     if state.needs_confirmation and (
         state.arguments is None
         or arguments_digest(state.arguments.canonical) != state.arguments_digest

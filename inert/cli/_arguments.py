@@ -13,6 +13,7 @@ MAX_TEXT = 4096
 MAX_SEEDS = 1_000_000
 MAX_KEYS = 100_000
 MAX_WORKERS = 256
+MAX_CONFIRMATION_SECONDS = 7 * 24 * 3600
 
 # Lone surrogates are the bytes of an argument that were not UTF-8 (Python's surrogateescape).
 _NOT_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 
+import trio
 from opentelemetry.trace import TracerProvider
 
 from ..actors import ToolDeclaration
@@ -33,6 +35,8 @@ from ._tables import Keys, ledger_table, times_text
 
 TENANT = "acme"
 PRINCIPAL = "user:alice"
+CONFIRMED_FOR = timedelta(seconds=0.2)
+"""How long the demo's outlived confirmation lets its call be claimed."""
 
 DEMO_TOOLS = (
     ToolDeclaration(
@@ -298,7 +302,29 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
         f" ({discarded} events discarded{rejected})"
     )
 
-    # (e) A provider delivers a terminal event twice: the same end event, fed again.
+    # (e) A confirmation bounds the ready window: a claim after it expired never runs the call.
+    turn = await _start(runtime, "c6", "t6")
+    message = b'{"to": "carol@example.com", "subject": "Offsite", "body": "Room 4 is booked."}'
+    outlived = calls["t6"] = _Streamed(turn, "resp_6", "fc_1", tool="send_email", arguments=message)
+    await _stream(runtime, outlived)
+    digest = await _validated_digest(runtime, outlived.key)
+    await runtime.confirm(
+        outlived.key, principal=PRINCIPAL, arguments_digest=digest, expires_in=CONFIRMED_FOR
+    )
+    await trio.sleep(2 * CONFIRMED_FOR.total_seconds())
+    try:
+        await runtime.claim(outlived.key, executor=EXECUTOR)
+    except ClaimRefused as refused:
+        claimed = f"refused ({refused.reason})"
+    else:
+        claimed = "DISPATCHED, which is a bug"
+    await runtime.settle()
+    print(
+        f"turn t6: {PRINCIPAL} confirms send_email for {CONFIRMED_FOR.total_seconds():g} s;"
+        f" a claim after that is {claimed}: the call is {_what_became_of(runtime, outlived.key)}"
+    )
+
+    # (f) A provider delivers a terminal event twice: the same end event, fed again.
     first = calls["t1a"]
     position = await runtime.log.head()
     await runtime.feed([first.ended()])

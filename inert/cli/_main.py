@@ -13,6 +13,7 @@ import secrets
 import sys
 import tempfile
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import partial
 
 import trio
@@ -26,6 +27,8 @@ from ..events import (
     TurnRef,
 )
 from ._arguments import (
+    MAX_CONFIRMATION_SECONDS,
+    count_argument,
     path_argument,
     text_argument,
 )
@@ -43,6 +46,22 @@ from ._read import audit_command, ledger_command, replay_command, verify_command
 from ._simulate import simulate_arguments, simulate_command
 from ._tables import RowFilter
 from ._tracing import exported_spans
+
+
+def _confirm_arguments(confirm: argparse.ArgumentParser) -> None:
+    confirm.add_argument(
+        "--arguments-digest",
+        type=text_argument,
+        help="the digest of the arguments the person saw (default: the call's own)",
+    )
+    confirm.add_argument(
+        "--expires-in",
+        type=count_argument(MAX_CONFIRMATION_SECONDS),
+        default=600,
+        metavar="SECONDS",
+        help="how long the confirmation lets the call be claimed; a claim after that cancels"
+        " the call (default: %(default)s)",
+    )
 
 
 def _control_arguments(control: argparse.ArgumentParser) -> None:
@@ -218,11 +237,7 @@ def _parser() -> argparse.ArgumentParser:
         "confirm a call waiting for its principal's confirmation (opens a runtime on the log)",
     )
     call_options(confirm)
-    confirm.add_argument(
-        "--arguments-digest",
-        type=text_argument,
-        help="the digest of the arguments the person saw (default: the call's own)",
-    )
+    _confirm_arguments(confirm)
     deny = command("deny", "refuse a call for its principal: it is cancelled and never runs")
     call_options(deny)
     deny.add_argument("--reason", type=text_argument, default="", help="why (no argument values)")
@@ -348,6 +363,7 @@ def _run(arguments: argparse.Namespace) -> None:
                     response=arguments.response,
                     principal=arguments.principal,
                     arguments_digest=arguments.arguments_digest,
+                    expires_in=timedelta(seconds=arguments.expires_in),
                     as_json=arguments.json,
                 )
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 
 from ..actors import TERMINAL_PHASES
 from ..events import (
@@ -15,6 +16,7 @@ from ..events import (
 )
 from ..projections import JSON, LedgerRow
 from ..runtime import Runtime
+from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
 from ._common import runtime_on, settle_within
 from ._tables import Keys, key_json, key_part
 
@@ -165,6 +167,7 @@ async def confirm_command(
     response: str | None,
     principal: str,
     arguments_digest: str | None,
+    expires_in: timedelta = DEFAULT_CONFIRMATION_VALIDITY,
     as_json: bool = False,
 ) -> None:
     async with runtime_on(url) as runtime:
@@ -178,7 +181,9 @@ async def confirm_command(
         # A digest given is the one the person was shown: the confirmation binds that one, and
         # the call's actor refuses it if the arguments are not those.
         digest = arguments_digest or pending.arguments_digest
-        await runtime.confirm(key, principal=principal, arguments_digest=digest)
+        expires_at = await runtime.confirm(
+            key, principal=principal, arguments_digest=digest, expires_in=expires_in
+        )
         await settle_within(runtime)
     if as_json:
         _print_json(
@@ -188,12 +193,13 @@ async def confirm_command(
                 "principal": principal,
                 "arguments_digest": digest,
                 "ready": True,
+                "claim_before": expires_at.isoformat(),
             }
         )
         return
     print(
         f"confirmed {Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
-        f" {digest}; the call is ready to run"
+        f" {digest}; the call is ready to run until {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     )
 
 

@@ -1,5 +1,5 @@
 """``inert simulate``: the deterministic simulator and its invariant checker, from the command
-line."""
+line, with the demo tools or the user's own (``--tools module:attribute`` or a TOOLS.json)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def simulate_command(arguments: argparse.Namespace) -> None:
             retention=arguments.retention,
             workers=arguments.workers,
             progress=progress.advance,
+            suite=arguments.tools,
         )
     finally:
         progress.finish()
@@ -55,6 +56,7 @@ def simulate_command(arguments: argparse.Namespace) -> None:
                             for violation in result.violations
                         ],
                         "command": result.command,
+                        "tools": result.suite,
                     },
                     sort_keys=True,
                 )
@@ -66,8 +68,9 @@ def simulate_command(arguments: argparse.Namespace) -> None:
             print(f"seed {result.seed}: replay it with: {result.command}")
     steps = sum(result.steps for result in results)
     found = sum(len(result.violations) for result in results)
+    tools = f", tools from {arguments.tools}" if arguments.tools else ""
     summary = (
-        f"{len(results)} seeds run twice, {arguments.keys} call keys each:"
+        f"{len(results)} seeds run twice, {arguments.keys} call keys each{tools}:"
         f" {steps:,} steps checked, {found} violations"
     )
     print(summary, file=sys.stderr if arguments.json else sys.stdout)
@@ -80,6 +83,14 @@ def simulate_command(arguments: argparse.Namespace) -> None:
 
 
 def simulate_arguments(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--tools",
+        metavar="MODULE:ATTRIBUTE|TOOLS.json",
+        type=text_argument,
+        help="your own tools instead of the demo's: a ToolSuite or a list of tools"
+        " (ToolDeclaration, SimulatedTool or function values) in a module importable from the"
+        " current folder, or a TOOLS.json file as feed reads it",
+    )
     sub.add_argument(
         "--seeds", type=count_argument(MAX_SEEDS), default=1, help="how many seeds (default 1)"
     )

@@ -123,11 +123,13 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 3
+RULES_VERSION = 4
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
-opens no call any more (each later one fails ``response_over_limit``). A turn is judged by the
+opens no call any more (each later one fails ``response_over_limit``). 4: a confirmation's
+validity bounds the ready window (a call confirmed and not claimed before its confirmation
+expires is cancelled ``confirmation_expired`` when it is claimed). A turn is judged by the
 rules it was started under, so that a log written before a rule existed replays to the
 decisions it holds."""
 
@@ -557,15 +559,25 @@ class CallAwaitingConfirmation(Event):
     expires_at: datetime
 
 
-@event_type("decision.confirmed")
+def _unbounded_confirmation(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 confirmations were made before a confirmation bounded the ready window."""
+    return {**fields, "expires_at": None}
+
+
+@event_type("decision.confirmed", schema_version=2, upcasters={1: _unbounded_confirmation})
 @frozen(kw_only=True)
 class CallConfirmed(Event):
-    """The awaited confirmation matched the call and was used up."""
+    """The awaited confirmation matched the call and was used up.
+
+    ``expires_at`` is the confirmation's own expiry, past which a claim no longer dispatches
+    the call (rules 4 on); ``None`` for a turn judged by earlier rules, where it does not.
+    """
 
     key: CallKey
     cause: int = field(validator=_positive)
     principal: str
     confirmation_event_id: str
+    expires_at: datetime | None = None
 
 
 @event_type("decision.dispatched")

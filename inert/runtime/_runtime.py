@@ -114,6 +114,10 @@ DEFAULT_REQUEST_TIMEOUT = 3 * DEFAULT_LEASE_TIME
 turn of a silent process to be taken over and answered here."""
 
 
+DEFAULT_CONFIRMATION_VALIDITY = timedelta(minutes=10)
+"""How long a confirmation lets its call be claimed, unless ``confirm`` is told otherwise."""
+
+
 class Runtime:
     """The embedding API. Open one with :func:`open_runtime`."""
 
@@ -469,10 +473,12 @@ class Runtime:
         *,
         principal: str,
         arguments_digest: str,
-        expires_in: timedelta = timedelta(minutes=10),
-    ) -> None:
+        expires_in: timedelta = DEFAULT_CONFIRMATION_VALIDITY,
+    ) -> datetime:
         """Confirm one call for its principal, for exactly the arguments with this digest; the
-        confirmation is single use and expires after ``expires_in`` (10 minutes)."""
+        confirmation is single use and expires after ``expires_in`` (10 minutes): a claim from
+        then on cancels the call (``confirmation_expired``) instead of dispatching it. Returns
+        when the confirmation expires, by the log's clock."""
         await self._caught_up()
         state = self._fold.state(key)
         tool_digest = state.tool_digest if state is not None else ""
@@ -486,6 +492,7 @@ class Runtime:
         )
         answer = await self._request(event)
         self._raise_if_rejected(key, answer, ConfirmationRefused)
+        return event.expires_at
 
     async def pending_confirmation(self, key: CallKey) -> PendingConfirmation | None:
         """What a call waiting for confirmation asks of its principal, or ``None``."""

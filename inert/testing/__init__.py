@@ -2,7 +2,9 @@
 
 ``simulate(seed)`` drives the real runtime through a seeded plan of awkward event orders and
 checks the contract's invariants (I1-I10) over the log it wrote; run your own tool declarations
-and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``.
+and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``,
+or name them for ``inert simulate --tools module:attribute`` (a ``ToolSuite`` or a list of
+tools, ``load_suite``).
 ``check_log`` checks any settled log; ``planted(name)`` plants one of ``PLANTS`` for a block.
 ``FaultyLog`` wraps any log and injects seeded storage faults into its appends and deliveries.
 """
@@ -30,6 +32,7 @@ from ._simulator import (
     simulate,
     simulate_many,
 )
+from ._suite import ToolSuite, load_suite
 from ._workload import DEMO_TOOLS, SIMULATION_LIMITS, SimulatedTool
 
 __all__ = [
@@ -49,10 +52,12 @@ __all__ = [
     "SimulationResult",
     "Stored",
     "Tear",
+    "ToolSuite",
     "UnknownPlant",
     "Violation",
     "check_log",
     "demo_check",
+    "load_suite",
     "log_hash",
     "plant_description",
     "planted",

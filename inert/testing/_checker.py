@@ -13,10 +13,11 @@ may claim given everything before it:
   principal denied, or that had ended already;
 - I4: a ``validated`` decision names exactly the bytes delivered for the call (deduplicated,
   without a gap, ended by its own end event, its response ended ``completed``), which a strict
-  parser of its own accepts as an object;
+  parser of its own accepts as an object and the tool's schema accepts;
 - I5: confirmations and dispatches name the turn's own principal, tenant and turn;
 - I6: a confirmation that counts was fresh, for the call's tool and arguments digest, and used
-  once;
+  once; in a turn of rules 4 on, it dispatches the call only for a claim made before it
+  expired;
 - I7: a dispatched call without an outcome is recorded ``outcome_unknown`` when a runtime
   restarts, and is never dispatched again;
 - I9: once everything settled, every request was answered and every duplicate delivery, every
@@ -37,9 +38,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+import jsonschema_rs
 from attrs import define, field, frozen
 
 from ..actors import CallLimits, ToolDeclaration
+from ..actors._tools import compile_schema
 from ..events import (
     CONTROL_TYPES,
     ArgumentsAppended,
@@ -83,8 +86,9 @@ from ..events import (
 
 @frozen(kw_only=True)
 class Violation:
-    """One broken invariant: which (``I1``..``I10``, ``crash``, ``nondeterminism``), for which
-    call key (its stream name, or empty), at which log position (0 where none), and how."""
+    """One broken invariant: which (``I1``..``I10``, ``crash``, ``nondeterminism``, or
+    ``tool_error`` for a tool's own code that raised), for which call key (its stream name, or
+    empty), at which log position (0 where none), and how."""
 
     invariant: str
     key: str
@@ -129,6 +133,7 @@ class _Turn:
     position: int
     principal: str
     offered: dict[str, str]
+    rules: int
     cancelled: int | None = None
     superseded: int | None = None
 
@@ -212,6 +217,7 @@ class InvariantChecker:
         self, tools: Iterable[ToolDeclaration], limits: CallLimits, *, max_violations: int = 50
     ) -> None:
         self._declarations = {declaration.digest: declaration for declaration in tools}
+        self._schemas: dict[str, jsonschema_rs.Validator | None] = {}
         self._limits = limits
         self._max = max_violations
         self.violations: list[Violation] = []
@@ -291,7 +297,7 @@ class InvariantChecker:
                 known.superseded = position
         self._latest[conversation] = turn
         offered = {tool.name: tool.digest for tool in event.tools}
-        self._turns[turn] = _Turn(position, event.principal, offered)
+        self._turns[turn] = _Turn(position, event.principal, offered, event.rules)
 
     def _call(self, key: CallKey) -> _Call:
         call = self._calls.get(key)
@@ -387,7 +393,17 @@ class InvariantChecker:
             return (
                 f"{len(event.arguments)} canonical bytes, the tool allows {declaration.max_bytes}"
             )
+        if declaration is not None and not self._fits(declaration, named):
+            return "its arguments break its tool's schema"
         return None
+
+    def _fits(self, declaration: ToolDeclaration, arguments: dict[str, Any]) -> bool:
+        """Whether the tool's schema, compiled here once, accepts the arguments."""
+        digest = declaration.digest
+        if digest not in self._schemas:
+            self._schemas[digest] = compile_schema(declaration)
+        schema = self._schemas[digest]
+        return schema is None or schema.is_valid(arguments)
 
     def _parsed_delivery(
         self, call: _Call, opening: CallOpened, end: _Input
@@ -548,6 +564,8 @@ class InvariantChecker:
             )
             if needs and not call.confirmed:
                 self._violate("I1", key, "dispatched without the confirmation it needs", position)
+        if request is not None and call.confirmed:
+            self._check_confirmation_in_time(call, request, position)
         if call.ended is not None and call.ended < claim and len(call.dispatched) == 1:
             self._violate("I3", key, "dispatched after the call had ended", position)
         owner = self._response_turns.get((key.tenant, key.response))
@@ -559,6 +577,21 @@ class InvariantChecker:
                 position,
             )
         self._check_wanted(call, claim, position)
+
+    def _check_confirmation_in_time(self, call: _Call, claim: _Input, position: int) -> None:
+        turn = self._turns.get(call.key.turn_ref)
+        given = self._requests.get(call.confirmed[0].cause)
+        if turn is None or turn.rules < 4 or given is None:
+            return
+        assert isinstance(given.event, ConfirmationGiven)
+        if given.event.expires_at <= claim.at:
+            self._violate(
+                "I6",
+                call.key,
+                f"dispatched for a claim at {claim.at}, after its confirmation expired"
+                f" ({given.event.expires_at})",
+                position,
+            )
 
     def _check_wanted(self, call: _Call, claim: int, position: int) -> None:
         key = call.key

@@ -96,6 +96,21 @@ def _accept_stale_confirmation() -> Any:
     return _table_row(Phase.VALIDATED, ConfirmationGiven, stale_accepted)
 
 
+def _claim_after_confirmation_expired() -> Any:
+    """A claim after the confirmation given expired is judged as if it came just before."""
+    original = _decider.TABLE[(Phase.VALIDATED, ClaimRequested)]
+
+    def expiry_ignored(judge: Any, context: _call.CallContext) -> Any:
+        state, received = judge.state, judge.received
+        expires = state.confirmation_expires
+        if state.confirmed and expires is not None and received.at >= expires:
+            earlier = received._replace(at=expires - timedelta(microseconds=1))
+            judge = type(judge)(state, earlier, judge.cause)
+        return original(judge, context)
+
+    return _table_row(Phase.VALIDATED, ClaimRequested, expiry_ignored)
+
+
 def _redispatch_unknown_outcome() -> Any:
     """A claim of a dispatched call (its outcome unknown after a restart) dispatches it again."""
     return _table_row(Phase.DISPATCHED, ClaimRequested, _handlers.claim)
@@ -137,6 +152,7 @@ PLANTS: dict[str, Callable[[], Any]] = {
     "skip_dedup": _skip_dedup,
     "dispatch_before_validation": _dispatch_before_validation,
     "accept_stale_confirmation": _accept_stale_confirmation,
+    "claim_after_confirmation_expired": _claim_after_confirmation_expired,
     "redispatch_unknown_outcome": _redispatch_unknown_outcome,
     "accept_nan": _accept_nan,
     "accept_replayed_response": _accept_replayed_response,

@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import multiprocessing
 import random
+import shlex
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -76,6 +77,7 @@ from ..runtime._collector import CollectorSettings
 from ..runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
 from ._checker import Observation, Violation, check_log
 from ._plants import planted
+from ._suite import ToolSuite, load_suite, tool_errors
 from ._workload import (
     DEMO_TOOLS,
     SIMULATION_LIMITS,
@@ -103,6 +105,8 @@ RETENTIONS: dict[str, Retention] = {
 """Retention policies by name: the runtime's default, validated arguments only, nothing."""
 
 DRAIN = 60.0
+EXECUTOR_LAG = 0.3
+"""How often an executor waits (up to two seconds) before it claims a ready call."""
 _COLLECTOR = CollectorSettings(freeze=False)
 
 SNAPSHOT_EVERY = 500
@@ -134,6 +138,9 @@ class SimulationResult:
     log_hash: str
     retention: str = "default"
     """The retention policy by its name in ``RETENTIONS`` (``custom`` for another)."""
+    suite: str | None = None
+    """Where the tools came from (``module:attribute`` or a TOOLS.json file, ``load_suite``);
+    None for the demo tools, or for tools handed to ``simulate`` directly."""
 
     @property
     def ok(self) -> bool:
@@ -141,11 +148,13 @@ class SimulationResult:
 
     @property
     def command(self) -> str:
-        """The one-line command that runs this seed again, exactly (with the demo tools: a run
-        with other tools is replayed by ``simulate`` with the same arguments)."""
+        """The one-line command that runs this seed again, exactly (with the demo tools or the
+        ``suite`` named: a run with tools handed to ``simulate`` directly is replayed by
+        ``simulate`` with the same arguments)."""
+        tools = f" --tools {shlex.quote(self.suite)}" if self.suite else ""
         plant = f" --plant {self.plant}" if self.plant else ""
         retention = f" --retention {self.retention}" if self.retention != "default" else ""
-        return f"inert simulate --seed {self.seed} --keys {self.keys}{plant}{retention}"
+        return f"inert simulate{tools} --seed {self.seed} --keys {self.keys}{plant}{retention}"
 
 
 async def demo_check(request: ValidationRequested) -> ValidationResult:
@@ -474,6 +483,9 @@ class _Run:
                 return
             case "stale":
                 expires = timedelta(seconds=-1)
+            case "brief":
+                # Outlived by a claim that comes late (an executor's, or the probe's).
+                expires = timedelta(seconds=1)
             case "wrong_digest":
                 digest = "sha256:" + hashlib.sha256(digest.encode()).hexdigest()
             case "wrong_principal":
@@ -504,6 +516,10 @@ class _Run:
                 )
             )
             if rng.random() < share:
+                if rng.random() < EXECUTOR_LAG:
+                    # A busy executor claims late: a confirmation given for a moment may have
+                    # expired by then.
+                    await trio.sleep(rng.uniform(0, 2))
                 await self._claim(runtime, ready.key, name, rng)
 
     async def _claim(self, runtime: Runtime, key: CallKey, name: str, rng: random.Random) -> None:
@@ -580,7 +596,7 @@ class _Run:
         self.observations.setdefault(observation.head, []).append(observation)
 
 
-async def _refusable(request: Awaitable[None]) -> None:
+async def _refusable(request: Awaitable[object]) -> None:
     """Await a confirmation or a denial the runtime may refuse (and records when it does)."""
     with contextlib.suppress(ConfirmationRefused):
         await request
@@ -748,7 +764,7 @@ def simulate(
         observations=run.observations,
         restarts=run.recovered[1:],
     )
-    violations = [*run.crashes, *checker.violations, *replayed]
+    violations = [*run.crashes, *checker.violations, *replayed, *tool_errors(records)]
     first, second = log_hash(run.store), log_hash(again.store)
     if first != second:
         violations.append(
@@ -780,9 +796,23 @@ def simulate(
     )
 
 
-def _simulate_job(job: tuple[int, int, str | None, str]) -> SimulationResult:
-    seed, keys, plant, retention = job
-    return simulate(seed, keys=keys, plant=plant, retention=RETENTIONS[retention])
+def _simulate_job(
+    job: tuple[int, int, str | None, str, str | None], loaded: ToolSuite | None = None
+) -> SimulationResult:
+    seed, keys, plant, retention, suite = job
+    if suite is None:
+        return simulate(seed, keys=keys, plant=plant, retention=RETENTIONS[retention])
+    # A worker process loads the tools by their name, once for each seed it runs.
+    tools = loaded if loaded is not None else load_suite(suite)
+    result = simulate(
+        seed,
+        keys=keys,
+        plant=plant,
+        tools=tools.tools,
+        check=tools.check,
+        retention=RETENTIONS[retention],
+    )
+    return attrs.evolve(result, suite=suite)
 
 
 def simulate_many(
@@ -793,18 +823,22 @@ def simulate_many(
     retention: str = "default",
     workers: int = 1,
     progress: Callable[[int], object] | None = None,
+    suite: str | None = None,
 ) -> list[SimulationResult]:
-    """Run ``simulate`` on each seed with the demo tools, in ``workers`` processes, in order.
+    """Run ``simulate`` on each seed, in ``workers`` processes, in order.
 
-    ``retention`` names a policy of ``RETENTIONS``. Workers are started fresh (``spawn``), so
-    that nothing of the calling process (its threads, a planted bug) leaks into them.
-    ``progress`` is told how many seeds are done as each one is.
+    The tools are the demo's, or those ``suite`` names (``module:attribute`` or a TOOLS.json
+    file, see ``load_suite``; loaded here first, so that a name that gives none fails before
+    any seed runs). ``retention`` names a policy of ``RETENTIONS``. Workers are started fresh
+    (``spawn``), so that nothing of the calling process (its threads, a planted bug) leaks into
+    them. ``progress`` is told how many seeds are done as each one is.
     """
     if retention not in RETENTIONS:
         raise ConfigurationError(
             f"no retention policy is named {retention!r}: choose from {', '.join(RETENTIONS)}"
         )
-    jobs = [(seed, keys, plant, retention) for seed in seeds]
+    loaded = load_suite(suite) if suite is not None else None
+    jobs = [(seed, keys, plant, retention, suite) for seed in seeds]
     results: list[SimulationResult] = []
 
     def done(result: SimulationResult) -> None:
@@ -814,7 +848,7 @@ def simulate_many(
 
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
-            done(_simulate_job(job))
+            done(_simulate_job(job, loaded))
         return results
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

@@ -156,8 +156,8 @@ class CancelTurn:
 @frozen
 class Confirmations:
     """The person answers the calls of a response that wait for a confirmation, each with a
-    choice: ``fresh``, ``stale``, ``wrong_digest``, ``wrong_principal``, ``deny``, ``twice``,
-    ``late``, ``ignore``."""
+    choice: ``fresh``, ``brief`` (valid for a second), ``stale``, ``wrong_digest``,
+    ``wrong_principal``, ``deny``, ``twice``, ``late``, ``ignore``."""
 
     answers: tuple[tuple[CallKey, str], ...]
 
@@ -211,7 +211,8 @@ MALFORMED = (
     "extra_property",
 )
 PERSON_CHOICES = (
-    ("fresh", 55),
+    ("fresh", 45),
+    ("brief", 10),
     ("stale", 8),
     ("wrong_digest", 8),
     ("wrong_principal", 6),

@@ -16,6 +16,8 @@ from typing import TypeVar, cast
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inert.actors._arguments import ArgumentLimits, ParsedArguments, parse_arguments
 from inert.actors._call import (
@@ -1147,6 +1149,7 @@ def test_rule_7_a_matching_confirmation_is_used_once() -> None:
             cause=call.position,
             principal=PRINCIPAL,
             confirmation_event_id=call.last.event_id,
+            expires_at=confirmation().expires_at,
         )
     ]
     assert call.state.ready
@@ -1252,6 +1255,62 @@ def test_rule_8_a_claim_after_the_confirmation_lifetime_cancels_the_call() -> No
     decisions = call.send(claim(), at=call.state.confirmation_expires)
     assert kinds(decisions) == tags(CallCancelled, EventRejected)
     assert cancellation(decisions).reason is CancelReason.CONFIRMATION_EXPIRED
+
+
+def test_rule_8_a_claim_at_the_expiry_of_the_confirmation_given_cancels_the_call() -> None:
+    """A call confirmed and not claimed before its confirmation expires is cancelled
+    ``confirmation_expired`` by the claim, which is refused; one moment earlier it runs."""
+    expiry = T0 + timedelta(minutes=1)
+    late, in_time = Call(), Call()
+    for call in (late, in_time):
+        awaiting(call)
+        call.send(confirmation(expires_at=expiry))
+        assert call.state.ready
+    decisions = late.send(claim(), at=expiry)
+    assert kinds(decisions) == tags(CallCancelled, EventRejected)
+    assert cancellation(decisions).reason is CancelReason.CONFIRMATION_EXPIRED
+    assert one(decisions, EventRejected).reason is RejectReason.NOT_READY
+    assert late.state.phase is Phase.CANCELLED
+    dispatched = in_time.send(claim(), at=expiry - timedelta(microseconds=1))
+    assert kinds(dispatched) == tags(CallDispatched)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    validity=st.integers(min_value=1, max_value=3_600_000_000),
+    delay=st.integers(min_value=0, max_value=7_200_000_000),
+)
+def test_rule_8_a_confirmed_call_runs_only_within_its_confirmation(
+    validity: int, delay: int
+) -> None:
+    """Whatever the confirmation's validity and however late the claim (in microseconds), the
+    call is dispatched exactly when the claim comes before the confirmation expires, and
+    cancelled ``confirmation_expired`` otherwise, never both."""
+    call = Call()
+    awaiting(call)
+    confirmed_at = T0 + timedelta(minutes=1)
+    expiry = confirmed_at + timedelta(microseconds=validity)
+    call.send(confirmation(expires_at=expiry), at=confirmed_at)
+    assert call.state.ready
+    claimed_at = confirmed_at + timedelta(microseconds=delay)
+    decisions = call.send(claim(), at=claimed_at)
+    if claimed_at < expiry:
+        assert kinds(decisions) == tags(CallDispatched)
+    else:
+        assert kinds(decisions) == tags(CallCancelled, EventRejected)
+        assert cancellation(decisions).reason is CancelReason.CONFIRMATION_EXPIRED
+
+
+def test_rule_8_a_turn_of_rules_before_4_is_not_bounded_by_its_confirmation() -> None:
+    """A turn started under rules 3 keeps the rules it was started under: its confirmed call is
+    dispatched however late it is claimed, and its confirmation records no expiry."""
+    turn = TurnView(principal=PRINCIPAL, tools={TOOL.name: TOOL}, rules=3)
+    call = Call(ACTIVE._replace(turn=turn))
+    awaiting(call)
+    confirmed = call.send(confirmation(expires_at=T0 + timedelta(minutes=1)))
+    assert one(confirmed, CallConfirmed).expires_at is None
+    decisions = call.send(claim(), at=T0 + timedelta(days=2))
+    assert kinds(decisions) == tags(CallDispatched)
 
 
 def test_rule_8_the_first_claim_of_a_ready_call_dispatches_and_later_ones_are_refused() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,24 @@ def test_a_confirmed_call_runs_once(tmp_path: Path, capsys: pytest.CaptureFixtur
     executed = [json.loads(line)["call"] for line in out.splitlines()]
     assert executed.count(COUNTRY_CALL) == 1
     assert ledger(capsys, url)[COUNTRY_CALL]["outcome"] == "completed"
+
+
+def test_expires_in_bounds_how_long_the_confirmed_call_may_be_claimed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--expires-in`` sets the confirmation's expiry, which the command prints: the call may
+    be claimed until then (a later claim cancels it, as the decider's tests show)."""
+    url = fed(tmp_path, capsys)
+    before = datetime.now(UTC)
+    status, out, err = run(
+        capsys, ["confirm", *call_options(url), "--expires-in", "3600", "--json"]
+    )
+    assert status == 0, err
+    claim_before = datetime.fromisoformat(json.loads(out)["claim_before"])
+    assert before + timedelta(hours=1) <= claim_before <= datetime.now(UTC) + timedelta(hours=1)
+    with pytest.raises(SystemExit):
+        run(capsys, ["confirm", *call_options(url), "--expires-in", "0"])
+    assert "--expires-in: a whole number from 1" in capsys.readouterr().err
 
 
 def test_a_confirmation_from_another_principal_is_refused(

@@ -60,7 +60,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "decision.terminal_candidate": (inert.events.CallTerminalCandidate, 1),
     "decision.validated": (inert.events.CallValidated, 1),
     "decision.awaiting_confirmation": (inert.events.CallAwaitingConfirmation, 1),
-    "decision.confirmed": (inert.events.CallConfirmed, 1),
+    "decision.confirmed": (inert.events.CallConfirmed, 2),
     "decision.dispatched": (inert.events.CallDispatched, 1),
     "decision.cancelled": (inert.events.CallCancelled, 1),
     "decision.failed": (inert.events.CallFailed, 1),

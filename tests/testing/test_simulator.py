@@ -67,6 +67,7 @@ EXPECTED = {
     "skip_dedup": {"I9", "I4"},
     "dispatch_before_validation": {"I1"},
     "accept_stale_confirmation": {"I6"},
+    "claim_after_confirmation_expired": {"I6"},
     "redispatch_unknown_outcome": {"I2", "I7"},
     "accept_nan": {"I4"},
     "accept_replayed_response": {"I10"},
