@@ -35,7 +35,7 @@ from inert import (
     open_runtime,
 )
 from inert.cli import main
-from inert.events import CallDispatched, ClaimRequested
+from inert.events import CallDispatched
 
 WEATHER = ToolDeclaration(name="get_weather")
 
@@ -150,9 +150,10 @@ async def test_a_log_made_read_only_mid_run_stops_the_runtime_and_runs_nothing_m
     ), errors
     assert ran == ["first"]
     assert CallDispatched.TAG in await recorded_types(url, "first")
-    second = await recorded_types(url, "second")
-    assert ClaimRequested.TAG not in second
-    assert CallDispatched.TAG not in second
+    # The claim request itself may be on record: the kernel can still report an immutable
+    # file writable for a moment while SQLite holds it open (and a write through that open
+    # descriptor then succeeds). What must never be there is its dispatch.
+    assert CallDispatched.TAG not in await recorded_types(url, "second")
 
 
 async def test_a_read_only_directory_stops_nothing(tmp_path: Path) -> None:
