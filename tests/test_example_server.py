@@ -7,17 +7,16 @@ The clock is Trio's real one: the server and the client wait on real sockets, wh
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
 
 import httpx
 import pytest
 import trio
 from adapter_support import FIXTURES
 from attrs import define
+from example_support import EMAIL, WEATHER, Events, cue, is_end, start
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -38,10 +37,6 @@ from examples.agent_server import (
     run,
     serve,
 )
-
-EMAIL = "call_example_email"
-WEATHER = "call_example_weather"
-Message = tuple[str, dict[str, Any]]
 
 
 @define
@@ -71,64 +66,6 @@ async def example(replay: Replay, provider: str = "openai") -> AsyncIterator[Exa
 
 def two_calls(*, hold: bool) -> Replay:
     return Replay(TWO_CALLS.read_bytes(), fresh_ids=(b"resp_example",), hold=hold)
-
-
-class Events:
-    """A turn's server-sent events, read as they come."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        self._lines = response.aiter_lines()
-        self.seen: list[Message] = []
-
-    async def next(self) -> Message:
-        kind, data = "", ""
-        async for line in self._lines:
-            if line.startswith("event: "):
-                kind = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                data = line.removeprefix("data: ")
-            elif not line and kind:
-                message = (kind, json.loads(data))
-                self.seen.append(message)
-                if kind == "end":
-                    # The server closes the stream after its end: read it to its close, so
-                    # that no iterator of the client is left half-read.
-                    rest = [line async for line in self._lines]
-                    assert not any(rest), rest
-                return message
-        raise AssertionError(f"the event stream ended after {self.seen}")
-
-    async def until(self, wanted: Callable[[Message], bool]) -> Message:
-        with trio.fail_after(10):
-            while True:
-                message = await self.next()
-                if wanted(message):
-                    return message
-
-    def cues(self, call: str) -> list[str]:
-        return [
-            data["cue"] for kind, data in self.seen if kind == "status" and data["call"] == call
-        ]
-
-
-def cue(call: str, text: str) -> Callable[[Message], bool]:
-    return lambda message: (
-        message[0] == "status" and message[1]["call"] == call and message[1]["cue"] == text
-    )
-
-
-def is_end(message: Message) -> bool:
-    return message[0] == "end"
-
-
-async def start(client: httpx.AsyncClient, message: str = "mail bob, weather in Paris") -> str:
-    response = await client.post("/chat", json={"message": message})
-    assert response.status_code == 202, response.text
-    turn: str = response.json()["turn"]
-    assert response.json()["events"] == f"/turns/{turn}/events"
-    return turn
 
 
 async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> None:

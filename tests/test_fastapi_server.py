@@ -5,7 +5,6 @@ SDK, ``httpx`` as the person's client."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +13,7 @@ import httpx
 import pytest
 from adapter_support import FIXTURES
 from attrs import define
+from example_support import EMAIL, WAIT, WEATHER, Events, Message, cue, is_end, start
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,11 +29,7 @@ from examples.agent_server import (
 )
 from examples.fastapi_server import Agent, create_app, running, serve
 
-EMAIL = "call_example_email"
-WEATHER = "call_example_weather"
 EMAIL_ARGUMENTS = {"to": "bob@example.com", "subject": "Lunch", "body": "Noon at the usual place?"}
-WAIT = 10.0
-Message = tuple[str, dict[str, Any]]
 
 
 @define
@@ -71,53 +67,6 @@ def scenario(
             await asyncio.wait_for(test(run), WAIT)
 
     asyncio.run(main())
-
-
-class Events:
-    """A turn's server-sent events, read as they come."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        self._lines = response.aiter_lines()
-        self.seen: list[Message] = []
-
-    async def until(self, wanted: Callable[[Message], bool]) -> Message:
-        kind, data = "", ""
-        async for line in self._lines:
-            if line.startswith("event: "):
-                kind = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                data = line.removeprefix("data: ")
-            elif not line and kind:
-                message = (kind, json.loads(data))
-                self.seen.append(message)
-                if wanted(message):
-                    return message
-                kind = ""
-        raise AssertionError(f"the event stream ended after {self.seen}")
-
-    def cues(self, call: str) -> list[str]:
-        return [
-            data["cue"] for kind, data in self.seen if kind == "status" and data["call"] == call
-        ]
-
-
-def cue(call: str, text: str) -> Callable[[Message], bool]:
-    return lambda message: (
-        message[0] == "status" and message[1]["call"] == call and message[1]["cue"] == text
-    )
-
-
-def is_end(message: Message) -> bool:
-    return message[0] == "end"
-
-
-async def start(client: httpx.AsyncClient, message: str = "mail bob, weather in Paris") -> str:
-    response = await client.post("/chat", json={"message": message})
-    assert response.status_code == 202, response.text
-    turn: str = response.json()["turn"]
-    return turn
 
 
 def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> None:

@@ -1,0 +1,77 @@
+"""The person's side of the example servers' tests, alike for the Trio server and its asyncio
+twin: starting a chat and reading a turn's server-sent events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+
+EMAIL = "call_example_email"
+WEATHER = "call_example_weather"
+WAIT = 10.0
+"""Seconds a test waits for the message it expects."""
+
+Message = tuple[str, dict[str, Any]]
+
+
+class Events:
+    """A turn's server-sent events, read as they come (under Trio or asyncio)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        self._lines = response.aiter_lines()
+        self.seen: list[Message] = []
+
+    async def next(self) -> Message:
+        kind, data = "", ""
+        async for line in self._lines:
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                data = line.removeprefix("data: ")
+            elif not line and kind:
+                message = (kind, json.loads(data))
+                self.seen.append(message)
+                if kind == "end":
+                    # The server closes the stream after its end: read it to its close, so
+                    # that no iterator of the client is left half-read.
+                    rest = [line async for line in self._lines]
+                    assert not any(rest), rest
+                return message
+        raise AssertionError(f"the event stream ended after {self.seen}")
+
+    async def until(self, wanted: Callable[[Message], bool]) -> Message:
+        with anyio.fail_after(WAIT):
+            while True:
+                message = await self.next()
+                if wanted(message):
+                    return message
+
+    def cues(self, call: str) -> list[str]:
+        return [
+            data["cue"] for kind, data in self.seen if kind == "status" and data["call"] == call
+        ]
+
+
+def cue(call: str, text: str) -> Callable[[Message], bool]:
+    return lambda message: (
+        message[0] == "status" and message[1]["call"] == call and message[1]["cue"] == text
+    )
+
+
+def is_end(message: Message) -> bool:
+    return message[0] == "end"
+
+
+async def start(client: httpx.AsyncClient, message: str = "mail bob, weather in Paris") -> str:
+    """Start a chat turn; its id."""
+    response = await client.post("/chat", json={"message": message})
+    assert response.status_code == 202, response.text
+    turn: str = response.json()["turn"]
+    assert response.json()["events"] == f"/turns/{turn}/events"
+    return turn
