@@ -8,6 +8,7 @@ Run it with ``python -m examples.agent_server``.
 
 from ._agent import Agent, open_agent
 from ._app import create_app
+from ._options import server_options
 from ._providers import (
     Provider,
     ProviderError,
@@ -41,5 +42,6 @@ __all__ = [
     "replayed",
     "run",
     "serve",
+    "server_options",
     "two_calls",
 ]

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import signal
 
+from examples.agent_server import server_options
+
 from ._serve import running
 
 
@@ -27,21 +29,10 @@ async def serve_until_stopped(options: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m examples.fastapi_server",
-        description="The example agent server on FastAPI and asyncio: chats whose tool calls"
+    parser = server_options(
+        "python -m examples.fastapi_server",
+        "The example agent server on FastAPI and asyncio: chats whose tool calls"
         " run through inert.",
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--log", default="memory://", help="inert's log, e.g. sqlite:///chat.db")
-    parser.add_argument(
-        "--hold",
-        action="store_true",
-        help="the replay pauses before its last call ends, until POST <replay>/release",
-    )
-    parser.add_argument(
-        "--delay", type=float, default=0.05, help="seconds between the replay's events"
     )
     asyncio.run(serve_until_stopped(parser.parse_args()))
 

@@ -222,8 +222,12 @@ async def _open_guest(
             crossing = GuestCrossing(loop, nursery)
             if not opened.done():
                 opened.set_result((runtime, crossing))
-            await stop.wait()
-            crossing.close()
+            try:
+                await stop.wait()
+            finally:
+                # However the run ends (a stop, or the runtime failing under it), no operation
+                # is left waiting for an answer that cannot come.
+                crossing.close()
             nursery.cancel_scope.cancel()
 
     def done(outcome: Outcome[None]) -> None:

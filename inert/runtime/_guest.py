@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -92,7 +93,7 @@ class GuestCrossing:
     async def _stop(self, operation: _Operation) -> None:
         stopped = operation.stopped = self._loop.create_future()
         operation.cancelled = True
-        self._token.run_sync_soon(self._cancel_in_trio, operation)
+        self.call_soon(functools.partial(self._cancel_in_trio, operation))
         # Until Trio stopped it, however often the waiting task is cancelled again meanwhile.
         while not stopped.done():
             try:

@@ -134,26 +134,21 @@ def test_spans_asked_for_without_the_sdk_say_what_to_install() -> None:
         "from inert.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
-    asked = subprocess.run(
-        [sys.executable, "-c", script, "demo"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+
+    def demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", script, "demo"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
+
+    asked = demo({**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
     assert asked.returncode == 1
     assert "pip install 'inert[otlp]'" in asked.stderr
-    del env["OTEL_EXPORTER_OTLP_ENDPOINT"]
-    quiet = subprocess.run(
-        [sys.executable, "-c", script, "demo"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    quiet = demo({k: v for k, v in os.environ.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"})
     assert quiet.returncode == 0, quiet.stderr
 
 
