@@ -562,6 +562,37 @@ async def _confirmation_outlived(lab: Lab) -> None:
         await runtime.settle()
 
 
+@scenario("stop-while-running", redacted_too=True)
+async def _stop_while_running(lab: Lab) -> None:
+    """Calls already running when their turn is cancelled, their tool disabled or their tenant
+    stopped are each asked to stop once (rules 5): one executor stops, one completes anyway,
+    one never reports and is surfaced unknown after a restart; a call that completed before
+    the cancellation is not asked."""
+    async with lab.runtime(operators=[OPERATOR]) as runtime:
+        await start(runtime)
+        done = key_of("a")
+        stopping, finishing = key_of("b", response="r2"), key_of("c", response="r3")
+        for key in (done, stopping, finishing):
+            await ready(runtime, key)
+        first = await runtime.claim(done, executor="worker")
+        await runtime.complete(first)
+        stopped = await runtime.claim(stopping, executor="worker")
+        finished = await runtime.claim(finishing, executor="worker")
+        await runtime.cancel_turn(stopping.turn_ref, principal=PRINCIPAL, reason="user left")
+        await runtime.settle()
+        await runtime.stopped(stopped)
+        await runtime.complete(finished)
+        await start(runtime, turn="t2")
+        silent = key_of("d", turn="t2", response="r4")
+        await ready(runtime, silent)
+        await runtime.claim(silent, executor="worker")
+        await runtime.disable_tool("get_weather", operator=OPERATOR, reason="vendor outage")
+        await runtime.stop_tenant(TENANT, operator=OPERATOR, reason="incident")
+        await runtime.settle()
+    async with lab.runtime(operators=[OPERATOR]) as runtime:
+        await runtime.settle()
+
+
 @scenario("operator-quarantine")
 async def _quarantine(lab: Lab) -> None:
     """An operator quarantines a response: its collecting call is cancelled, and what arrives

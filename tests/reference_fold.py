@@ -36,6 +36,7 @@ from inert.actors._decider import step
 from inert.actors._scope import ResponseTurns
 from inert.events import (
     DECISION_TYPES,
+    OUTCOME_TYPES,
     ArgumentsAppended,
     CallCancelled,
     CallDispatched,
@@ -50,9 +51,6 @@ from inert.events import (
     ConfirmationGiven,
     DeadlineReached,
     Event,
-    ExecutionCompleted,
-    ExecutionFailed,
-    ExecutionOutcomeUnknown,
     FailReason,
     InertError,
     Phase,
@@ -326,6 +324,8 @@ class CallFold:
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
         self._by_stream: dict[str, CallKey | list[CallKey]] = {}
         self._outcomes: set[CallKey] = set()
+        # Dispatched calls in the order they were dispatched: those without an outcome run.
+        self._dispatched: dict[CallKey, None] = {}
 
     # --- reading the log ---
 
@@ -344,7 +344,7 @@ class CallFold:
         if isinstance(event, TurnRetired):
             self._retire(event.turn)
             return []
-        if isinstance(event, ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown):
+        if isinstance(event, OUTCOME_TYPES):
             record = self.records.get(event.key)
             if record is not None and record.state.claim_id == event.claim_id:
                 self._outcomes.add(event.key)
@@ -355,7 +355,46 @@ class CallFold:
         work: list[Work] = []
         for key in self._targets(event):
             work.extend(self._deliver(key, recorded_event, event))
+        for key in self._running_targets(event):
+            work.extend(self._deliver(key, recorded_event, event))
         return work
+
+    def _running(self, key: CallKey) -> bool:
+        record = self.records.get(key)
+        return (
+            record is not None
+            and record.state.phase is Phase.DISPATCHED
+            and key not in self._outcomes
+        )
+
+    def _running_targets(self, event: Event) -> list[CallKey]:
+        running = [key for key in self._dispatched if self._running(key)]
+        match event:
+            case TurnStarted(turn=turn):
+                conversation = (turn.tenant, turn.conversation)
+                return [
+                    key
+                    for key in running
+                    if (key.tenant, key.conversation) == conversation and key.turn_ref != turn
+                ]
+            case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
+                return [key for key in running if key.turn_ref == turn]
+            case ResponseQuarantined(response=response, tenant=tenant):
+                return [
+                    key
+                    for key in running
+                    if key.response == response and (tenant is None or key.tenant == tenant)
+                ]
+            case ToolDisabled(tool=tool, tenant=tenant):
+                return [
+                    key
+                    for key in running
+                    if self.records[key].state.tool == tool
+                    and (tenant is None or key.tenant == tenant)
+                ]
+            case TenantStopped(tenant=tenant):
+                return [key for key in running if key.tenant == tenant]
+        return []
 
     def _note_response(self, recorded_event: RecordedEvent, event: Event) -> None:
         key = getattr(event, "key", None)
@@ -433,7 +472,10 @@ class CallFold:
         turn = self.scope.turn(key.turn_ref)
         if not isinstance(event, CallOpened):
             return CallContext(
-                turn=turn, blocked=self.scope.blocked(key, record.state.tool), limits=self.limits
+                turn=turn,
+                blocked=self.scope.blocked(key, record.state.tool),
+                limits=self.limits,
+                running=self._running(key),
             )
         # Live calls are counted only where the decider looks at them: at an opening.
         if turn is not None and turn.rules >= 3:
@@ -504,6 +546,8 @@ class CallFold:
         was, now = before.live, after.live
         if was and not now:
             self._index.remove(before.key, before.tool)
+            if after.phase is Phase.DISPATCHED:
+                self._dispatched[after.key] = None
         elif now and not was:
             self._index.add(after.key, after.tool)
             self._counted[after.key] = None
@@ -618,6 +662,7 @@ class CallFold:
         for key in keys:
             del self.records[key]
             self._outcomes.discard(key)
+            self._dispatched.pop(key, None)
             del self._by_stream[key.stream]
             responses = self._by_stream[key.response_ref.stream]
             assert isinstance(responses, list)

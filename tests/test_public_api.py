@@ -58,6 +58,7 @@ PUBLIC = [
     "ServerToolCalled",
     "Status",
     "StatusCue",
+    "StopSignal",
     "StreamFeed",
     "StreamLost",
     "StreamResumed",

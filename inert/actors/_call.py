@@ -26,6 +26,7 @@ from ..events import (
     CallDispatched,
     CallFailed,
     CallKey,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
@@ -109,6 +110,8 @@ class CallContext(NamedTuple):
     """Where the call's provider response was seen under another turn first, that turn."""
     response_over_limit: bool = False
     """Whether an earlier call of the call's provider response passed a limit on live calls."""
+    running: bool = False
+    """Whether the call is dispatched and its outcome is not recorded yet: an executor runs it."""
 
 
 class Input(NamedTuple):
@@ -221,6 +224,8 @@ class CallView:
     confirmed: bool
     claim_id: str
     reason: str
+    stop_requested: str
+    """Why its executor was asked to stop a dispatched call, or empty."""
 
     @property
     def terminal_phase(self) -> bool:
@@ -301,6 +306,7 @@ class CallState(CallView):
     confirmed: bool = False
     claim_id: str = ""
     reason: str = ""
+    stop_requested: str = ""
 
 
 def initial_state(key: CallKey) -> CallState:
@@ -382,6 +388,8 @@ def changes(state: CallView, decision: Decision) -> dict[str, object]:
             return _ended(state, Phase.CANCELLED, reason.value)
         case CallFailed(reason=reason):
             return _ended(state, Phase.FAILED, reason.value)
+        case CallStopRequested(reason=reason):
+            return {"stop_requested": reason.value}
         case EventRejected():
             return {}
     raise IllegalTransition(state.phase, f"decision {type(decision).__name__}")

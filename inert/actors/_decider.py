@@ -76,10 +76,17 @@ Rules:
    call waiting for confirmation is cancelled when the confirmation lifetime ends. Both are
    judged when a ``DeadlineReached`` request is in the log, at the time the log recorded it.
 10. Terminal is absorbing. Events addressed to a terminal call are rejected (``call_terminal``);
-    events that merely concern it (its response, turn, tenant) are ignored. This holds while
-    the call's turn is known: a turn the runtime retired (``TurnRetired``, once idle for its
-    horizon) is forgotten with its calls, and what is addressed to them afterwards meets a call
-    key that starts ``absent`` in an unknown turn (rule 2: ``unknown_turn``).
+    events that merely concern it (its response, turn, tenant) are ignored, but for rule 11.
+    This holds while the call's turn is known: a turn the runtime retired (``TurnRetired``, once
+    idle for its horizon) is forgotten with its calls, and what is addressed to them afterwards
+    meets a call key that starts ``absent`` in an unknown turn (rule 2: ``unknown_turn``).
+11. Stop while running (rules 5 on). A dispatched call whose outcome is not recorded yet runs
+    in an executor. When an input that would have cancelled it before dispatch concerns it
+    (rule 6: its turn cancelled or superseded, its response quarantined, its tool disabled, its
+    tenant stopped), the call records one ``CallStopRequested`` naming that reason, and the
+    executor holding its claim is told. The call stays dispatched: nothing runs again, a later
+    stopping input records nothing more, and the executor's outcome (completed, failed or
+    stopped) says how the run ended. A call whose outcome is recorded is not running.
 
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``. Beside this module: the call's state, its inputs and its decisions
@@ -140,6 +147,7 @@ from ._handlers import (
     response_ended_early,
     server_tool,
     server_tool_on_open_call,
+    stop_running,
     stream_lost,
     take_fragment,
     unknown_call,
@@ -150,7 +158,9 @@ from ._handlers import (
 # --- the table -------------------------------------------------------------------------------
 
 A, C, T, V = Phase.ABSENT, Phase.COLLECTING, Phase.TERMINAL_CANDIDATE, Phase.VALIDATED
+D = Phase.DISPATCHED
 ENDED = tuple(TERMINAL_PHASES)
+NOT_RUN = tuple(phase for phase in ENDED if phase is not D)
 OPEN = (C, T, V)
 
 _SCOPE_EVENTS: tuple[type[Event], ...] = (
@@ -226,7 +236,9 @@ TABLE: dict[tuple[Phase, type], Handler] = {
     **{
         pair: handler
         for scope_event in _SCOPE_EVENTS
-        for pair, handler in _rows(scope_event, {OPEN: changes_wish, (A, *ENDED): ignore}).items()
+        for pair, handler in _rows(
+            scope_event, {OPEN: changes_wish, (D,): stop_running, (A, *NOT_RUN): ignore}
+        ).items()
     },
     **_rows(
         ConfirmationGiven,

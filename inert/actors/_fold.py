@@ -44,6 +44,8 @@ from attrs import frozen
 
 from ..events import (
     DECISION_TYPES,
+    OUTCOME_TYPES,
+    STOPPING_CONTROL_TYPES,
     ArgumentsAppended,
     ByTurn,
     CallCancelled,
@@ -61,6 +63,7 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     FailReason,
     InertError,
     LogDamaged,
@@ -102,7 +105,9 @@ from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
 from ._slot import Slot
 
 _DECISION_TYPES = frozenset(DECISION_TYPES)
-_OUTCOME_TYPES = frozenset((ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown))
+_OUTCOME_TYPES = frozenset(OUTCOME_TYPES)
+# What may ask a running call to stop (rule 11).
+_STOPPING_TYPES = frozenset((TurnStarted, TurnCancelled, TurnSuperseded, *STOPPING_CONTROL_TYPES))
 _ENDING_TYPES = (CallCancelled, CallDispatched, CallFailed)
 
 _ADDRESSED = (
@@ -253,6 +258,9 @@ class CallFold:
         work: list[Work] = []
         for key in self._targets(event):
             work.extend(self._deliver(key, recorded_event, event))
+        if self._running and kind in _STOPPING_TYPES:
+            for key in self._running_targets(event):
+                work.extend(self._deliver(key, recorded_event, event))
         return work
 
     def _took_fragment(self, recorded_event: RecordedEvent, fragment: ArgumentsAppended) -> bool:
@@ -342,13 +350,47 @@ class CallFold:
                 return [key for key in index.live if key.tenant == tenant]
         return ()
 
+    def _running_targets(self, event: Event) -> list[CallKey]:
+        """The running calls (dispatched, no outcome recorded) an event may ask to stop, in the
+        order they were dispatched."""
+        running, records = self._running, self.records
+        match event:
+            case TurnStarted(turn=turn):
+                return [
+                    key
+                    for key in running
+                    if key.conversation == turn.conversation
+                    and key.tenant == turn.tenant
+                    and key.turn_ref != turn
+                ]
+            case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
+                return [key for key in running if key.turn_ref == turn]
+            case ResponseQuarantined(response=response, tenant=tenant):
+                return [
+                    key
+                    for key in running
+                    if key.response == response and (tenant is None or key.tenant == tenant)
+                ]
+            case ToolDisabled(tool=tool, tenant=tenant):
+                return [
+                    key
+                    for key in running
+                    if records[key].tool == tool and (tenant is None or key.tenant == tenant)
+                ]
+            case TenantStopped(tenant=tenant):
+                return [key for key in running if key.tenant == tenant]
+        return []
+
     def _context(self, slot: Slot, event: Event) -> CallContext:
         # The slot's key, not the event's: what it derives (its turn) is cached on it.
         key = slot.key
         turn = self.scope.turn(key.turn_ref)
         if not isinstance(event, CallOpened):
             return CallContext(
-                turn=turn, blocked=self.scope.blocked(key, slot.tool), limits=self.limits
+                turn=turn,
+                blocked=self.scope.blocked(key, slot.tool),
+                limits=self.limits,
+                running=slot.phase is Phase.DISPATCHED and key in self._running,
             )
         # Live calls are counted only where the decider looks at them: at an opening.
         if turn is not None and turn.rules >= 3:
@@ -449,7 +491,8 @@ class CallFold:
             self._idle[turn] = self._at
 
     def _outcome(
-        self, event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown
+        self,
+        event: ExecutionCompleted | ExecutionFailed | ExecutionStopped | ExecutionOutcomeUnknown,
     ) -> None:
         """The outcome of a dispatch: its call no longer runs."""
         key = event.key

@@ -17,6 +17,7 @@ from ..events import (
     CallEnded,
     CallFailed,
     CallOpened,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
@@ -595,6 +596,21 @@ def changes_wish(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
 
 
 # terminal calls
+
+
+def stop_running(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    """A turn, tenant or operator event that concerns a dispatched call: while an executor runs
+    it, ask that executor to stop, once (rules 5 on)."""
+    state = judge.state
+    turn = context.turn
+    if turn is None or turn.rules < 5 or not context.running or state.stop_requested:
+        return NOTHING
+    reason = _unwanted(context)
+    if reason is None:
+        return NOTHING
+    return (
+        CallStopRequested(key=state.key, cause=judge.cause, claim_id=state.claim_id, reason=reason),
+    )
 
 
 def refuse_terminal(judge: Judge, _: CallContext) -> tuple[Decision, ...]:

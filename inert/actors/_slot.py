@@ -48,6 +48,7 @@ class Slot(CallView):
         "opened_version",
         "phase",
         "reason",
+        "stop_requested",
         "terminal",
         "tool",
         "tool_digest",
@@ -77,6 +78,7 @@ class Slot(CallView):
         when it became live until its ending decision is read back from the log."""
         self.claim_id = ""
         self.reason = ""
+        self.stop_requested = ""
         self.opened_version = 1
         """The version of its response's stream that opened it: every byte it holds came after
         (what a snapshot stores its fragments from)."""
@@ -118,6 +120,7 @@ class Slot(CallView):
             confirmed=self.confirmed,
             claim_id=self.claim_id,
             reason=self.reason,
+            stop_requested=self.stop_requested,
         )
 
     def absorb(self, decision: Decision) -> None:

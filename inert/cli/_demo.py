@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 
 import trio
 from opentelemetry.trace import TracerProvider
@@ -26,7 +27,7 @@ from ..events import (
     TurnRef,
 )
 from ..log import open_log
-from ..runtime import Runtime, open_runtime
+from ..runtime import Dispatch, Runtime, open_runtime
 from ._common import EXECUTOR
 from ._execute import Recorder, execute_ready, execution_lines
 from ._tables import Keys, ledger_table, times_text
@@ -156,8 +157,10 @@ def _what_became_of(runtime: Runtime, key: CallKey) -> str:
             return f"failed ({row.terminal_reason}{parse}): it can never run"
         case "cancelled":
             return f"cancelled ({row.terminal_reason}): it will never run"
+        case "dispatched" if row.outcome is None:
+            return "dispatched and running"
         case "dispatched":
-            return f"dispatched, outcome {row.outcome or 'not yet known'}"
+            return f"dispatched, outcome {row.outcome}"
     return row.state
 
 
@@ -262,6 +265,32 @@ async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) ->
     return await runtime.log.head()
 
 
+async def _stop_while_running(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
+    """(f) The person cancels a turn while its tool runs: the executor is asked to stop."""
+    turn = await _start(runtime, "c7", "t7")
+    weather = b'{"city": "Reykjavik", "units": "metric"}'
+    slow = calls["t7"] = _Streamed(turn, "resp_7", "fc_1", tool="get_weather", arguments=weather)
+    await _stream(runtime, slow)
+    running = trio.Event()
+
+    async def forecast(dispatch: Dispatch) -> None:
+        running.set()
+        await trio.sleep(3600)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(runtime.execute, slow.key, forecast, name=EXECUTOR))
+        await running.wait()
+        await runtime.settle()
+        before = _what_became_of(runtime, slow.key)
+        await runtime.cancel_turn(turn, principal=PRINCIPAL, reason="too slow")
+    await runtime.settle()
+    print(
+        f"turn t7: {PRINCIPAL} cancels the turn while get_weather is {before}: its executor is"
+        f" asked to stop and stops; the call is {_what_became_of(runtime, slow.key)}, never"
+        " run again"
+    )
+
+
 async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
     # (c, continued) A confirmation binds the person and the exact arguments.
     email = calls["t3"].key
@@ -324,7 +353,9 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
         f" a claim after that is {claimed}: the call is {_what_became_of(runtime, outlived.key)}"
     )
 
-    # (f) A provider delivers a terminal event twice: the same end event, fed again.
+    await _stop_while_running(runtime, calls)
+
+    # (g) A provider delivers a terminal event twice: the same end event, fed again.
     first = calls["t1a"]
     position = await runtime.log.head()
     await runtime.feed([first.ended()])

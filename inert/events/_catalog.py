@@ -123,13 +123,16 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 4
+RULES_VERSION = 5
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
 opens no call any more (each later one fails ``response_over_limit``). 4: a confirmation's
 validity bounds the ready window (a call confirmed and not claimed before its confirmation
-expires is cancelled ``confirmation_expired`` when it is claimed). A turn is judged by the
+expires is cancelled ``confirmation_expired`` when it is claimed). 5: a call that is running
+(dispatched, its outcome not recorded) when its turn is cancelled or superseded, its response
+quarantined, its tool disabled or its tenant stopped gets one stop request
+(``CallStopRequested``) that its executor is told of. A turn is judged by the
 rules it was started under, so that a log written before a rule existed replays to the
 decisions it holds."""
 
@@ -624,6 +627,19 @@ class CallFailed(Event):
     size: int | None = field(default=None, validator=validators.optional(_non_negative))
 
 
+@event_type("decision.stop_requested")
+@frozen(kw_only=True)
+class CallStopRequested(Event):
+    """A dispatched call, still running, is no longer wanted: the executor holding its claim is
+    asked to stop. The call stays dispatched (nothing runs again); the executor's outcome says
+    how the run ended."""
+
+    key: CallKey
+    cause: int = field(validator=_positive)
+    claim_id: str
+    reason: CancelReason
+
+
 @event_type("decision.rejected")
 @frozen(kw_only=True)
 class EventRejected(Event):
@@ -657,6 +673,16 @@ class ExecutionFailed(Event):
     key: CallKey
     claim_id: str
     error: str = ""
+
+
+@event_type("outcome.stopped")
+@frozen(kw_only=True)
+class ExecutionStopped(Event):
+    """The executor reported that it stopped the dispatched call's run when asked to (what the
+    run had done by then is the executor's to say, never a value here)."""
+
+    key: CallKey
+    claim_id: str
 
 
 @event_type("outcome.unknown")
@@ -713,7 +739,7 @@ TRANSITION_TYPES = (
 )
 """The decisions that move a call along its states."""
 
-DECISION_TYPES = (*TRANSITION_TYPES, EventRejected)
+DECISION_TYPES = (*TRANSITION_TYPES, CallStopRequested, EventRejected)
 """Everything a call's actor writes to the call's stream."""
 
 CONTROL_TYPES: tuple[type[OperatorControl], ...] = (
@@ -731,6 +757,7 @@ STOPPING_CONTROL_TYPES = tuple(control for control in CONTROL_TYPES if control.S
 OUTCOME_TYPES = (
     ExecutionCompleted,
     ExecutionFailed,
+    ExecutionStopped,
     ExecutionOutcomeUnknown,
 )
 """What the runtime records of an executor's run."""

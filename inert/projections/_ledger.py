@@ -30,12 +30,14 @@ from ..events import (
     ByTurn,
     CallCollecting,
     CallKey,
+    CallStopRequested,
     Event,
     EventRejected,
     EventsDiscarded,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     Phase,
     RecordedEvent,
     TurnRetired,
@@ -54,6 +56,9 @@ from ._calls import (
 from ._digest import JSON, Snapshot, key_json
 from ._routing import Handler, Routed
 from ._rows import LedgerRow, Outcome, Transition
+
+_OPEN_OUTCOMES = ("unknown", "stop_requested")
+"""What a row's outcome may say before the executor's word, which replaces it."""
 
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""
@@ -146,6 +151,8 @@ class Ledger(Routed):
                 return (partial(self._decision, rule),)
         if issubclass(kind, EventRejected):
             return (self._rejected,)
+        if issubclass(kind, CallStopRequested):
+            return (self._stop_requested,)
         if issubclass(kind, EventsDiscarded):
             return (self._discarded,)
         if issubclass(kind, OUTCOME_TYPES):
@@ -269,10 +276,26 @@ class Ledger(Routed):
             self._finish(call, recorded.recorded_at)
         self._record(call, recorded, None if row is None else row.state, discarded_detail(event))
 
+    def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        row = call.row
+        detail = f"stop requested while running: {event.reason.value}, claim {event.claim_id}"
+        if row is None or row.state is not Phase.DISPATCHED or call.claim != event.claim_id:
+            state = None if row is None else row.state
+            self._record(call, recorded, state, f"{detail}; ignored: no dispatch of this claim")
+            return
+        if row.outcome is not None:
+            # Decided while the call ran; its outcome was recorded first.
+            self._record(call, recorded, row.state, f"{detail}; outcome {row.outcome} already")
+            return
+        row.outcome = "stop_requested"
+        call.public = None
+        self._record(call, recorded, row.state, detail)
+
     def _outcome(
         self,
         recorded: RecordedEvent,
-        event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown,
+        event: ExecutionCompleted | ExecutionFailed | ExecutionStopped | ExecutionOutcomeUnknown,
     ) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
         row = call.row
@@ -285,6 +308,8 @@ class Ledger(Routed):
                     "failed",
                     f"claim {event.claim_id}" + (f": {error}" if error else ""),
                 )
+            case ExecutionStopped():
+                outcome, detail = "stopped", f"claim {event.claim_id}: stopped by its executor"
             case ExecutionOutcomeUnknown():
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
         if row is None or row.state is not Phase.DISPATCHED or call.claim != event.claim_id:
@@ -292,7 +317,7 @@ class Ledger(Routed):
             state = None if row is None else row.state
             self._record(call, recorded, state, f"{detail}; ignored: no dispatch of this claim")
             return
-        if row.outcome is not None and row.outcome != "unknown":
+        if row.outcome is not None and row.outcome not in _OPEN_OUTCOMES:
             # The executor's first word stands; an unknown never hides a known outcome.
             self._record(call, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
             return

@@ -15,7 +15,9 @@ from ..events import CallKey, Phase, TerminalRef
 from ._digest import Snapshot
 
 Dispatch = Literal["inert", "await_confirmation", "ready", "dispatched", "reject"]
-Outcome = Literal["completed", "failed", "unknown"]
+Outcome = Literal["completed", "failed", "stopped", "unknown", "stop_requested"]
+"""What became of a dispatched call's run; ``stop_requested`` until the executor reports, once
+it was asked to stop while running."""
 
 
 @frozen(kw_only=True)
@@ -54,6 +56,12 @@ class LedgerRow:
             fragments=fragments,
             bytes=size,
         )
+
+    @property
+    def running(self) -> bool:
+        """Dispatched, and its executor has not reported how the run ended (it may have been
+        asked to stop)."""
+        return self.state is Phase.DISPATCHED and self.outcome in (None, "stop_requested")
 
     @property
     def key(self) -> CallKey:

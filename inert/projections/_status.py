@@ -27,6 +27,7 @@ from ..events import (
     CallDispatched,
     CallFailed,
     CallKey,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
@@ -34,6 +35,7 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     RecordedEvent,
     ResponseRef,
     TextReceived,
@@ -50,11 +52,13 @@ class StatusCue(enum.StrEnum):
     NEEDS_CONFIRMATION = "needs your confirmation"
     READY = "about to run"
     RUNNING = "running"
+    STOP_REQUESTED = "stop requested while running"
     DONE = "done"
     CANCELLED = "cancelled: nothing was done"
     STOPPED = "stopped by an operator: nothing was done; retry later or hand off"
     FAILED = "failed: nothing was done; retry or hand off"
     ACTION_FAILED = "the action reported an error"
+    RUN_STOPPED = "stopped while running: it may have done part of its work; check before retrying"
     UNKNOWN = "interrupted: it may or may not have run; check before retrying"
 
 
@@ -68,6 +72,8 @@ _PREPARING = StatusCue.PREPARING
 _NEEDS_CONFIRMATION = StatusCue.NEEDS_CONFIRMATION
 _READY = StatusCue.READY
 _RUNNING = StatusCue.RUNNING
+_STOP_REQUESTED = StatusCue.STOP_REQUESTED
+_RUN_STOPPED = StatusCue.RUN_STOPPED
 _DONE = StatusCue.DONE
 _CANCELLED = StatusCue.CANCELLED
 _STOPPED = StatusCue.STOPPED
@@ -78,6 +84,8 @@ _UNKNOWN = StatusCue.UNKNOWN
 # Cues before the call's end; every other cue comes after it, and no later decision may change
 # it (a dispatched call must never read "nothing was done").
 _OPEN = frozenset({_PREPARING, _NEEDS_CONFIRMATION, _READY})
+# Cues of a run whose outcome is not known yet: the executor's report replaces them.
+_RUNNING_CUES = frozenset({_RUNNING, _STOP_REQUESTED, _UNKNOWN})
 
 
 Decision = (
@@ -159,10 +167,14 @@ class Status(Routed):
             return (self._cancelled,)
         if issubclass(kind, CallFailed):
             return (partial(self._decided, _FAILED),)
+        if issubclass(kind, CallStopRequested):
+            return (self._stop_requested,)
         if issubclass(kind, ExecutionCompleted):
-            return (self._completed,)
+            return (partial(self._reported, _DONE),)
         if issubclass(kind, ExecutionFailed):
-            return (self._action_failed,)
+            return (partial(self._reported, _ACTION_FAILED),)
+        if issubclass(kind, ExecutionStopped):
+            return (partial(self._reported, _RUN_STOPPED),)
         if issubclass(kind, ExecutionOutcomeUnknown):
             return (self._outcome_unknown,)
         if issubclass(kind, TurnRetired):
@@ -242,22 +254,32 @@ class Status(Routed):
     # unknown one never hides a known one.
 
     def _dispatched_to(
-        self, event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown
+        self,
+        event: CallStopRequested
+        | ExecutionCompleted
+        | ExecutionFailed
+        | ExecutionStopped
+        | ExecutionOutcomeUnknown,
     ) -> _Call | None:
         call = self._calls.get(event.key)
         return call if call is not None and call.claim == event.claim_id else None
 
-    def _completed(self, recorded: RecordedEvent, event: ExecutionCompleted) -> None:
+    def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
         call = self._dispatched_to(event)
-        if call is not None and (call.cue is _RUNNING or call.cue is _UNKNOWN):
-            call.cue = _DONE
+        if call is not None and call.cue is _RUNNING:
+            call.cue = _STOP_REQUESTED
 
-    def _action_failed(self, recorded: RecordedEvent, event: ExecutionFailed) -> None:
+    def _reported(
+        self,
+        cue: StatusCue,
+        recorded: RecordedEvent,
+        event: ExecutionCompleted | ExecutionFailed | ExecutionStopped,
+    ) -> None:
         call = self._dispatched_to(event)
-        if call is not None and (call.cue is _RUNNING or call.cue is _UNKNOWN):
-            call.cue = _ACTION_FAILED
+        if call is not None and call.cue in _RUNNING_CUES:
+            call.cue = cue
 
     def _outcome_unknown(self, recorded: RecordedEvent, event: ExecutionOutcomeUnknown) -> None:
         call = self._dispatched_to(event)
-        if call is not None and call.cue is _RUNNING:
+        if call is not None and (call.cue is _RUNNING or call.cue is _STOP_REQUESTED):
             call.cue = _UNKNOWN

@@ -5,7 +5,14 @@ recovery, processes sharing a log, retention, retirement, snapshots)."""
 from typing import TYPE_CHECKING
 
 from ._asyncio import AsyncioRuntime, open_asyncio_runtime
-from ._boundary import Dispatch, Executor, OperatorAuthorizer, PendingConfirmation, ReadyCall
+from ._boundary import (
+    Dispatch,
+    Executor,
+    OperatorAuthorizer,
+    PendingConfirmation,
+    ReadyCall,
+    StopSignal,
+)
 from ._collector import CollectorSettings
 from ._open import open_runtime
 from ._retention import Retention
@@ -22,6 +29,7 @@ __all__ = [
     "ReadyCall",
     "Retention",
     "Runtime",
+    "StopSignal",
     "StreamFeed",
     "feed_stream",
     "open_asyncio_runtime",

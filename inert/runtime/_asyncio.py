@@ -120,6 +120,8 @@ class AsyncioRuntime:
     claim = _in_trio(Runtime.claim)
     complete = _in_trio(Runtime.complete)
     fail = _in_trio(Runtime.fail)
+    stopped = _in_trio(Runtime.stopped)
+    wait_for_stop = _in_trio(Runtime.wait_for_stop)
     settle = _in_trio(Runtime.settle)
     ready_calls = _iterated_in_trio(Runtime.ready_calls)
     changes = _iterated_in_trio(Runtime.changes)
@@ -128,8 +130,30 @@ class AsyncioRuntime:
         self, call: CallKey | ReadyCall, executor: Executor, *, name: str
     ) -> Dispatch:
         """Claim a call, run ``executor`` on it (an asyncio coroutine function, run here, in
-        asyncio) and record its outcome."""
-        return await execute_with(self, call, executor, name=name)
+        asyncio, as a task that a stop request cancels) and record its outcome."""
+        return await execute_with(self, call, executor, name=name, run=self._run_stoppable)
+
+    async def _run_stoppable(self, dispatch: Dispatch, executor: Executor) -> bool:
+        """Run the executor as an asyncio task, cancelled if a stop is requested first: whether
+        the stop ended it."""
+        task = asyncio.ensure_future(executor(dispatch))
+        stop = asyncio.ensure_future(self.wait_for_stop(dispatch))
+        try:
+            await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise
+                    return True
+            await task
+            return False
+        finally:
+            for pending in (task, stop):
+                pending.cancel()
 
     # --- views: read directly ---
 

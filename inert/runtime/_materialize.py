@@ -71,7 +71,7 @@ def _quoted(name: str) -> str:
 
 
 def _finished(row: LedgerRow) -> bool:
-    return row.state in ("cancelled", "failed") or row.outcome is not None
+    return row.state in ("cancelled", "failed") or (row.outcome is not None and not row.running)
 
 
 @attrs.define

@@ -19,13 +19,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..events import (
+    OUTCOME_TYPES,
     CallDispatched,
     ClaimRequested,
     Event,
     EventRejected,
-    ExecutionCompleted,
-    ExecutionFailed,
-    ExecutionOutcomeUnknown,
     ProcessHeartbeat,
     RecordedEvent,
     TurnLeased,
@@ -69,7 +67,7 @@ class Peers:
                 refused = self._asked.pop(cause, None)
                 if refused is not None:
                     self._claimers.pop(refused, None)
-            case ExecutionCompleted() | ExecutionFailed() | ExecutionOutcomeUnknown():
+            case _ if isinstance(event, OUTCOME_TYPES):
                 self._claimers.pop(event.claim_id, None)
 
     def forget_actions(self) -> None:

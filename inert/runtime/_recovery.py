@@ -99,7 +99,7 @@ async def _record_unknown(
     (given the claiming process and the call)."""
     unknown = []
     for row in runtime.projections.ledger.rows():
-        if row.state != "dispatched" or row.outcome is not None:
+        if not row.running:
             continue
         claim_id = _claim_of(runtime, row.key)
         claimer = None if runtime.peers is None else runtime.peers.claimer(claim_id)

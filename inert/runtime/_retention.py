@@ -25,20 +25,17 @@ from attrs import frozen
 
 from ..actors import CallFold, Phase
 from ..events import (
+    OUTCOME_TYPES,
     ArgumentsAppended,
     CallEnded,
     CallKey,
     CallValidated,
-    ExecutionCompleted,
-    ExecutionFailed,
-    ExecutionOutcomeUnknown,
     RecordedEvent,
     Redacted,
 )
 
 FRAGMENT_TYPES = frozenset({ArgumentsAppended.TAG, CallEnded.TAG})
 ARGUMENT_TYPES = frozenset({CallValidated.TAG})
-_OUTCOMES = (ExecutionCompleted, ExecutionFailed, ExecutionOutcomeUnknown)
 
 
 @frozen(kw_only=True)
@@ -103,7 +100,7 @@ class RetentionPlan:
         if self.policy.arguments and (
             state is None
             or state.phase is not Phase.DISPATCHED
-            or isinstance(recorded.kept, _OUTCOMES)
+            or isinstance(recorded.kept, OUTCOME_TYPES)
         ):
             self._make_due(key.stream, ARGUMENT_TYPES)
         if self.policy.fragments and fold.response_settled(key.response_ref):

@@ -37,9 +37,12 @@ from ..actors._call import refused_whatever_comes
 from ..actors._fold import ResumedState
 from ..adapters import ResumedCall
 from ..events import (
+    OUTCOME_TYPES,
     CallDispatched,
     CallKey,
+    CallStopRequested,
     CallValidated,
+    CancelReason,
     ClaimRefused,
     ClaimRequested,
     ConfirmationDenied,
@@ -51,6 +54,7 @@ from ..events import (
     EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
+    ExecutionStopped,
     OperatorControl,
     RecordedEvent,
     RefusedError,
@@ -78,6 +82,7 @@ from ._boundary import (
     OperatorAuthorizer,
     PendingConfirmation,
     ReadyCall,
+    StopSignal,
     execute_with,
 )
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
@@ -153,6 +158,9 @@ class Runtime:
         # (a report of a forgotten call is refused as one that was never dispatched).
         self._reported: dict[str, CallKey] = {}
         self._sweep_reported_at = _SWEEP_REPORTED_AT_LEAST
+        # The stop signals of the claims this runtime made, until the stop is requested or an
+        # outcome is in the log.
+        self._stops: dict[str, StopSignal] = {}
         self._horizon = ledger_horizon
         self.spans: CallSpans | None = None
         self._live = False
@@ -210,9 +218,21 @@ class Runtime:
             else:
                 self.spans.remember(recorded)
         self._requests.heard(recorded, self._fold)
+        if self._stops:
+            self._signal_stop(recorded.event)
         self._announce_change()
         if self._live:
             self._snapshots.heard(recorded.position)
+
+    def _signal_stop(self, event: object) -> None:
+        """Tell the executor of a claim made here that its call is to stop, once the request
+        is in the log; forget the claim's signal once its outcome is."""
+        if isinstance(event, CallStopRequested):
+            stop = self._stops.pop(event.claim_id, None)
+            if stop is not None:
+                stop.request(event.reason)
+        elif isinstance(event, OUTCOME_TYPES):
+            self._stops.pop(event.claim_id, None)
 
     def _plan_retention(self, recorded: RecordedEvent) -> None:
         self._retention.heard(recorded, self._fold)
@@ -566,13 +586,20 @@ class Runtime:
         """
         key = call.key if isinstance(call, ReadyCall) else call
         claim_id = new_event_id()
-        answer = await self._request(
-            ClaimRequested(key=key, claim_id=claim_id, executor=executor, process=self.process)
-        )
-        dispatched = [event for event in answer if isinstance(event, CallDispatched)]
-        if not dispatched:
-            self._raise_if_rejected(key, answer, ClaimRefused)
-            raise ClaimRefused(key.stream, "no_answer", "the claim was not answered")
+        # Registered before the claim is in the log: a stop may be requested as soon as the
+        # dispatch is.
+        stop = self._stops[claim_id] = StopSignal()
+        try:
+            answer = await self._request(
+                ClaimRequested(key=key, claim_id=claim_id, executor=executor, process=self.process)
+            )
+            dispatched = [event for event in answer if isinstance(event, CallDispatched)]
+            if not dispatched:
+                self._raise_if_rejected(key, answer, ClaimRefused)
+                raise ClaimRefused(key.stream, "no_answer", "the claim was not answered")
+        except BaseException:
+            self._stops.pop(claim_id, None)
+            raise
         decision, arguments = await self._validated(key)
         view = self._fold.scope.turn(key.turn_ref)
         assert view is not None
@@ -588,6 +615,7 @@ class Runtime:
             claim_id=claim_id,
             executor=executor,
             trace=None if self.spans is None else self.spans.context_of(key),
+            stop=stop,
         )
 
     async def complete(self, dispatch: Dispatch) -> None:
@@ -602,6 +630,15 @@ class Runtime:
             dispatch, ExecutionFailed(key=dispatch.key, claim_id=dispatch.claim_id, error=error)
         )
 
+    async def stopped(self, dispatch: Dispatch) -> None:
+        """Record that the executor stopped the call's run, as its stop signal asked."""
+        await self._report(dispatch, ExecutionStopped(key=dispatch.key, claim_id=dispatch.claim_id))
+
+    async def wait_for_stop(self, dispatch: Dispatch) -> CancelReason:
+        """Until the executor of this dispatch is asked to stop; why it is (the same as
+        ``await dispatch.stop.wait()``, for callers of another event loop)."""
+        return await dispatch.stop.wait()
+
     async def _report(self, dispatch: Dispatch, event: Event) -> None:
         state = self._fold.state(dispatch.key)
         if (
@@ -613,6 +650,7 @@ class Runtime:
         if dispatch.claim_id in self._reported:
             raise RefusedError(f"the outcome of claim {dispatch.claim_id!r} is recorded already")
         self._reported[dispatch.claim_id] = dispatch.key
+        self._stops.pop(dispatch.claim_id, None)
         if len(self._reported) > self._sweep_reported_at:
             records = self._fold.records
             self._reported = {claim: key for claim, key in self._reported.items() if key in records}

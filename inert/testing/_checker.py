@@ -1,4 +1,4 @@
-"""The invariants of the contract (I1-I10), checked over a log, one event at a time.
+"""The invariants of the contract (I1-I11), checked over a log, one event at a time.
 
 The checker is an independent model of what the log must show: it never asks the decider or
 the projections what they think, so that a bug in either (or one planted on purpose) cannot
@@ -23,7 +23,11 @@ may claim given everything before it:
 - I9: once everything settled, every request was answered and every duplicate delivery, every
   input for a call of a stale turn or an ended call, left a rejection in the log;
 - I10: a dispatched call's provider response was first seen under the call's own turn: a
-  response replayed into another turn never acts again.
+  response replayed into another turn never acts again;
+- I11: in a turn of rules 5 on, a stop request names the claim that dispatched its call, comes
+  while the call runs (no outcome before it), once, for a stopping input (its turn cancelled or
+  superseded, its response quarantined, its tool disabled, its tenant stopped); and once
+  everything settled, a call that such an input concerned while it ran was asked to stop.
 
 I8 (a replay gives the live state) needs the runtime's views; the simulator checks it. On a
 log whose argument payloads retention redacted, I4 checks sequences and order only (the
@@ -55,6 +59,7 @@ from ..events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     ClaimRequested,
@@ -66,6 +71,7 @@ from ..events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     RecordedEvent,
     Redacted,
     ResponseEnded,
@@ -144,6 +150,9 @@ class _Turn:
 @define
 class _Call:
     key: CallKey
+    stop_requested: int | None = None
+    """The cause of the call's stop request (I11)."""
+    outcome_at: int | None = None
     ingress: list[_Input] = field(factory=list)
     requests: list[_Input] = field(factory=list)
     opened: int | None = None
@@ -207,7 +216,7 @@ def strict_json_object(data: bytes) -> dict[str, Any] | None:
 
 
 class InvariantChecker:
-    """Checks I1-I7, I9 and I10 over a log fed to it in position order (``observe``).
+    """Checks I1-I7 and I9-I11 over a log fed to it in position order (``observe``).
 
     ``tools``: the declarations the runtime was given (their digests tell which calls need a
     confirmation and what size each allows); ``limits``: the runtime's limits.
@@ -222,6 +231,8 @@ class InvariantChecker:
         self._max = max_violations
         self.violations: list[Violation] = []
         self.steps = 0
+        self.head = 0
+        """The position of the last event observed."""
         self._calls: dict[CallKey, _Call] = {}
         self._turns: dict[TurnRef, _Turn] = {}
         self._latest: dict[tuple[str, str], TurnRef] = {}
@@ -247,6 +258,7 @@ class InvariantChecker:
     def observe(self, recorded: RecordedEvent) -> None:
         """Check one event, the next by position, against everything before it."""
         self.steps += 1
+        self.head = recorded.position
         event = recorded.kept
         if event is None:
             return
@@ -327,12 +339,49 @@ class InvariantChecker:
                     call.ended = cause
             case EventRejected(key=key, rejected_event_id=rejected):
                 self._call(key).rejected.add(rejected)
-            case ExecutionCompleted(key=key) | ExecutionFailed(key=key):
-                self._call(key).outcome = event.TAG
+            case CallStopRequested(key=key):
+                self._stop_requested(self._call(key), event, position)
+            case ExecutionCompleted(key=key) | ExecutionFailed(key=key) | ExecutionStopped(key=key):
+                call = self._call(key)
+                call.outcome = event.TAG
+                if call.outcome_at is None:
+                    call.outcome_at = position
             case ExecutionOutcomeUnknown(key=key):
                 call = self._call(key)
                 call.outcome = event.TAG
                 call.unknown_at = position
+                if call.outcome_at is None:
+                    call.outcome_at = position
+
+    # --- I11: stopping a running call ---
+
+    def _stop_requested(self, call: _Call, event: CallStopRequested, position: int) -> None:
+        key, cause = call.key, event.cause
+        turn = self._turns.get(key.turn_ref)
+        if turn is None or turn.rules < 5:
+            self._violate("I11", key, "asked to stop in a turn of rules before 5", position)
+            return
+        if not any(dispatch.claim_id == event.claim_id for dispatch in call.dispatched):
+            self._violate("I11", key, "asked to stop a claim that did not dispatch it", position)
+            return
+        if call.stop_requested is not None:
+            self._violate("I11", key, "asked to stop twice", position)
+        call.stop_requested = cause
+        if call.outcome_at is not None and call.outcome_at < cause:
+            self._violate("I11", key, "asked to stop after its outcome was recorded", position)
+        if self._stopping_since_dispatch(call, cause + 1) is None:
+            self._violate("I11", key, "asked to stop for no stopping input", position)
+
+    def _stopping_since_dispatch(self, call: _Call, before: int) -> str | None:
+        """What made the call unwanted after its dispatch and before ``before``, if anything."""
+        turn = self._turns.get(call.key.turn_ref)
+        dispatched = call.dispatched[0].cause
+        if turn is None:
+            return None
+        for end, what in ((turn.cancelled, "cancelled"), (turn.superseded, "superseded")):
+            if end is not None and end < before:
+                return f"its turn was {what}"
+        return self._blocked_between(call.key, call.tool, dispatched, before)
 
     # --- I4: what is validated is exactly what was delivered, strictly parsed ---
 
@@ -695,9 +744,21 @@ class InvariantChecker:
                 )
 
     def settled(self) -> None:
-        """Once everything in the log was answered: every input accounted for (I9)."""
+        """Once everything in the log was answered: every input accounted for (I9), every call
+        that became unwanted while it ran asked to stop (I11)."""
         for call in self._calls.values():
             self._check_answers(call)
+            self._check_asked_to_stop(call)
+
+    def _check_asked_to_stop(self, call: _Call) -> None:
+        turn = self._turns.get(call.key.turn_ref)
+        if not call.dispatched or call.stop_requested is not None or turn is None or turn.rules < 5:
+            return
+        # Up to its outcome, or to the end of the log.
+        until = call.outcome_at if call.outcome_at is not None else self.head + 1
+        why = self._stopping_since_dispatch(call, until)
+        if why is not None:
+            self._violate("I11", call.key, f"never asked to stop, although {why}", until)
 
     def _check_answers(self, call: _Call) -> None:
         key = call.key

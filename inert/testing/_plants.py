@@ -111,6 +111,18 @@ def _claim_after_confirmation_expired() -> Any:
     return _table_row(Phase.VALIDATED, ClaimRequested, expiry_ignored)
 
 
+@contextmanager
+def _never_stop_a_running_call() -> Iterator[None]:
+    """A running call is never asked to stop, whatever makes it unwanted."""
+    with ExitStack() as stack:
+        for phase, input_type in list(_decider.TABLE):
+            if phase is Phase.DISPATCHED and _decider.TABLE[(phase, input_type)] is (
+                _handlers.stop_running
+            ):
+                stack.enter_context(_table_row(phase, input_type, _handlers.ignore))
+        yield
+
+
 def _redispatch_unknown_outcome() -> Any:
     """A claim of a dispatched call (its outcome unknown after a restart) dispatches it again."""
     return _table_row(Phase.DISPATCHED, ClaimRequested, _handlers.claim)
@@ -154,6 +166,7 @@ PLANTS: dict[str, Callable[[], Any]] = {
     "accept_stale_confirmation": _accept_stale_confirmation,
     "claim_after_confirmation_expired": _claim_after_confirmation_expired,
     "redispatch_unknown_outcome": _redispatch_unknown_outcome,
+    "never_stop_a_running_call": _never_stop_a_running_call,
     "accept_nan": _accept_nan,
     "accept_replayed_response": _accept_replayed_response,
 }

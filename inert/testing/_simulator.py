@@ -546,7 +546,13 @@ class _Run:
             self.held.append(key)
             return
         if roll < 0.3:
-            await trio.sleep(rng.uniform(0, 3))
+            # A run that takes a while, and stops when asked to.
+            with dispatch.stop.scope() as run:
+                await trio.sleep(rng.uniform(0, 3))
+            if run.cancelled_caught:
+                self.actions += 1
+                await runtime.stopped(dispatch)
+                return
         self.actions += 1
         if roll < 0.85:
             await runtime.complete(dispatch)

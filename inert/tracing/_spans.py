@@ -21,6 +21,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..events import (
     CONTROL_TYPES,
+    OUTCOME_TYPES,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -31,12 +32,14 @@ from ..events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     OperatorControl,
     RecordedEvent,
     TraceContext,
@@ -155,6 +158,7 @@ class CallSpans:
                 | CallFailed(key=key)
                 | ExecutionCompleted(key=key)
                 | ExecutionFailed(key=key)
+                | ExecutionStopped(key=key)
                 | ExecutionOutcomeUnknown(key=key)
             ):
                 self._replayed_calls.pop(key, None)
@@ -202,12 +206,16 @@ class CallSpans:
                     self._affected.setdefault(event.cause, []).append(key)
                 self._end_phase(key, at, event.TAG)
                 self._end_call(key, at, event.TAG.removeprefix("decision."), reason.value)
-            case ExecutionCompleted(key=key) | ExecutionFailed(key=key):
+            case CallStopRequested(key=key, reason=reason):
+                call = self._calls.get(key)
+                if call is not None:
+                    call.add_event(
+                        "inert.stop_requested", {"inert.reason": reason.value}, timestamp=at
+                    )
+            case _ if isinstance(event, OUTCOME_TYPES):
+                key = event.key
                 self._end_phase(key, at, event.TAG)
                 self._end_call(key, at, "dispatched", None, event.TAG.removeprefix("outcome."))
-            case ExecutionOutcomeUnknown(key=key):
-                self._end_phase(key, at, event.TAG)
-                self._end_call(key, at, "dispatched", None, "unknown")
             case _ if isinstance(event, CONTROL_TYPES):
                 self._control(event, recorded.position, at)
 

@@ -36,6 +36,7 @@ from inert.actors._call import (
     recorded,
 )
 from inert.actors._decider import INPUT_TYPES, TABLE, decide, step
+from inert.actors._handlers import _unwanted
 from inert.events import (
     TERMINAL_PHASES,
     ArgumentsAppended,
@@ -48,6 +49,7 @@ from inert.events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
@@ -1416,6 +1418,67 @@ def test_rule_10_a_terminal_reason_is_kept() -> None:
     assert reach(Phase.CANCELLED).state.reason == CancelReason.TURN_CANCELLED.value
     assert reach(Phase.FAILED).state.reason == FailReason.MALFORMED_ARGUMENTS.value
     assert reach(Phase.DISPATCHED).state.claim_id == "claim-1"
+
+
+# --- rule 11: stop while running ----------------------------------------------------------------
+
+STOPPING: list[tuple[Event, CallContext]] = [
+    (turn_cancelled(), context(TurnStatus.CANCELLED)),
+    (
+        TurnSuperseded(turn=KEY.turn_ref, by=attrs.evolve(KEY.turn_ref, turn="t-next")),
+        context(TurnStatus.SUPERSEDED),
+    ),
+    (
+        TenantStopped(tenant=KEY.tenant, operator="ops", reason="incident"),
+        context(blocked=CancelReason.TENANT_STOPPED),
+    ),
+    (
+        ToolDisabled(tool=TOOL.name, tenant=None, operator="ops", reason="incident"),
+        context(blocked=CancelReason.TOOL_DISABLED),
+    ),
+    (
+        ResponseQuarantined(response=KEY.response, tenant=None, operator="ops", reason="bad"),
+        context(blocked=CancelReason.RESPONSE_QUARANTINED),
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "ctx"), STOPPING, ids=lambda value: type(value).__name__)
+def test_rule_11_a_running_call_is_asked_to_stop_once_with_the_reason(
+    event: Event, ctx: CallContext
+) -> None:
+    """A stopping input that concerns a dispatched call still running records one stop
+    request for its claim, with the reason a call not yet dispatched would be cancelled for;
+    the call stays dispatched and a second stopping input records nothing."""
+    call = reach(Phase.DISPATCHED)
+    running = ctx._replace(running=True)
+    decisions = call.send(event, ctx=running)
+    request = one(decisions, CallStopRequested)
+    assert request.claim_id == "claim-1"
+    assert request.reason is _unwanted(ctx)
+    assert call.phase() is Phase.DISPATCHED
+    assert call.state.stop_requested == request.reason.value
+    assert call.send(event, ctx=running) == ()
+
+
+def test_rule_11_a_call_whose_outcome_is_recorded_or_that_is_wanted_is_left_alone() -> None:
+    """No request for a dispatched call whose outcome is in (not running), nor for an input
+    that leaves the call wanted (its tool disabled for another tenant)."""
+    call = reach(Phase.DISPATCHED)
+    assert call.send(turn_cancelled(), ctx=context(TurnStatus.CANCELLED)) == ()
+    elsewhere = ToolDisabled(tool=TOOL.name, tenant="another", operator="ops", reason="incident")
+    assert call.send(elsewhere, ctx=ACTIVE._replace(running=True)) == ()
+    assert call.state.stop_requested == ""
+
+
+def test_rule_11_a_turn_of_rules_before_5_never_asks_a_running_call_to_stop() -> None:
+    """A turn started under rules 4 keeps them: its running call is not asked to stop."""
+    turn = TurnView(
+        principal=PRINCIPAL, tools={TOOL.name: TOOL}, status=TurnStatus.CANCELLED, rules=4
+    )
+    call = reach(Phase.DISPATCHED)
+    ctx = CallContext(turn=turn, running=True)
+    assert call.send(turn_cancelled(), ctx=ctx) == ()
 
 
 def test_no_recorded_decision_but_validated_carries_argument_bytes() -> None:

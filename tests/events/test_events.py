@@ -65,8 +65,10 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "decision.cancelled": (inert.events.CallCancelled, 1),
     "decision.failed": (inert.events.CallFailed, 1),
     "decision.rejected": (inert.events.EventRejected, 1),
+    "decision.stop_requested": (inert.events.CallStopRequested, 1),
     "outcome.completed": (inert.events.ExecutionCompleted, 1),
     "outcome.failed": (inert.events.ExecutionFailed, 1),
+    "outcome.stopped": (inert.events.ExecutionStopped, 1),
     "outcome.unknown": (inert.events.ExecutionOutcomeUnknown, 1),
 }
 

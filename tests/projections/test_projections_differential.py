@@ -39,6 +39,7 @@ from inert.events import (
     CallConfirmed,
     CallDispatched,
     CallFailed,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
@@ -48,6 +49,7 @@ from inert.events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     FailReason,
     Redacted,
     RejectReason,
@@ -495,6 +497,10 @@ def _events(draw: st.DrawFn) -> Event:
         lambda: ExecutionCompleted(key=key, claim_id=claim),
         lambda: ExecutionFailed(key=key, claim_id=claim, error=draw(st.sampled_from(["", "e"]))),
         lambda: ExecutionOutcomeUnknown(key=key, claim_id=claim),
+        lambda: CallStopRequested(
+            key=key, cause=1, claim_id=claim, reason=draw(st.sampled_from(CancelReason))
+        ),
+        lambda: ExecutionStopped(key=key, claim_id=claim),
     ]
     others: list[Callable[[], Event]] = [
         lambda: TextReceived(response=key.response_ref, characters=draw(st.integers(0, 5))),

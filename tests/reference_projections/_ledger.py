@@ -30,6 +30,7 @@ from inert.events import (
     CallDispatched,
     CallFailed,
     CallKey,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     DiscardReason,
@@ -38,6 +39,7 @@ from inert.events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     FailReason,
     RecordedEvent,
     Redacted,
@@ -51,7 +53,7 @@ State = Literal[
     "collecting", "terminal_candidate", "validated", "dispatched", "cancelled", "failed"
 ]
 Dispatch = Literal["inert", "await_confirmation", "ready", "dispatched", "reject"]
-Outcome = Literal["completed", "failed", "unknown"]
+Outcome = Literal["completed", "failed", "stopped", "unknown", "stop_requested"]
 
 TERMINAL_STATES: frozenset[str] = frozenset({"dispatched", "cancelled", "failed"})
 
@@ -278,6 +280,8 @@ class Ledger:
             self._rejected(event, recorded)
         elif isinstance(event, EventsDiscarded):
             self._discarded(event, recorded)
+        elif isinstance(event, CallStopRequested):
+            self._stop_requested(event, recorded)
         elif isinstance(event, OUTCOME_TYPES):
             self._outcome(event, recorded)
         elif isinstance(event, TurnRetired):
@@ -447,9 +451,22 @@ class Ledger:
             self._finish(key, recorded.recorded_at)
         self._record(key, recorded, None if row is None else row.state, _discarded(event))
 
+    def _stop_requested(self, event: CallStopRequested, recorded: RecordedEvent) -> None:
+        key = event.key
+        row = self._rows.get(key)
+        detail = f"stop requested while running: {event.reason.value}, claim {event.claim_id}"
+        if row is None or row.state != "dispatched" or self._claims.get(key) != event.claim_id:
+            state = None if row is None else row.state
+            self._record(key, recorded, state, f"{detail}; ignored: no dispatch of this claim")
+        elif row.outcome is not None:
+            self._record(key, recorded, row.state, f"{detail}; outcome {row.outcome} already")
+        else:
+            self._rows[key] = attrs.evolve(row, outcome="stop_requested")
+            self._record(key, recorded, row.state, detail)
+
     def _outcome(
         self,
-        event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown,
+        event: ExecutionCompleted | ExecutionFailed | ExecutionStopped | ExecutionOutcomeUnknown,
         recorded: RecordedEvent,
     ) -> None:
         key = event.key
@@ -463,6 +480,8 @@ class Ledger:
                     "failed",
                     f"claim {event.claim_id}" + (f": {error}" if error else ""),
                 )
+            case ExecutionStopped():
+                outcome, detail = "stopped", f"claim {event.claim_id}: stopped by its executor"
             case ExecutionOutcomeUnknown():
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
         if row is None or row.state != "dispatched" or self._claims.get(key) != event.claim_id:
@@ -470,7 +489,7 @@ class Ledger:
             state = None if row is None else row.state
             self._record(key, recorded, state, f"{detail}; ignored: no dispatch of this claim")
             return
-        if row.outcome is not None and row.outcome != "unknown":
+        if row.outcome is not None and row.outcome not in ("unknown", "stop_requested"):
             # The executor's first word stands; an unknown never hides a known outcome.
             self._record(key, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
             return

@@ -24,12 +24,14 @@ from inert.events import (
     CallDispatched,
     CallFailed,
     CallKey,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     RecordedEvent,
     ResponseRef,
     TextReceived,
@@ -46,11 +48,13 @@ class StatusCue(enum.StrEnum):
     NEEDS_CONFIRMATION = "needs your confirmation"
     READY = "about to run"
     RUNNING = "running"
+    STOP_REQUESTED = "stop requested while running"
     DONE = "done"
     CANCELLED = "cancelled: nothing was done"
     STOPPED = "stopped by an operator: nothing was done; retry later or hand off"
     FAILED = "failed: nothing was done; retry or hand off"
     ACTION_FAILED = "the action reported an error"
+    RUN_STOPPED = "stopped while running: it may have done part of its work; check before retrying"
     UNKNOWN = "interrupted: it may or may not have run; check before retrying"
 
 
@@ -64,8 +68,10 @@ _BY_OPERATORS = frozenset(
 _ENDED = frozenset(
     {
         StatusCue.RUNNING,
+        StatusCue.STOP_REQUESTED,
         StatusCue.DONE,
         StatusCue.ACTION_FAILED,
+        StatusCue.RUN_STOPPED,
         StatusCue.UNKNOWN,
         StatusCue.CANCELLED,
         StatusCue.STOPPED,
@@ -122,6 +128,12 @@ class Status:
                 self._cues[event.key] = cue
             if isinstance(event, CallDispatched):
                 self._claims[event.key] = event.claim_id
+        elif isinstance(event, CallStopRequested):
+            if (
+                self._claims.get(event.key) == event.claim_id
+                and self._cues[event.key] is StatusCue.RUNNING
+            ):
+                self._cues[event.key] = StatusCue.STOP_REQUESTED
         elif isinstance(event, OUTCOME_TYPES):
             if self._claims.get(event.key) != event.claim_id:
                 return
@@ -187,16 +199,25 @@ def _decided(
             return StatusCue.FAILED
 
 
+_NOT_REPORTED = (StatusCue.RUNNING, StatusCue.STOP_REQUESTED, StatusCue.UNKNOWN)
+
+
 def _reported(
-    event: ExecutionCompleted | ExecutionFailed | ExecutionOutcomeUnknown, current: StatusCue
+    event: ExecutionCompleted | ExecutionFailed | ExecutionStopped | ExecutionOutcomeUnknown,
+    current: StatusCue,
 ) -> StatusCue | None:
     """The cue after the executor's report on a dispatched call (``None``: unchanged)."""
     # The first known outcome stands; an unknown one never hides a known one.
     match event:
-        case ExecutionCompleted() if current in (StatusCue.RUNNING, StatusCue.UNKNOWN):
+        case ExecutionCompleted() if current in _NOT_REPORTED:
             return StatusCue.DONE
-        case ExecutionFailed() if current in (StatusCue.RUNNING, StatusCue.UNKNOWN):
+        case ExecutionFailed() if current in _NOT_REPORTED:
             return StatusCue.ACTION_FAILED
-        case ExecutionOutcomeUnknown() if current is StatusCue.RUNNING:
+        case ExecutionStopped() if current in _NOT_REPORTED:
+            return StatusCue.RUN_STOPPED
+        case ExecutionOutcomeUnknown() if current in (
+            StatusCue.RUNNING,
+            StatusCue.STOP_REQUESTED,
+        ):
             return StatusCue.UNKNOWN
     return None

@@ -69,6 +69,7 @@ EXPECTED = {
     "accept_stale_confirmation": {"I6"},
     "claim_after_confirmation_expired": {"I6"},
     "redispatch_unknown_outcome": {"I2", "I7"},
+    "never_stop_a_running_call": {"I11"},
     "accept_nan": {"I4"},
     "accept_replayed_response": {"I10"},
 }
