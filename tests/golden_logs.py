@@ -562,6 +562,38 @@ async def _confirmation_outlived(lab: Lab) -> None:
         await runtime.settle()
 
 
+@scenario("confirmation-edited", redacted_too=True)
+async def _confirmation_edited(lab: Lab) -> None:
+    """The person edits a call's arguments at confirmation: an edit that does not parse and one
+    the schema refuses change nothing; a valid one is validated, confirmed and is what runs.
+    Another call's edit equal to its arguments confirms them as they are."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        edited, unchanged = key_of("a"), key_of("b", response="r2")
+        for key in (edited, unchanged):
+            await ready(runtime, key, EMAIL, tool="send_email")
+        pending = await runtime.pending_confirmation(edited)
+        assert pending is not None
+        shown = pending.arguments_digest
+        for broken in (b'{"to": ', {"to": "carol@example.com", "cc": "eve@example.com"}):
+            await refused(
+                runtime.confirm(
+                    edited, principal=PRINCIPAL, arguments_digest=shown, arguments=broken
+                ),
+                ConfirmationRefused,
+            )
+        edit = {"to": "carol@example.com", "body": "lunch at one?"}
+        await runtime.confirm(edited, principal=PRINCIPAL, arguments_digest=shown, arguments=edit)
+        await runtime.confirm(
+            unchanged, principal=PRINCIPAL, arguments_digest=shown, arguments=json.loads(EMAIL)
+        )
+        await runtime.settle()
+        for key in (edited, unchanged):
+            dispatch = await runtime.claim(key, executor="worker")
+            await runtime.complete(dispatch)
+        await runtime.settle()
+
+
 @scenario("stop-while-running", redacted_too=True)
 async def _stop_while_running(lab: Lab) -> None:
     """Calls already running when their turn is cancelled, their tool disabled or their tenant

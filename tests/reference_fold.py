@@ -50,6 +50,7 @@ from inert.events import (
     ConfirmationDenied,
     ConfirmationGiven,
     DeadlineReached,
+    EditRefused,
     Event,
     FailReason,
     InertError,
@@ -594,7 +595,7 @@ class CallFold:
             self._forget_if_stray(record)
             return []
         validating = record.state.validating
-        if validating is not None and isinstance(event, CallValidated | CallFailed):
+        if validating is not None and isinstance(event, CallValidated | CallFailed | EditRefused):
             if event.cause != validating.cause:
                 raise ReplayDivergence(
                     key,
@@ -613,7 +614,10 @@ class CallFold:
         record.trusted_through = position
 
     def _answer(
-        self, record: CallRecord, recorded_event: RecordedEvent, event: CallValidated | CallFailed
+        self,
+        record: CallRecord,
+        recorded_event: RecordedEvent,
+        event: CallValidated | CallFailed | EditRefused,
     ) -> list[Work]:
         if isinstance(event, CallValidated):
             result = ValidationResult(needs_confirmation=event.needs_confirmation)

@@ -167,6 +167,31 @@ async def test_a_call_without_confirmation_runs_and_a_confirmation_must_match_it
         assert run.agent.toolbox.executions == {"get_weather": 2, "send_email": 1}
 
 
+async def test_the_person_edits_the_email_before_confirming_it() -> None:
+    """An edit that breaks the tool's schema is refused (409, its reason) and changes nothing;
+    a valid edit is validated, confirmed and is what the tool sends."""
+    async with example(two_calls(hold=False)) as run:
+        client = run.client
+        turn = await start(client)
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            shown = pending["arguments_digest"]
+            confirm = f"/turns/{turn}/calls/{EMAIL}/confirm"
+            broken = await client.post(
+                confirm, json={"arguments_digest": shown, "arguments": {"to": "carol@example.com"}}
+            )
+            assert broken.status_code == 409
+            assert broken.json()["reason"] == "schema_invalid"
+            edit = {"to": "carol@example.com", "subject": "Lunch", "body": "One o'clock?"}
+            edited = await client.post(confirm, json={"arguments_digest": shown, "arguments": edit})
+            assert edited.status_code == 200
+            assert edited.json()["confirmed"] != shown
+            _, end = await events.until(is_end)
+        assert end["calls"][EMAIL] == "done"
+        assert run.agent.toolbox.outbox == [edit]
+
+
 async def test_stopping_the_turn_mid_stream_runs_nothing() -> None:
     """A turn stopped while its stream is paused: both calls are cancelled, none runs, and
     the server stops reading the provider's stream."""

@@ -117,6 +117,37 @@ def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> Non
     scenario(test)
 
 
+def test_the_person_edits_the_email_before_confirming_it() -> None:
+    """Under asyncio as under Trio: an edit the schema refuses is a 409 naming why and changes
+    nothing; a valid edit is confirmed and is what the tool sends."""
+
+    async def test(run: Example) -> None:
+        client = run.client
+        turn = await start(client)
+        async with client.stream("GET", f"/turns/{turn}/events") as response:
+            events = Events(response)
+            await events.until(cue(WEATHER, "preparing request"))
+            await run.replay.paused(1)
+            assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
+            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            shown = pending["arguments_digest"]
+            confirm = f"/turns/{turn}/calls/{EMAIL}/confirm"
+            extra = {**EMAIL_ARGUMENTS, "bcc": "eve@example.com"}
+            broken = await client.post(
+                confirm, json={"arguments_digest": shown, "arguments": extra}
+            )
+            assert (broken.status_code, broken.json()["reason"]) == (409, "schema_invalid")
+            edit = {**EMAIL_ARGUMENTS, "to": "carol@example.com"}
+            edited = await client.post(confirm, json={"arguments_digest": shown, "arguments": edit})
+            assert edited.status_code == 200
+            assert edited.json()["confirmed"] != shown
+            _, end = await events.until(is_end)
+        assert end["calls"][EMAIL] == "done"
+        assert run.agent.toolbox.outbox == [edit]
+
+    scenario(test)
+
+
 def test_only_the_turn_s_person_confirms_and_only_the_digest_they_were_shown() -> None:
     """A confirmation from another person, without a digest or with another digest is refused
     and runs nothing; the turn's person's, with the digest shown, runs the call once."""

@@ -115,7 +115,10 @@ def create_app(agent: Agent) -> Starlette:
         call = request.path_params["call"]
         body = await _json_object(request, required=False)
         digest = _text(body, "arguments_digest", MAX_NAME, required=False)
-        confirmed = await agent.confirm(turn, call, digest)
+        edit = body.get("arguments")
+        if edit is not None and not isinstance(edit, dict):
+            raise Refusal("'arguments' must be a JSON object: the person's edit of the call's")
+        confirmed = await agent.confirm(turn, call, digest, edit)
         return JSONResponse({"call": call, "confirmed": confirmed})
 
     async def stop_call(request: Request) -> Response:

@@ -194,9 +194,16 @@ class AgentCore(Generic[R]):
             raise Forbidden(f"turn {turn!r} belongs to another user")
         return session
 
-    async def confirm(self, session: TurnSession, call: str, digest: str | None) -> str:
+    async def confirm(
+        self,
+        session: TurnSession,
+        call: str,
+        digest: str | None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> str:
         """Confirm a call waiting for its person, for the arguments with ``digest`` (default:
-        those it waits with); the digest confirmed."""
+        those it waits with), or for the person's edit of them (``arguments``, validated as the
+        model's were); the digest of the arguments confirmed, which are the ones that run."""
         key = session.key(call)
         pending = await self.runtime.pending_confirmation(key)
         if pending is None:
@@ -204,8 +211,11 @@ class AgentCore(Generic[R]):
             shown = "unknown" if cue is None else cue.value
             raise Conflict(f"call {call!r} is not waiting for confirmation (it is {shown!r})")
         digest = digest or pending.arguments_digest
-        await self.runtime.confirm(key, principal=session.principal, arguments_digest=digest)
-        return digest
+        await self.runtime.confirm(
+            key, principal=session.principal, arguments_digest=digest, arguments=arguments
+        )
+        ready = self.runtime.ready_call(key)
+        return digest if ready is None else ready.arguments_digest
 
     async def stop_call(self, session: TurnSession, call: str) -> None:
         """Refuse one call, in whatever state before it runs: it never runs."""

@@ -37,9 +37,11 @@ class Chat(BaseModel):
 
 
 class Confirmation(BaseModel):
-    """The digest of the arguments the person was shown, and confirms."""
+    """The digest of the arguments the person was shown, and confirms; or, with
+    ``arguments``, the person's edit of them, which runs instead if it validates."""
 
     arguments_digest: Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
+    arguments: dict[str, Any] | None = None
 
 
 def _agent(request: Request) -> Agent:
@@ -86,8 +88,9 @@ async def events(session: Session) -> StreamingResponse:
 async def confirm(
     call: str, body: Confirmation, session: Session, agent: CurrentAgent
 ) -> dict[str, str]:
-    """Confirm a call waiting for its person, for the arguments of the digest shown."""
-    confirmed = await agent.confirm(session, call, body.arguments_digest)
+    """Confirm a call waiting for its person, for the arguments of the digest shown (or the
+    person's edit of them); the digest of the arguments that run."""
+    confirmed = await agent.confirm(session, call, body.arguments_digest, body.arguments)
     return {"call": call, "confirmed": confirmed}
 
 

@@ -31,6 +31,7 @@ from ..events import (
     CallValidated,
     CancelReason,
     DiscardReason,
+    EditRefused,
     Event,
     EventRejected,
     FailReason,
@@ -175,8 +176,22 @@ class ArgumentsParsed:
 
 
 @frozen(kw_only=True)
+class Edit:
+    """A confirmation that edits the call's arguments, waiting for their validation."""
+
+    principal: str
+    confirmation_event_id: str
+    expires_at: datetime | None
+    """The expiry of the confirmation, where the turn's rules record it (rules 4 on)."""
+    size: int
+    """The size of the edit as the principal gave it."""
+
+
+@frozen(kw_only=True)
 class ValidationRequested:
-    """The call is eligible: its actor must validate these arguments once and feed the result."""
+    """The call is eligible: its actor must validate these arguments once and feed the result.
+
+    ``edit`` is set where the arguments are a principal's edit at confirmation (rule 7)."""
 
     key: CallKey
     tool: OfferedTool
@@ -184,9 +199,17 @@ class ValidationRequested:
     arguments: ParsedArguments
     cause: int
     at: datetime
+    edit: Edit | None = None
 
 
-Internal = Opened | FragmentAccepted | ArgumentsParsed | ValidationRequested
+@frozen(kw_only=True)
+class ArgumentsEdited:
+    """The principal's edit, validated: the arguments the call holds from now on."""
+
+    arguments: ParsedArguments
+
+
+Internal = Opened | FragmentAccepted | ArgumentsParsed | ArgumentsEdited | ValidationRequested
 
 Validator = Callable[[ValidationRequested], Awaitable[ValidationResult]]
 """What validates a call once: the declaration's schema, and any further check (business
@@ -367,6 +390,10 @@ def changes(state: CallView, decision: Decision) -> dict[str, object]:
             return {"phase": Phase.TERMINAL_CANDIDATE, "arguments_digest": digest}
         case ValidationRequested():
             return {"validating": decision}
+        case ArgumentsEdited(arguments=arguments):
+            return {"arguments": arguments}
+        case EditRefused():
+            return {"validating": None}
         case CallValidated():
             return {
                 "phase": Phase.VALIDATED,
@@ -409,6 +436,15 @@ def disallowed_as_recorded(
             return f"the call is {state.phase.value}, not validated"
         if state.needs_confirmation and not state.confirmed:
             return "the call needs a confirmation and has none"
+        return None
+    if decision.edited_by:
+        # A principal's edit at confirmation: the call was waiting for that confirmation.
+        if not state.awaiting_confirmation:
+            return "an edit of arguments that were not waiting for confirmation"
+        if decision.edited_from != state.arguments_digest:
+            return "an edit of other arguments than the call's"
+        if decision.tool != state.tool or decision.tool_digest != state.tool_digest:
+            return "an edit naming another tool"
         return None
     if state.phase is not Phase.TERMINAL_CANDIDATE:
         return f"the call is {state.phase.value}, not a terminal candidate"

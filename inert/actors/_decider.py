@@ -64,7 +64,14 @@ Rules:
    turn's principal, for the tool digest and arguments digest of the call, before both its own
    expiry and the call's. Anything else is rejected and recorded. A denial from that principal
    cancels the call in any state before ``dispatched``. The confirmation given is valid until
-   its own expiry, which the call keeps (rules 4 on).
+   its own expiry, which the call keeps (rules 4 on). A confirmation may carry the principal's
+   edit of the arguments it names: the edit is parsed strictly (rule 4's parse and size limit)
+   and validated once, by the call's actor, exactly as the model's arguments were (rule 5's
+   validation: schema, business rules, permission policy); if it passes, the call is validated
+   again for the edited arguments (``CallValidated`` naming the editor, the digest replaced and
+   the edit's size) and confirmed for them in the same answer, and only they can run; if it
+   does not, the edit is refused (``EditRefused``) and nothing changes: the call still waits
+   for a confirmation of the arguments it has. An edit equal to those arguments confirms them.
 8. Claim. A claim dispatches only a validated, wanted call (confirmed where needed, the
    digest of the arguments that would run computed again and equal to the one confirmed) and
    is answered with ``dispatched`` or a rejection. The first claim wins; every later one is
@@ -135,6 +142,7 @@ from ._handlers import (
     confirm,
     deadline_passed,
     deny,
+    edit_validated,
     end_again,
     end_call,
     ignore,
@@ -262,7 +270,7 @@ TABLE: dict[tuple[Phase, type], Handler] = {
     **_rows(
         DeadlineReached, {(A,): unknown_call, OPEN: wanted(deadline_passed), ENDED: refuse_terminal}
     ),
-    **_rows(ValidationOutcome, {(T,): validation_outcome}),
+    **_rows(ValidationOutcome, {(T,): validation_outcome, (V,): edit_validated}),
 }
 
 

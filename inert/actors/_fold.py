@@ -59,6 +59,7 @@ from ..events import (
     ConfirmationDenied,
     ConfirmationGiven,
     DeadlineReached,
+    EditRefused,
     Event,
     ExecutionCompleted,
     ExecutionFailed,
@@ -560,7 +561,7 @@ class CallFold:
                 self._forget_if_stray(slot)
             return []
         validating = slot.validating
-        if validating is not None and isinstance(event, CallValidated | CallFailed):
+        if validating is not None and isinstance(event, CallValidated | CallFailed | EditRefused):
             if event.cause != validating.cause:
                 raise ReplayDivergence(
                     key,
@@ -599,7 +600,10 @@ class CallFold:
         slot.held = []
 
     def _answer(
-        self, slot: Slot, recorded_event: RecordedEvent, event: CallValidated | CallFailed
+        self,
+        slot: Slot,
+        recorded_event: RecordedEvent,
+        event: CallValidated | CallFailed | EditRefused,
     ) -> list[Work]:
         if isinstance(event, CallValidated):
             result = ValidationResult(needs_confirmation=event.needs_confirmation)

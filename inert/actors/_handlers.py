@@ -24,6 +24,7 @@ from ..events import (
     ClaimRequested,
     ConfirmationDenied,
     ConfirmationGiven,
+    EditRefused,
     Event,
     EventRejected,
     FailReason,
@@ -42,11 +43,13 @@ from ._arguments import (
 )
 from ._buffer import Buffer, Fit
 from ._call import (
+    ArgumentsEdited,
     ArgumentsParsed,
     CallContext,
     CallLimits,
     CallView,
     Decision,
+    Edit,
     FragmentAccepted,
     IllegalTransition,
     Input,
@@ -108,6 +111,20 @@ class Judge:
             fragments += received.event.fragments
             size += state._buffer.added(received.event)
         return fragments, size
+
+    def refuse_edit(
+        self, confirmation_event_id: str, reason: FailReason, detail: str, size: int
+    ) -> tuple[Decision, ...]:
+        return (
+            EditRefused(
+                key=self.state.key,
+                cause=self.cause,
+                confirmation_event_id=confirmation_event_id,
+                reason=reason,
+                detail=detail,
+                size=size,
+            ),
+        )
 
     def reject(self, reason: RejectReason, detail: str = "") -> tuple[Decision, ...]:
         assert isinstance(self.received, Input)
@@ -521,13 +538,94 @@ def confirm(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
             RejectReason.EXPIRED_CONFIRMATION, "the call stopped waiting for confirmation"
         )
     assert isinstance(judge.received, Input)
+    expires_at = event.expires_at if context.turn.rules >= 4 else None
+    if event.arguments is not None:
+        edited = _edit(judge, context, event, expires_at)
+        if edited is not None:
+            return edited
     return (
         CallConfirmed(
             key=state.key,
             cause=judge.cause,
             principal=event.principal,
             confirmation_event_id=judge.received.event_id,
-            expires_at=event.expires_at if context.turn.rules >= 4 else None,
+            expires_at=expires_at,
+        ),
+    )
+
+
+def _edit(
+    judge: Judge, context: CallContext, event: ConfirmationGiven, expires_at: datetime | None
+) -> tuple[Decision, ...] | None:
+    """A confirmation with the principal's edit of the arguments: refused if the edit does not
+    parse, validated once (as the model's arguments were) if it does; None for an edit that
+    changes nothing, which confirms as it is."""
+    assert event.arguments is not None
+    assert context.turn is not None
+    assert isinstance(judge.received, Input)
+    state = judge.state
+    size = len(event.arguments)
+    parsed = parse_arguments(event.arguments, context.limits.arguments)
+    if isinstance(parsed, RejectedArguments):
+        reason = (
+            FailReason.TOO_LARGE
+            if parsed.problem is ArgumentProblem.TOO_LARGE
+            else FailReason.MALFORMED_ARGUMENTS
+        )
+        return judge.refuse_edit(judge.received.event_id, reason, parsed.describe(), size)
+    if parsed.digest == state.arguments_digest:
+        return None
+    return (
+        ValidationRequested(
+            key=state.key,
+            tool=context.turn.tools[state.tool],
+            principal=context.turn.principal,
+            arguments=parsed,
+            cause=judge.cause,
+            at=_at(judge),
+            edit=Edit(
+                principal=event.principal,
+                confirmation_event_id=judge.received.event_id,
+                expires_at=expires_at,
+                size=size,
+            ),
+        ),
+    )
+
+
+def edit_validated(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+    """The validation of a principal's edit at confirmation: the edited arguments replace the
+    call's and the confirmation binds them, or the edit is refused and the call still waits."""
+    outcome = judge.received
+    request = judge.state.validating
+    if not isinstance(outcome, ValidationOutcome) or request is None or request.edit is None:
+        raise IllegalTransition(judge.state.phase, "a validation outcome nobody asked for")
+    edit, state, result = request.edit, judge.state, outcome.result
+    if result.failure is not None:
+        return judge.refuse_edit(
+            edit.confirmation_event_id, result.failure, result.detail, edit.size
+        )
+    arguments = request.arguments
+    return (
+        ArgumentsEdited(arguments=arguments),
+        CallValidated(
+            key=state.key,
+            cause=judge.cause,
+            tool=request.tool.name,
+            tool_digest=request.tool.digest,
+            arguments=arguments.canonical,
+            arguments_digest=arguments.digest,
+            needs_confirmation=True,
+            edited_by=edit.principal,
+            edited_from=state.arguments_digest,
+            edited_size=edit.size,
+        ),
+        CallConfirmed(
+            key=state.key,
+            cause=judge.cause,
+            principal=edit.principal,
+            confirmation_event_id=edit.confirmation_event_id,
+            expires_at=edit.expires_at,
         ),
     )
 

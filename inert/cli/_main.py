@@ -44,6 +44,7 @@ from ._operators import (
 )
 from ._read import audit_command, ledger_command, replay_command, verify_command
 from ._simulate import simulate_arguments, simulate_command
+from ._streams import read_edit, read_tools
 from ._tables import RowFilter
 from ._tracing import exported_spans
 
@@ -53,6 +54,20 @@ def _confirm_arguments(confirm: argparse.ArgumentParser) -> None:
         "--arguments-digest",
         type=text_argument,
         help="the digest of the arguments the person saw (default: the call's own)",
+    )
+    confirm.add_argument(
+        "--arguments",
+        metavar="FILE",
+        help="confirm these arguments instead (a JSON object, from FILE or - for standard"
+        " input): the edit is validated like the model's, against --tools, and only it runs if"
+        " it passes",
+    )
+    confirm.add_argument(
+        "--tools",
+        metavar="TOOLS.json",
+        type=path_argument,
+        help="the tool declarations the turn offered, in any provider's format: what validates"
+        " an edit given with --arguments",
     )
     confirm.add_argument(
         "--expires-in",
@@ -364,6 +379,8 @@ def _run(arguments: argparse.Namespace) -> None:
                     principal=arguments.principal,
                     arguments_digest=arguments.arguments_digest,
                     expires_in=timedelta(seconds=arguments.expires_in),
+                    edit=None if arguments.arguments is None else read_edit(arguments.arguments),
+                    tools=None if arguments.tools is None else read_tools(arguments.tools),
                     as_json=arguments.json,
                 )
             )

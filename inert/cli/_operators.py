@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 
-from ..actors import TERMINAL_PHASES
+from ..actors import TERMINAL_PHASES, ToolDeclaration
 from ..events import (
     CallKey,
+    CallValidated,
     RefusedError,
     TurnRef,
 )
@@ -168,9 +170,11 @@ async def confirm_command(
     principal: str,
     arguments_digest: str | None,
     expires_in: timedelta = DEFAULT_CONFIRMATION_VALIDITY,
+    edit: bytes | None = None,
+    tools: Sequence[ToolDeclaration] | None = None,
     as_json: bool = False,
 ) -> None:
-    async with runtime_on(url) as runtime:
+    async with runtime_on(url, tools=tools or ()) as runtime:
         await settle_within(runtime)
         key = _call_of_turn(runtime, turn, call_id, response)
         pending = await runtime.pending_confirmation(key)
@@ -182,25 +186,39 @@ async def confirm_command(
         # the call's actor refuses it if the arguments are not those.
         digest = arguments_digest or pending.arguments_digest
         expires_at = await runtime.confirm(
-            key, principal=principal, arguments_digest=digest, expires_in=expires_in
+            key, principal=principal, arguments_digest=digest, expires_in=expires_in, arguments=edit
         )
         await settle_within(runtime)
+        confirmed = await _validated_digest(runtime, key)
     if as_json:
         _print_json(
             {
                 "call": key_json(key),
                 "tool": pending.tool,
                 "principal": principal,
-                "arguments_digest": digest,
+                "arguments_digest": confirmed,
+                "edited_from": None if confirmed == digest else digest,
                 "ready": True,
                 "claim_before": expires_at.isoformat(),
             }
         )
         return
+    edited = "" if confirmed == digest else f" (edited; the model's were {digest})"
     print(
         f"confirmed {Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
-        f" {digest}; the call is ready to run until {expires_at:%Y-%m-%d %H:%M:%S} UTC"
+        f" {confirmed}{edited}; the call is ready to run until"
+        f" {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     )
+
+
+async def _validated_digest(runtime: Runtime, key: CallKey) -> str:
+    """The digest of the arguments the call was last validated with (an edit's, if any)."""
+    validated = [
+        recorded.event.arguments_digest
+        for recorded in await runtime.log.read_stream(key.stream)
+        if isinstance(recorded.event, CallValidated)
+    ]
+    return validated[-1]
 
 
 async def deny_command(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import sys
 from pathlib import Path
 
 from attrs import frozen
@@ -44,6 +45,14 @@ def _read_file(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise UnreadableInput(f"cannot read {path}: {error.strerror}") from None
+
+
+def read_edit(source: str) -> bytes:
+    """The arguments a person confirms instead of the model's: a file's bytes, or standard
+    input's for ``-``."""
+    if source == "-":
+        return sys.stdin.buffer.read()
+    return _read_file(Path(source))
 
 
 def read_stream(path: Path) -> StreamFile:

@@ -332,10 +332,22 @@ class TurnSuperseded(Event):
     by: TurnRef
 
 
-@event_type("user.confirmation_given")
+def _confirmed_as_shown(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 confirmations could not change the arguments they confirmed."""
+    return {"arguments": None, **fields}
+
+
+@event_type("user.confirmation_given", schema_version=2, upcasters={1: _confirmed_as_shown})
 @frozen(kw_only=True)
 class ConfirmationGiven(Event):
-    """The principal confirmed one call, bound to the exact tool and arguments, once."""
+    """The principal confirmed one call, bound to the exact tool and arguments, once.
+
+    ``arguments_digest`` names the arguments the principal was shown. ``arguments``, where
+    given, are the principal's edit of them (JSON text): parsed and validated like the model's,
+    once, they replace them if they pass, and the confirmation is refused otherwise.
+    """
+
+    SENSITIVE = ("arguments",)
 
     key: CallKey
     principal: str
@@ -343,6 +355,7 @@ class ConfirmationGiven(Event):
     arguments_digest: str
     nonce: str
     expires_at: datetime
+    arguments: bytes | None = None
 
 
 @event_type("user.confirmation_denied")
@@ -535,10 +548,20 @@ class CallTerminalCandidate(Event):
     arguments_digest: str
 
 
-@event_type("decision.validated")
+def _the_models_arguments(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 validations were of the model's arguments: nobody could edit them."""
+    return {"edited_by": "", "edited_from": "", "edited_size": None, **fields}
+
+
+@event_type("decision.validated", schema_version=2, upcasters={1: _the_models_arguments})
 @frozen(kw_only=True)
 class CallValidated(Event):
-    """The call parsed and validated once; these canonical arguments are the ones that may run."""
+    """The call parsed and validated once; these canonical arguments are the ones that may run.
+
+    A call whose principal edited its arguments at confirmation is validated again, for the
+    edit: ``edited_by`` names the principal, ``edited_from`` the digest of the arguments it
+    replaced and ``edited_size`` the size of the edit as given.
+    """
 
     SENSITIVE = ("arguments",)
 
@@ -549,6 +572,9 @@ class CallValidated(Event):
     arguments: bytes
     arguments_digest: str
     needs_confirmation: bool
+    edited_by: str = ""
+    edited_from: str = ""
+    edited_size: int | None = field(default=None, validator=validators.optional(_non_negative))
 
 
 @event_type("decision.awaiting_confirmation")
@@ -625,6 +651,21 @@ class CallFailed(Event):
     detail: str = ""
     fragments: int | None = field(default=None, validator=validators.optional(_non_negative))
     size: int | None = field(default=None, validator=validators.optional(_non_negative))
+
+
+@event_type("decision.edit_refused")
+@frozen(kw_only=True)
+class EditRefused(Event):
+    """The arguments a principal gave with a confirmation were refused (they do not parse, are
+    too large or do not validate): the confirmation changed nothing, and the call still waits
+    for one. ``detail`` names paths and kinds of problems, never values."""
+
+    key: CallKey
+    cause: int = field(validator=_positive)
+    confirmation_event_id: str
+    reason: FailReason
+    detail: str = ""
+    size: int = field(validator=_non_negative)
 
 
 @event_type("decision.stop_requested")
@@ -739,7 +780,7 @@ TRANSITION_TYPES = (
 )
 """The decisions that move a call along its states."""
 
-DECISION_TYPES = (*TRANSITION_TYPES, CallStopRequested, EventRejected)
+DECISION_TYPES = (*TRANSITION_TYPES, EditRefused, CallStopRequested, EventRejected)
 """Everything a call's actor writes to the call's stream."""
 
 CONTROL_TYPES: tuple[type[OperatorControl], ...] = (

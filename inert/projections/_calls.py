@@ -25,6 +25,7 @@ from ..events import (
     CallTerminalCandidate,
     CallValidated,
     DiscardReason,
+    EditRefused,
     EventRejected,
     EventsDiscarded,
     FailReason,
@@ -266,6 +267,18 @@ def _validated_detail(event: CallValidated) -> str:
     confirmation = ", needs confirmation" if event.needs_confirmation else ""
     return (
         f"tool {event.tool} {event.tool_digest}, arguments {event.arguments_digest}{confirmation}"
+        + edited_detail(event)
+    )
+
+
+def edited_detail(event: CallValidated) -> str:
+    """What a validation of a principal's edit adds to its transition: who, what it replaced
+    and the edit's size, never a value."""
+    if not event.edited_by:
+        return ""
+    return (
+        f", edited by {event.edited_by} at confirmation from {event.edited_from}"
+        f" ({event.edited_size} bytes)"
     )
 
 
@@ -351,6 +364,15 @@ def discarded_detail(event: EventsDiscarded) -> str:
     return (
         f"{counts} of {event.calls} calls opened after this one passed the limit on live calls"
         " discarded: the response opens no call any more"
+    )
+
+
+def edit_refused_detail(event: EditRefused) -> str:
+    """The detail of the transition of a principal's edit that was refused."""
+    why = f"{event.reason.value}: {event.detail}" if event.detail else event.reason.value
+    return (
+        f"edit of {event.size} bytes with confirmation {event.confirmation_event_id}"
+        f" refused ({why})"
     )
 
 

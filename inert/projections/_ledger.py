@@ -31,6 +31,7 @@ from ..events import (
     CallCollecting,
     CallKey,
     CallStopRequested,
+    EditRefused,
     Event,
     EventRejected,
     EventsDiscarded,
@@ -51,6 +52,7 @@ from ._calls import (
     Rule,
     Step,
     discarded_detail,
+    edit_refused_detail,
     rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
@@ -153,6 +155,8 @@ class Ledger(Routed):
             return (self._rejected,)
         if issubclass(kind, CallStopRequested):
             return (self._stop_requested,)
+        if issubclass(kind, EditRefused):
+            return (self._edit_refused,)
         if issubclass(kind, EventsDiscarded):
             return (self._discarded,)
         if issubclass(kind, OUTCOME_TYPES):
@@ -275,6 +279,11 @@ class Ledger(Routed):
         if row is None:
             self._finish(call, recorded.recorded_at)
         self._record(call, recorded, None if row is None else row.state, discarded_detail(event))
+
+    def _edit_refused(self, recorded: RecordedEvent, event: EditRefused) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        row = call.row
+        self._record(call, recorded, None if row is None else row.state, edit_refused_detail(event))
 
     def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
         call = self._calls.get(event.key) or self._call(event.key)

@@ -159,6 +159,7 @@ class AsyncioRuntime:
 
     digest = _read(Runtime.digest)
     phase = _read(Runtime.phase)
+    ready_call = _read(Runtime.ready_call)
     turn_owner = _read(Runtime.turn_owner)
     turn_principal = _read(Runtime.turn_principal)
     resumable_streams = _read(Runtime.resumable_streams)
@@ -225,7 +226,7 @@ class AsyncioRuntime:
         async def ready_now() -> list[ReadyCall]:
             await self._runtime.settle()
             found = [
-                self._runtime._ready_call(key) for key in self._runtime.projections.queue.ready()
+                self._runtime.ready_call(key) for key in self._runtime.projections.queue.ready()
             ]
             return [call for call in found if call is not None]
 

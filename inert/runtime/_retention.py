@@ -5,8 +5,9 @@ The policy (:class:`Retention`, on by default):
 - **Fragments.** The payloads of a response's ``ArgumentsAppended`` and ``CallEnded`` events
   are redacted once no call seen in that response is live: each one is dispatched, cancelled or
   failed, so its fragments can never be assembled or parsed again.
-- **Arguments.** The arguments of a call's ``CallValidated`` are redacted once the call's
-  outcome is recorded (completed, failed, or unknown after a restart), or once the call ended
+- **Arguments.** The arguments of a call's ``CallValidated``, and those a principal gave with a
+  confirmation (an edit, ``ConfirmationGiven.arguments``), are redacted once the call's outcome
+  is recorded (completed, failed, stopped, or unknown after a restart), or once the call ended
   without being dispatched.
 
 Redaction keeps every envelope, the length and SHA-256 digest of each payload, and every other
@@ -30,12 +31,14 @@ from ..events import (
     CallEnded,
     CallKey,
     CallValidated,
+    ConfirmationGiven,
     RecordedEvent,
     Redacted,
 )
 
 FRAGMENT_TYPES = frozenset({ArgumentsAppended.TAG, CallEnded.TAG})
 ARGUMENT_TYPES = frozenset({CallValidated.TAG})
+EDIT_TYPES = frozenset({ConfirmationGiven.TAG})
 
 
 @frozen(kw_only=True)
@@ -50,7 +53,7 @@ class Retention:
     def types(self) -> frozenset[str]:
         """The event types this policy redacts."""
         return (FRAGMENT_TYPES if self.fragments else frozenset()) | (
-            ARGUMENT_TYPES if self.arguments else frozenset()
+            ARGUMENT_TYPES | EDIT_TYPES if self.arguments else frozenset()
         )
 
 
@@ -87,7 +90,12 @@ class RetentionPlan:
         """Note one recorded event, after the fold has applied it."""
         if not self._types:
             return
-        if recorded.event_type in self._types and not isinstance(recorded.event, Redacted):
+        if (
+            recorded.event_type in self._types
+            and not isinstance(recorded.event, Redacted)
+            # A confirmation holds arguments only where it edits them.
+            and getattr(recorded.event, "arguments", b"") is not None
+        ):
             self._unredacted[recorded.stream] = recorded.version
         key = getattr(recorded.kept, "key", None)
         if not isinstance(key, CallKey):
@@ -103,6 +111,7 @@ class RetentionPlan:
             or isinstance(recorded.kept, OUTCOME_TYPES)
         ):
             self._make_due(key.stream, ARGUMENT_TYPES)
+            self._make_due(key.request_stream, EDIT_TYPES)
         if self.policy.fragments and fold.response_settled(key.response_ref):
             self._make_due(key.response_ref.stream, FRAGMENT_TYPES)
 

@@ -15,6 +15,7 @@ What a restart finishes, and what processes sharing the log do for each other, i
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -50,6 +51,7 @@ from ..events import (
     ConfirmationRefused,
     ConflictError,
     DiscardReason,
+    EditRefused,
     Event,
     EventRejected,
     ExecutionCompleted,
@@ -113,6 +115,19 @@ def trio_clock() -> Callable[[], datetime]:
 
 
 _SWEEP_REPORTED_AT_LEAST = 1024
+
+
+def _edit_text(key: CallKey, arguments: Mapping[str, Any] | bytes) -> bytes:
+    """A principal's edit of a call's arguments as the JSON text the log records."""
+    if isinstance(arguments, bytes):
+        return arguments
+    try:
+        return json.dumps(arguments, allow_nan=False, ensure_ascii=False).encode()
+    except (TypeError, ValueError) as error:
+        raise ConfirmationRefused(
+            key.stream, "malformed_arguments", f"the edit is not JSON: {type(error).__name__}"
+        ) from None
+
 
 DEFAULT_REQUEST_TIMEOUT = 3 * DEFAULT_LEASE_TIME
 """Seconds a request of the runtime to an actor may wait for its answer: long enough for the
@@ -494,11 +509,18 @@ class Runtime:
         principal: str,
         arguments_digest: str,
         expires_in: timedelta = DEFAULT_CONFIRMATION_VALIDITY,
+        arguments: Mapping[str, Any] | bytes | None = None,
     ) -> datetime:
         """Confirm one call for its principal, for exactly the arguments with this digest; the
         confirmation is single use and expires after ``expires_in`` (10 minutes): a claim from
         then on cancels the call (``confirmation_expired``) instead of dispatching it. Returns
-        when the confirmation expires, by the log's clock."""
+        when the confirmation expires, by the log's clock.
+
+        ``arguments`` (a mapping, or JSON text) edits the arguments the digest names: the edit
+        is parsed and validated once, like the model's arguments, and only it can run if it
+        passes; ``ConfirmationRefused`` (``malformed_arguments``, ``schema_invalid``, ...)
+        otherwise, and the call still waits for a confirmation."""
+        edit = None if arguments is None else _edit_text(key, arguments)
         await self._caught_up()
         state = self._fold.state(key)
         tool_digest = state.tool_digest if state is not None else ""
@@ -509,6 +531,7 @@ class Runtime:
             arguments_digest=arguments_digest,
             nonce=secrets.token_hex(16),
             expires_at=self.log.now() + expires_in,
+            arguments=edit,
         )
         answer = await self._request(event)
         self._raise_if_rejected(key, answer, ConfirmationRefused)
@@ -556,7 +579,7 @@ class Runtime:
     @staticmethod
     def _raise_if_rejected(key: CallKey, answer: list[Event], error: type[RequestRefused]) -> None:
         for event in answer:
-            if isinstance(event, EventRejected):
+            if isinstance(event, EventRejected | EditRefused):
                 raise error(key.stream, event.reason.value, event.detail)
 
     # --- the executor boundary ---
@@ -565,7 +588,9 @@ class Runtime:
         """The calls that may be claimed, each once, as they become ready."""
         return ReadyCalls(self)
 
-    def _ready_call(self, key: CallKey) -> ReadyCall | None:
+    def ready_call(self, key: CallKey) -> ReadyCall | None:
+        """The call as an executor may claim it (the digest of the arguments that would run
+        included), or ``None`` while it is not ready."""
         state = self._fold.state(key)
         view = self._fold.scope.turn(key.turn_ref)
         if state is None or view is None or not state.ready:
@@ -784,7 +809,7 @@ class ReadyCalls:
                 if key in self._seen:
                     continue
                 self._seen.add(key)
-                ready = runtime._ready_call(key)
+                ready = runtime.ready_call(key)
                 if ready is not None:
                     return ready
             await runtime._changed.wait()

@@ -66,6 +66,7 @@ from ..events import (
     ConfirmationDenied,
     ConfirmationGiven,
     DeadlineReached,
+    EditRefused,
     Event,
     EventRejected,
     ExecutionCompleted,
@@ -264,7 +265,7 @@ class InvariantChecker:
             return
         position = recorded.position
         if isinstance(recorded.event, Redacted) and isinstance(
-            event, (*_ADDRESSED_INGRESS, CallValidated)
+            event, (*_ADDRESSED_INGRESS, CallValidated, ConfirmationGiven)
         ):
             self._call(_key(event)).redacted = True
         match event:
@@ -339,6 +340,8 @@ class InvariantChecker:
                     call.ended = cause
             case EventRejected(key=key, rejected_event_id=rejected):
                 self._call(key).rejected.add(rejected)
+            case EditRefused(key=key, confirmation_event_id=refused):
+                self._call(key).rejected.add(refused)
             case CallStopRequested(key=key):
                 self._stop_requested(self._call(key), event, position)
             case ExecutionCompleted(key=key) | ExecutionFailed(key=key) | ExecutionStopped(key=key):
@@ -386,11 +389,56 @@ class InvariantChecker:
     # --- I4: what is validated is exactly what was delivered, strictly parsed ---
 
     def _validated(self, call: _Call, event: CallValidated, position: int) -> None:
+        before = call.validated
         call.validated, call.validated_at = event, position
         key = call.key
-        problem = self._delivered_problem(call, event, position)
+        if event.edited_by:
+            problem = self._edit_problem(call, before, event)
+        else:
+            problem = self._delivered_problem(call, event, position)
         if problem is not None:
             self._violate("I4", key, f"validated, yet {problem}", position)
+
+    def _edit_problem(
+        self, call: _Call, before: CallValidated | None, event: CallValidated
+    ) -> str | None:
+        """What is wrong with a validation of a principal's edit at confirmation, if anything:
+        it follows a validation waiting for confirmation, of the arguments the confirmation
+        named, and holds exactly the edit that confirmation carried, which parses strictly
+        and fits the tool's schema."""
+        key = call.key
+        given = self._requests.get(event.cause)
+        turn = self._turns.get(key.turn_ref)
+        if given is None or not isinstance(given.event, ConfirmationGiven):
+            return "an edit that no confirmation of the call carried"
+        confirmation = given.event
+        if turn is None or confirmation.principal != turn.principal:
+            return "an edit by another principal than the turn's"
+        if event.edited_by != confirmation.principal:
+            return "an edit naming another principal than its confirmation's"
+        if before is None or not before.needs_confirmation or call.confirmed:
+            return "an edit of a call that was not waiting for confirmation"
+        if (
+            event.edited_from != before.arguments_digest
+            or confirmation.arguments_digest != before.arguments_digest
+        ):
+            return "an edit of other arguments than those validated and shown"
+        if event.tool != before.tool or event.tool_digest != before.tool_digest:
+            return "an edit naming another tool"
+        if confirmation.arguments is None:
+            return "an edit that its confirmation did not carry" if not call.redacted else None
+        if call.redacted:
+            return None
+        named, edited = (
+            strict_json_object(event.arguments),
+            strict_json_object(confirmation.arguments),
+        )
+        if named is None or edited is None or named != edited:
+            return "its arguments are not the edit the principal gave"
+        declaration = self._declarations.get(event.tool_digest)
+        if declaration is not None and not self._fits(declaration, named):
+            return "its edited arguments break its tool's schema"
+        return None
 
     def _delivered_problem(self, call: _Call, event: CallValidated, position: int) -> str | None:
         key = call.key
@@ -568,7 +616,10 @@ class InvariantChecker:
             return
         if confirmation.tool_digest != validated.tool_digest:
             self._violate("I6", key, "confirmed for another tool declaration", position)
-        if confirmation.arguments_digest != validated.arguments_digest:
+        # A confirmation that edits the arguments names those it was shown: the edit's
+        # validation, just before, names them as the digest it replaced.
+        shown = validated.edited_from if validated.edited_by else validated.arguments_digest
+        if confirmation.arguments_digest != shown:
             self._violate("I6", key, "confirmed for other arguments", position)
         if confirmation.expires_at <= given.at:
             self._violate(

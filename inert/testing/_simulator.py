@@ -37,6 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import Any
 
 import attrs
 import trio
@@ -57,6 +58,7 @@ from ..events import (
     CallKey,
     ClaimRefused,
     ConfigurationError,
+    ConfirmationGiven,
     ConfirmationRefused,
     Event,
     FailReason,
@@ -219,8 +221,11 @@ def log_hash(store: MemoryStore) -> str:
     rows = []
     for row in store.rows:
         # The checksum is left out: it covers the random ids, and everything it covers is
-        # hashed here.
-        columns = row[:-1]
+        # hashed here. So is the digest of a redacted confirmation, whose payload held its
+        # random nonce: the rest of the row (what remains, the payload's length) still is.
+        columns: tuple[object, ...] = row[:-1]
+        if row.event_type == ConfirmationGiven.TAG:
+            columns = row[:9] + row[10:-1]
         text = "\x00".join([str(value) for value in columns if not isinstance(value, bytes)])
         data = [value for value in columns if isinstance(value, bytes)]
         rows.append(b"\x00".join([text.encode(), *data]) if data else text.encode())
@@ -475,6 +480,7 @@ class _Run:
         digest = pending.arguments_digest if pending is not None else "sha256:" + "0" * 64
         principal = conversation.principal
         expires = timedelta(minutes=10)
+        edit: Mapping[str, Any] | bytes | None = None
         match choice:
             case "ignore":
                 return
@@ -492,9 +498,20 @@ class _Run:
                 principal = "user:mallory"
             case "late":
                 await trio.sleep(self.limits.confirmation_lifetime.total_seconds() + 1)
+            case "edit":
+                # The person changes what they were shown (which the schema may then refuse).
+                edit = _edited(pending.arguments) if pending is not None else {}
+            case "bad_edit":
+                edit = b'{"edited": '
         self.actions += 1
         await _refusable(
-            runtime.confirm(key, principal=principal, arguments_digest=digest, expires_in=expires)
+            runtime.confirm(
+                key,
+                principal=principal,
+                arguments_digest=digest,
+                expires_in=expires,
+                arguments=edit,
+            )
         )
         if choice in ("twice", "stale"):
             # A second confirmation: a duplicate, or a fresh one after the stale one.
@@ -600,6 +617,14 @@ class _Run:
 
     def _observe(self, observation: Observation) -> None:
         self.observations.setdefault(observation.head, []).append(observation)
+
+
+def _edited(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments a person shown them might confirm instead: each text changed."""
+    return {
+        name: f"{value} (edited)" if isinstance(value, str) else value
+        for name, value in arguments.items()
+    }
 
 
 async def _refusable(request: Awaitable[object]) -> None:

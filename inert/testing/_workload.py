@@ -220,6 +220,8 @@ PERSON_CHOICES = (
     ("twice", 6),
     ("late", 4),
     ("ignore", 5),
+    ("edit", 6),
+    ("bad_edit", 3),
 )
 _NUMBER = re.compile(rb'(":\s*)(-?\d+(?:\.\d+)?)')
 

@@ -57,6 +57,7 @@ from inert.events import (
     ConfirmationDenied,
     ConfirmationGiven,
     DeadlineReached,
+    EditRefused,
     Event,
     EventRejected,
     FailReason,
@@ -174,6 +175,7 @@ def confirmation(
     tool_digest: str = TOOL.digest,
     arguments_digest: str = DIGEST,
     expires_at: datetime = T0 + timedelta(days=1),
+    arguments: bytes | None = None,
 ) -> ConfirmationGiven:
     return ConfirmationGiven(
         key=KEY,
@@ -182,6 +184,7 @@ def confirmation(
         arguments_digest=arguments_digest,
         nonce="nonce-1",
         expires_at=expires_at,
+        arguments=arguments,
     )
 
 
@@ -295,10 +298,16 @@ def failed(call: Call) -> None:
 
 def reach(phase: Phase, *, pending_validation: bool = False) -> Call:
     """A call in ``phase`` reached through legal inputs (for ``terminal_candidate``, with its
-    validation requested when ``pending_validation``)."""
+    validation requested when ``pending_validation``; for ``validated``, the validation of its
+    principal's edit at confirmation)."""
     call = Call()
     if phase is Phase.TERMINAL_CANDIDATE and pending_validation:
         validating(call)
+        return call
+    if phase is Phase.VALIDATED and pending_validation:
+        awaiting(call)
+        call.send(confirmation(arguments=b'{"city": "Lisbon"}'))
+        assert call.state.validating is not None
         return call
     paths: dict[Phase, Callable[[Call], None]] = {
         Phase.ABSENT: lambda _: None,
@@ -457,7 +466,9 @@ def test_the_table_is_closed_as_documented() -> None:
     assert set(TABLE) <= every
     missing = every - set(TABLE)
     assert missing == {
-        (phase, ValidationOutcome) for phase in Phase if phase is not Phase.TERMINAL_CANDIDATE
+        (phase, ValidationOutcome)
+        for phase in Phase
+        if phase not in (Phase.TERMINAL_CANDIDATE, Phase.VALIDATED)
     }
 
 
@@ -1206,6 +1217,81 @@ def test_rule_7_a_denial_after_confirmation_still_cancels() -> None:
     call.send(confirmation())
     assert cancellation(call.send(denial())).reason is CancelReason.CONFIRMATION_DENIED
     assert rejection(call.send(claim())).reason is RejectReason.CALL_TERMINAL
+
+
+EDIT = b'{"city": "Lisbon", "days": 2}'
+
+
+def test_rule_7_an_edit_is_validated_once_then_replaces_the_arguments_and_confirms() -> None:
+    """A confirmation carrying an edit asks for one validation of the edit; its acceptance
+    records the edited arguments (who, what they replaced, the edit's size) and the
+    confirmation for them at once, and a claim dispatches the edit."""
+    call = Call()
+    awaiting(call)
+    asked = call.send(confirmation(arguments=EDIT))
+    assert recorded(asked) == []
+    (request,) = asked
+    assert isinstance(request, ValidationRequested)
+    assert request.edit is not None
+    assert request.arguments.value == {"city": "Lisbon", "days": 2}
+    answered = call.answer(ValidationResult())
+    validated = one(answered, CallValidated)
+    assert validated.edited_by == PRINCIPAL
+    assert validated.edited_from == DIGEST
+    assert validated.edited_size == len(EDIT)
+    assert validated.arguments_digest == request.arguments.digest
+    assert one(answered, CallConfirmed).confirmation_event_id == request.edit.confirmation_event_id
+    assert call.state.ready
+    assert call.state.arguments_digest == request.arguments.digest
+    assert kinds(call.send(claim())) == tags(CallDispatched)
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (b'{"city": "Lisbon"', FailReason.MALFORMED_ARGUMENTS),
+        (b'{"city": NaN}', FailReason.MALFORMED_ARGUMENTS),
+        (b"[]", FailReason.MALFORMED_ARGUMENTS),
+    ],
+)
+def test_rule_7_an_edit_that_does_not_parse_is_refused_at_once(
+    edit: bytes, reason: FailReason
+) -> None:
+    """An edit the strict parser refuses is refused without a validation; the call still waits
+    for a confirmation of the arguments it has."""
+    call = Call()
+    awaiting(call)
+    before = call.state
+    refused = one(call.send(confirmation(arguments=edit)), EditRefused)
+    assert refused.reason is reason
+    assert refused.size == len(edit)
+    assert call.state == before
+    assert call.state.awaiting_confirmation
+
+
+def test_rule_7_an_edit_the_validation_refuses_changes_nothing() -> None:
+    """A refused validation of the edit records why and leaves the call waiting as it was."""
+    call = Call()
+    awaiting(call)
+    before = call.state
+    call.send(confirmation(arguments=EDIT))
+    result = ValidationResult(failure=FailReason.SCHEMA_INVALID, detail="/days maximum")
+    refused = one(call.answer(result), EditRefused)
+    assert (refused.reason, refused.detail) == (FailReason.SCHEMA_INVALID, "/days maximum")
+    assert call.state == before
+    assert kinds(call.send(confirmation())) == tags(CallConfirmed)
+
+
+def test_rule_7_an_edit_is_judged_like_any_confirmation_first() -> None:
+    """Another principal's edit, or an edit naming arguments the person was not shown, is
+    rejected before it is parsed; an edit equal to the arguments confirms them as they are."""
+    call = Call()
+    awaiting(call)
+    wrong = rejection(call.send(confirmation(principal="user:mallory", arguments=EDIT)))
+    assert wrong.reason is RejectReason.WRONG_PRINCIPAL
+    other = rejection(call.send(confirmation(arguments_digest="sha256:other", arguments=EDIT)))
+    assert other.reason is RejectReason.MISMATCHED_CONFIRMATION
+    assert kinds(call.send(confirmation(arguments=CANONICAL))) == tags(CallConfirmed)
 
 
 # --- rule 8: claims ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -203,3 +204,40 @@ def test_confirm_and_deny_answer_in_json(
     status, out, err = run(capsys, ["deny", *call_options(url), "--json"])
     assert status == 0, err
     assert json.loads(out)["state"] == "cancelled"
+
+
+def test_arguments_from_a_file_replace_the_models_once_validated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--arguments FILE`` confirms the person's edit: the command names the new digest and
+    the one it replaced, and the executor runs the edit."""
+    url = fed(tmp_path, capsys)
+    edit = tmp_path / "edit.json"
+    edit.write_text('{"city": "Lisbon"}')
+    tools = tmp_path / "tools.json"
+    argv = ["confirm", *call_options(url), "--arguments", str(edit), "--tools", str(tools)]
+    status, out, err = run(capsys, [*argv, "--json"])
+    assert status == 0, err
+    answer = json.loads(out)
+    assert answer["edited_from"] is not None
+    assert answer["arguments_digest"] != answer["edited_from"]
+    status, out, _ = run(capsys, ["execute", "--log", url, "--json"])
+    executed = {json.loads(line)["call"]: json.loads(line) for line in out.splitlines()}
+    assert executed[COUNTRY_CALL]["arguments_digest"] == answer["arguments_digest"]
+    assert ledger(capsys, url)[COUNTRY_CALL]["outcome"] == "completed"
+
+
+def test_arguments_from_standard_input_that_do_not_parse_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--arguments -`` reads standard input; an edit that is not a JSON object is refused
+    (exit 1, the reason named) and the call still waits for a confirmation."""
+    url = fed(tmp_path, capsys)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"[1, 2")))
+    status, _, err = run(capsys, ["confirm", *call_options(url), "--arguments", "-"])
+    assert status == 1
+    assert "malformed_arguments" in err
+    assert ledger(capsys, url)[COUNTRY_CALL]["dispatch"] == "await_confirmation"
+    status, _, err = run(capsys, ["confirm", *call_options(url), "--arguments", str(tmp_path)])
+    assert status == 1
+    assert "cannot read" in err

@@ -635,12 +635,16 @@ def _forgeries(path: Path) -> list[tuple[int, str, StoredRecord]]:
                 changed = attrs.evolve(event, **{field.name: other})  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 continue
-            _, _, payload = DEFAULT_CODEC.encode(changed)
+            _, version, payload = DEFAULT_CODEC.encode(changed)
             forged.append(
                 (
                     index,
                     f"{event.TAG}.{field.name}",
-                    with_checksum(row._replace(payload=payload, payload_length=len(payload))),
+                    with_checksum(
+                        row._replace(
+                            schema_version=version, payload=payload, payload_length=len(payload)
+                        )
+                    ),
                 )
             )
     return forged

@@ -34,6 +34,7 @@ from inert.events import (
     CallTerminalCandidate,
     CallValidated,
     DiscardReason,
+    EditRefused,
     EventRejected,
     EventsDiscarded,
     ExecutionCompleted,
@@ -282,6 +283,14 @@ class Ledger:
             self._discarded(event, recorded)
         elif isinstance(event, CallStopRequested):
             self._stop_requested(event, recorded)
+        elif isinstance(event, EditRefused):
+            row = self._rows.get(event.key)
+            why = f"{event.reason.value}: {event.detail}" if event.detail else event.reason.value
+            detail = (
+                f"edit of {event.size} bytes with confirmation {event.confirmation_event_id}"
+                f" refused ({why})"
+            )
+            self._record(event.key, recorded, None if row is None else row.state, detail)
         elif isinstance(event, OUTCOME_TYPES):
             self._outcome(event, recorded)
         elif isinstance(event, TurnRetired):
@@ -531,9 +540,15 @@ def _describe(event: Decision | EventRejected) -> str:
             )
         case CallValidated():
             confirmation = ", needs confirmation" if event.needs_confirmation else ""
+            edited = (
+                f", edited by {event.edited_by} at confirmation from {event.edited_from}"
+                f" ({event.edited_size} bytes)"
+                if event.edited_by
+                else ""
+            )
             return (
                 f"tool {event.tool} {event.tool_digest},"
-                f" arguments {event.arguments_digest}{confirmation}"
+                f" arguments {event.arguments_digest}{confirmation}{edited}"
             )
         case CallAwaitingConfirmation(expires_at=expires_at):
             return f"until {expires_at.isoformat()}"
