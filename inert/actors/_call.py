@@ -109,6 +109,9 @@ class CallContext(NamedTuple):
     """Where the call's provider response was seen under another turn first, that turn."""
     response_over_limit: bool = False
     """Whether an earlier call of the call's provider response passed a limit on live calls."""
+    duplicate_of: CallKey | None = None
+    """For a claim of a call whose tool runs one action per intent (rule 11): the call of the
+    same intent dispatched already in the tool's scope, if any."""
 
 
 class Input(NamedTuple):
