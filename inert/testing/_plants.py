@@ -111,6 +111,17 @@ def _claim_after_confirmation_expired() -> Any:
     return _table_row(Phase.VALIDATED, ClaimRequested, expiry_ignored)
 
 
+def _dispatch_repeated_intent() -> Any:
+    """A claim of a call whose intent ran already is judged as if none had (one action per
+    intent ignored)."""
+    original = _decider.TABLE[(Phase.VALIDATED, ClaimRequested)]
+
+    def intent_ignored(judge: Any, context: _call.CallContext) -> Any:
+        return original(judge, context._replace(duplicate_of=None))
+
+    return _table_row(Phase.VALIDATED, ClaimRequested, intent_ignored)
+
+
 def _redispatch_unknown_outcome() -> Any:
     """A claim of a dispatched call (its outcome unknown after a restart) dispatches it again."""
     return _table_row(Phase.DISPATCHED, ClaimRequested, _handlers.claim)
@@ -153,6 +164,7 @@ PLANTS: dict[str, Callable[[], Any]] = {
     "dispatch_before_validation": _dispatch_before_validation,
     "accept_stale_confirmation": _accept_stale_confirmation,
     "claim_after_confirmation_expired": _claim_after_confirmation_expired,
+    "dispatch_repeated_intent": _dispatch_repeated_intent,
     "redispatch_unknown_outcome": _redispatch_unknown_outcome,
     "accept_nan": _accept_nan,
     "accept_replayed_response": _accept_replayed_response,

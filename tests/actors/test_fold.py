@@ -16,6 +16,10 @@ from typing import TypedDict
 
 import attrs
 import pytest
+import reference_fold
+from fold_views import folded_view, work_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inert.actors._call import CallLimits, ValidationRequested, ValidationResult
 from inert.actors._fold import (
@@ -1110,3 +1114,76 @@ def test_a_claim_waiting_for_a_retired_turns_call_is_decided_at_the_retirement()
 def _dispatch(actors: Actors, key: CallKey) -> None:
     decisions = appended(actors.claim(key))
     assert [type(decision) for decision in decisions] == [CallDispatched]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scope=st.sampled_from(IntentScope),
+    variants=st.lists(st.booleans(), min_size=2, max_size=4),
+    schedule=st.lists(st.integers(min_value=0, max_value=7), min_size=4, max_size=24),
+)
+def test_claims_however_interleaved_with_late_writes_run_each_intent_once(
+    scope: IntentScope, variants: list[bool], schedule: list[int]
+) -> None:
+    """Whatever the order of claims of a turn's calls and of the writing of their decisions
+    (each actor writes its own in order, late), an intent runs once, every claim is answered,
+    and a replay of the log, and the reference fold live and on replay, decide the same."""
+    tool = attrs.evolve(LOOKUP, one_action_per_intent=scope)
+    actors = Actors()
+    keys = [key_of(f"call_{index}", response=f"resp-{index}") for index in range(len(variants))]
+    actors.feed(TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(tool,)))
+    for key, other in zip(keys, variants, strict=True):
+        data = b'{"city": "Oslo"}' if other else ARGUMENTS
+        actors.feed(CallOpened(key=key, tool=tool.name, sequence=0))
+        actors.feed(ArgumentsAppended(key=key, data=data, first_sequence=1, last_sequence=1))
+        actors.feed(CallEnded(key=key, terminal=TerminalRef(sequence=2)))
+        actors.end_response(key)
+        actors.validate(key)
+    unwritten: dict[CallKey, list[Event]] = {key: [] for key in keys}
+
+    def take(work: list[Work]) -> None:
+        for item in work:
+            if isinstance(item, AppendDecisions):
+                unwritten[item.key].extend(item.decisions)
+
+    def write_one(key: CallKey) -> None:
+        if unwritten[key]:
+            take(actors.fold.apply(actors.log.add(unwritten[key].pop(0))))
+
+    claims = 0
+    for step in schedule:
+        key = keys[step % len(keys)]
+        if step < 4:
+            claims += 1
+            take(claim_unwritten(actors, key, f"claim-{claims}"))
+        else:
+            write_one(key)
+    while any(unwritten.values()):
+        for key in keys:
+            write_one(key)
+    dispatched = [key for key in keys if actors.fold.state(key).phase is Phase.DISPATCHED]  # type: ignore[union-attr]
+    intents = Counter(
+        actors.fold.state(key).arguments_digest  # type: ignore[union-attr]
+        for key in dispatched
+    )
+    assert all(count == 1 for count in intents.values()), intents
+    requests = {
+        record.position for record in actors.log.records if isinstance(record.event, ClaimRequested)
+    }
+    causes = {
+        getattr(record.event, "cause", 0)
+        for record in actors.log.records
+        if isinstance(record.event, CallDispatched | CallCancelled | EventRejected)
+    }
+    assert requests <= causes
+    replayed = replay(actors.log.records)
+    for key in keys:
+        assert replayed.state(key).phase is actors.fold.state(key).phase  # type: ignore[union-attr]
+    for live in (False, True):
+        reference = reference_fold.CallFold(LIMITS, live=live)
+        fold = CallFold(LIMITS, live=live)
+        for record in actors.log.records:
+            assert work_of(fold.apply(record)) == work_of(reference.apply(record))
+        assert folded_view(fold, {key.turn_ref for key in keys}) == folded_view(
+            reference, {key.turn_ref for key in keys}
+        )
