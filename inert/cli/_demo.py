@@ -63,6 +63,7 @@ DEMO_TOOLS = (
             "additionalProperties": False,
         },
         needs_confirmation=True,
+        one_action_per_intent="conversation",
     ),
     ToolDeclaration(
         name="delete_files",
@@ -262,6 +263,32 @@ async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) ->
     return await runtime.log.head()
 
 
+async def _email_asked_twice(runtime: Runtime) -> None:
+    """(f) One action per intent: the model asks twice for the same email; it is sent once."""
+    turn = await _start(runtime, "c7", "t7")
+    message = b'{"to": "dave@example.com", "subject": "Invoice 42", "body": "Paid in full."}'
+    once = _Streamed(turn, "resp_7", "fc_1", tool="send_email", arguments=message)
+    twice = _Streamed(turn, "resp_7", "fc_2", tool="send_email", arguments=message)
+    await _stream(runtime, once, twice)
+    for call in (once, twice):
+        digest = await _validated_digest(runtime, call.key)
+        await runtime.confirm(call.key, principal=PRINCIPAL, arguments_digest=digest)
+    await runtime.settle()
+    await runtime.complete(await runtime.claim(once.key, executor=EXECUTOR))
+    try:
+        await runtime.claim(twice.key, executor=EXECUTOR)
+    except ClaimRefused:
+        claimed = "refused"
+    else:
+        claimed = "DISPATCHED, which is a bug"
+    await runtime.settle()
+    print(
+        f"turn t7: the model asks twice for the same send_email, which runs once per"
+        f" conversation; {PRINCIPAL} confirms both; fc_1 is sent, a claim of fc_2 is {claimed}:"
+        f" fc_2 is {_what_became_of(runtime, twice.key)}"
+    )
+
+
 async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
     # (c, continued) A confirmation binds the person and the exact arguments.
     email = calls["t3"].key
@@ -324,7 +351,9 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
         f" a claim after that is {claimed}: the call is {_what_became_of(runtime, outlived.key)}"
     )
 
-    # (f) A provider delivers a terminal event twice: the same end event, fed again.
+    await _email_asked_twice(runtime)
+
+    # (g) A provider delivers a terminal event twice: the same end event, fed again.
     first = calls["t1a"]
     position = await runtime.log.head()
     await runtime.feed([first.ended()])
@@ -336,16 +365,21 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     )
 
 
+def _settings(tool: ToolDeclaration) -> str:
+    """What the demo says of a tool beside its name."""
+    settings = ["needs confirmation"] if tool.needs_confirmation else []
+    if tool.one_action_per_intent is not None:
+        settings.append(f"runs once per {tool.one_action_per_intent.value}")
+    return f" ({', '.join(settings)})" if settings else ""
+
+
 async def demo_command(url: str, tracer_provider: TracerProvider | None = None) -> None:
     async with open_log(url) as log:
         stored = await log.head()
     if stored:
         raise ConfigurationError(f"the demo needs an empty log; {url} holds {stored} events")
     print(f"inert demo on {url}")
-    names = ", ".join(
-        tool.name + (" (needs confirmation)" if tool.needs_confirmation else "")
-        for tool in DEMO_TOOLS
-    )
+    names = ", ".join(tool.name + _settings(tool) for tool in DEMO_TOOLS)
     print(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
     calls: dict[str, _Streamed] = {}
     async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
