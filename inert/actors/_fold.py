@@ -19,6 +19,11 @@ on replay the decisions it makes are found in the log already, and are checked a
   that turn, response, tenant and operator events reach exactly the calls they concern, in the
   order the calls became live, and the limits on live calls per turn and per tenant are counted
   in log order. A finished call leaves every index.
+- One action per intent (rule 11): the dispatches of tools that ask for it are noted where
+  they are read back (``inert.actors._intents``), and a claim in a conversation with such a
+  tool waits, held with the inputs of its call after it, until every earlier claim of the
+  conversation has its first decision read back, so that it sees the same dispatches live and
+  on replay, whichever earlier calls took their decisions as recorded.
 - Nothing is kept for ever. A finished call is kept, small, as long as its turn is known: what
   is addressed to it later is judged against it (``call_terminal``). The runtime retires a turn
   that has had no live call, and no dispatched call waiting for its outcome, for its horizon
@@ -659,8 +664,8 @@ class CallFold:
         self._forgotten_in[byte] |= bit
 
     def _retire(self, turn: TurnRef) -> list[Work]:
-        """Forget a turn without a live call, and every call of it (``TurnRetired``); decide
-        the claims that waited for its calls' only."""
+        """Forget a turn without a live call, and every call of it (``TurnRetired``); a claim
+        that waited for the decision of a claim of one of its calls is decided now."""
         if self.scope.turn(turn) is None or turn in self._index.by_turn or turn in self._running_in:
             return []
         records = self.records
