@@ -112,8 +112,10 @@ def _overwrite_an_index_page(connection: sqlite3.Connection, path: Path) -> None
         "SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_events_1'"
     ).fetchall()
     connection.commit()
+    # From the page's first byte: its header and cell pointers, whatever the index's depth
+    # (past them an interior page of a few cells has only free space).
     with path.open("r+b") as file:
-        file.seek((root - 1) * page_size + 16)
+        file.seek((root - 1) * page_size)
         file.write(b"\xff" * 64)
 
 

@@ -625,6 +625,71 @@ async def _stop_while_running(lab: Lab) -> None:
         await runtime.settle()
 
 
+INTENT_TOOLS = [
+    attrs.evolve(TOOLS[0], one_action_per_intent="turn"),
+    attrs.evolve(TOOLS[1], one_action_per_intent="conversation"),
+]
+"""The recording tools, the weather lookup running each intent once per turn, the email once
+per conversation (rules 6)."""
+
+
+async def confirmed(runtime: Runtime, key: CallKey) -> None:
+    """Confirm a call waiting for its principal's confirmation, for its own digest."""
+    pending = await runtime.pending_confirmation(key)
+    assert pending is not None
+    await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=pending.arguments_digest)
+    await runtime.settle()
+
+
+@scenario("one-action-per-intent", redacted_too=True)
+async def _one_action_per_intent(lab: Lab) -> None:
+    """A weather lookup that runs each intent once per turn: a call identical to one that ran
+    is cancelled ``duplicate_of`` by its claim, which is refused, and of two identical calls
+    claimed at once one runs; a call with other arguments, and the same lookup in the next
+    turn, run. An email that runs once per conversation, confirmed again in the next turn, is
+    not sent twice (rules 6)."""
+    async with lab.runtime(tools=INTENT_TOOLS) as runtime:
+        await start(runtime)
+        first, again = key_of("a"), key_of("b", response="r2")
+        other = key_of("c", response="r3")
+        racing = [key_of("d", response="r4"), key_of("e", response="r5")]
+        mail = key_of("m", response="r6")
+        for key in (first, again):
+            await ready(runtime, key)
+        await ready(runtime, other, b'{"city": "Oslo"}')
+        for key in racing:
+            await ready(runtime, key, b'{"city": "Rome"}')
+        await ready(runtime, mail, EMAIL, tool="send_email")
+        await confirmed(runtime, mail)
+        for key in (first, mail):
+            await runtime.complete(await runtime.claim(key, executor="worker"))
+        await refused(runtime.claim(again, executor="worker"), ClaimRefused)
+        await runtime.complete(await runtime.claim(other, executor="worker"))
+        outcomes: list[str] = []
+
+        async def claim(key: CallKey) -> None:
+            try:
+                await runtime.complete(await runtime.claim(key, executor="worker"))
+            except ClaimRefused:
+                outcomes.append("refused")
+            else:
+                outcomes.append("ran")
+
+        async with trio.open_nursery() as nursery:
+            for key in racing:
+                nursery.start_soon(claim, key)
+        assert sorted(outcomes) == ["ran", "refused"], outcomes
+        await start(runtime, "t2")
+        later = key_of("a", turn="t2", response="r7")
+        mail_again = key_of("m", turn="t2", response="r8")
+        await ready(runtime, later)
+        await ready(runtime, mail_again, EMAIL, tool="send_email")
+        await confirmed(runtime, mail_again)
+        await runtime.complete(await runtime.claim(later, executor="worker"))
+        await refused(runtime.claim(mail_again, executor="worker"), ClaimRefused)
+        await runtime.settle()
+
+
 @scenario("operator-quarantine")
 async def _quarantine(lab: Lab) -> None:
     """An operator quarantines a response: its collecting call is cancelled, and what arrives

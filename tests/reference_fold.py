@@ -54,6 +54,7 @@ from inert.events import (
     Event,
     FailReason,
     InertError,
+    IntentScope,
     Phase,
     RecordedEvent,
     Redacted,
@@ -327,6 +328,10 @@ class CallFold:
         self._outcomes: set[CallKey] = set()
         # Dispatched calls in the order they were dispatched: those without an outcome run.
         self._dispatched: dict[CallKey, None] = {}
+        # Rule 12: claims whose first decision is not read back, in log order; dispatches read
+        # back of tools that run one action per intent, with the tool and arguments digest.
+        self._claims: list[tuple[CallKey, int]] = []
+        self._dispatches: list[tuple[CallKey, str, str]] = []
 
     # --- reading the log ---
 
@@ -343,8 +348,7 @@ class CallFold:
         if isinstance(event, TurnLeased):
             return self._leased(event, recorded_event.version)
         if isinstance(event, TurnRetired):
-            self._retire(event.turn)
-            return []
+            return self._retire(event.turn)
         if isinstance(event, OUTCOME_TYPES):
             record = self.records.get(event.key)
             if record is not None and record.state.claim_id == event.claim_id:
@@ -501,6 +505,16 @@ class CallFold:
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         record = self.records.get(key) or self._record(key)
+        claim = isinstance(event, ClaimRequested)
+        turn = self.scope.turn(key.turn_ref)
+        if (
+            claim
+            and turn is not None
+            and turn.rules >= 6
+            and any(tool.one_action_per_intent for tool in turn.tools.values())
+            and all(queued != key for queued, _ in self._claims)
+        ):
+            self._claims.append((key, recorded_event.position))
         if record.degraded:
             return []
         received = Input(
@@ -510,15 +524,66 @@ class CallFold:
             at=recorded_event.recorded_at,
         )
         context = self._context(record, event, recorded_event.version)
-        if record.state.validating is not None or record.held:
+        if record.state.validating is not None or record.held or (claim and self._waits(key)):
             record.held.append((received, context))
             return []
         return self._step(record, received, context)
+
+    def _waits(self, key: CallKey) -> bool:
+        """Whether a claim of the call's conversation queued before the call's has no decision
+        read back yet."""
+        for queued, _ in self._claims:
+            if queued == key:
+                return False
+            if (queued.tenant, queued.conversation) == (key.tenant, key.conversation):
+                return True
+        return False
+
+    def _drain(self, record: CallRecord) -> list[Work]:
+        work: list[Work] = []
+        while record.held and record.state.validating is None:
+            received, context = record.held[0]
+            if isinstance(received.event, ClaimRequested) and self._waits(record.state.key):
+                break
+            record.held.pop(0)
+            work.extend(self._step(record, received, context))
+        return work
+
+    def _release(self, tenant: str, conversation: str) -> list[Work]:
+        for queued, _ in self._claims:
+            if (queued.tenant, queued.conversation) == (tenant, conversation):
+                record = self.records.get(queued)
+                if record is None or record.degraded:
+                    return []
+                return self._drain(record)
+        return []
+
+    def _scope_of(self, key: CallKey, tool: str) -> IntentScope | None:
+        turn = self.scope.turn(key.turn_ref)
+        if turn is None or turn.rules < 6 or tool not in turn.tools:
+            return None
+        return turn.tools[tool].one_action_per_intent
+
+    def _duplicate_of(self, state: CallState) -> CallKey | None:
+        key = state.key
+        scope = self._scope_of(key, state.tool)
+        if scope is None or not state.arguments_digest:
+            return None
+        for other, tool, digest in reversed(self._dispatches):
+            if (
+                (other.tenant, other.conversation) == (key.tenant, key.conversation)
+                and (scope is IntentScope.CONVERSATION or other.turn == key.turn)
+                and (tool, digest) == (state.tool, state.arguments_digest)
+            ):
+                return other
+        return None
 
     def _step(
         self, record: CallRecord, received: Input | ValidationOutcome, context: CallContext
     ) -> list[Work]:
         before = record.state
+        if isinstance(received, Input) and isinstance(received.event, ClaimRequested):
+            context = context._replace(duplicate_of=self._duplicate_of(before))
         after, decisions = step(before, received, context)
         record.state = after
         self._reindex(before, after)
@@ -554,6 +619,23 @@ class CallFold:
             self._counted[after.key] = None
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        work = self._decided(recorded_event, event)
+        key = _key_of(event)
+        record = self.records.get(key)
+        if (
+            isinstance(event, CallDispatched)
+            and record is not None
+            and self._scope_of(key, record.state.tool) is not None
+        ):
+            self._dispatches.append((key, record.state.tool, record.state.arguments_digest))
+        cause = getattr(event, "cause", 0)
+        queued = [position for other, position in self._claims if other == key]
+        if queued and queued[0] <= cause:
+            self._claims.remove((key, queued[0]))
+            work.extend(self._release(key.tenant, key.conversation))
+        return work
+
+    def _decided(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         key = _key_of(event)
         if isinstance(event, CallFailed) and event.reason is FailReason.LIMIT_EXCEEDED:
             turn = self.scope.turn(key.turn_ref)
@@ -635,9 +717,7 @@ class CallFold:
                 _describe(event),
             )
         record.validation_context = None
-        while record.held and record.state.validating is None:
-            received, held_context = record.held.pop(0)
-            work.extend(self._step(record, received, held_context))
+        work.extend(self._drain(record))
         return work
 
     def _record(self, key: CallKey) -> CallRecord:
@@ -674,7 +754,7 @@ class CallFold:
             if not responses:
                 del self._by_stream[key.response_ref.stream]
 
-    def _retire(self, turn: TurnRef) -> None:
+    def _retire(self, turn: TurnRef) -> list[Work]:
         if self.scope.turn(turn) is None or any(
             key.turn_ref == turn
             and (
@@ -683,7 +763,7 @@ class CallFold:
             )
             for key, record in self.records.items()
         ):
-            return
+            return []
         self._forget([key for key in self.records if key.turn_ref == turn])
         for key in [key for key in self._counted if key.turn_ref == turn]:
             del self._counted[key]
@@ -696,6 +776,9 @@ class CallFold:
         for response in list(self._resume_points):
             if response.turn_ref == turn:
                 del self._resume_points[response]
+        self._claims = [(key, at) for key, at in self._claims if key.turn_ref != turn]
+        self._dispatches = [entry for entry in self._dispatches if entry[0].turn_ref != turn]
+        return self._release(turn.tenant, turn.conversation)
 
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
         # A call whose input is gone can no longer be decided again: it takes its recorded

@@ -34,6 +34,7 @@ PUBLIC = [
     "FieldProblem",
     "IllegalTransition",
     "InertError",
+    "IntentScope",
     "Ledger",
     "LedgerRow",
     "Log",

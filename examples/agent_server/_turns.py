@@ -48,6 +48,7 @@ FINAL_CUES = frozenset(
         StatusCue.ACTION_FAILED,
         StatusCue.UNKNOWN,
         StatusCue.CANCELLED,
+        StatusCue.DUPLICATE,
         StatusCue.STOPPED,
         StatusCue.FAILED,
     }

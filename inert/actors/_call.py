@@ -113,6 +113,9 @@ class CallContext(NamedTuple):
     """Whether an earlier call of the call's provider response passed a limit on live calls."""
     running: bool = False
     """Whether the call is dispatched and its outcome is not recorded yet: an executor runs it."""
+    duplicate_of: CallKey | None = None
+    """For a claim of a call whose tool runs one action per intent (rule 12): the call of the
+    same intent dispatched already in the tool's scope, if any."""
 
 
 class Input(NamedTuple):

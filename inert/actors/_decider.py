@@ -78,6 +78,7 @@ Rules:
    rejected. A confirmation bounds the ready window (rules 4 on): a claim at or after the
    expiry of the confirmation given cancels the call (``confirmation_expired``) and is
    rejected, so that a confirmation meant for a minute never lets the call run an hour later.
+   A claim of a call that repeats an action its tool runs once per intent is judged by rule 12.
 9. Deadlines. A call still collecting or waiting for its response is cancelled once the idle
    time has passed since its last ingress event (its opening, a fragment or its end event); a
    call waiting for confirmation is cancelled when the confirmation lifetime ends. Both are
@@ -94,6 +95,19 @@ Rules:
     executor holding its claim is told. The call stays dispatched: nothing runs again, a later
     stopping input records nothing more, and the executor's outcome (completed, failed or
     stopped) says how the run ended. A call whose outcome is recorded is not running.
+12. One action per intent (rules 6 on). A tool whose declaration, as its turn recorded it
+    (``OfferedTool.one_action_per_intent``), asks for it runs an intent once in its scope: its
+    turn, or its conversation. A claim that would dispatch a call (rule 8) instead cancels it
+    (``duplicate_of``, the cancellation naming the earlier call) and is rejected, where a call
+    of the same tool name and the same canonical arguments digest, in the same turn (or the
+    same conversation), of a tool that asks for it, was dispatched before: its dispatch read
+    back from the log, its turn still known (a retired turn takes its dispatches with it).
+    Claims are decided in log order with the dispatches read back: in a conversation with a
+    turn of rules 6 on that offers such a tool, a claim addressed to a call of such a turn is
+    decided only once every earlier one has its first decision read back from the log; until
+    then it waits, and the inputs of its call after it wait behind it, in order. So a claim
+    never races a dispatch decided and not yet written, and a replay in which the earlier
+    call takes its decisions as recorded decides the same.
 
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``. Beside this module: the call's state, its inputs and its decisions

@@ -19,6 +19,11 @@ on replay the decisions it makes are found in the log already, and are checked a
   that turn, response, tenant and operator events reach exactly the calls they concern, in the
   order the calls became live, and the limits on live calls per turn and per tenant are counted
   in log order. A finished call leaves every index.
+- One action per intent (rule 12): the dispatches of tools that ask for it are noted where
+  they are read back (``inert.actors._intents``), and a claim in a conversation with such a
+  tool waits, held with the inputs of its call after it, until every earlier claim of the
+  conversation has its first decision read back, so that it sees the same dispatches live and
+  on replay, whichever earlier calls took their decisions as recorded.
 - Nothing is kept for ever. A finished call is kept, small, as long as its turn is known: what
   is addressed to it later is judged against it (``call_terminal``). The runtime retires a turn
   that has had no live call, and no dispatched call waiting for its outcome, for its horizon
@@ -102,6 +107,7 @@ from ._call import (
 )
 from ._decider import decide
 from ._handlers import takes_fragment_alone
+from ._intents import Intents, asks_for_intents, intent_of, scope_of
 from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
 from ._slot import Slot
 
@@ -203,6 +209,7 @@ class CallFold:
         self.responses = ResponseTurns()
         self.records: dict[CallKey, Slot] = {}
         self._index = LiveIndex()
+        self.intents = Intents()
         self._resumable: dict[ResponseRef, int | None] = {}
         self._resume_points: dict[ResponseRef, ResumePoint] = {}
         # Every call with a slot, by turn: what a retirement forgets.
@@ -246,8 +253,7 @@ class CallFold:
             return self._leased(event, recorded_event.version)
         self._at = recorded_event.recorded_at
         if kind is TurnRetired:
-            self._retire(event.turn)  # type: ignore[attr-defined]
-            return []
+            return self._retire(event.turn)  # type: ignore[attr-defined]
         if kind in _OUTCOME_TYPES:
             self._outcome(event)  # type: ignore[arg-type]
             return []
@@ -416,6 +422,11 @@ class CallFold:
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         slot = self.records.get(key) or self._record(key)
+        claim = type(event) is ClaimRequested
+        if claim and asks_for_intents(self.scope.turn(key.turn_ref)):
+            # Queued whatever the call's state, degraded or not: the queue is the log's order
+            # of claims alone, the same live and on every replay (rule 12).
+            self.intents.claimed(key, recorded_event.position)
         if slot.degraded:
             return []
         received = Input(
@@ -427,10 +438,38 @@ class CallFold:
         if slot.phase is Phase.ABSENT and recorded_event.stream == key.response_ref.stream:
             slot.opened_version = recorded_event.version
         context = self._context(slot, event)
-        if slot.validating is not None or slot.held:
+        if slot.validating is not None or slot.held or (claim and self.intents.waits(key)):
             slot.held.append((received, context))
             return []
         return self._step(slot, received, context)
+
+    def _drain(self, slot: Slot) -> list[Work]:
+        """Decide the inputs held back for the call, in order, until one must wait again: for
+        a validation, or a claim for the decisions of earlier claims (rule 12)."""
+        work: list[Work] = []
+        while slot.held and slot.validating is None:
+            received, context = slot.held[0]
+            if type(received.event) is ClaimRequested and self.intents.waits(slot.key):
+                break
+            slot.held.pop(0)
+            work.extend(self._step(slot, received, context))
+        return work
+
+    def _release(self, key: CallKey | None) -> list[Work]:
+        """Decide what the call first in its conversation's queue of claims held back."""
+        slot = None if key is None else self.records.get(key)
+        if slot is None or slot.degraded:
+            return []
+        return self._drain(slot)
+
+    def _with_intent(self, slot: Slot, context: CallContext) -> CallContext:
+        """The context of a claim, with the call dispatched already for its intent (rule 12)."""
+        scope = scope_of(context.turn, slot.tool)
+        if scope is None or not slot.arguments_digest:
+            return context
+        intent = intent_of(slot.key, scope, slot.tool, slot.arguments_digest)
+        earlier = self.intents.earlier(intent)
+        return context if earlier is None else context._replace(duplicate_of=earlier)
 
     def _step(
         self, slot: Slot, received: Input | ValidationOutcome, context: CallContext
@@ -439,6 +478,8 @@ class CallFold:
         acting = self.live and self.owns(key.turn_ref)
         previous = slot.deadline(self.limits) if acting else None
         was_live = slot.live
+        if isinstance(received, Input) and type(received.event) is ClaimRequested:
+            context = self._with_intent(slot, context)
         decisions = decide(slot, received, context)
         for decision in decisions:
             slot.absorb(decision)
@@ -518,6 +559,25 @@ class CallFold:
         self._note_if_idle(turn)
 
     def _decision(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
+        work = self._decided(recorded_event, event)
+        # Where a decision is read back, not where it is made: a call that takes its decisions
+        # as recorded notes its dispatch at the same position as one that decides (rule 12).
+        key = _key_of(event)
+        if type(event) is CallDispatched:
+            self._note_dispatch(key)
+        first = self.intents.read_back(key, getattr(event, "cause", 0))
+        if first is not None:
+            work.extend(self._release(first))
+        return work
+
+    def _note_dispatch(self, key: CallKey) -> None:
+        slot = self.records.get(key)
+        if slot is None:
+            return
+        if scope_of(self.scope.turn(key.turn_ref), slot.tool) is not None:
+            self.intents.dispatched(key, slot.tool, slot.arguments_digest)
+
+    def _decided(self, recorded_event: RecordedEvent, event: Event) -> list[Work]:
         self._at = recorded_event.recorded_at
         key = _key_of(event)
         if isinstance(event, CallFailed) and event.reason is FailReason.LIMIT_EXCEEDED:
@@ -621,9 +681,7 @@ class CallFold:
                 _describe(event),
             )
         slot.validation_context = None
-        while slot.held and slot.validating is None:
-            received, held_context = slot.held.pop(0)
-            work.extend(self._step(slot, received, held_context))
+        work.extend(self._drain(slot))
         return work
 
     def _record(self, key: CallKey) -> Slot:
@@ -652,10 +710,11 @@ class CallFold:
         byte, bit = _bit_of(turn)
         self._forgotten_in[byte] |= bit
 
-    def _retire(self, turn: TurnRef) -> None:
-        """Forget a turn without a live call, and every call of it (``TurnRetired``)."""
+    def _retire(self, turn: TurnRef) -> list[Work]:
+        """Forget a turn without a live call, and every call of it (``TurnRetired``); a claim
+        that waited for the decision of a claim of one of its calls is decided now."""
         if self.scope.turn(turn) is None or turn in self._index.by_turn or turn in self._running_in:
-            return
+            return []
         records = self.records
         for key in self._calls_of_turn.take(turn):
             if records[key].counted:
@@ -668,6 +727,7 @@ class CallFold:
         for responses in (self._resumable, self._resume_points):
             for response in [response for response in responses if response.turn_ref == turn]:
                 del responses[response]
+        return self._release(self.intents.retire(turn))
 
     def _redacted(self, recorded_event: RecordedEvent) -> list[Work]:
         # A call whose input is gone can no longer be decided again: it takes its recorded

@@ -16,6 +16,7 @@ from ..events import (
     CallDispatched,
     CallEnded,
     CallFailed,
+    CallKey,
     CallOpened,
     CallStopRequested,
     CallTerminalCandidate,
@@ -69,11 +70,18 @@ class Judge:
         self.received = received
         self.cause = cause
 
-    def cancel(self, reason: CancelReason) -> tuple[Decision, ...]:
+    def cancel(
+        self, reason: CancelReason, *, duplicate_of: CallKey | None = None
+    ) -> tuple[Decision, ...]:
         fragments, size = self._received()
         return (
             CallCancelled(
-                key=self.state.key, cause=self.cause, reason=reason, fragments=fragments, size=size
+                key=self.state.key,
+                cause=self.cause,
+                reason=reason,
+                fragments=fragments,
+                size=size,
+                duplicate_of=duplicate_of,
             ),
         )
 
@@ -643,7 +651,7 @@ def deny(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     return judge.cancel(CancelReason.CONFIRMATION_DENIED)
 
 
-def claim(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+def claim(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     event = _event(judge)
     assert isinstance(event, ClaimRequested)
     state = judge.state
@@ -669,6 +677,11 @@ def claim(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
         return judge.reject(
             RejectReason.MISMATCHED_CONFIRMATION,
             "the arguments to run are not the ones the confirmation named",
+        )
+    earlier = context.duplicate_of
+    if earlier is not None and context.turn is not None and context.turn.rules >= 6:
+        return judge.cancel(CancelReason.DUPLICATE_OF, duplicate_of=earlier) + judge.reject(
+            RejectReason.NOT_READY, f"an identical call ran already: {earlier.stream}"
         )
     return (
         CallDispatched(

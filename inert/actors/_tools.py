@@ -26,7 +26,7 @@ from typing import Any
 import jsonschema_rs
 from attrs import field, frozen, validators
 
-from ..events import CallKey, ConfigurationError, FailReason, OfferedTool
+from ..events import CallKey, ConfigurationError, FailReason, IntentScope, OfferedTool
 from ._arguments import ParsedArguments, canonical_json
 from ._call import ValidationRequested, ValidationResult, Validator
 
@@ -68,6 +68,18 @@ PermissionPolicy = Callable[[CallUnderValidation], Awaitable[bool]]
 """Says whether the turn's principal may run this call."""
 
 
+def _intent_scope(value: object) -> IntentScope | None:
+    """``None``, an ``IntentScope`` or its value (``"turn"``, ``"conversation"``)."""
+    if value is None or isinstance(value, IntentScope):
+        return value
+    if isinstance(value, str) and value in IntentScope._value2member_map_:
+        return IntentScope(value)
+    choices = ", ".join(repr(scope.value) for scope in IntentScope)
+    raise ConfigurationError(
+        f"one_action_per_intent is None, {choices} or an IntentScope, not {value!r}"
+    )
+
+
 @frozen(kw_only=True)
 class ToolDeclaration:
     """A tool the agent server may offer to the model."""
@@ -80,6 +92,13 @@ class ToolDeclaration:
         default=None, validator=validators.optional(validators.ge(2)), kw_only=True
     )
     """The size the tool allows its canonical arguments, below the runtime's own limit."""
+    one_action_per_intent: IntentScope | None = field(
+        default=None, converter=_intent_scope, kw_only=True
+    )
+    """Where a call identical to one dispatched already (same tool, same canonical arguments)
+    is cancelled ``duplicate_of`` instead of running again: within its turn
+    (``IntentScope.TURN``, or ``"turn"``) or its conversation (``"conversation"``); ``None``
+    (the default) runs every call. Part of the declaration its turn records."""
     validator: BusinessValidator | None = field(default=None, eq=False)
     """Checks the arguments once per call after the schema; code, so not part of the digest."""
     policy: PermissionPolicy | None = field(default=None, eq=False)
@@ -102,6 +121,8 @@ class ToolDeclaration:
         if self.max_bytes is not None:
             # Only when set, so that the digests of declarations without one stay what they were.
             document["max_bytes"] = self.max_bytes
+        if self.one_action_per_intent is not None:
+            document["one_action_per_intent"] = self.one_action_per_intent.value
         try:
             canonical = canonical_json(document)
         except TypeError as error:
@@ -115,7 +136,11 @@ class ToolDeclaration:
         return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
     def offered(self) -> OfferedTool:
-        return OfferedTool(name=self.name, digest=self.digest)
+        return OfferedTool(
+            name=self.name,
+            digest=self.digest,
+            one_action_per_intent=self.one_action_per_intent,
+        )
 
 
 class ToolRegistry:
@@ -372,6 +397,7 @@ def declaration_from_function(
     name: str | None = None,
     needs_confirmation: bool = False,
     max_bytes: int | None = None,
+    one_action_per_intent: IntentScope | str | None = None,
 ) -> ToolDeclaration:
     """A declaration whose schema is the function's signature: each parameter a property of its
     annotated type (``str``, ``int``, ``float``, ``bool``, ``None``, ``Literal``, an ``Enum``,
@@ -411,6 +437,7 @@ def declaration_from_function(
         needs_confirmation=needs_confirmation,
         description=description.split("\n\n")[0].replace("\n", " "),
         max_bytes=max_bytes,
+        one_action_per_intent=_intent_scope(one_action_per_intent),
     )
 
 
@@ -446,7 +473,9 @@ def declarations_from_json(document: object) -> list[ToolDeclaration]:
     Gemini ``{"functionDeclarations": [...]}`` (each with ``name`` and ``parameters``). inert's
     own settings sit under ``x-inert``: ``{"confirm": true}`` makes a call of the tool wait for
     the person's confirmation; ``{"strict": false}`` accepts a schema that lets the model add
-    properties nobody declared; ``{"max_bytes": 4096}`` bounds the tool's canonical arguments.
+    properties nobody declared; ``{"max_bytes": 4096}`` bounds the tool's canonical arguments;
+    ``{"one_action_per_intent": "turn"}`` (or ``"conversation"``) runs a call identical to one
+    dispatched already in that scope no more (see ``ToolDeclaration``).
     """
     if not isinstance(document, list):
         raise ConfigurationError(
@@ -511,7 +540,7 @@ def _declaration(
     own = settings.get("x-inert", body.get("x-inert", {}))
     if not isinstance(own, Mapping):
         raise ConfigurationError(f"tool {name!r}: x-inert is not a JSON object")
-    unknown = sorted(set(own) - {"confirm", "strict", "max_bytes"})
+    unknown = sorted(set(own) - {"confirm", "strict", "max_bytes", "one_action_per_intent"})
     if unknown:
         raise ConfigurationError(f"tool {name!r}: unknown x-inert settings: {', '.join(unknown)}")
     confirm, strict = own.get("confirm", False), own.get("strict", True)
@@ -520,6 +549,10 @@ def _declaration(
     max_bytes = own.get("max_bytes")
     if max_bytes is not None and (type(max_bytes) is not int or max_bytes < 2):
         raise ConfigurationError(f"tool {name!r}: x-inert max_bytes is a count of at least 2")
+    try:
+        intent = _intent_scope(own.get("one_action_per_intent"))
+    except ConfigurationError as error:
+        raise ConfigurationError(f"tool {name!r}: x-inert {error}") from None
     return ToolDeclaration(
         name=name,
         parameters=parameters,
@@ -527,4 +560,5 @@ def _declaration(
         description=description,
         strict=strict,
         max_bytes=max_bytes,
+        one_action_per_intent=intent,
     )

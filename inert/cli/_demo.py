@@ -64,6 +64,7 @@ DEMO_TOOLS = (
             "additionalProperties": False,
         },
         needs_confirmation=True,
+        one_action_per_intent="conversation",
     ),
     ToolDeclaration(
         name="delete_files",
@@ -291,6 +292,32 @@ async def _stop_while_running(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     )
 
 
+async def _email_asked_twice(runtime: Runtime) -> None:
+    """(g) One action per intent: the model asks twice for the same email; it is sent once."""
+    turn = await _start(runtime, "c8", "t8")
+    message = b'{"to": "dave@example.com", "subject": "Invoice 42", "body": "Paid in full."}'
+    once = _Streamed(turn, "resp_8", "fc_1", tool="send_email", arguments=message)
+    twice = _Streamed(turn, "resp_8", "fc_2", tool="send_email", arguments=message)
+    await _stream(runtime, once, twice)
+    for call in (once, twice):
+        digest = await _validated_digest(runtime, call.key)
+        await runtime.confirm(call.key, principal=PRINCIPAL, arguments_digest=digest)
+    await runtime.settle()
+    await runtime.complete(await runtime.claim(once.key, executor=EXECUTOR))
+    try:
+        await runtime.claim(twice.key, executor=EXECUTOR)
+    except ClaimRefused:
+        claimed = "refused"
+    else:
+        claimed = "DISPATCHED, which is a bug"
+    await runtime.settle()
+    print(
+        f"turn t8: the model asks twice for the same send_email, which runs once per"
+        f" conversation; {PRINCIPAL} confirms both; fc_1 is sent, a claim of fc_2 is {claimed}:"
+        f" fc_2 is {_what_became_of(runtime, twice.key)}"
+    )
+
+
 async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
     # (c, continued) A confirmation binds the person and the exact arguments.
     email = calls["t3"].key
@@ -355,7 +382,13 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
 
     await _stop_while_running(runtime, calls)
 
-    # (g) A provider delivers a terminal event twice: the same end event, fed again.
+    await _email_asked_twice(runtime)
+
+    await _end_event_twice(runtime, calls)
+
+
+async def _end_event_twice(runtime: Runtime, calls: dict[str, _Streamed]) -> None:
+    """(h) A provider delivers a terminal event twice: the same end event, fed again."""
     first = calls["t1a"]
     position = await runtime.log.head()
     await runtime.feed([first.ended()])
@@ -367,16 +400,21 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     )
 
 
+def _settings(tool: ToolDeclaration) -> str:
+    """What the demo says of a tool beside its name."""
+    settings = ["needs confirmation"] if tool.needs_confirmation else []
+    if tool.one_action_per_intent is not None:
+        settings.append(f"runs once per {tool.one_action_per_intent.value}")
+    return f" ({', '.join(settings)})" if settings else ""
+
+
 async def demo_command(url: str, tracer_provider: TracerProvider | None = None) -> None:
     async with open_log(url) as log:
         stored = await log.head()
     if stored:
         raise ConfigurationError(f"the demo needs an empty log; {url} holds {stored} events")
     print(f"inert demo on {url}")
-    names = ", ".join(
-        tool.name + (" (needs confirmation)" if tool.needs_confirmation else "")
-        for tool in DEMO_TOOLS
-    )
+    names = ", ".join(tool.name + _settings(tool) for tool in DEMO_TOOLS)
     print(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
     calls: dict[str, _Streamed] = {}
     async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:

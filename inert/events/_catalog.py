@@ -51,6 +51,9 @@ class CancelReason(enum.StrEnum):
     TOOL_DISABLED = "tool_disabled"
     TENANT_STOPPED = "tenant_stopped"
     SERVER_EXECUTED = "server_executed"
+    DUPLICATE_OF = "duplicate_of"
+    """A call identical to one dispatched already (same tool, same canonical arguments) in the
+    scope its tool asks for (``IntentScope``): the cancellation names the earlier call."""
 
 
 class FailReason(enum.StrEnum):
@@ -112,18 +115,29 @@ class TerminalRef:
             raise ValueError("a terminal reference needs a provider sequence or a digest")
 
 
+class IntentScope(enum.StrEnum):
+    """Where a tool runs one action per intent: a call identical to one dispatched already
+    (same tool, same canonical arguments) in the same turn, or in the same conversation, is
+    cancelled ``duplicate_of`` instead of running again (rules 6 on)."""
+
+    TURN = "turn"
+    CONVERSATION = "conversation"
+
+
 @frozen(kw_only=True)
 class OfferedTool:
-    """A tool declaration offered to the model for a turn, bound by name and digest."""
+    """A tool declaration offered to the model for a turn, bound by name and digest, with what
+    of the declaration the decider reads: whether it runs one action per intent, and where."""
 
     name: str = field(validator=validators.min_len(1))
     digest: str
+    one_action_per_intent: IntentScope | None = None
 
 
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 5
+RULES_VERSION = 6
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
@@ -132,7 +146,9 @@ validity bounds the ready window (a call confirmed and not claimed before its co
 expires is cancelled ``confirmation_expired`` when it is claimed). 5: a call that is running
 (dispatched, its outcome not recorded) when its turn is cancelled or superseded, its response
 quarantined, its tool disabled or its tenant stopped gets one stop request
-(``CallStopRequested``) that its executor is told of. A turn is judged by the
+(``CallStopRequested``) that its executor is told of. 6: a tool may ask for one action per
+intent (``OfferedTool.one_action_per_intent``): a claim of a call identical to one dispatched
+already in its scope cancels it ``duplicate_of``. A turn is judged by the
 rules it was started under, so that a log written before a rule existed replays to the
 decisions it holds."""
 
@@ -142,7 +158,17 @@ def _judged_by_the_first_rules(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "rules": 1}
 
 
-@event_type("ingress.turn_started", schema_version=2, upcasters={1: _judged_by_the_first_rules})
+def _offered_without_intents(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 turns were started before a tool could ask for one action per intent."""
+    tools = [{**tool, "one_action_per_intent": None} for tool in fields.get("tools", ())]
+    return {**fields, "tools": tools}
+
+
+@event_type(
+    "ingress.turn_started",
+    schema_version=3,
+    upcasters={1: _judged_by_the_first_rules, 2: _offered_without_intents},
+)
 @frozen(kw_only=True)
 class TurnStarted(Event):
     """The agent server started a turn for an authenticated principal with these tools, to be
@@ -620,7 +646,12 @@ class CallDispatched(Event):
     executor: str
 
 
-@event_type("decision.cancelled")
+def _not_a_duplicate(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 cancellations were made before a call could be the duplicate of another."""
+    return {**fields, "duplicate_of": None}
+
+
+@event_type("decision.cancelled", schema_version=2, upcasters={1: _not_a_duplicate})
 @frozen(kw_only=True)
 class CallCancelled(Event):
     """The call ended without running because it was no longer wanted.
@@ -628,6 +659,8 @@ class CallCancelled(Event):
     For a call that ends while its arguments are still arriving, ``fragments`` and ``size``
     count what it had received (with the fragment that ended it, if one did), so that the record
     outlives the fragments, which retention redacts; past that, its terminal candidate holds them.
+    ``duplicate_of`` names the earlier call dispatched for the same intent, where the reason is
+    ``duplicate_of``, and only there.
     """
 
     key: CallKey
@@ -635,6 +668,11 @@ class CallCancelled(Event):
     reason: CancelReason
     fragments: int | None = field(default=None, validator=validators.optional(_non_negative))
     size: int | None = field(default=None, validator=validators.optional(_non_negative))
+    duplicate_of: CallKey | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if (self.duplicate_of is not None) != (self.reason is CancelReason.DUPLICATE_OF):
+            raise ValueError("a cancellation names an earlier call exactly when it is a duplicate")
 
 
 @event_type("decision.failed")

@@ -316,7 +316,9 @@ def _cancelled(call: Call, row: Row, event: CallCancelled) -> None:
 
 
 def _cancelled_detail(event: CallCancelled) -> str:
-    return event.reason.value
+    earlier = event.duplicate_of
+    # A duplicate names the call that ran its intent before it.
+    return event.reason.value if earlier is None else f"{event.reason.value} {earlier.stream}"
 
 
 def _failed(call: Call, row: Row, event: CallFailed) -> None:

@@ -55,6 +55,7 @@ class StatusCue(enum.StrEnum):
     STOP_REQUESTED = "stop requested while running"
     DONE = "done"
     CANCELLED = "cancelled: nothing was done"
+    DUPLICATE = "not run again: an identical call ran already"
     STOPPED = "stopped by an operator: nothing was done; retry later or hand off"
     FAILED = "failed: nothing was done; retry or hand off"
     ACTION_FAILED = "the action reported an error"
@@ -77,6 +78,7 @@ _RUN_STOPPED = StatusCue.RUN_STOPPED
 _DONE = StatusCue.DONE
 _CANCELLED = StatusCue.CANCELLED
 _STOPPED = StatusCue.STOPPED
+_DUPLICATE = StatusCue.DUPLICATE
 _FAILED = StatusCue.FAILED
 _ACTION_FAILED = StatusCue.ACTION_FAILED
 _UNKNOWN = StatusCue.UNKNOWN
@@ -248,7 +250,12 @@ class Status(Routed):
         call.claim = event.claim_id
 
     def _cancelled(self, recorded: RecordedEvent, event: CallCancelled) -> None:
-        self._decided(_STOPPED if event.reason in _BY_OPERATORS else _CANCELLED, recorded, event)
+        reason = event.reason
+        if reason is CancelReason.DUPLICATE_OF:
+            cue = _DUPLICATE
+        else:
+            cue = _STOPPED if reason in _BY_OPERATORS else _CANCELLED
+        self._decided(cue, recorded, event)
 
     # After the executor's report on a dispatched call: the first known outcome stands; an
     # unknown one never hides a known one.

@@ -1,7 +1,7 @@
 """inert.testing: the deterministic simulator, its invariant checker and planted bugs.
 
 ``simulate(seed)`` drives the real runtime through a seeded plan of awkward event orders and
-checks the contract's invariants (I1-I10) over the log it wrote; run your own tool declarations
+checks the contract's invariants (I1-I12) over the log it wrote; run your own tool declarations
 and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``,
 or name them for ``inert simulate --tools module:attribute`` (a ``ToolSuite`` or a list of
 tools, ``load_suite``).

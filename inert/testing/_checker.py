@@ -1,4 +1,4 @@
-"""The invariants of the contract (I1-I11), checked over a log, one event at a time.
+"""The invariants of the contract (I1-I12), checked over a log, one event at a time.
 
 The checker is an independent model of what the log must show: it never asks the decider or
 the projections what they think, so that a bug in either (or one planted on purpose) cannot
@@ -27,7 +27,11 @@ may claim given everything before it:
 - I11: in a turn of rules 5 on, a stop request names the claim that dispatched its call, comes
   while the call runs (no outcome before it), once, for a stopping input (its turn cancelled or
   superseded, its response quarantined, its tool disabled, its tenant stopped); and once
-  everything settled, a call that such an input concerned while it ran was asked to stop.
+  everything settled, a call that such an input concerned while it ran was asked to stop;
+- I12: in a turn of rules 6 on, a call of a tool that runs one action per intent is never
+  dispatched after a call of the same tool name and arguments digest, in the tool's scope (the
+  turn, or the conversation), whose own tool asked for it too, while that call's turn was not
+  retired; and a ``duplicate_of`` cancellation names such a call, dispatched before it.
 
 I8 (a replay gives the live state) needs the runtime's views; the simulator checks it. On a
 log whose argument payloads retention redacted, I4 checks sequences and order only (the
@@ -73,6 +77,7 @@ from ..events import (
     ExecutionFailed,
     ExecutionOutcomeUnknown,
     ExecutionStopped,
+    IntentScope,
     RecordedEvent,
     Redacted,
     ResponseEnded,
@@ -86,6 +91,7 @@ from ..events import (
     ToolEnabled,
     TurnCancelled,
     TurnRef,
+    TurnRetired,
     TurnStarted,
     TurnSuperseded,
 )
@@ -93,7 +99,7 @@ from ..events import (
 
 @frozen(kw_only=True)
 class Violation:
-    """One broken invariant: which (``I1``..``I10``, ``crash``, ``nondeterminism``, or
+    """One broken invariant: which (``I1``..``I12``, ``crash``, ``nondeterminism``, or
     ``tool_error`` for a tool's own code that raised), for which call key (its stream name, or
     empty), at which log position (0 where none), and how."""
 
@@ -141,6 +147,7 @@ class _Turn:
     principal: str
     offered: dict[str, str]
     rules: int
+    intents: dict[str, IntentScope | None] = field(factory=dict)
     cancelled: int | None = None
     superseded: int | None = None
 
@@ -217,7 +224,7 @@ def strict_json_object(data: bytes) -> dict[str, Any] | None:
 
 
 class InvariantChecker:
-    """Checks I1-I7 and I9-I11 over a log fed to it in position order (``observe``).
+    """Checks I1-I7 and I9-I12 over a log fed to it in position order (``observe``).
 
     ``tools``: the declarations the runtime was given (their digests tell which calls need a
     confirmation and what size each allows); ``limits``: the runtime's limits.
@@ -244,6 +251,10 @@ class InvariantChecker:
         self._dispatch_claims: dict[str, int] = {}
         # The turn each provider response (tenant, response id) was first seen under.
         self._response_turns: dict[tuple[str, str], TurnRef] = {}
+        # I12: the calls dispatched for each (tenant, conversation, tool, arguments digest), of
+        # tools that run one action per intent, and the turns a retirement was recorded for.
+        self._ran: dict[tuple[str, str, str, str], list[CallKey]] = {}
+        self._retired: set[TurnRef] = set()
 
     # --- reporting ---
 
@@ -279,6 +290,10 @@ class InvariantChecker:
                 known = self._turns.get(turn)
                 if known is not None and known.superseded is None:
                     known.superseded = position
+            case TurnRetired(turn=turn):
+                # Void or not: what a turn retired forgets may run again (I12), and the
+                # checker never claims more than the log shows.
+                self._retired.add(turn)
             case ResponseEnded(response=response, reason=reason):
                 self._response_ends.setdefault(response, []).append((position, reason))
                 self._response_turns.setdefault(
@@ -310,7 +325,8 @@ class InvariantChecker:
                 known.superseded = position
         self._latest[conversation] = turn
         offered = {tool.name: tool.digest for tool in event.tools}
-        self._turns[turn] = _Turn(position, event.principal, offered, event.rules)
+        intents = {tool.name: tool.one_action_per_intent for tool in event.tools}
+        self._turns[turn] = _Turn(position, event.principal, offered, event.rules, intents)
 
     def _call(self, key: CallKey) -> _Call:
         call = self._calls.get(key)
@@ -333,6 +349,12 @@ class InvariantChecker:
                 self._confirmed(self._call(key), event, position)
             case CallDispatched(key=key):
                 self._dispatched(self._call(key), event, position)
+            case CallCancelled(key=key, cause=cause, duplicate_of=earlier) if earlier is not None:
+                call = self._call(key)
+                call.answered.add(cause)
+                if call.ended is None:
+                    call.ended = cause
+                self._check_duplicate(call, earlier, position)
             case CallCancelled(key=key, cause=cause) | CallFailed(key=key, cause=cause):
                 call = self._call(key)
                 call.answered.add(cause)
@@ -677,6 +699,60 @@ class InvariantChecker:
                 position,
             )
         self._check_wanted(call, claim, position)
+        self._check_intent(call, position)
+
+    # --- I12: one action per intent ---
+
+    def _intent(self, call: _Call) -> tuple[IntentScope, tuple[str, str, str, str]] | None:
+        """The scope and intent of a validated call whose tool, as its turn offered it, runs
+        one action per intent (in a turn of rules 6 on); None for any other call."""
+        key, validated = call.key, call.validated
+        turn = self._turns.get(key.turn_ref)
+        if validated is None or turn is None or turn.rules < 6:
+            return None
+        scope = turn.intents.get(validated.tool)
+        if scope is None:
+            return None
+        return scope, (key.tenant, key.conversation, validated.tool, validated.arguments_digest)
+
+    def _ran_before(
+        self, key: CallKey, scope: IntentScope, intent: tuple[str, str, str, str]
+    ) -> list[CallKey]:
+        """The calls of the intent dispatched so far, in the scope, of turns not retired."""
+        return [
+            earlier
+            for earlier in self._ran.get(intent, ())
+            if earlier != key
+            and earlier.turn_ref not in self._retired
+            and (scope is IntentScope.CONVERSATION or earlier.turn == key.turn)
+        ]
+
+    def _check_intent(self, call: _Call, position: int) -> None:
+        found = self._intent(call)
+        if found is None:
+            return
+        scope, intent = found
+        ran = self._ran_before(call.key, scope, intent)
+        if ran:
+            self._violate(
+                "I12",
+                call.key,
+                f"dispatched although {ran[0].stream} ran the same intent before, in its"
+                f" {scope.value}",
+                position,
+            )
+        self._ran.setdefault(intent, []).append(call.key)
+
+    def _check_duplicate(self, call: _Call, earlier: CallKey, position: int) -> None:
+        found = self._intent(call)
+        if found is None or earlier not in self._ran_before(call.key, *found):
+            self._violate(
+                "I12",
+                call.key,
+                f"cancelled as a duplicate of {earlier.stream}, which did not run its intent"
+                " before, in its tool's scope",
+                position,
+            )
 
     def _check_confirmation_in_time(self, call: _Call, claim: _Input, position: int) -> None:
         turn = self._turns.get(call.key.turn_ref)

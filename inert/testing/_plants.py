@@ -123,6 +123,17 @@ def _never_stop_a_running_call() -> Iterator[None]:
         yield
 
 
+def _dispatch_repeated_intent() -> Any:
+    """A claim of a call whose intent ran already is judged as if none had (one action per
+    intent ignored)."""
+    original = _decider.TABLE[(Phase.VALIDATED, ClaimRequested)]
+
+    def intent_ignored(judge: Any, context: _call.CallContext) -> Any:
+        return original(judge, context._replace(duplicate_of=None))
+
+    return _table_row(Phase.VALIDATED, ClaimRequested, intent_ignored)
+
+
 def _redispatch_unknown_outcome() -> Any:
     """A claim of a dispatched call (its outcome unknown after a restart) dispatches it again."""
     return _table_row(Phase.DISPATCHED, ClaimRequested, _handlers.claim)
@@ -165,6 +176,7 @@ PLANTS: dict[str, Callable[[], Any]] = {
     "dispatch_before_validation": _dispatch_before_validation,
     "accept_stale_confirmation": _accept_stale_confirmation,
     "claim_after_confirmation_expired": _claim_after_confirmation_expired,
+    "dispatch_repeated_intent": _dispatch_repeated_intent,
     "redispatch_unknown_outcome": _redispatch_unknown_outcome,
     "never_stop_a_running_call": _never_stop_a_running_call,
     "accept_nan": _accept_nan,

@@ -29,6 +29,7 @@ from ..events import (
     CallKey,
     CallOpened,
     Event,
+    IntentScope,
     ResponseEnded,
     ResponseEndReason,
     ResponseRef,
@@ -63,6 +64,7 @@ DEMO_TOOLS: tuple[SimulatedTool, ...] = (
     SimulatedTool(
         declaration=ToolDeclaration(
             name="get_weather",
+            one_action_per_intent=IntentScope.TURN,
             parameters={
                 "type": "object",
                 "properties": {
@@ -85,6 +87,7 @@ DEMO_TOOLS: tuple[SimulatedTool, ...] = (
         declaration=ToolDeclaration(
             name="send_email",
             needs_confirmation=True,
+            one_action_per_intent=IntentScope.CONVERSATION,
             parameters={
                 "type": "object",
                 "properties": {"to": _STRING, "body": _STRING, "priority": {"type": "integer"}},
@@ -115,8 +118,9 @@ DEMO_TOOLS: tuple[SimulatedTool, ...] = (
         ),
     ),
 )
-"""The simulator's own tools: one plain, one that needs confirmation, one with a size allowance
-(one of its examples breaks it)."""
+"""The simulator's own tools: one that runs each intent once per turn, one that needs confirmation
+and runs each intent once per conversation, one with a size allowance (one of its examples
+breaks it)."""
 
 
 SIMULATION_LIMITS = CallLimits(

@@ -12,7 +12,7 @@ import itertools
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar, cast
+from typing import TypedDict, TypeVar, cast
 
 import attrs
 import pytest
@@ -61,6 +61,7 @@ from inert.events import (
     Event,
     EventRejected,
     FailReason,
+    IntentScope,
     OfferedTool,
     Phase,
     RejectReason,
@@ -1030,7 +1031,14 @@ OPEN_STATES: dict[str, Callable[[Call], None]] = {
 }
 
 
-def received_counts(call: Call) -> dict[str, int]:
+class Received(TypedDict, total=False):
+    """The counts an ending decision records, as its keyword arguments."""
+
+    fragments: int
+    size: int
+
+
+def received_counts(call: Call) -> Received:
     """The counts an ending decision records: those of a call still collecting, else none."""
     if call.state.phase is not Phase.COLLECTING:
         return {}
@@ -1614,3 +1622,63 @@ def test_a_protocol_violation_of_the_response_fails_its_calls_with_that_reason()
     failed = [d for d in decisions if isinstance(d, CallFailed)]
     assert failed[0].reason is FailReason.PROTOCOL_VIOLATION
     assert "item id changed" in failed[0].detail
+
+
+# --- rule 12: one action per intent ------------------------------------------------------------
+
+EARLIER = attrs.evolve(KEY, call="call_earlier")
+
+
+def intent_context(rules: int = 6) -> CallContext:
+    """A turn of ``rules`` whose tool runs one action per intent, with ``EARLIER`` dispatched
+    already for the intent of the call's claim."""
+    tool = attrs.evolve(TOOL, one_action_per_intent=IntentScope.TURN)
+    turn = TurnView(principal=PRINCIPAL, tools={tool.name: tool}, rules=rules)
+    return CallContext(turn=turn, duplicate_of=EARLIER)
+
+
+def test_rule_12_a_claim_of_an_intent_dispatched_already_cancels_the_call() -> None:
+    """A ready call whose intent ran already is cancelled ``duplicate_of``, naming the earlier
+    call, and the claim is refused: the call is never dispatched."""
+    call = Call(intent_context())
+    validated(call)
+    decisions = call.send(claim())
+    assert kinds(decisions) == tags(CallCancelled, EventRejected)
+    cancelled = cancellation(decisions)
+    assert cancelled.reason is CancelReason.DUPLICATE_OF
+    assert cancelled.duplicate_of == EARLIER
+    assert one(decisions, EventRejected).reason is RejectReason.NOT_READY
+    assert EARLIER.stream in one(decisions, EventRejected).detail
+    assert call.state.phase is Phase.CANCELLED
+    assert rejection(call.send(claim("claim-2"))).reason is RejectReason.CALL_TERMINAL
+
+
+def test_rule_12_a_call_that_is_not_ready_or_not_wanted_is_judged_first() -> None:
+    """The earlier dispatch matters only to a claim that would dispatch: a call awaiting its
+    confirmation is refused not_ready, an unwanted one is cancelled for why it is unwanted."""
+    waiting = Call(intent_context())
+    awaiting(waiting)
+    assert rejection(waiting.send(claim())).reason is RejectReason.NOT_READY
+    assert waiting.state.awaiting_confirmation
+    unwanted = Call(intent_context())
+    validated(unwanted)
+    stopped = unwanted.send(
+        claim(), ctx=intent_context()._replace(blocked=CancelReason.TOOL_DISABLED)
+    )
+    assert cancellation(stopped).reason is CancelReason.TOOL_DISABLED
+
+
+def test_rule_12_a_turn_of_rules_before_6_runs_every_call() -> None:
+    """A turn started under rules 5 keeps them: its claim dispatches whatever ran before."""
+    call = Call(intent_context(rules=5))
+    validated(call)
+    assert kinds(call.send(claim())) == tags(CallDispatched)
+
+
+def test_rule_12_a_cancellation_names_an_earlier_call_exactly_when_it_is_a_duplicate() -> None:
+    """``CallCancelled`` refuses a duplicate without the earlier call, and an earlier call for
+    any other reason."""
+    with pytest.raises(ValueError, match="exactly when"):
+        CallCancelled(key=KEY, cause=1, reason=CancelReason.DUPLICATE_OF)
+    with pytest.raises(ValueError, match="exactly when"):
+        CallCancelled(key=KEY, cause=1, reason=CancelReason.SUPERSEDED, duplicate_of=EARLIER)

@@ -12,9 +12,14 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict
 
 import attrs
 import pytest
+import reference_fold
+from fold_views import folded_view, work_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inert.actors._call import CallLimits, ValidationRequested, ValidationResult
 from inert.actors._fold import (
@@ -36,6 +41,7 @@ from inert.events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
     CancelReason,
@@ -43,10 +49,12 @@ from inert.events import (
     ConfirmationDenied,
     ConfirmationGiven,
     DeadlineReached,
+    EditRefused,
     Event,
     EventRejected,
     ExecutionCompleted,
     FailReason,
+    IntentScope,
     LogDamaged,
     OfferedTool,
     Phase,
@@ -81,7 +89,16 @@ ARGUMENTS = b'{"units": "metric", "city": "Paris"}'
 CANONICAL = b'{"city":"Paris","units":"metric"}'
 DIGEST = "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
 PIECES = (ARGUMENTS[:12], ARGUMENTS[12:])
-COLLECTED = {"fragments": len(PIECES), "size": sum(len(piece) for piece in PIECES)}
+
+
+class Received(TypedDict):
+    """The counts an ending decision records, as its keyword arguments."""
+
+    fragments: int
+    size: int
+
+
+COLLECTED: Received = {"fragments": len(PIECES), "size": sum(len(piece) for piece in PIECES)}
 """The counts a call ending after ``collect`` records."""
 
 
@@ -115,6 +132,8 @@ def stream_of(event: Event) -> str:
             | CallDispatched()
             | CallCancelled()
             | CallFailed()
+            | CallStopRequested()
+            | EditRefused()
             | EventRejected()
         ):
             return event.key.stream
@@ -968,3 +987,207 @@ def test_a_dispatched_call_keeps_its_turn_from_idling_until_its_outcome() -> Non
     assert actors.fold.idle_turns(later) == [KEY.turn_ref]
     actors.feed(TurnRetired(turn=KEY.turn_ref))
     assert actors.fold.records == {}
+
+
+# --- one action per intent (rule 12) -----------------------------------------------------------
+
+ONCE = attrs.evolve(LOOKUP, one_action_per_intent=IntentScope.TURN)
+ONCE_IN_CONVERSATION = attrs.evolve(LOOKUP, one_action_per_intent=IntentScope.CONVERSATION)
+
+
+def ready_twice(actors: Actors, tool: OfferedTool, *keys: CallKey) -> None:
+    """Start each key's turn (once) offering ``tool``, and make each call ready with the same
+    arguments."""
+    started: set[TurnRef] = set()
+    for key in keys:
+        if key.turn_ref not in started:
+            started.add(key.turn_ref)
+            actors.feed(TurnStarted(turn=key.turn_ref, principal=PRINCIPAL, tools=(tool,)))
+        actors.collect(key)
+        actors.end(key)
+        actors.end_response(key)
+        actors.validate(key)
+
+
+def claim_unwritten(actors: Actors, key: CallKey, claim_id: str = "claim-1") -> list[Work]:
+    """A claim whose work is given back rather than done: its decisions are not written yet."""
+    return actors.fold.apply(
+        actors.log.add(ClaimRequested(key=key, claim_id=claim_id, executor="worker-1"))
+    )
+
+
+def write(actors: Actors, work: list[Work]) -> list[Work]:
+    """Write the decisions the work asks for; the work reading them back gave."""
+    following: list[Work] = []
+    for decision in appended(work):
+        following += actors.fold.apply(actors.log.add(decision))
+    return following
+
+
+def test_a_claim_waits_for_the_earlier_claim_of_its_conversation_then_is_a_duplicate() -> None:
+    """A claim that comes while the dispatch of an identical call is decided and not yet written
+    is held back; once that dispatch is read back, the claim cancels its call ``duplicate_of``
+    the earlier one, and a replay of the log decides the same."""
+    actors = Actors()
+    first, second = KEY, key_of("call_1", response="resp-2")
+    ready_twice(actors, ONCE, first, second)
+    dispatching = claim_unwritten(actors, first)
+    assert [type(decision) for decision in appended(dispatching)] == [CallDispatched]
+    assert claim_unwritten(actors, second, "claim-2") == []
+    released = write(actors, dispatching)
+    cancelled, refused = appended(released)
+    assert isinstance(cancelled, CallCancelled)
+    assert cancelled.reason is CancelReason.DUPLICATE_OF
+    assert cancelled.duplicate_of == first
+    assert isinstance(refused, EventRejected)
+    assert refused.reason is RejectReason.NOT_READY
+    assert write(actors, released) == []
+    assert actors.fold.state(second).reason == "duplicate_of"  # type: ignore[union-attr]
+    replayed = replay(actors.log.records)
+    assert replayed.state(second).reason == "duplicate_of"  # type: ignore[union-attr]
+    assert len(replayed.intents) == len(actors.fold.intents) == 1
+
+
+def test_a_refused_earlier_claim_lets_the_waiting_one_dispatch() -> None:
+    """When the earlier claim of the intent does not dispatch its call (its response was
+    quarantined), the claim waiting behind it dispatches its own."""
+    actors = Actors()
+    first, second = KEY, key_of("call_1", response="resp-2")
+    ready_twice(actors, ONCE, first, second)
+    actors.feed(
+        ResponseQuarantined(
+            response=first.response, tenant=first.tenant, operator="ops", reason="odd"
+        )
+    )
+    refusing = claim_unwritten(actors, first)
+    assert [type(decision) for decision in appended(refusing)] == [EventRejected]
+    assert claim_unwritten(actors, second, "claim-2") == []
+    released = write(actors, refusing)
+    assert [type(decision) for decision in appended(released)] == [CallDispatched]
+    write(actors, released)
+    replay(actors.log.records)
+
+
+def test_an_intent_is_once_per_turn_or_once_per_conversation_as_its_tool_asks() -> None:
+    """Turn scope runs the same call again in a later turn; conversation scope does not, until
+    the turn of the earlier call is retired with it."""
+    for tool, again in ((ONCE, True), (ONCE_IN_CONVERSATION, False)):
+        actors = Actors()
+        first = KEY
+        later = key_of("call_1", turn="turn-2", response="resp-2")
+        ready_twice(actors, tool, first)
+        _dispatch(actors, first)
+        ready_twice(actors, tool, later)
+        decisions = appended(actors.claim(later, "claim-2"))
+        assert isinstance(decisions[0], CallDispatched) is again, tool
+        replay(actors.log.records)
+
+
+def test_a_retired_turn_takes_its_dispatches_with_it() -> None:
+    """Once the earlier call's turn is retired, the conversation no longer knows its intent:
+    the same call in a later turn runs."""
+    actors = Actors()
+    first = KEY
+    ready_twice(actors, ONCE_IN_CONVERSATION, first)
+    _dispatch(actors, first)
+    actors.feed(ExecutionCompleted(key=first, claim_id="claim-1"))
+    later = key_of("call_1", turn="turn-2", response="resp-2")
+    ready_twice(actors, ONCE_IN_CONVERSATION, later)
+    actors.feed(TurnRetired(turn=first.turn_ref))
+    assert len(actors.fold.intents) == 0
+    assert [type(decision) for decision in appended(actors.claim(later))] == [CallDispatched]
+
+
+def test_a_claim_waiting_for_a_retired_turns_call_is_decided_at_the_retirement() -> None:
+    """A claim queued behind one whose call's turn is retired before its decision is read back
+    does not wait for ever: the retirement takes the earlier claim out of the queue."""
+    actors = Actors()
+    first = KEY
+    ready_twice(actors, ONCE_IN_CONVERSATION, first)
+    _dispatch(actors, first)
+    actors.feed(ExecutionCompleted(key=first, claim_id="claim-1"))
+    later = key_of("call_1", turn="turn-2", response="resp-2")
+    ready_twice(actors, ONCE_IN_CONVERSATION, later)
+    late_claim = claim_unwritten(actors, first, "claim-9")
+    assert [type(decision) for decision in appended(late_claim)] == [EventRejected]
+    assert claim_unwritten(actors, later, "claim-2") == []
+    released = actors.fold.apply(actors.log.add(TurnRetired(turn=first.turn_ref)))
+    assert [type(decision) for decision in appended(released)] == [CallDispatched]
+
+
+def _dispatch(actors: Actors, key: CallKey) -> None:
+    decisions = appended(actors.claim(key))
+    assert [type(decision) for decision in decisions] == [CallDispatched]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scope=st.sampled_from(IntentScope),
+    variants=st.lists(st.booleans(), min_size=2, max_size=4),
+    schedule=st.lists(st.integers(min_value=0, max_value=7), min_size=4, max_size=24),
+)
+def test_claims_however_interleaved_with_late_writes_run_each_intent_once(
+    scope: IntentScope, variants: list[bool], schedule: list[int]
+) -> None:
+    """Whatever the order of claims of a turn's calls and of the writing of their decisions
+    (each actor writes its own in order, late), an intent runs once, every claim is answered,
+    and a replay of the log, and the reference fold live and on replay, decide the same."""
+    tool = attrs.evolve(LOOKUP, one_action_per_intent=scope)
+    actors = Actors()
+    keys = [key_of(f"call_{index}", response=f"resp-{index}") for index in range(len(variants))]
+    actors.feed(TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(tool,)))
+    for key, other in zip(keys, variants, strict=True):
+        data = b'{"city": "Oslo"}' if other else ARGUMENTS
+        actors.feed(CallOpened(key=key, tool=tool.name, sequence=0))
+        actors.feed(ArgumentsAppended(key=key, data=data, first_sequence=1, last_sequence=1))
+        actors.feed(CallEnded(key=key, terminal=TerminalRef(sequence=2)))
+        actors.end_response(key)
+        actors.validate(key)
+    unwritten: dict[CallKey, list[Event]] = {key: [] for key in keys}
+
+    def take(work: list[Work]) -> None:
+        for item in work:
+            if isinstance(item, AppendDecisions):
+                unwritten[item.key].extend(item.decisions)
+
+    def write_one(key: CallKey) -> None:
+        if unwritten[key]:
+            take(actors.fold.apply(actors.log.add(unwritten[key].pop(0))))
+
+    claims = 0
+    for step in schedule:
+        key = keys[step % len(keys)]
+        if step < 4:
+            claims += 1
+            take(claim_unwritten(actors, key, f"claim-{claims}"))
+        else:
+            write_one(key)
+    while any(unwritten.values()):
+        for key in keys:
+            write_one(key)
+    dispatched = [key for key in keys if actors.fold.state(key).phase is Phase.DISPATCHED]  # type: ignore[union-attr]
+    intents = Counter(
+        actors.fold.state(key).arguments_digest  # type: ignore[union-attr]
+        for key in dispatched
+    )
+    assert all(count == 1 for count in intents.values()), intents
+    requests = {
+        record.position for record in actors.log.records if isinstance(record.event, ClaimRequested)
+    }
+    causes = {
+        getattr(record.event, "cause", 0)
+        for record in actors.log.records
+        if isinstance(record.event, CallDispatched | CallCancelled | EventRejected)
+    }
+    assert requests <= causes
+    replayed = replay(actors.log.records)
+    for key in keys:
+        assert replayed.state(key).phase is actors.fold.state(key).phase  # type: ignore[union-attr]
+    for live in (False, True):
+        reference = reference_fold.CallFold(LIMITS, live=live)
+        fold = CallFold(LIMITS, live=live)
+        for record in actors.log.records:
+            assert work_of(fold.apply(record)) == work_of(reference.apply(record))
+        assert folded_view(fold, {key.turn_ref for key in keys}) == folded_view(
+            reference, {key.turn_ref for key in keys}
+        )

@@ -6,10 +6,12 @@ import enum
 from collections.abc import Callable
 from typing import Any, Literal
 
+import attrs
 import pytest
 
 from inert import (
     ConfigurationError,
+    IntentScope,
     ToolDeclaration,
     declaration_from_function,
     declarations_from_json,
@@ -72,6 +74,35 @@ def test_x_inert_confirm_makes_a_tool_need_confirmation() -> None:
     assert tool.needs_confirmation
 
 
+def test_x_inert_one_action_per_intent_is_read() -> None:
+    """inert's own setting under x-inert runs each intent of the tool once in its scope."""
+    [tool] = declarations_from_json(
+        [{"name": "refund", "x-inert": {"one_action_per_intent": "conversation"}}]
+    )
+    assert tool.one_action_per_intent is IntentScope.CONVERSATION
+
+
+def test_one_action_per_intent_is_part_of_the_declaration_and_of_what_the_turn_records() -> None:
+    """Set, the scope changes the declaration's digest and travels with the tool a turn offers;
+    unset, the digest is what it always was."""
+    plain = ToolDeclaration(name="refund", parameters=SCHEMA)
+    once = ToolDeclaration(name="refund", parameters=SCHEMA, one_action_per_intent="turn")
+    assert once.one_action_per_intent is IntentScope.TURN
+    assert once.digest != plain.digest
+    assert plain.digest == ToolDeclaration(name="refund", parameters=SCHEMA).digest
+    assert once.offered().one_action_per_intent is IntentScope.TURN
+    assert plain.offered().one_action_per_intent is None
+    assert ToolRegistry().register(attrs.evolve(once, strict=False)) == once.offered()
+
+
+@pytest.mark.parametrize("value", ["day", "TURN", 1, True])
+def test_a_scope_that_is_not_one_is_a_configuration_error(value: object) -> None:
+    """Only None, "turn", "conversation" or an IntentScope name a scope; anything else says
+    which ones do."""
+    with pytest.raises(ConfigurationError, match="'turn', 'conversation'"):
+        ToolDeclaration(name="refund", one_action_per_intent=value)
+
+
 @pytest.mark.parametrize(
     ("document", "message"),
     [
@@ -84,6 +115,10 @@ def test_x_inert_confirm_makes_a_tool_need_confirmation() -> None:
         ([{"name": "a", "x-inert": {"retries": 3}}], "unknown x-inert settings: retries"),
         ([{"functionDeclarations": {}}], "functionDeclarations is not a list"),
         ([{"name": "a", "x-inert": {"max_bytes": "4k"}}], "max_bytes is a count"),
+        (
+            [{"name": "a", "x-inert": {"one_action_per_intent": "day"}}],
+            "tool 'a': x-inert one_action_per_intent is None, 'turn', 'conversation'",
+        ),
     ],
 )
 def test_a_bad_document_is_a_configuration_error(document: object, message: str) -> None:
@@ -144,6 +179,8 @@ def test_a_declaration_from_a_function_s_signature() -> None:
         "additionalProperties": False,
     }
     ToolRegistry([tool])
+    once = declaration_from_function(get_weather, one_action_per_intent="turn")
+    assert once.one_action_per_intent is IntentScope.TURN
 
 
 def _untyped(city, *rest: str) -> None:  # type: ignore[no-untyped-def]

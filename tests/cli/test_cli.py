@@ -60,6 +60,8 @@ DEMO_VALUES = [
     "Quarterly",
     "Revenue",
     "/home/alice",
+    "dave@example.com",
+    "Invoice",
 ]
 """Argument values the demo streams: none may be printed."""
 
@@ -166,6 +168,7 @@ def test_demo_narrates_each_step_and_ends_with_the_ledger_and_digest(
         "turn t5:",
         "turn t6:",
         "turn t7:",
+        "turn t8:",
     )
     for step in steps:
         assert any(line.startswith(step) for line in lines), step
@@ -178,6 +181,7 @@ def test_demo_narrates_each_step_and_ends_with_the_ledger_and_digest(
     assert "confirmation_expired" in output
     assert "asked to stop and stops" in output
     assert "  c7/t7/resp_7/fc_1/call_1  get_weather   dispatched" in output
+    assert "a claim of fc_2 is refused: fc_2 is cancelled (duplicate_of)" in output
     assert "rejected (duplicate)" in output
     assert "refused (call_terminal)" in output
     assert sum(line.lstrip().startswith("executed ") for line in lines) == 3
@@ -252,6 +256,8 @@ def test_ledger_json_has_exactly_the_ledger_columns_and_the_demo_states(
         ("c5", "fc_1"): ("cancelled", "turn_cancelled", None),
         ("c6", "fc_1"): ("cancelled", "confirmation_expired", None),
         ("c7", "fc_1"): ("dispatched", None, "stopped"),
+        ("c8", "fc_1"): ("dispatched", None, "completed"),
+        ("c8", "fc_2"): ("cancelled", "duplicate_of", None),
     }
     failed = next(row for row in rows if row["conversation"] == "c2")
     assert failed["parse"] == "duplicate_key"
@@ -269,7 +275,7 @@ def test_ledger_table_has_a_header_and_one_aligned_line_per_call(
     lines = output.splitlines()
     assert lines[0] == "tenant acme; calls shown as conversation/turn/response/item/call"
     assert lines[1].split()[:3] == ["call", "tool", "state"]
-    assert len(lines) == 2 + 8
+    assert len(lines) == 2 + 10
     column = lines[1].index("state")
     assert all(
         line[column:].split()[0] in {"dispatched", "failed", "cancelled"} for line in lines[2:]
@@ -307,6 +313,8 @@ def test_ledger_history_lists_each_calls_transitions(
     ]
     assert "duplicate" in first["history"][3]["detail"]
     assert "call_terminal" in first["history"][6]["detail"]
+    repeated = next(entry for entry in entries if entry["item"] == "fc_2" and entry["turn"] == "t8")
+    assert repeated["history"][-2]["detail"] == "duplicate_of call/acme/c8/t8/resp_8/fc_1/call_1"
 
 
 def test_ledger_history_includes_keys_that_only_have_rejections(
@@ -353,11 +361,11 @@ def test_replay_gives_the_digest_the_demo_ended_with(
     assert status == 0, error
     lines = replayed.splitlines()
     assert lines[-1] == live
-    assert "calls       8" in lines
+    assert "calls       10" in lines
     assert "ready       0" in lines
     # The late fragments and end event of turn t5 are counted, not stored; turn t6's late claim
-    # is rejected.
-    assert "rejections  4" in lines
+    # and turn t7's claim of the repeated email are rejected.
+    assert "rejections  5" in lines
 
 
 def test_replay_json(demo: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -366,10 +374,10 @@ def test_replay_json(demo: tuple[str, str], capsys: pytest.CaptureFixture[str]) 
     status, replayed, _ = run(capsys, ["replay", "--log", url, "--json"])
     assert status == 0
     summary = json.loads(replayed)
-    assert summary["calls"] == 8
-    assert summary["states"] == {"dispatched": 4, "cancelled": 3, "failed": 1}
+    assert summary["calls"] == 10
+    assert summary["states"] == {"dispatched": 5, "cancelled": 4, "failed": 1}
     assert summary["ready"] == 0
-    assert summary["rejections"] == 4
+    assert summary["rejections"] == 5
     assert summary["events"] > 0
     assert "digest " + summary["digest"] == digest_line(output)
 

@@ -171,7 +171,7 @@ def test_the_ledger_shows_only_the_calls_asked_for(
         return [json.loads(line) for line in out.splitlines()]
 
     assert {row["state"] for row in rows("--state", "dispatched")} == {"dispatched"}
-    assert len(rows("--state", "dispatched")) == 4
+    assert len(rows("--state", "dispatched")) == 5
     assert [row["terminal_reason"] for row in rows("--turn", "t4")] == ["connection_lost"]
     assert {row["tool"] for row in rows("--tool", "send_email")} == {"send_email"}
     assert rows("--tenant", "someone-else") == []
@@ -247,7 +247,7 @@ def test_a_long_read_shows_how_far_it_is_on_a_terminal(
     drawn = stderr_a_terminal(monkeypatch)
     status, out, err = run(capsys, [command, "--log", url])
     assert (status, err) == (0, "")
-    assert re.search(rf"{command} ━+ 88 of 88 100%", drawn.getvalue())
+    assert re.search(rf"{command} ━+ 114 of 114 100%", drawn.getvalue())
     assert drawn.getvalue().endswith(ERASED)
     assert "\x1b" not in out
 

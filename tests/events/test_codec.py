@@ -27,6 +27,7 @@ from inert import (
     StreamLost,
     TerminalRef,
     TextReceived,
+    TurnRef,
 )
 from inert.events import (
     DEFAULT_CODEC,
@@ -545,6 +546,26 @@ def test_a_schema_1_fragment_is_read_as_an_unpositioned_fragment() -> None:
         assert codec.decode("ingress.arguments_appended", 1, pack(fields)) == expected
     assert ArgumentsAppended.SCHEMA_VERSION == 2
     assert DEFAULT_CODEC.encode(expected)[1] == 2
+
+
+def test_turns_and_cancellations_written_before_one_action_per_intent_read_as_they_were() -> None:
+    """A schema 2 turn's tools run every call (``one_action_per_intent=None``), and a schema 1
+    cancellation names no earlier call."""
+    turn = TurnRef(tenant="acme", conversation="c", turn="t")
+    fields = {
+        "turn": attrs.asdict(turn),
+        "principal": "user:alice",
+        "tools": [{"name": "get_weather", "digest": "sha256:cd"}],
+        "rules": 4,
+    }
+    decoded = DEFAULT_CODEC.decode("ingress.turn_started", 2, pack(fields))
+    assert isinstance(decoded, TurnStarted)
+    assert decoded.tools == (OfferedTool(name="get_weather", digest="sha256:cd"),)
+    assert decoded.tools[0].one_action_per_intent is None
+    cancelled = {"key": attrs.asdict(KEY), "cause": 3, "reason": "superseded"}
+    assert DEFAULT_CODEC.decode("decision.cancelled", 1, pack(cancelled)) == CallCancelled(
+        key=KEY, cause=3, reason=CancelReason.SUPERSEDED
+    )
 
 
 def test_an_event_type_must_bring_an_upcaster_from_every_older_version() -> None:

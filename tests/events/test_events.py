@@ -24,7 +24,14 @@ from hypothesis import strategies as st
 import inert
 import inert.events
 from inert import ArgumentsAppended, CallKey, CodecError, Event, ResponseRef, TerminalRef, TurnRef
-from inert.events import DEFAULT_CODEC, RULES_VERSION, OfferedTool, registered_event_types
+from inert.events import (
+    DEFAULT_CODEC,
+    RULES_VERSION,
+    CallCancelled,
+    CancelReason,
+    OfferedTool,
+    registered_event_types,
+)
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
 from inert.events._structure import GIVE_UP, fast_structure
@@ -32,7 +39,7 @@ from inert.events._structure import GIVE_UP, fast_structure
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
 # change has to be made here too, on purpose.
 EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
-    "ingress.turn_started": (inert.events.TurnStarted, 2),
+    "ingress.turn_started": (inert.events.TurnStarted, 3),
     "ingress.call_opened": (inert.CallOpened, 1),
     "ingress.arguments_appended": (inert.ArgumentsAppended, 2),
     "ingress.call_ended": (inert.CallEnded, 1),
@@ -62,7 +69,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "decision.awaiting_confirmation": (inert.events.CallAwaitingConfirmation, 1),
     "decision.confirmed": (inert.events.CallConfirmed, 2),
     "decision.dispatched": (inert.events.CallDispatched, 1),
-    "decision.cancelled": (inert.events.CallCancelled, 1),
+    "decision.cancelled": (inert.events.CallCancelled, 2),
     "decision.failed": (inert.events.CallFailed, 1),
     "decision.rejected": (inert.events.EventRejected, 1),
     "decision.stop_requested": (inert.events.CallStopRequested, 1),
@@ -112,6 +119,11 @@ KNOWN_VALIDATORS: list[tuple[object, object, st.SearchStrategy[Any]]] = [
     ),
 ]
 
+
+def _not_duplicate(reason: CancelReason) -> bool:
+    return reason is not CancelReason.DUPLICATE_OF
+
+
 # Constraints across fields (checked in __attrs_post_init__): the fields named are drawn together.
 JOINT_FIELDS: dict[type[Any], tuple[tuple[str, ...], st.SearchStrategy[tuple[Any, ...]]]] = {
     # A terminal reference needs a provider sequence or a non-empty digest.
@@ -120,6 +132,14 @@ JOINT_FIELDS: dict[type[Any], tuple[tuple[str, ...], st.SearchStrategy[tuple[Any
         st.one_of(
             st.tuples(non_negative, st.none() | texts),
             st.tuples(st.none(), non_empty_texts),
+        ),
+    ),
+    # An earlier call named exactly where the call was cancelled as its duplicate.
+    CallCancelled: (
+        ("reason", "duplicate_of"),
+        st.one_of(
+            st.tuples(st.sampled_from(CancelReason).filter(_not_duplicate), st.none()),
+            st.tuples(st.just(CancelReason.DUPLICATE_OF), st.deferred(lambda: instances(CallKey))),
         ),
     ),
     # Both sequences or neither, and the last never before the first.

@@ -447,6 +447,14 @@ def _events(draw: st.DrawFn) -> Event:
             "size": draw(st.none() | st.integers(0, 9)),
         }
 
+    def cancelled() -> CallCancelled:
+        reason = draw(st.sampled_from(CancelReason))
+        earlier = attrs.evolve(key, call="earlier") if reason is CancelReason.DUPLICATE_OF else None
+        fragments, size = counts().values()
+        return CallCancelled(
+            key=key, cause=1, reason=reason, fragments=fragments, size=size, duplicate_of=earlier
+        )
+
     frequent: list[Callable[[], Event]] = [
         lambda: ArgumentsAppended(
             key=key,
@@ -485,9 +493,7 @@ def _events(draw: st.DrawFn) -> Event:
         lambda: CallAwaitingConfirmation(key=key, cause=1, arguments_digest="a", expires_at=T0),
         lambda: CallConfirmed(key=key, cause=1, principal="p", confirmation_event_id="e"),
         lambda: CallDispatched(key=key, cause=1, claim_id=claim, executor="x"),
-        lambda: CallCancelled(
-            key=key, cause=1, reason=draw(st.sampled_from(CancelReason)), **counts()
-        ),
+        cancelled,
         lambda: CallFailed(
             key=key,
             cause=1,

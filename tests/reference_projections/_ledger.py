@@ -556,6 +556,8 @@ def _describe(event: Decision | EventRejected) -> str:
             return f"by {event.principal}, confirmation {event.confirmation_event_id}"
         case CallDispatched():
             return f"claim {event.claim_id} by {event.executor}"
+        case CallCancelled(reason=reason, duplicate_of=CallKey() as earlier):
+            return f"{reason.value} {earlier.stream}"
         case CallCancelled(reason=reason):
             return reason.value
         case CallFailed(reason=reason, detail=detail):

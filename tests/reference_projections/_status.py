@@ -51,6 +51,7 @@ class StatusCue(enum.StrEnum):
     STOP_REQUESTED = "stop requested while running"
     DONE = "done"
     CANCELLED = "cancelled: nothing was done"
+    DUPLICATE = "not run again: an identical call ran already"
     STOPPED = "stopped by an operator: nothing was done; retry later or hand off"
     FAILED = "failed: nothing was done; retry or hand off"
     ACTION_FAILED = "the action reported an error"
@@ -74,6 +75,7 @@ _ENDED = frozenset(
         StatusCue.RUN_STOPPED,
         StatusCue.UNKNOWN,
         StatusCue.CANCELLED,
+        StatusCue.DUPLICATE,
         StatusCue.STOPPED,
         StatusCue.FAILED,
     }
@@ -193,6 +195,8 @@ def _decided(
             return StatusCue.RUNNING
         case CallCancelled(reason=reason) if reason in _BY_OPERATORS:
             return StatusCue.STOPPED
+        case CallCancelled(reason=CancelReason.DUPLICATE_OF):
+            return StatusCue.DUPLICATE
         case CallCancelled():
             return StatusCue.CANCELLED
         case CallFailed():

@@ -68,6 +68,7 @@ EXPECTED = {
     "dispatch_before_validation": {"I1"},
     "accept_stale_confirmation": {"I6"},
     "claim_after_confirmation_expired": {"I6"},
+    "dispatch_repeated_intent": {"I12"},
     "redispatch_unknown_outcome": {"I2", "I7"},
     "never_stop_a_running_call": {"I11"},
     "accept_nan": {"I4"},
