@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.tracing_overhead
 	$(BIN)/python -m benchmarks.guest_mode
 	$(BIN)/python -m benchmarks.postgres_log
+	$(BIN)/python -m benchmarks.console
 
 # The example agent server (examples/agent_server) on http://127.0.0.1:8000; Ctrl-C stops it.
 .PHONY: example
