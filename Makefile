@@ -24,7 +24,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 $(STAMP): $(DEMO_STAMP)
 	@echo "Installing the tools of the tests, the benchmarks and the examples (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
-		--disable-pip-version-check -e '.[test,bench,postgresql,examples,otlp,otlp-grpc,docs]'
+		--disable-pip-version-check -e '.[test,bench,postgresql,examples,console,otlp,otlp-grpc,docs]'
 	touch $(STAMP)
 
 demo: $(DEMO_STAMP)
@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.tracing_overhead
 	$(BIN)/python -m benchmarks.guest_mode
 	$(BIN)/python -m benchmarks.postgres_log
+	$(BIN)/python -m benchmarks.console
 
 # The example agent server (examples/agent_server) on http://127.0.0.1:8000; Ctrl-C stops it.
 .PHONY: example

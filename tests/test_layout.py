@@ -132,6 +132,7 @@ def test_the_layout_of_the_design_exists() -> None:
         "projections",
         "tracing",
         "runtime",
+        "console",
         "cli",
     ):
         assert (PACKAGE / package / "__init__.py").is_file()
@@ -140,6 +141,7 @@ def test_the_layout_of_the_design_exists() -> None:
 
 LAYERS = [
     "cli",
+    "console",
     "testing",
     "runtime",
     "tracing",

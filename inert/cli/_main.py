@@ -32,6 +32,7 @@ from ._arguments import (
     path_argument,
     text_argument,
 )
+from ._console import console_arguments, console_command
 from ._demo import demo_command
 from ._execute import execute_command
 from ._feed import FeedRequest, feed_command
@@ -155,6 +156,21 @@ def _feed_arguments(feed: argparse.ArgumentParser) -> None:
     feed.add_argument("--tracestate", help="the caller's W3C tracestate")
 
 
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
+    demo.add_argument(
+        "--log",
+        metavar="URL",
+        help="an empty log (default: a new SQLite file in a temporary folder)",
+    )
+    demo.add_argument(
+        "--traces",
+        metavar="FILE",
+        type=path_argument,
+        help="write the demo's spans there as OTLP JSON (without it: OTLP/HTTP to the"
+        " OTEL_EXPORTER_OTLP_ENDPOINT, when set)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inert",
@@ -269,6 +285,15 @@ def _parser() -> argparse.ArgumentParser:
     _control_arguments(control)
     log_option(control)
 
+    console_arguments(
+        command(
+            "console",
+            "serve the operator console over a log: the live ledger, waiting and running calls,"
+            f" controls and the audit, in a browser ({OPERATORS_VARIABLE} names the operators)",
+        ),
+        log_option,
+    )
+
     log_command(
         "execute",
         "claim every ready call once with an executor that only records that it ran"
@@ -283,18 +308,8 @@ def _parser() -> argparse.ArgumentParser:
     _feed_arguments(feed)
     log_option(feed)
 
-    demo = command("demo", "stream tool calls of several turns through a runtime, with a restart")
-    demo.add_argument(
-        "--log",
-        metavar="URL",
-        help="an empty log (default: a new SQLite file in a temporary folder)",
-    )
-    demo.add_argument(
-        "--traces",
-        metavar="FILE",
-        type=path_argument,
-        help="write the demo's spans there as OTLP JSON (without it: OTLP/HTTP to the"
-        " OTEL_EXPORTER_OTLP_ENDPOINT, when set)",
+    _demo_arguments(
+        command("demo", "stream tool calls of several turns through a runtime, with a restart")
     )
     simulate_arguments(
         command(
@@ -355,6 +370,8 @@ def _run(arguments: argparse.Namespace) -> None:
             trio.run(partial(execute_command, arguments.log, as_json=arguments.json))
         case "audit":
             trio.run(partial(audit_command, arguments.log, as_json=arguments.json))
+        case "console":
+            trio.run(console_command, arguments.log, arguments)
         case "control":
             trio.run(
                 partial(

@@ -77,7 +77,8 @@ OPERATORS_VARIABLE = "INERT_OPERATORS"
 """The environment variable naming the principals with the operator role, comma separated."""
 
 
-def _operators() -> frozenset[str]:
+def configured_operators() -> frozenset[str]:
+    """The operator principals ``INERT_OPERATORS`` names."""
     return frozenset(
         name.strip() for name in os.environ.get(OPERATORS_VARIABLE, "").split(",") if name.strip()
     )
@@ -93,7 +94,7 @@ async def control_command(
     reason: str,
     as_json: bool = False,
 ) -> None:
-    operators = _operators()
+    operators = configured_operators()
     if not operators:
         raise RefusedError(
             f"no operator is configured: {OPERATORS_VARIABLE} names the operator principals"

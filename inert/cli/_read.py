@@ -177,7 +177,9 @@ async def verify_command(url: str, *, as_json: bool) -> None:
 async def audit_command(url: str, *, as_json: bool) -> None:
     projections = Projections()
     await fold_log(url, projections.apply)
-    entries = projections.audit.entries()
+    audit = projections.audit
+    # The controls refused to principals that are no operators are shown among them, marked.
+    entries = sorted(audit.entries() + audit.refusals(), key=lambda entry: entry.position)
     if as_json:
         for entry in entries:
             print(json.dumps(entry.to_json(), ensure_ascii=False))
@@ -189,11 +191,11 @@ async def audit_command(url: str, *, as_json: bool) -> None:
         [
             f"@{entry.position}",
             entry.recorded_at,
-            entry.control.removeprefix("operator."),
+            entry.control.removeprefix("operator.") + (" (refused)" if entry.refused else ""),
             ", ".join(f"{name} {value}" for name, value in entry.scope.items() if value),
             entry.operator,
             entry.reason,
-            str(len(entry.ended)),
+            "-" if entry.refused else str(len(entry.ended)),
         ]
         for entry in entries
     ]

@@ -478,6 +478,20 @@ class TenantResumed(OperatorControl):
     reason: str
 
 
+@event_type("operator.control_refused")
+@frozen(kw_only=True)
+class ControlRefused(Event):
+    """A control was asked for by a principal the operator authorizer does not accept: nothing
+    was stopped or let run, and the attempt is kept for the audit. ``control`` is the tag of the
+    control asked for, ``target`` the response, tool or tenant it named."""
+
+    control: str
+    target: str
+    tenant: str | None
+    operator: str
+    reason: str
+
+
 # --- processes sharing one log -----------------------------------------------------------
 
 

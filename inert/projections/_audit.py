@@ -2,7 +2,9 @@
 
 A control is recorded once, as the log holds it; the calls it ended are the ``cancelled``
 decisions whose cause is the control's position (an actor cancels a call at the first input
-that sees the control, which is the control itself for every call alive at that moment). Like
+that sees the control, which is the control itself for every call alive at that moment). A
+control refused because its principal is no operator (``ControlRefused``) is kept apart, among
+the refusals. Like
 every projection it holds no argument value.
 
 Unlike the other projections, the audit keeps what it holds when a turn is retired
@@ -19,6 +21,7 @@ from ..events import (
     CONTROL_TYPES,
     CallCancelled,
     CallKey,
+    ControlRefused,
     Event,
     RecordedEvent,
     ResponseQuarantined,
@@ -46,9 +49,12 @@ class AuditEntry:
     scope: dict[str, str | None]
     recorded_at: str
     ended: list[CallKey] = field(factory=list)
+    refused: bool = False
+    """The principal was no operator: the control was not given."""
 
     def to_json(self) -> dict[str, JSON]:
-        return {
+        shown: dict[str, JSON] = {"refused": True} if self.refused else {}
+        return shown | {
             "position": self.position,
             "control": self.control,
             "operator": self.operator,
@@ -70,24 +76,41 @@ def _scope(event: Event) -> dict[str, str | None]:
     raise AssertionError(f"not a control: {type(event).__name__}")
 
 
+_SCOPE_NAMES = {
+    ResponseQuarantined.TAG: ("response", "tenant"),
+    ToolDisabled.TAG: ("tool", "tenant"),
+    ToolEnabled.TAG: ("tool", "tenant"),
+}
+"""The scope a refused control names, by the control asked for (a tenant's own otherwise)."""
+
+
 class Audit(Routed):
     """Every control in log order, with the call keys each ended."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_refusals")
 
     def __init__(self) -> None:
         super().__init__()
         self._entries: dict[int, AuditEntry] = {}
+        self._refusals: list[AuditEntry] = []
 
     def entries(self) -> list[AuditEntry]:
         """The controls in the order the log holds them."""
         return list(self._entries.values())
 
+    def refusals(self) -> list[AuditEntry]:
+        """The controls refused to principals that are no operators, in log order."""
+        return list(self._refusals)
+
     def snapshot(self) -> Snapshot:
-        return {
+        snapshot: Snapshot = {
             "position": self._position,
             "controls": [entry.to_json() for entry in self._entries.values()],
         }
+        # Only where there are some: the digest of a log without refusals stays what it was.
+        if self._refusals:
+            snapshot["refused"] = [entry.to_json() for entry in self._refusals]
+        return snapshot
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -98,6 +121,8 @@ class Audit(Routed):
             return ()
         if issubclass(kind, CONTROL_TYPES):
             return (self._control,)
+        if issubclass(kind, ControlRefused):
+            return (self._refused,)
         if issubclass(kind, CallCancelled):
             return (self._cancelled,)
         return ()
@@ -110,6 +135,21 @@ class Audit(Routed):
             reason=event.reason,
             scope=_scope(event),
             recorded_at=recorded.recorded_at.isoformat(),
+        )
+
+    def _refused(self, recorded: RecordedEvent, event: ControlRefused) -> None:
+        scope = {"response": event.target, "tool": event.target, "tenant": event.tenant}
+        kept = _SCOPE_NAMES.get(event.control, ("tenant",))
+        self._refusals.append(
+            AuditEntry(
+                position=recorded.position,
+                control=event.control,
+                operator=event.operator,
+                reason=event.reason,
+                scope={name: scope[name] for name in kept},
+                recorded_at=recorded.recorded_at.isoformat(),
+                refused=True,
+            )
         )
 
     def _cancelled(self, recorded: RecordedEvent, event: CallCancelled) -> None:

@@ -73,7 +73,6 @@ from ..events import (
     TurnLeased,
     TurnRef,
     TurnStarted,
-    control_stream,
 )
 from ..log import NO_STREAM, Log, NewEvent, new_event_id
 from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
@@ -87,6 +86,7 @@ from ._boundary import (
     StopSignal,
     execute_with,
 )
+from ._controls import give_control
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._requests import Requests
@@ -438,13 +438,7 @@ class Runtime:
         return await self._control(event)
 
     async def _control(self, event: OperatorControl) -> int:
-        operator = event.operator
-        if not operator or not self.operators(operator):
-            raise RefusedError(f"{operator!r} is not an operator: controls need the operator role")
-        if not event.reason:
-            raise RefusedError("a control needs a reason, for the audit")
-        stream = control_stream(event.tenant)
-        [position] = await self.log.append([NewEvent(stream=stream, event=event)])
+        position = await give_control(self.log, event, self.operators)
         await self._caught_up()
         if self.spans is not None:
             # The control's span names the calls it ended: they are known once the actors

@@ -204,11 +204,11 @@ def test_a_narrow_ledger_cuts_long_ids_and_wide_shows_them_whole(
 
 
 def test_every_command_speaks_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every command but the demo (a narration) takes ``--json``."""
+    """Every command but the demo (a narration) and the console (a server) takes ``--json``."""
     monkeypatch.delenv(LOG_VARIABLE, raising=False)
     for name, sub in _subparsers(_parser()).items():
         options = {option for action in sub._actions for option in action.option_strings}
-        assert ("--json" in options) == (name != "demo"), name
+        assert ("--json" in options) == (name not in ("demo", "console")), name
 
 
 def test_the_commands_of_people_answer_in_json(

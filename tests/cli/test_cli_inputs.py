@@ -91,6 +91,13 @@ def base_values(command: str, inputs: Path) -> dict[str, str]:
         },
         "feed": {**stream, "--tools": str(inputs / "tools.json"), **TURN, "--principal": "u"},
         "simulate": {"--plant": "skip_dedup"},
+        "console": {
+            "--port": "0",
+            "--principal": "olga",
+            "--principal-header": "X-User",
+            "--trusted-proxy": "127.0.0.1",
+            "--trace-url": "http://127.0.0.1:16686/trace/{trace_id}",
+        },
     }[command]
 
 

@@ -57,12 +57,24 @@ def test_a_stop_is_refused_without_operators_configured(
 def test_a_principal_that_is_not_an_operator_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The turn's own principal cannot act as an operator."""
+    """The turn's own principal cannot act as an operator; the audit shows its attempt,
+    refused."""
     monkeypatch.setenv("INERT_OPERATORS", "olga")
-    argv = ["control", "stop-tenant", "default", "--log", cut_stream(tmp_path, capsys)]
+    url = cut_stream(tmp_path, capsys)
+    argv = ["control", "stop-tenant", "default", "--log", url]
     status, _, err = run(capsys, [*argv, "--operator", "cli", "--reason", "incident"])
     assert status == 1
     assert "'cli' is not an operator" in err
+    _, out, _ = run(capsys, ["audit", "--log", url, "--json"])
+    [entry] = [json.loads(line) for line in out.splitlines()]
+    assert (entry["refused"], entry["control"], entry["operator"], entry["scope"]) == (
+        True,
+        "operator.tenant_stopped",
+        "cli",
+        {"tenant": "default"},
+    )
+    _, out, _ = run(capsys, ["audit", "--log", url])
+    assert "tenant_stopped (refused)" in out
 
 
 def test_a_quarantine_from_the_command_line_is_audited_with_the_calls_it_ended(

@@ -58,6 +58,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "operator.tool_enabled": (inert.events.ToolEnabled, 1),
     "operator.tenant_stopped": (inert.events.TenantStopped, 1),
     "operator.tenant_resumed": (inert.events.TenantResumed, 1),
+    "operator.control_refused": (inert.events.ControlRefused, 1),
     "process.turn_leased": (inert.events.TurnLeased, 1),
     "process.heartbeat": (inert.events.ProcessHeartbeat, 1),
     "process.turn_retired": (inert.events.TurnRetired, 1),

@@ -44,6 +44,7 @@ from inert.events import (
     CallValidated,
     CancelReason,
     ClaimRequested,
+    ControlRefused,
     EditRefused,
     Event,
     EventRejected,
@@ -125,6 +126,7 @@ def _shown(
         "of": {key: status.of(key) for key in keys},
         "text": {response: status.text_characters(response) for response in responses},
         "entries": audit.entries(),
+        "refusals": audit.refusals(),
         "snapshots": [part.snapshot() for part in (ledger, queue, status, audit)],
         "digest": projections.digest(),
     }
@@ -537,6 +539,13 @@ def _events(draw: st.DrawFn) -> Event:
         lambda: ToolEnabled(tool="t1", tenant=None, operator="o", reason="r"),
         lambda: TenantStopped(tenant=key.tenant, operator="o", reason="r"),
         lambda: TenantResumed(tenant=key.tenant, operator="o", reason="r"),
+        lambda: ControlRefused(
+            control=draw(st.sampled_from([ToolDisabled.TAG, TenantStopped.TAG])),
+            target="t1",
+            tenant=key.tenant,
+            operator="p",
+            reason="r",
+        ),
     ]
     retirements: list[Callable[[], Event]] = [
         lambda: TurnRetired(turn=draw(st.sampled_from(TURNS))),

@@ -3,8 +3,9 @@
 A control is recorded once, as the log holds it; the calls it ended are the ``cancelled``
 decisions whose cause is the control's position (an actor cancels a call at the first input
 that sees the control, which is the control itself for every call alive at that moment). Like
-every projection it holds no argument value. A retired turn changes nothing here: an entry is the
-record of an operator's action, not the history of a call.
+every projection it holds no argument value. A control refused to a principal that is no
+operator (``ControlRefused``) is kept apart, among the refusals. A retired turn changes nothing
+here: an entry is the record of an operator's action, not the history of a call.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from attrs import define, field
 from inert.events import (
     CallCancelled,
     CallKey,
+    ControlRefused,
     Event,
     RecordedEvent,
     ResponseQuarantined,
@@ -39,9 +41,11 @@ class AuditEntry:
     scope: dict[str, str | None]
     recorded_at: str
     ended: list[CallKey] = field(factory=list)
+    refused: bool = False
 
     def to_json(self) -> dict[str, JSON]:
-        return {
+        marked: dict[str, JSON] = {"refused": True} if self.refused else {}
+        return marked | {
             "position": self.position,
             "control": self.control,
             "operator": self.operator,
@@ -66,11 +70,12 @@ def _scope(event: Event) -> dict[str, str | None]:
 class Audit:
     """Every control in log order, with the call keys each ended."""
 
-    __slots__ = ("_entries", "_position")
+    __slots__ = ("_entries", "_position", "_refusals")
 
     def __init__(self) -> None:
         self._position = 0
         self._entries: dict[int, AuditEntry] = {}
+        self._refusals: list[AuditEntry] = []
 
     @property
     def position(self) -> int:
@@ -91,6 +96,24 @@ class Audit:
                 scope=_scope(event),
                 recorded_at=recorded.recorded_at.isoformat(),
             )
+        elif isinstance(event, ControlRefused):
+            if event.control == ResponseQuarantined.TAG:
+                scope = {"response": event.target, "tenant": event.tenant}
+            elif event.control in (ToolDisabled.TAG, ToolEnabled.TAG):
+                scope = {"tool": event.target, "tenant": event.tenant}
+            else:
+                scope = {"tenant": event.tenant}
+            self._refusals.append(
+                AuditEntry(
+                    position=recorded.position,
+                    control=event.control,
+                    operator=event.operator,
+                    reason=event.reason,
+                    scope=scope,
+                    recorded_at=recorded.recorded_at.isoformat(),
+                    refused=True,
+                )
+            )
         elif isinstance(event, CallCancelled):
             entry = self._entries.get(event.cause)
             if entry is not None:
@@ -100,8 +123,15 @@ class Audit:
         """The controls in the order the log holds them."""
         return list(self._entries.values())
 
+    def refusals(self) -> list[AuditEntry]:
+        """The controls refused to principals that are no operators, in log order."""
+        return list(self._refusals)
+
     def snapshot(self) -> Snapshot:
-        return {
+        snapshot: Snapshot = {
             "position": self._position,
             "controls": [entry.to_json() for entry in self._entries.values()],
         }
+        if self._refusals:
+            snapshot["refused"] = [entry.to_json() for entry in self._refusals]
+        return snapshot

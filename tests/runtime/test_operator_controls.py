@@ -202,12 +202,19 @@ async def test_a_disabled_tool_stops_its_calls_and_enabling_it_revives_none() ->
 async def test_controls_need_an_operator_and_a_reason(
     operator: str, reason: str, message: str
 ) -> None:
-    """A tenant's principal cannot act as an operator; an operator must say why."""
+    """A tenant's principal cannot act as an operator, and its attempt is kept among the audit's
+    refusals; an operator must say why."""
     async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
         await start(runtime)
+        await runtime.feed(opened(key()))
         with pytest.raises(RefusedError, match=message):
             await runtime.stop_tenant("acme", operator=operator, reason=reason)
-        assert runtime.projections.audit.entries() == []
+        await runtime.settle()
+        audit = runtime.projections.audit
+        assert audit.entries() == []
+        refused = [(entry.operator, entry.reason, entry.scope) for entry in audit.refusals()]
+        assert refused == ([] if operator == OPERATOR else [(operator, reason, {"tenant": "acme"})])
+        assert runtime.phase(key()) is Phase.COLLECTING
 
 
 async def test_without_operators_configured_every_control_is_refused() -> None:

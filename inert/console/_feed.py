@@ -1,0 +1,144 @@
+"""The console's side of the log: reading it as it grows, and appending operator controls.
+
+The console owns no call: it folds the log into its view as the runtimes that own it write
+(``Log.subscribe`` from the position it has; another process's appends are seen within the
+backend's poll interval), and it appends controls through the runtime's own ``give_control``,
+with the same operator authorizer, so the call actors of those runtimes end the calls and the
+audit records it exactly as for ``inert control``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import trio
+
+from ..events import (
+    OperatorControl,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+)
+from ..log import Log
+from ..projections import AuditEntry
+from ..runtime._controls import give_control
+from ._settings import ConsoleSettings
+from ._view import ConsoleView, Stage
+
+READ_PAGE = 1024
+
+ACTIONS = {
+    "quarantine-response": "quarantine a response",
+    "disable-tool": "disable a tool",
+    "enable-tool": "enable a tool",
+    "stop-tenant": "stop a tenant (emergency stop)",
+    "resume-tenant": "resume a tenant",
+}
+"""The controls a console gives, by the names ``inert control`` gives them."""
+
+_LIVE = (Stage.ASSEMBLING, Stage.WAITING, Stage.READY)
+
+
+def control_event(
+    action: str, target: str, *, tenant: str | None, operator: str, reason: str
+) -> OperatorControl:
+    """The control event of an action (one of ``ACTIONS``) on its target."""
+    match action:
+        case "quarantine-response":
+            return ResponseQuarantined(
+                response=target, tenant=tenant, operator=operator, reason=reason
+            )
+        case "disable-tool":
+            return ToolDisabled(tool=target, tenant=tenant, operator=operator, reason=reason)
+        case "enable-tool":
+            return ToolEnabled(tool=target, tenant=tenant, operator=operator, reason=reason)
+        case "stop-tenant":
+            return TenantStopped(tenant=target, operator=operator, reason=reason)
+        case "resume-tenant":
+            return TenantResumed(tenant=target, operator=operator, reason=reason)
+    raise ValueError(f"no such control: {action!r}")
+
+
+class LiveFeed:
+    """The view of one log, kept up to date, and the controls given through it."""
+
+    def __init__(self, log: Log, settings: ConsoleSettings) -> None:
+        self.log = log
+        self.settings = settings
+        self.view = ConsoleView(ledger_horizon=settings.ledger_horizon)
+        self._changed = trio.Event()
+
+    def now(self) -> datetime:
+        return self.log.now()
+
+    async def follow(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Fold the log as it is, then (started) every event appended, until cancelled."""
+        view = self.view
+        while page := await self.log.read(view.position + 1, limit=READ_PAGE):
+            for recorded in page:
+                view.apply(recorded)
+        self._announce()
+        task_status.started()
+        async for recorded in self.log.subscribe(view.position + 1):
+            view.apply(recorded)
+            self._announce()
+
+    def _announce(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def changed_after(self, sequence: int) -> None:
+        """Until a call changed after ``sequence``."""
+        while self.view.sequence <= sequence:
+            await self._changed.wait()
+
+    async def folded(self, position: int) -> None:
+        """Until the view has folded the log up to ``position``."""
+        while self.view.position < position:
+            await self._changed.wait()
+
+    async def give(self, event: OperatorControl) -> AuditEntry:
+        """Give a control (``RefusedError`` where its principal is no operator), and wait, up to
+        ``control_wait`` seconds, until no call it stops is still live: its audit entry then."""
+        position = await give_control(self.log, event, self.settings.is_operator)
+        with trio.move_on_after(self.settings.control_wait):
+            await self.folded(position)
+            while event.STOPS and self._stopped_still_live(event):
+                await self._changed.wait()
+        return self.entry(position) or AuditEntry(
+            position=position,
+            control=event.TAG,
+            operator=event.operator,
+            reason=event.reason,
+            scope={},
+            recorded_at=self.now().isoformat(),
+        )
+
+    def _stopped_still_live(self, event: OperatorControl) -> bool:
+        for stage in _LIVE:
+            for call in self.view.in_stage(stage):
+                key, row = call.key, call.row
+                match event:
+                    case ResponseQuarantined(response=response, tenant=tenant):
+                        hit = key.response == response and tenant in (None, key.tenant)
+                    case ToolDisabled(tool=tool, tenant=tenant):
+                        hit = row.tool == tool and tenant in (None, key.tenant)
+                    case TenantStopped(tenant=tenant):
+                        hit = key.tenant == tenant
+                    case _:
+                        hit = False
+                if hit:
+                    return True
+        return False
+
+    def entry(self, position: int) -> AuditEntry | None:
+        """The audit entry (a control or a refusal) at a position of the log."""
+        audit = self.view.projections.audit
+        for entry in audit.entries() + audit.refusals():
+            if entry.position == position:
+                return entry
+        return None

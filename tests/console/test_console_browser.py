@@ -1,0 +1,206 @@
+"""The console in a real browser (headless Chromium driven by Selenium), over a log a runtime in
+the same test feeds: the ledger moves while a stream arrives, an operator stops a tenant, a
+viewer's control is refused, a hostile id stays text. Screenshots of the pages are kept in
+build/test-artefacts/console.
+
+Under ``CI=true`` a missing browser fails these tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from console_support import (
+    HOSTILE_CALL,
+    OPERATOR_TOKEN,
+    SECRET,
+    VIEWER_TOKEN,
+    ConsoleLab,
+    finished,
+    key,
+    opened,
+    response_ended,
+)
+from locations import ROOT
+
+from inert import Phase
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTEFACTS = ROOT / "build" / "test-artefacts" / "console"
+WAIT = 10.0
+
+if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
+    message = (
+        "headless Chromium and chromedriver are needed (apt-get install chromium chromium-driver)"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+
+# Selenium must use the system's browser and driver and fetch nothing.
+os.environ.setdefault("SE_OFFLINE", "true")
+
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+pytestmark = pytest.mark.slow(12)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleLab]:
+    with ConsoleLab(tmp_path_factory.mktemp("console")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,900",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _sign_in(browser: WebDriver, lab: ConsoleLab, token: str, path: str = "/") -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{lab.url}{path}?token={token}")
+    assert "token=" not in browser.current_url
+
+
+def _until(browser: WebDriver, condition: Callable[[], bool], what: str) -> None:
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    WebDriverWait(browser, WAIT, ignored_exceptions=ignored).until(lambda _: condition(), what)
+
+
+def _text(browser: WebDriver) -> str:
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+def _shot(browser: WebDriver, name: str) -> None:
+    browser.save_screenshot(str(ARTEFACTS / f"{name}.png"))
+
+
+def test_the_ledger_moves_while_a_stream_arrives(lab: ConsoleLab, browser: WebDriver) -> None:
+    """Rows appear and change on the open page, pushed by server-sent events, as the runtime
+    takes a stream in; the page is never reloaded."""
+    lab.feed(opened(key("call_a")) + opened(key("call_b")), start_turn=("acme", "t1"))
+    _sign_in(browser, lab, OPERATOR_TOKEN)
+    _until(browser, lambda: browser.find_element(By.ID, "live").text == "live", "live feed")
+    browser.execute_script("window.drawnOnce = true")
+    lab.feed(opened(key("call_c", turn="t2", response="resp_2")), start_turn=("acme", "t2"))
+    row = 'tr[data-stage] td[data-col="call"]'
+    _until(
+        browser,
+        lambda: "call_c" in [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, row)],
+        "the new call's row",
+    )
+    done = key("call_c", turn="t2", response="resp_2")
+    lab.feed(finished(done) + response_ended(done))
+    _until(
+        browser,
+        lambda: (
+            browser.find_element(By.CSS_SELECTOR, "tbody tr").get_attribute("data-stage")
+            != "assembling"
+        ),
+        "the call's stage changing",
+    )
+    _until(browser, lambda: browser.find_element(By.ID, "total").text == "3", "the count")
+    assert browser.find_element(By.ID, "range-last").text == "3"
+    assert browser.execute_script("return window.drawnOnce") is True
+    assert SECRET not in browser.page_source
+    _shot(browser, "ledger")
+
+
+def test_an_operator_stops_a_tenant_and_sees_what_it_ended(
+    lab: ConsoleLab, browser: WebDriver
+) -> None:
+    """Stop the tenant with a reason, confirm, and the page shows the calls it cancelled and
+    the audit row; the runtime's calls are cancelled."""
+    lab.feed(opened(key("call_s", tenant="globex")), start_turn=("globex", "t1"))
+    _sign_in(browser, lab, OPERATOR_TOKEN, "/controls")
+    browser.find_element(By.CSS_SELECTOR, '#action option[value="stop-tenant"]').click()
+    browser.find_element(By.ID, "target").send_keys("globex")
+    browser.find_element(By.ID, "reason").send_keys("incident 42: runaway tool calls")
+    browser.find_element(By.ID, "give").click()
+    _until(browser, lambda: "Emergency stop of tenant" in _text(browser), "the confirmation")
+    _shot(browser, "stop-confirmation")
+    browser.find_element(By.ID, "confirm-stop").click()
+    _until(browser, lambda: "Calls it ended (1)" in _text(browser), "the calls it ended")
+    page = _text(browser)
+    assert "incident 42: runaway tool calls" in page
+    assert "cancelled" in page
+    _shot(browser, "control")
+    assert lab.phase(key("call_s", tenant="globex")) is Phase.CANCELLED
+    browser.get(f"{lab.url}/audit")
+    assert "incident 42: runaway tool calls" in _text(browser)
+    _shot(browser, "audit")
+    for name, path in [("waiting", "/waiting"), ("overview", "/overview")]:
+        browser.get(f"{lab.url}{path}")
+        _shot(browser, name)
+    browser.get(f"{lab.url}/?tenant=globex")
+    browser.find_element(By.CSS_SELECTOR, 'td[data-col="call"] a').click()
+    assert "tenant_stopped" in _text(browser)
+    _shot(browser, "call")
+
+
+def test_a_viewers_control_is_refused(lab: ConsoleLab, browser: WebDriver) -> None:
+    """A principal that is no operator is told so, nothing stops, and the audit shows the
+    attempt refused."""
+    lab.feed(opened(key("call_v", tenant="initech")), start_turn=("initech", "t1"))
+    _sign_in(browser, lab, VIEWER_TOKEN, "/controls")
+    assert "are no operator here" in _text(browser)
+    browser.find_element(By.CSS_SELECTOR, '#action option[value="disable-tool"]').click()
+    browser.find_element(By.ID, "target").send_keys("get_weather")
+    browser.find_element(By.ID, "reason").send_keys("just looking")
+    browser.find_element(By.ID, "give").click()
+    _until(browser, lambda: "is not an operator" in _text(browser), "the refusal")
+    assert lab.phase(key("call_v", tenant="initech")) is Phase.COLLECTING
+    browser.get(f"{lab.url}/audit")
+    _until(browser, lambda: "✗ refused" in _text(browser), "the refusal in the audit")
+    assert "just looking" in _text(browser)
+
+
+def test_a_hostile_provider_id_renders_as_text(lab: ConsoleLab, browser: WebDriver) -> None:
+    """A call id that is markup arrives by the live feed and after a reload as the same text,
+    and runs nothing."""
+    _sign_in(browser, lab, OPERATOR_TOKEN)
+    _until(browser, lambda: browser.find_element(By.ID, "live").text == "live", "live feed")
+    lab.feed(
+        opened(key(HOSTILE_CALL, tenant="acme", turn="t3", response="resp_3")),
+        start_turn=("acme", "t3"),
+    )
+    cells = 'td[data-col="call"]'
+    _until(
+        browser,
+        lambda: HOSTILE_CALL in [c.text for c in browser.find_elements(By.CSS_SELECTOR, cells)],
+        "the hostile id as text",
+    )
+    browser.refresh()
+    assert HOSTILE_CALL in [c.text for c in browser.find_elements(By.CSS_SELECTOR, cells)]
+    assert not browser.find_elements(By.CSS_SELECTOR, "tbody script, tbody img")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.dismiss()

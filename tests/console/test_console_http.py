@@ -1,0 +1,365 @@
+"""The console over HTTP: every request authenticated, forms guarded, controls through the
+runtime's authorizer and audit, ids escaped, and never an argument value on a page."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import trio
+from console_support import (
+    HOSTILE_CALL,
+    HOSTILE_RESPONSE,
+    OPERATOR,
+    OPERATOR_TOKEN,
+    SECRET,
+    TOOLS,
+    TRACEPARENT,
+    VIEWER,
+    VIEWER_TOKEN,
+    client_of,
+    finished,
+    key,
+    opened,
+    response_ended,
+    start,
+)
+
+from inert import Phase, Runtime, open_runtime
+from inert.console import CONTENT_SECURITY_POLICY, ConsoleSettings
+from inert.console._view import RowFilter
+from inert.events import ConfigurationError, TraceContext
+
+PAGES = ["/", "/waiting", "/overview", "/audit", "/controls", "/static/console.js"]
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert found is not None
+    return found[1]
+
+
+async def _runtime_with_calls(runtime: Runtime) -> None:
+    await start(runtime)
+    await runtime.feed(opened(key("call_1")) + opened(key("call_2")))
+    await runtime.feed(opened(key("call_3")) + finished(key("call_3")))
+    await runtime.settle()
+
+
+@pytest.mark.parametrize("path", [*PAGES, "/live", "/calls/x", "/audit/1"])
+async def test_every_request_without_a_token_is_refused(path: str) -> None:
+    """No token, a wrong token or a wrong cookie: 401, and the security headers still."""
+    async with (
+        open_runtime(log="memory://", tools=TOOLS) as runtime,
+        client_of(runtime.log, token=None) as (client, _),
+    ):
+        for headers in ({}, {"authorization": "Bearer wrong-token-0123456789"}):
+            response = await client.get(path, headers=headers)
+            assert response.status_code == 401
+            assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        client.cookies.set("inert_console", "0" * 64)
+        assert (await client.get(path)).status_code == 401
+
+
+async def test_the_printed_token_signs_a_browser_in_with_a_cookie() -> None:
+    """The token in the address sets an HttpOnly, SameSite=Strict cookie that is not the token,
+    and the browser is sent on to the same page without it."""
+    async with (
+        open_runtime(log="memory://", tools=TOOLS) as runtime,
+        client_of(runtime.log, token=None) as (client, _),
+    ):
+        response = await client.get(f"/waiting?token={OPERATOR_TOKEN}&tenant=acme")
+        assert response.status_code == 303
+        assert response.headers["location"] == "/waiting?tenant=acme"
+        cookie = response.headers["set-cookie"]
+        assert "HttpOnly" in cookie
+        assert "samesite=strict" in cookie.lower()
+        assert OPERATOR_TOKEN not in cookie
+        page = await client.get("/waiting")
+        assert page.status_code == 200
+        assert f"{OPERATOR} (operator)" in page.text
+        assert (await client.get("/?token=not-a-token-at-all-0000")).status_code == 401
+
+
+async def test_a_trusted_proxy_names_the_principal_and_no_one_else_does() -> None:
+    """The configured header names the principal from a trusted address only."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        options = {"principal_header": "X-Forwarded-User", "trusted_proxies": {"127.0.0.1"}}
+        async with client_of(runtime.log, token=None, **options) as (client, _):
+            page = await client.get("/", headers={"x-forwarded-user": "viewer:pat"})
+            assert page.status_code == 200
+            assert "viewer:pat (read only)" in page.text
+        untrusted = {**options, "trusted_proxies": {"10.0.0.1"}}
+        async with client_of(runtime.log, token=None, **untrusted) as (client, _):
+            response = await client.get("/", headers={"x-forwarded-user": OPERATOR})
+            assert response.status_code == 401
+
+
+def test_a_console_without_a_way_to_authenticate_is_refused() -> None:
+    """Settings with no token and no proxy header, or a short token, are a configuration error."""
+    with pytest.raises(ConfigurationError, match="tokens or a principal header"):
+        ConsoleSettings()
+    with pytest.raises(ConfigurationError, match="at least 16 characters"):
+        ConsoleSettings(tokens={"short": OPERATOR})
+    with pytest.raises(ConfigurationError, match="trace_id"):
+        ConsoleSettings(tokens={OPERATOR_TOKEN: OPERATOR}, trace_url="http://jaeger/")
+
+
+async def test_every_page_has_a_strict_content_security_policy() -> None:
+    """Own script and styles only, nothing inline, no frames, no caching; no inline script or
+    style on any page."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            for path in PAGES:
+                response = await client.get(path)
+                assert response.status_code == 200, path
+                policy = response.headers["content-security-policy"]
+                assert "default-src 'self'" in policy
+                assert "unsafe-inline" not in policy
+                assert response.headers["x-frame-options"] == "DENY"
+                assert response.headers["cache-control"] == "no-store"
+                if path != "/static/console.js":
+                    assert "<script>" not in response.text
+                    assert " style=" not in response.text
+                    assert not re.search(r"<[^>]+\son[a-z]+=", response.text)
+
+
+async def test_a_form_without_its_token_or_from_elsewhere_is_refused() -> None:
+    """A control posted with a wrong CSRF token, or from another origin, is refused (403) and
+    nothing is written to the log."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            head = await runtime.log.head()
+            csrf = _csrf((await client.get("/controls")).text)
+            form = {"action": "stop-tenant", "target": "acme", "reason": "x", "confirmed": "yes"}
+            wrong = await client.post("/controls", data={**form, "csrf": "0" * 64})
+            assert wrong.status_code == 403
+            elsewhere = await client.post(
+                "/controls",
+                data={**form, "csrf": csrf},
+                headers={"origin": "http://evil.example"},
+            )
+            assert elsewhere.status_code == 403
+            # The viewer's token is no good for the operator's forms either.
+            viewer = await client.post(
+                "/controls",
+                data={**form, "csrf": csrf},
+                headers={"authorization": f"Bearer {VIEWER_TOKEN}"},
+            )
+            assert viewer.status_code == 403
+            assert await runtime.log.head() == head
+            assert runtime.phase(key("call_1")) is Phase.COLLECTING
+
+
+async def test_an_operator_stops_a_tenant_after_confirming_and_sees_what_it_ended() -> None:
+    """The emergency stop asks first, then goes through the runtime's actors: the page it
+    leads to names the control, its reason and the calls it ended; the audit page lists it."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            csrf = _csrf((await client.get("/controls")).text)
+            form = {
+                "csrf": csrf,
+                "action": "stop-tenant",
+                "target": "acme",
+                "reason": "incident 42",
+            }
+            asked = await client.post("/controls", data=form)
+            assert asked.status_code == 200
+            assert "Emergency stop of tenant" in asked.text
+            assert "3 calls are live now" in asked.text
+            assert runtime.phase(key("call_1")) is Phase.COLLECTING
+            given = await client.post("/controls", data={**form, "confirmed": "yes"})
+            assert given.status_code == 303
+            entry = await client.get(given.headers["location"])
+            assert "incident 42" in entry.text
+            assert "Calls it ended (3)" in entry.text
+            assert entry.text.count("tenant_stopped") >= 1
+            audit = await client.get("/audit")
+            assert "incident 42" in audit.text
+        for call in ("call_1", "call_2", "call_3"):
+            assert runtime.phase(key(call)) is Phase.CANCELLED
+        [control] = runtime.projections.audit.entries()
+        assert (control.operator, control.reason) == (OPERATOR, "incident 42")
+
+
+async def test_a_control_by_someone_not_an_operator_is_refused_and_audited() -> None:
+    """The viewer's control is refused through the runtime's authorizer: nothing stops, and the
+    audit (the log's) shows the attempt, marked refused."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log, token=VIEWER_TOKEN) as (client, _):
+            page = (await client.get("/controls")).text
+            assert "are no operator here" in page
+            form = {
+                "csrf": _csrf(page),
+                "action": "disable-tool",
+                "target": "get_weather",
+                "reason": "curious",
+            }
+            refused = await client.post("/controls", data=form)
+            assert refused.status_code == 403
+            assert "is not an operator" in refused.text
+            await runtime.settle()
+            audit = await client.get("/audit")
+            assert "✗ refused" in audit.text
+            assert VIEWER in audit.text
+        assert runtime.phase(key("call_1")) is Phase.COLLECTING
+        [refusal] = runtime.projections.audit.refusals()
+        assert (refusal.operator, refusal.control, refusal.scope) == (
+            VIEWER,
+            "operator.tool_disabled",
+            {"tool": "get_weather", "tenant": None},
+        )
+
+
+async def test_a_control_needs_a_reason_and_a_target() -> None:
+    """An empty reason or target is sent back with the problem named; nothing is written."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            csrf = _csrf((await client.get("/controls")).text)
+            head = await runtime.log.head()
+            for form, problem in [
+                ({"action": "stop-tenant", "target": "acme", "reason": " "}, "say why"),
+                ({"action": "stop-tenant", "target": "", "reason": "x"}, "name the response"),
+                ({"action": "explode", "target": "acme", "reason": "x"}, "choose a control"),
+            ]:
+                response = await client.post("/controls", data={**form, "csrf": csrf})
+                assert response.status_code == 400
+                assert problem in response.text
+            assert await runtime.log.head() == head
+
+
+async def test_hostile_provider_ids_are_shown_as_text() -> None:
+    """A call id and a response id that are markup are escaped on the ledger, the call's page,
+    and the live feed's JSON; the call's link carries them as one URL-safe word."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
+        await start(runtime)
+        hostile = key(HOSTILE_CALL, response=HOSTILE_RESPONSE)
+        await runtime.feed(opened(hostile))
+        await runtime.settle()
+        async with client_of(runtime.log) as (client, console):
+            ledger = (await client.get("/")).text
+            assert HOSTILE_CALL not in ledger
+            assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in ledger
+            link = re.search(r'href="(/calls/[A-Za-z0-9_-]+)"', ledger)
+            assert link is not None
+            page = (await client.get(link[1])).text
+            assert HOSTILE_CALL not in page
+            assert HOSTILE_RESPONSE not in page
+            assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+            assert (await client.get("/calls/not-a-key")).status_code == 404
+            [call] = console.feed.view.changed_after(0, RowFilter(), limit=10)
+            assert call.json(console.feed.now())["call"] == HOSTILE_CALL
+
+
+async def test_no_argument_value_reaches_any_page() -> None:
+    """Calls in every stage, with the marker in their arguments: no page, call page, audit
+    entry or live row holds it."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
+        await _runtime_with_calls(runtime)
+        mail, done = key("mail", response="resp_2"), key("done", response="resp_2")
+        await runtime.feed(opened(mail, tool="send_email") + finished(mail))
+        await runtime.feed(opened(done) + finished(done) + response_ended(done))
+        await runtime.settle()
+        async for ready in runtime.ready_calls():
+            dispatch = await runtime.claim(ready, executor="worker")
+            assert SECRET in str(dict(dispatch.arguments))
+            break
+        async with client_of(runtime.log) as (client, console):
+            csrf = _csrf((await client.get("/controls")).text)
+            form = {"csrf": csrf, "action": "quarantine-response", "target": "resp_1"}
+            given = await client.post("/controls", data={**form, "reason": "r", "tenant": "acme"})
+            pages = [*PAGES, given.headers["location"]]
+            ledger = (await client.get("/")).text
+            pages += re.findall(r'href="(/calls/[A-Za-z0-9_-]+)"', ledger)
+            assert len(pages) > len(PAGES) + 3
+            for path in pages:
+                response = await client.get(path)
+                assert response.status_code == 200, path
+                assert SECRET not in response.text, path
+            view = console.feed.view
+            rows = view.changed_after(0, RowFilter(), limit=100)
+            assert SECRET not in str([row.json(console.feed.now()) for row in rows])
+
+
+async def test_a_call_links_to_its_trace() -> None:
+    """The turn's W3C trace id links to the configured trace UI, Jaeger's pattern by default."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await runtime.start_turn(
+            tenant="acme",
+            conversation="c1",
+            turn="t1",
+            principal="user:alice",
+            trace=TraceContext(traceparent=TRACEPARENT),
+        )
+        await runtime.feed(opened(key()))
+        await runtime.settle()
+        async with client_of(runtime.log) as (client, _):
+            ledger = (await client.get("/")).text
+            link = re.search(r'href="(/calls/[A-Za-z0-9_-]+)"', ledger)
+            assert link is not None
+            page = (await client.get(link[1])).text
+            assert 'href="http://127.0.0.1:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"' in page
+        options = {"trace_url": "https://traces.example/t/{trace_id}?x=1"}
+        async with client_of(runtime.log, **options) as (client, _):
+            page = (await client.get(link[1])).text
+            assert "https://traces.example/t/4bf92f3577b34da6a3ce929d0e0e4736?x=1" in page
+
+
+async def test_the_ledger_filters_and_pages() -> None:
+    """Filters by tenant, turn, state and tool keep only their calls; pages hold page_size
+    calls, the one changed last first."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        await start(runtime, tenant="other")
+        await runtime.feed(opened(key("call_9", tenant="other")))
+        await runtime.settle()
+        async with client_of(runtime.log, page_size=2) as (client, _):
+            first = (await client.get("/")).text
+            shown = '<span id="range-first">1</span> to <span id="range-last">2</span>'
+            assert f'calls {shown} of <span id="total">4</span>' in first
+            assert "call_9" in first
+            second = (await client.get("/?page=2")).text
+            assert '<span id="range-first">3</span> to <span id="range-last">4</span>' in second
+            assert "call_9" not in (await client.get("/?tenant=acme")).text
+            collecting = (await client.get("/?state=collecting&page_size=9")).text
+            assert "call_1" in collecting or "call_2" in collecting
+            assert "call_3" not in collecting
+            of_tool = (await client.get("/?tenant=acme&turn=t1&tool=get_weather")).text
+            assert 'of <span id="total">3</span>' in of_tool
+
+
+async def test_the_overview_and_the_waiting_page() -> None:
+    """The overview charts the last hour's calls per tenant by stage (SVG, labels escaped); the
+    waiting page lists calls waiting for a person, ready and running, with their ages."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await runtime.start_turn(
+            tenant="<b>t</b>", conversation="c1", turn="t1", principal="user:alice"
+        )
+        odd = key("call_1", tenant="<b>t</b>")
+        await runtime.feed(opened(odd, tool="send_email") + finished(odd) + response_ended(odd))
+        await runtime.settle()
+        async with client_of(runtime.log) as (client, _):
+            overview = (await client.get("/overview")).text
+            assert "<svg" in overview
+            assert "&lt;b&gt;t&lt;/b&gt;" in overview
+            assert "<b>t</b>" not in overview
+            waiting = (await client.get("/waiting")).text
+            assert "Waiting for a person's confirmation (1)" in waiting
+            assert "data-first=" in waiting
+
+
+async def test_the_console_follows_appends_of_another_writer() -> None:
+    """A call opened after the console started shows up without a restart."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await start(runtime)
+        async with client_of(runtime.log) as (client, console):
+            sequence = console.feed.view.sequence
+            await runtime.feed(opened(key("late")))
+            with trio.fail_after(5):
+                await console.feed.changed_after(sequence)
+            assert "late" in (await client.get("/")).text
