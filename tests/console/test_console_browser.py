@@ -48,8 +48,7 @@ os.environ.setdefault("SE_OFFLINE", "true")
 from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import (  # noqa: E402
     NoAlertPresentException,
-    NoSuchElementException,
-    StaleElementReferenceException,
+    WebDriverException,
 )
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -92,7 +91,10 @@ def _sign_in(browser: WebDriver, lab: ConsoleLab, token: str, path: str = "/") -
 
 
 def _until(browser: WebDriver, condition: Callable[[], bool], what: str) -> None:
-    ignored = (NoSuchElementException, StaleElementReferenceException)
+    # A page being replaced (a form posted, a row redrawn) makes the browser refuse to read an
+    # element of the document it leaves, in more words than the stale-element error: looked at
+    # again until the wait runs out, as a person would.
+    ignored = (WebDriverException,)
     WebDriverWait(browser, WAIT, ignored_exceptions=ignored).until(lambda _: condition(), what)
 
 
