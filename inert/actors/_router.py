@@ -9,9 +9,10 @@ decisions to the call's stream, with the expected version (alone on the log it i
 only writer: a conflict means another writer exists, and the runtime stops rather than write
 beside it; where processes share the log, only the turn's owner acts, fenced by the version of
 the turn's lease, and a refused write means the turn was taken over: the new owner's decisions
-come from the log), and runs the call's validation once, with a deadline. When its inbox is
-empty it ends: a passivated actor costs nothing but the call's record in the fold, and the next
-work for the call spawns it again. The actor of a terminal call has no more work.
+come from the log), and runs the call's validation once, with a deadline on what it awaits
+(what answers without waiting needs none). When its inbox is empty it ends: a passivated actor
+costs nothing but the call's record in the fold, and the next work for the call spawns it
+again. The actor of a terminal call has no more work.
 
 A timer task turns due deadlines into ``DeadlineReached`` requests in the log, so that a timeout
 is decided in log order like everything else.
@@ -21,14 +22,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import trio
 
 from ..events import CallKey, ConflictError, DeadlineReached, FailReason, LogError, RecordedEvent
 from ..log import Log, NewEvent
-from ._call import ValidationOutcome, ValidationResult, Validator, recorded
+from ._call import ValidationOutcome, ValidationRequested, ValidationResult, recorded
 from ._decider import decide
 from ._fold import (
     AppendDecisions,
@@ -39,6 +40,9 @@ from ._fold import (
 )
 
 Listener = Callable[[RecordedEvent], None]
+Validation = Callable[[ValidationRequested], ValidationResult | Awaitable[ValidationResult]]
+"""A validator, or one that answers at once where it need not wait (as
+``ToolRegistry.start_validation`` does)."""
 
 DEFAULT_INBOX_SIZE = 64
 DEFAULT_VALIDATION_TIMEOUT = 0.1
@@ -53,7 +57,7 @@ class CallRouter:
         self,
         log: Log,
         fold: CallFold,
-        validator: Validator,
+        validator: Validation,
         *,
         listener: Listener,
         validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
@@ -207,7 +211,9 @@ class CallRouter:
                 self._room.set()
                 self._room = trio.Event()
             await self._work_through(key, batch)
-            await trio.lowlevel.checkpoint()
+            if inbox:
+                # More came meanwhile: the other actors get their turn first.
+                await trio.lowlevel.checkpoint()
 
     async def _work_through(self, key: CallKey, batch: list[Work]) -> None:
         pending: list[NewEvent] = []
@@ -264,18 +270,26 @@ class CallRouter:
         self._sweep_at = max(2 * len(self._written), _SWEEP_AT_LEAST)
 
     async def _validate(self, key: CallKey, work: RunValidation) -> None:
-        result = ValidationResult(
-            failure=FailReason.VALIDATION_TIMEOUT,
-            detail=f"no answer within {self._validation_timeout} s",
-        )
-        with trio.move_on_after(self._validation_timeout):
-            try:
-                result = await self._validator(work.request)
-            except Exception as error:
-                result = ValidationResult(
-                    failure=FailReason.VALIDATOR_ERROR,
-                    detail=f"the validator raised {type(error).__name__}",
-                )
+        result: ValidationResult | None = None
+        try:
+            started = self._validator(work.request)
+        except Exception as error:
+            result = _raised(error)
+        else:
+            if isinstance(started, ValidationResult):
+                # Answered without waiting: no deadline can pass in code that never yields.
+                result = started
+            else:
+                with trio.move_on_after(self._validation_timeout):
+                    try:
+                        result = await started
+                    except Exception as error:
+                        result = _raised(error)
+                if result is None:
+                    result = ValidationResult(
+                        failure=FailReason.VALIDATION_TIMEOUT,
+                        detail=f"no answer within {self._validation_timeout} s",
+                    )
         state = self._fold.state(key)
         assert state is not None
         if state.validating != work.request:
@@ -326,3 +340,10 @@ class CallRouter:
                         for key in due
                     ]
                 )
+
+
+def _raised(error: Exception) -> ValidationResult:
+    return ValidationResult(
+        failure=FailReason.VALIDATOR_ERROR,
+        detail=f"the validator raised {type(error).__name__}",
+    )

@@ -190,6 +190,15 @@ class ToolRegistry:
 
     async def validate(self, request: ValidationRequested) -> ValidationResult:
         """Validate a call against the declaration its turn offered."""
+        started = self.start_validation(request)
+        return started if isinstance(started, ValidationResult) else await started
+
+    def start_validation(
+        self, request: ValidationRequested
+    ) -> ValidationResult | Awaitable[ValidationResult]:
+        """``validate`` as far as it goes without awaiting: its result where no business
+        validator, permission policy or check is to be asked, else the rest to await. A caller
+        then needs no deadline (nor a schedule point) for what cannot wait."""
         declaration = self.by_digest(request.tool.digest)
         if declaration is None or declaration.name != request.tool.name:
             return ValidationResult(
@@ -207,6 +216,15 @@ class ToolRegistry:
         problems = schema_problems(self._schemas[request.tool.digest], request.arguments)
         if problems:
             return ValidationResult(failure=FailReason.SCHEMA_INVALID, detail=problems)
+        if declaration.validator is None and declaration.policy is None and self._check is None:
+            return ValidationResult(needs_confirmation=declaration.needs_confirmation)
+        return self._asked(declaration, request)
+
+    async def _asked(
+        self, declaration: ToolDeclaration, request: ValidationRequested
+    ) -> ValidationResult:
+        """The business validator, the permission policy and the check, of a call whose
+        arguments fit its declaration."""
         refused = await _business_and_permission(declaration, request)
         if refused is not None:
             return refused

@@ -165,7 +165,7 @@ class Runtime:
         self.projections = Projections(ledger_horizon=ledger_horizon)
         self._fold = CallFold(limits, process=process)
         self._router = CallRouter(
-            log, self._fold, registry.validate, listener=self._fan_out, **router_options
+            log, self._fold, registry.start_validation, listener=self._fan_out, **router_options
         )
         self._requests = Requests()
         self._ingress = Ingress(log, max_pending_bytes=held_bytes, refused=self._refusal)

@@ -21,7 +21,13 @@ from inert import (
     ToolDeclaration,
     open_runtime,
 )
-from inert.actors import ParsedArguments, ToolRegistry, ValidationRequested, parse_arguments
+from inert.actors import (
+    ParsedArguments,
+    ToolRegistry,
+    ValidationRequested,
+    ValidationResult,
+    parse_arguments,
+)
 from inert.events import FailReason
 
 KEY = CallKey(tenant="acme", conversation="c1", turn="t1", response="r1", item="i1", call="call_1")
@@ -313,3 +319,50 @@ async def test_a_validator_that_breaks_is_an_error_named_by_its_type_only() -> N
         FailReason.VALIDATOR_ERROR,
         "KeyError",
     )
+
+
+def request_for(declaration: ToolDeclaration, data: bytes) -> ValidationRequested:
+    return ValidationRequested(
+        key=KEY,
+        tool=declaration.offered(),
+        principal="user:alice",
+        arguments=parsed(data),
+        cause=1,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+async def test_a_call_nothing_is_asked_about_is_answered_without_awaiting() -> None:
+    """start_validation returns the result itself (accepted, or a schema failure) where no
+    validator, policy or check is to be asked; validate gives the same answer."""
+    registry = ToolRegistry([CONTACT])
+    good = request_for(CONTACT, b'{"name": "Ada", "email": "ada@example.com"}')
+    bad = request_for(CONTACT, b'{"name": ""}')
+    started = registry.start_validation(good)
+    assert isinstance(started, ValidationResult)
+    assert started.accepted
+    failed = registry.start_validation(bad)
+    assert isinstance(failed, ValidationResult)
+    assert failed.failure is FailReason.SCHEMA_INVALID
+    assert (started, failed) == (await registry.validate(good), await registry.validate(bad))
+
+
+async def test_a_call_with_a_validator_or_a_check_is_left_to_await() -> None:
+    """Where a validator, a policy or a check is to be asked, start_validation returns what is
+    left to await, and nothing of it has run yet."""
+    recorder = Recorder()
+    declaration = hooked(recorder)
+    started = ToolRegistry([declaration]).start_validation(request_for(declaration, b"{}"))
+    assert not isinstance(started, ValidationResult)
+    assert recorder.seen == []
+    assert await started == ValidationResult()
+    assert len(recorder.seen) == 2
+
+    async def check(request: ValidationRequested) -> ValidationResult:
+        return ValidationResult(needs_confirmation=True)
+
+    checked = ToolRegistry([CONTACT], check=check)
+    request = request_for(CONTACT, b'{"name": "Ada", "email": "ada@example.com"}')
+    pending = checked.start_validation(request)
+    assert not isinstance(pending, ValidationResult)
+    assert (await pending).needs_confirmation
