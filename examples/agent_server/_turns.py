@@ -50,6 +50,7 @@ FINAL_CUES = frozenset(
         StatusCue.CANCELLED,
         StatusCue.DUPLICATE,
         StatusCue.STOPPED,
+        StatusCue.RUN_STOPPED,
         StatusCue.FAILED,
     }
 )
