@@ -185,7 +185,7 @@ ENDED = tuple(TERMINAL_PHASES)
 NOT_RUN = tuple(phase for phase in ENDED if phase is not D)
 OPEN = (C, T, V)
 
-_SCOPE_EVENTS: tuple[type[Event], ...] = (
+SCOPE_EVENTS: tuple[type[Event], ...] = (
     TurnStarted,
     TurnCancelled,
     TurnSuperseded,
@@ -200,7 +200,7 @@ INPUT_TYPES: tuple[type, ...] = (
     ResponseEnded,
     StreamLost,
     StreamResumed,
-    *_SCOPE_EVENTS,
+    *SCOPE_EVENTS,
     ConfirmationGiven,
     ConfirmationDenied,
     ClaimRequested,
@@ -257,7 +257,7 @@ TABLE: dict[tuple[Phase, type], Handler] = {
     **_rows(StreamResumed, {OPEN: wanted(ignore), (A, *ENDED): ignore}),
     **{
         pair: handler
-        for scope_event in _SCOPE_EVENTS
+        for scope_event in SCOPE_EVENTS
         for pair, handler in _rows(
             scope_event, {OPEN: changes_wish, (D,): stop_running, (A, *NOT_RUN): ignore}
         ).items()

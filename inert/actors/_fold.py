@@ -50,7 +50,6 @@ from attrs import frozen
 from ..events import (
     DECISION_TYPES,
     OUTCOME_TYPES,
-    STOPPING_CONTROL_TYPES,
     ArgumentsAppended,
     ByTurn,
     CallCancelled,
@@ -105,7 +104,7 @@ from ._call import (
     disallowed_as_recorded,
     recorded,
 )
-from ._decider import decide
+from ._decider import SCOPE_EVENTS, decide
 from ._handlers import takes_fragment_alone
 from ._intents import Intents, asks_for_intents, intent_of, scope_of
 from ._scope import LiveIndex, Members, ResponseTurns, Scope, count
@@ -113,8 +112,8 @@ from ._slot import Slot
 
 _DECISION_TYPES = frozenset(DECISION_TYPES)
 _OUTCOME_TYPES = frozenset(OUTCOME_TYPES)
-# What may ask a running call to stop (rule 11).
-_STOPPING_TYPES = frozenset((TurnStarted, TurnCancelled, TurnSuperseded, *STOPPING_CONTROL_TYPES))
+# What may ask a running call to stop (rule 11): what concerns a call without addressing it.
+_STOPPING_TYPES = frozenset(SCOPE_EVENTS)
 _ENDING_TYPES = (CallCancelled, CallDispatched, CallFailed)
 
 _ADDRESSED = (

@@ -12,7 +12,6 @@ from datetime import timedelta
 from ..actors import TERMINAL_PHASES, ToolDeclaration
 from ..events import (
     CallKey,
-    CallValidated,
     RefusedError,
     TurnRef,
 )
@@ -190,7 +189,9 @@ async def confirm_command(
             key, principal=principal, arguments_digest=digest, expires_in=expires_in, arguments=edit
         )
         await settle_within(runtime)
-        confirmed = await _validated_digest(runtime, key)
+        # Confirmed, the call is ready: the digest of what would run, an edit's if one passed.
+        ready = runtime.ready_call(key)
+        confirmed = digest if ready is None else ready.arguments_digest
     if as_json:
         _print_json(
             {
@@ -210,16 +211,6 @@ async def confirm_command(
         f" {confirmed}{edited}; the call is ready to run until"
         f" {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     )
-
-
-async def _validated_digest(runtime: Runtime, key: CallKey) -> str:
-    """The digest of the arguments the call was last validated with (an edit's, if any)."""
-    validated = [
-        recorded.event.arguments_digest
-        for recorded in await runtime.log.read_stream(key.stream)
-        if isinstance(recorded.event, CallValidated)
-    ]
-    return validated[-1]
 
 
 async def deny_command(
