@@ -130,6 +130,11 @@ class Codec:
         self._structure: dict[type[Event], Structure | None] = {
             cls: fast_structure(cls) for cls in self._types.values()
         }
+        self._current: dict[str, tuple[str, int, Structure]] = {
+            tag: (cls.TAG, cls.SCHEMA_VERSION, structure)
+            for tag, cls in self._types.items()
+            if (structure := self._structure[cls]) is not None
+        }
 
     def tag(self, stored: str) -> str:
         """The tag of a registered event type as one shared string (a stored row's is a fresh
@@ -147,6 +152,14 @@ class Codec:
         at = micros_to_datetime(micros)
         self._last_time = (micros, at)
         return at
+
+    @property
+    def current(self) -> Mapping[str, tuple[str, int, Structure]]:
+        """By stored tag, for the types with a generated structuring function: the shared tag,
+        the schema version this codec writes, and that function (which returns ``GIVE_UP``
+        where :meth:`decode` must judge). A page of rows is decoded through it without a call
+        of ``decode`` per row."""
+        return self._current
 
     @property
     def event_types(self) -> Mapping[str, type[Event]]:

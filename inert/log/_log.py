@@ -57,7 +57,7 @@ from ._records import (
     check_expected_versions,
     check_page,
     check_stream_page,
-    decode_record,
+    decode_records,
     encode_batch,
     plan_appends,
     redacted,
@@ -126,7 +126,7 @@ class Log(abc.ABC):
         first = max(from_position, 1)
         rows = await self._read_rows(first, limit)
         check_page(rows, first)
-        return [decode_record(self.codec, row) for row in rows]
+        return decode_records(self.codec, rows)
 
     async def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
         """The events of one stream from ``from_version`` on, in version order."""
@@ -134,7 +134,7 @@ class Log(abc.ABC):
         first = max(from_version, 1)
         rows = await self._read_stream_rows(stream, first)
         check_stream_page(rows, stream, first)
-        return [decode_record(self.codec, row) for row in rows]
+        return decode_records(self.codec, rows)
 
     def subscribe(self, from_position: int = 0) -> Subscription:
         """An async iterator over every event from ``from_position`` on, then new ones as they land.
@@ -278,11 +278,8 @@ class Subscription:
                 await self._log._wait_for_appends(appended)
                 continue
             check_page(rows, self._next)
-            recent = self._log._recent
-            for row in rows:
-                known = recent.get(row.position) if row.digest is None else None
-                self._buffer.append(decode_record(self._log.codec, row, known))
-                self._next += 1
+            self._buffer.extend(decode_records(self._log.codec, rows, self._log._recent))
+            self._next += len(rows)
         return self._buffer.popleft()
 
 

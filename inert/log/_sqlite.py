@@ -29,7 +29,7 @@ from typing import Literal, TypeVar
 import trio
 
 from ..events._codec import Codec
-from ..events._errors import ConfigurationError, InertError, LogError
+from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
 from ._group import AppendRequest, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redacted, with_checksum
@@ -49,6 +49,13 @@ _SELECT = (
     "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
     " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
     " e.tracestate, e.checksum FROM events AS e JOIN streams AS s ON s.stream_id = e.stream_id"
+)
+# A page read by position names streams by number, and the reader keeps their names: a join
+# per row costs about as much as everything else SQLite does for the row.
+_SELECT_BY_POSITION = (
+    "SELECT position, event_id, stream_id, version, recorded_at, event_type, schema_version,"
+    " payload, payload_length, payload_digest, traceparent, tracestate, checksum FROM events"
+    " WHERE position >= ? ORDER BY position LIMIT ?"
 )
 
 # Payloads are indexed by stream, which redaction deletes them by.
@@ -168,7 +175,7 @@ def _insert_events(connection: sqlite3.Connection, rows: list[tuple[object, ...]
             start += size
 
 
-def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+def _chunks(items: Sequence[_T]) -> Iterable[Sequence[_T]]:
     for start in range(0, len(items), _SQL_PARAMETER_CHUNK):
         yield items[start : start + _SQL_PARAMETER_CHUNK]
 
@@ -242,6 +249,11 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # The log's files that could be written when it was opened.
         self._writable: tuple[str, ...] = ()
         self._reader_lock = trio.Lock()
+        # Stream names by number, for the reader thread alone. A stream's number never names
+        # another stream: streams are never deleted, and a number taken by a rolled-back insert
+        # is in no committed row.
+        self._stream_names: dict[int, str] = {}
+        self._stream_names_capacity = max(stream_cache_size, 1)
 
     @property
     def name(self) -> str:
@@ -512,11 +524,42 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             raise LogError(f"SQLite read of {self.path!r} failed: {error}") from error
 
     async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
-        rows = await self._query(
-            f"{_SELECT} WHERE e.position >= ? ORDER BY e.position LIMIT ?",
-            (from_position, -1 if limit is None else limit),
-        )
-        return [_row(values) for values in rows]
+        async with self._reader_lock:
+            return await trio.to_thread.run_sync(
+                self._fetch_by_position, from_position, -1 if limit is None else limit
+            )
+
+    def _fetch_by_position(self, from_position: int, limit: int) -> list[StoredRecord]:
+        if self._reader is None:
+            raise LogError("SQLite log is closed")
+        self._check_writable("nothing more is read from it")
+        try:
+            rows = self._reader.execute(_SELECT_BY_POSITION, (from_position, limit)).fetchall()
+            names = self._stream_names
+            numbers = {row[2] for row in rows}
+            missing = numbers - names.keys()
+            if missing:
+                if len(names) + len(missing) > self._stream_names_capacity:
+                    names.clear()
+                    missing = numbers
+                for chunk in _chunks(list(missing)):
+                    marks = ",".join("?" * len(chunk))
+                    names.update(
+                        self._reader.execute(
+                            f"SELECT stream_id, name FROM streams WHERE stream_id IN ({marks})",
+                            chunk,
+                        ).fetchall()
+                    )
+        except sqlite3.Error as error:
+            raise LogError(f"SQLite read of {self.path!r} failed: {error}") from error
+        make = StoredRecord._make
+        try:
+            return [make((row[0], row[1], names[row[2]], *row[3:])) for row in rows]
+        except KeyError as error:
+            raise LogDamaged(
+                next(row[0] for row in rows if row[2] not in names),
+                f"the row names stream number {error.args[0]}, which the log does not hold",
+            ) from None
 
     async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]:
         rows = await self._query(

@@ -359,3 +359,31 @@ def test_a_poll_interval_that_is_not_a_positive_finite_number_is_refused(
     """NaN, an infinite or a non-positive poll interval is a ConfigurationError naming it."""
     with pytest.raises(ConfigurationError, match="poll_interval must be a positive, finite"):
         SQLiteLog(tmp_path / "log.db", poll_interval=interval)
+
+
+async def test_a_page_over_more_streams_than_the_name_cache_holds_names_each_row_right(
+    tmp_path: Path,
+) -> None:
+    """A read page naming more streams than the reader keeps names of still names every row's."""
+    async with SQLiteLog.open(tmp_path / "n.db", stream_cache_size=2) as log:
+        await log.append([new("e0", stream="s0"), new("e1", stream="s1")])
+        assert [recorded.stream for recorded in await log.read(1)] == ["s0", "s1"]
+        await log.append([new(f"f{index}", stream=f"s{index}") for index in range(2, 9)])
+        assert [recorded.stream for recorded in await log.read(1)] == [
+            f"s{index}" for index in range(9)
+        ]
+        assert [recorded.stream for recorded in await log.read(4, limit=2)] == ["s3", "s4"]
+
+
+async def test_a_row_naming_a_stream_the_log_lacks_is_damage_at_its_position(
+    tmp_path: Path,
+) -> None:
+    """A row whose stream number has no stream is reported as damage at that row's position."""
+    path = tmp_path / "d.db"
+    async with SQLiteLog.open(path) as log:
+        await log.append([new("e1"), new("e2", stream="t")])
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE events SET stream_id = 99 WHERE position = 2")
+    async with SQLiteLog.open(path) as log:
+        with pytest.raises(LogDamaged, match=r"position 2.*stream number 99"):
+            await log.read(1)
