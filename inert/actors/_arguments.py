@@ -103,7 +103,17 @@ class RejectedArguments:
 class _Refused(Exception):
     def __init__(self, problem: ArgumentProblem, path: str = "$", detail: str = "") -> None:
         super().__init__(problem.value)
-        self.rejection = RejectedArguments(problem=problem, path=path, detail=detail)
+        self.problem = problem
+        self.detail = detail
+        self.root = path
+        self.within: list[str] = []
+        """The steps from ``root`` down to the value refused, innermost first: added as the
+        refusal leaves each level, so that no path is written for values that pass."""
+
+    @property
+    def rejection(self) -> RejectedArguments:
+        path = self.root + "".join(reversed(self.within))
+        return RejectedArguments(problem=self.problem, path=path, detail=self.detail)
 
 
 def _depth_exceeds(text: str, max_depth: int) -> bool:
@@ -175,42 +185,79 @@ _NONCHARACTER = re.compile(
 )
 
 
-def _check_string(text: str, path: str, limits: ArgumentLimits) -> None:
+def _check_string(text: str, limits: ArgumentLimits) -> None:
     if len(text) > limits.max_string_length:
         raise _Refused(
             ArgumentProblem.STRING_TOO_LONG,
-            path,
-            f"{len(text)} characters, the limit is {limits.max_string_length}",
+            detail=f"{len(text)} characters, the limit is {limits.max_string_length}",
         )
     if "\x00" in text:
-        raise _Refused(ArgumentProblem.NUL_CHARACTER, path)
+        raise _Refused(ArgumentProblem.NUL_CHARACTER)
+    if text.isascii():
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise _Refused(ArgumentProblem.INVALID_UNICODE, path, "lone surrogate") from None
+        raise _Refused(ArgumentProblem.INVALID_UNICODE, detail="lone surrogate") from None
     if _NONCHARACTER.search(text):
-        raise _Refused(ArgumentProblem.INVALID_UNICODE, path, "noncharacter")
+        raise _Refused(ArgumentProblem.INVALID_UNICODE, detail="noncharacter")
 
 
-def _freeze(value: Any, path: str, limits: ArgumentLimits) -> Any:
-    if isinstance(value, dict):
-        if len(value) > limits.max_object_keys:
-            raise _Refused(
-                ArgumentProblem.TOO_MANY_KEYS,
-                path,
-                f"{len(value)} names, the limit is {limits.max_object_keys}",
-            )
-        frozen_items = {}
-        for name, item in value.items():
-            item_path = f"{path}.{name}" if name.isidentifier() else f"{path}[{json.dumps(name)}]"
-            _check_string(name, item_path, limits)
-            frozen_items[name] = _freeze(item, item_path, limits)
-        return MappingProxyType(frozen_items)
-    if isinstance(value, list):
-        return tuple(_freeze(item, f"{path}[{index}]", limits) for index, item in enumerate(value))
-    if isinstance(value, str):
-        _check_string(value, path, limits)
-    return value
+def _step_to(name: str) -> str:
+    return f".{name}" if name.isidentifier() else f"[{json.dumps(name)}]"
+
+
+class _Freezer:
+    """Checks a parsed value and freezes it, noting whether the standard library's encoder
+    writes its canonical form (``plain``): it does unless a number is a float (ECMAScript
+    prints those) or a name holds a character beyond the Basic Multilingual Plane (names are
+    sorted by UTF-16 code units, which order those apart from code points)."""
+
+    __slots__ = ("limits", "plain")
+
+    def __init__(self, limits: ArgumentLimits) -> None:
+        self.limits = limits
+        self.plain = True
+
+    def freeze(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is dict:
+            limits = self.limits
+            if len(value) > limits.max_object_keys:
+                raise _Refused(
+                    ArgumentProblem.TOO_MANY_KEYS,
+                    detail=f"{len(value)} names, the limit is {limits.max_object_keys}",
+                )
+            frozen_items = {}
+            for name, item in value.items():
+                try:
+                    _check_string(name, limits)
+                    frozen_items[name] = self.freeze(item)
+                except _Refused as refused:
+                    refused.within.append(_step_to(name))
+                    raise
+                if self.plain and not name.isascii() and max(name) > "\uffff":
+                    self.plain = False
+            return MappingProxyType(frozen_items)
+        if kind is list:
+            items = []
+            for index, item in enumerate(value):
+                try:
+                    items.append(self.freeze(item))
+                except _Refused as refused:
+                    refused.within.append(f"[{index}]")
+                    raise
+            return tuple(items)
+        if kind is str:
+            _check_string(value, self.limits)
+        elif kind is float:
+            self.plain = False
+        return value
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float, parse_int=_int
+)
 
 
 def parse_arguments(
@@ -238,16 +285,11 @@ def parse_arguments(
             problem=ArgumentProblem.TOO_DEEP, detail=f"the limit is {limits.max_depth}"
         )
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_pairs,
-            parse_constant=_constant,
-            parse_float=_float,
-            parse_int=_int,
-        )
+        value = _DECODER.decode(text)
         if not isinstance(value, dict):
             raise _Refused(ArgumentProblem.NOT_AN_OBJECT, detail=type(value).__name__)
-        frozen_value = _freeze(value, "$", limits)
+        freezer = _Freezer(limits)
+        frozen_value = freezer.freeze(value)
     except _Refused as refused:
         return refused.rejection
     except json.JSONDecodeError as error:
@@ -258,7 +300,9 @@ def parse_arguments(
         return RejectedArguments(problem=ArgumentProblem.TOO_DEEP)
     except ValueError as error:
         return RejectedArguments(problem=ArgumentProblem.SYNTAX, detail=type(error).__name__)
-    canonical = canonical_json(value)
+    canonical = (
+        _PLAIN_ENCODER.encode(value).encode("utf-8") if freezer.plain else canonical_json(value)
+    )
     return ParsedArguments(
         value=frozen_value,
         canonical=canonical,
@@ -323,6 +367,13 @@ def _canonical(value: Any, out: list[str]) -> None:
         out.append(_number(value))
     else:
         raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+# Names sorted, no whitespace, the same minimal string escapes as ``_canonical``: for a value
+# without floats whose names sort alike by code points and by UTF-16 code units, RFC 8785.
+_PLAIN_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
 
 
 def canonical_json(value: Any) -> bytes:

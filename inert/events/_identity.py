@@ -11,11 +11,14 @@ second stream.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from urllib.parse import quote
 
 import attrs
 from attrs import field, frozen
+
+from ._structure import interned
 
 MAX_IDENTITY_LENGTH = 512
 
@@ -38,12 +41,18 @@ def _identity_component(instance: object, attribute: attrs.Attribute[str], value
         )
 
 
+# What ``quote(part, safe="")`` leaves as it is: most identities, which then skip it.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
 def _stream(kind: str, *parts: str) -> str:
-    return "/".join((kind, *(quote(part, safe="") for part in parts)))
+    unquoted = _UNQUOTED.fullmatch
+    return "/".join((kind, *(part if unquoted(part) else quote(part, safe="") for part in parts)))
 
 
 # Identities are dict keys on every hot path of the runtime: their hash is computed once, and
-# what is derived from them (streams, the turn and response of a call) once per instance.
+# what is derived from them (streams, the turn and response of a call) once per instance; the
+# turn and response of a call are the ones decoded events name (interned by their fields).
 
 
 @frozen(kw_only=True, cache_hash=True)
@@ -76,7 +85,12 @@ class ResponseRef:
 
     @cached_property
     def turn_ref(self) -> TurnRef:
-        return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
+        tenant, conversation, turn = self.tenant, self.conversation, self.turn
+        return interned(
+            TurnRef,
+            (tenant, conversation, turn),
+            lambda: TurnRef(tenant=tenant, conversation=conversation, turn=turn),
+        )
 
     @cached_property
     def stream(self) -> str:
@@ -102,11 +116,18 @@ class CallKey:
 
     @cached_property
     def response_ref(self) -> ResponseRef:
-        return ResponseRef(
-            tenant=self.tenant,
-            conversation=self.conversation,
-            turn=self.turn,
-            response=self.response,
+        tenant, conversation, turn, response = (
+            self.tenant,
+            self.conversation,
+            self.turn,
+            self.response,
+        )
+        return interned(
+            ResponseRef,
+            (tenant, conversation, turn, response),
+            lambda: ResponseRef(
+                tenant=tenant, conversation=conversation, turn=turn, response=response
+            ),
         )
 
     def _parts(self) -> tuple[str, ...]:

@@ -39,6 +39,26 @@ class _Unsupported(Exception):
     """A field type the generator does not write code for: the class takes the checked path."""
 
 
+_IDENTITIES: dict[type, dict[tuple[object, ...], Any]] = {}
+"""Identities by class and by their fields' values in field order: one table per class for the
+decoded payloads and for what identities derive from each other (a call's response and turn)."""
+
+_T = typing.TypeVar("_T")
+
+
+def interned(cls: type[_T], values: tuple[str, ...], build: Callable[[], _T]) -> _T:
+    """The identity of ``cls`` with these field values, built by ``build`` only where none is
+    kept; bounded by dropping the class's table whole."""
+    known = _IDENTITIES.setdefault(cls, {})
+    found: _T | None = known.get(values)
+    if found is None:
+        found = build()
+        if len(known) >= _INTERNED_LIMIT:
+            known.clear()
+        known[values] = found
+    return found
+
+
 class _Interned:
     """Values of one identity class by their payload's values, bounded by dropping all.
 
@@ -47,10 +67,10 @@ class _Interned:
     by the values alone, an identity costs one small tuple here rather than a pair per field.
     """
 
-    def __init__(self, build: Structure, names: tuple[str, ...]) -> None:
+    def __init__(self, cls: type, build: Structure, names: tuple[str, ...]) -> None:
         self._build = build
         self._names = names
-        self._known: dict[tuple[object, ...], object] = {}
+        self._known = _IDENTITIES.setdefault(cls, {})
 
     def __call__(self, value: object) -> Any:
         if type(value) is not dict:
@@ -89,7 +109,7 @@ class _Generator:
         if found is None:
             found = self._write(cls)
             if _is_identity(cls):
-                found = _Interned(found, tuple(field.name for field in attrs.fields(cls)))
+                found = _Interned(cls, found, tuple(field.name for field in attrs.fields(cls)))
             self._functions[cls] = found
         return found
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -205,6 +206,44 @@ def test_canonical_form_parses_back_to_the_same_value(value: dict[str, Any]) -> 
     assert _thaw(result.value) == value
     assert canonical_json(result.value) == result.canonical
     assert json.loads(result.canonical) is not None
+
+
+@given(st.dictionaries(VALID_TEXT, json_values, max_size=5))
+def test_canonical_form_is_that_of_the_rfc8785_package(value: dict[str, Any]) -> None:
+    """Parsing and the canonical form write the bytes the ``rfc8785`` package writes."""
+    expected = rfc8785.dumps(value)
+    assert canonical_json(value) == expected
+    result = parse_arguments(json.dumps(value).encode())
+    assert isinstance(result, ParsedArguments), result
+    assert result.canonical == expected
+
+
+def test_names_beyond_the_basic_plane_sort_by_utf16_code_units_once_parsed() -> None:
+    """A name beyond U+FFFF sorts before U+FB01 in the canonical form of parsed arguments."""
+    result = parse_arguments(json.dumps({"\ufb01": 2, "\U0001f600": 1, "a": 3}).encode())
+    assert isinstance(result, ParsedArguments)
+    assert result.canonical.decode() == '{"a":3,"\U0001f600":1,"\ufb01":2}'
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "problem"),
+    [
+        ('{"a b": [{"x": "\\u0000"}]}', '$["a b"][0].x', P.NUL_CHARACTER),
+        ('{"o": {"k\\u0000": 1}}', '$.o["k\\u0000"]', P.NUL_CHARACTER),
+        ('{"l": [1, [2, "\\ud800"]]}', "$.l[1][1]", P.INVALID_UNICODE),
+        ('{"x": 1}', "$", None),
+    ],
+)
+def test_a_refusal_names_the_path_to_the_value(
+    text: str, path: str, problem: ArgumentProblem | None
+) -> None:
+    """The path of a refusal steps through names (quoted where not identifiers) and indexes."""
+    result = parse_arguments(text.encode())
+    if problem is None:
+        assert isinstance(result, ParsedArguments)
+        return
+    assert isinstance(result, RejectedArguments)
+    assert (result.problem, result.path) == (problem, path)
 
 
 def _encodable(text: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import attrs
 import pytest
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from inert import CallKey, ResponseRef, TurnRef
 from inert.events import control_stream
-from inert.events._identity import MAX_IDENTITY_LENGTH
+from inert.events._identity import MAX_IDENTITY_LENGTH, _stream
 
 IDENTITY_CLASSES: list[type[Any]] = [TurnRef, ResponseRef, CallKey]
 COMPONENTS = [(cls, field.name) for cls in IDENTITY_CLASSES for field in attrs.fields(cls)]
@@ -200,6 +200,27 @@ def test_keys_that_differ_only_in_the_call_share_their_turn_and_response() -> No
     assert first.turn_ref == second.turn_ref
     assert first.response_ref == second.response_ref
     assert first.stream != second.stream
+
+
+def test_calls_of_one_turn_hold_one_turn_object_and_one_response_object_per_response() -> None:
+    """Derived turns and responses are shared between the calls (and events) that name them."""
+    first = CallKey(**valid_values(CallKey))
+    sibling = attrs.evolve(first, item="item-2", call="call-2")
+    elsewhere = attrs.evolve(first, response="response-2")
+    assert first.response_ref is sibling.response_ref
+    assert first.turn_ref is sibling.turn_ref is elsewhere.turn_ref
+    assert elsewhere.response_ref is not first.response_ref
+
+
+@settings(max_examples=300)
+@given(parts=st.lists(st.text(min_size=1), min_size=1, max_size=4))
+def test_stream_names_quote_every_component_as_urllib_does(parts: list[str]) -> None:
+    """A stream name is its kind and each component percent-encoded by ``quote(safe="")``."""
+    try:
+        expected = "/".join(("kind", *(quote(part, safe="") for part in parts)))
+    except UnicodeEncodeError:
+        return
+    assert _stream("kind", *parts) == expected
 
 
 def test_control_streams_are_global_or_per_tenant() -> None:
