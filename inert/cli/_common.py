@@ -20,6 +20,7 @@ from ..events import (
 )
 from ..log import Log, open_log
 from ..runtime import Runtime, open_runtime, trio_clock
+from ..runtime._collector import thresholds_of
 from ..runtime._peers import DEFAULT_LEASE_TIME
 from ._tracing import exported_spans
 
@@ -143,16 +144,19 @@ async def fold_log(
     # A read must not leave a new, empty log behind where a path was mistyped.
     async with open_log(url, create=False) as log:
         progress = Progress(what, await log.head())
-        try:
-            while page := await log.read(position + 1, limit=READ_PAGE):
-                for recorded in page:
-                    for fold in folds:
-                        fold(recorded)
-                count += len(page)
-                position = page[-1].position
-                progress.advance(count)
-        finally:
-            progress.finish()
+        # What a fold of a long log keeps grows with it: a runtime's thresholds spare the
+        # collector walking all of it every few hundred events.
+        with thresholds_of():
+            try:
+                while page := await log.read(position + 1, limit=READ_PAGE):
+                    for recorded in page:
+                        for fold in folds:
+                            fold(recorded)
+                    count += len(page)
+                    position = page[-1].position
+                    progress.advance(count)
+            finally:
+                progress.finish()
     return count
 
 

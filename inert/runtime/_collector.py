@@ -15,12 +15,15 @@ generation: a process opening runtime after runtime should collect (``gc.collect
 them, or open them with ``CollectorSettings(freeze=False)``.
 
 The settings are process-wide. A host that manages the collector itself opens its runtimes
-with ``open_runtime(collector=None)``.
+with ``open_runtime(collector=None)``. A fold of a whole log outside a runtime (``inert replay``)
+runs under the same thresholds, without freezing (:func:`thresholds_of`).
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from attrs import field, frozen, validators
 
@@ -78,3 +81,13 @@ def restore() -> None:
     if _Applied.froze and not _Applied.host_froze:
         gc.unfreeze()
     _Applied.froze = False
+
+
+@contextmanager
+def thresholds_of(settings: CollectorSettings = DEFAULT_COLLECTOR) -> Iterator[None]:
+    """The thresholds of ``settings`` for the block, as a runtime would set them."""
+    apply(settings)
+    try:
+        yield
+    finally:
+        restore()
