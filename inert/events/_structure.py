@@ -148,6 +148,13 @@ class _Generator:
         lines.append("        return GIVE_UP")
         arguments = [f"{name}=v{_index_of(fields, name)}" for name in required]
         if optional:
+            # The codec writes every field: a payload holding them all passes them by name.
+            every = ", ".join(f"{field.name}=v{index}" for index, field in enumerate(fields))
+            lines.append(f"    if found == {len(fields)}:")
+            lines.append("        try:")
+            lines.append(f"            return cls({every})")
+            lines.append("        except Exception:")
+            lines.append("            return GIVE_UP")
             lines.append("    extra = {}")
             for name in optional:
                 local = f"v{_index_of(fields, name)}"
