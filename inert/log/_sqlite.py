@@ -144,6 +144,9 @@ def _add_checksums(connection: sqlite3.Connection) -> None:
 MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums}
 
 DEFAULT_STREAM_CACHE_SIZE = 65536
+# Names the reader keeps: a page read in order names a few hundred streams, mostly the ones the
+# pages just before named; a copy of every stream's name would cost each live call its names.
+_READ_STREAM_NAMES = 4096
 
 
 def _abandon(connection: sqlite3.Connection) -> None:
@@ -253,7 +256,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # another stream: streams are never deleted, and a number taken by a rolled-back insert
         # is in no committed row.
         self._stream_names: dict[int, str] = {}
-        self._stream_names_capacity = max(stream_cache_size, 1)
+        self._stream_names_capacity = min(max(stream_cache_size, 1), _READ_STREAM_NAMES)
 
     @property
     def name(self) -> str:
