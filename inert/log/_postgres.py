@@ -416,7 +416,12 @@ class PostgresLog(GroupCommitLog[Connection]):
                 connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
                 connection.commit()
         except psycopg.Error as error:
+            lost = connection.broken
             connection.close()
+            if lost:
+                # Ended while being set up (the server restarting, an administrator ending
+                # connections): lost like one that was in use, and worth the same new try.
+                raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"cannot set up a connection to {self.url}: {_reason(error)}") from None
         return connection
 
@@ -430,6 +435,11 @@ class PostgresLog(GroupCommitLog[Connection]):
             self._disconnect()
             raise LogError(
                 f"cannot open PostgreSQL log {self.url} (schema {self.schema}): {_reason(error)}"
+            ) from None
+        except _ConnectionLost as lost:
+            self._disconnect()
+            raise LogError(
+                f"cannot open PostgreSQL log {self.url} (schema {self.schema}): {lost.reason}"
             ) from None
         except InertError:
             self._disconnect()
@@ -754,7 +764,10 @@ class PostgresLog(GroupCommitLog[Connection]):
             await trio.sleep(self.poll_interval)
 
     def _open_listener(self) -> Connection:
-        listener = self._open_connection(autocommit=True)
+        try:
+            listener = self._open_connection(autocommit=True)
+        except _ConnectionLost as lost:
+            raise LogError(f"cannot listen to PostgreSQL log {self.url}: {lost.reason}") from None
         try:
             listener.execute(f"LISTEN {self._channel}")
         except psycopg.Error as error:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import psycopg
 import pytest
 import trio
 from postgres_support import connect, fresh_schema, log_url
@@ -27,7 +29,7 @@ from test_log_unwritable import (
 )
 
 from inert import Dispatch, LogError, open_log, open_runtime
-from inert.events import CallDispatched, ClaimRequested
+from inert.events import CallDispatched, ClaimRequested, Redacted
 from inert.log import NewEvent
 
 REFUSALS = {
@@ -134,6 +136,31 @@ async def test_a_log_reads_again_after_its_connections_were_ended(schema: str) -
         assert end_connections(application) >= 1
         await log.append(new_events("second"))
         assert await log.head() == 2 * len(whole_call("first"))
+
+
+async def test_a_connection_ended_while_it_is_set_up_is_opened_again(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new connection the server ends before it is set up is lost like one in use: the
+    redaction that opened it opens another and goes on."""
+    connect_to_server = psycopg.connect
+    ended: list[int] = []
+
+    def connect_and_end(*arguments: Any, **options: Any) -> psycopg.Connection[Any]:
+        connection = connect_to_server(*arguments, **options)
+        if not ended:
+            ended.append(connection.info.backend_pid)
+            with connect() as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
+        return connection
+
+    async with open_log(log_url(schema)) as log:
+        await log.append(new_events("first"))
+        monkeypatch.setattr(psycopg, "connect", connect_and_end)
+        assert await log.redact("call-first", 1) == 1
+        monkeypatch.undo()
+        assert ended
+        assert isinstance((await log.read(1, limit=1))[0].event, Redacted)
 
 
 @contextmanager
