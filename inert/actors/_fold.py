@@ -40,7 +40,7 @@ Pure: no trio, no storage. The actors and the runtime do the writing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from urllib.parse import unquote
 
@@ -339,27 +339,13 @@ class CallFold:
                 return index.of_conversation_but(turn)
             case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
                 return index.of_turn(turn)
-            case ResponseQuarantined(response=response, tenant=tenant):
-                return [
-                    key
-                    for key in index.live
-                    if key.response == response and (tenant is None or key.tenant == tenant)
-                ]
-            case ToolDisabled(tool=tool, tenant=tenant):
-                records = self.records
-                return [
-                    key
-                    for key in index.live
-                    if records[key].tool == tool and (tenant is None or key.tenant == tenant)
-                ]
-            case TenantStopped(tenant=tenant):
-                return [key for key in index.live if key.tenant == tenant]
-        return ()
+        reaches = self._reached_by(event)
+        return () if reaches is None else [key for key in index.live if reaches(key)]
 
     def _running_targets(self, event: Event) -> list[CallKey]:
         """The running calls (dispatched, no outcome recorded) an event may ask to stop, in the
         order they were dispatched."""
-        running, records = self._running, self.records
+        running = self._running
         match event:
             case TurnStarted(turn=turn):
                 return [
@@ -371,21 +357,20 @@ class CallFold:
                 ]
             case TurnCancelled(turn=turn) | TurnSuperseded(turn=turn):
                 return [key for key in running if key.turn_ref == turn]
+        reaches = self._reached_by(event)
+        return [] if reaches is None else [key for key in running if reaches(key)]
+
+    def _reached_by(self, event: Event) -> Callable[[CallKey], bool] | None:
+        """Which calls an operator control reaches; ``None`` for an event that is none."""
+        records = self.records
+        match event:
             case ResponseQuarantined(response=response, tenant=tenant):
-                return [
-                    key
-                    for key in running
-                    if key.response == response and (tenant is None or key.tenant == tenant)
-                ]
+                return lambda key: key.response == response and tenant in (None, key.tenant)
             case ToolDisabled(tool=tool, tenant=tenant):
-                return [
-                    key
-                    for key in running
-                    if records[key].tool == tool and (tenant is None or key.tenant == tenant)
-                ]
+                return lambda key: records[key].tool == tool and tenant in (None, key.tenant)
             case TenantStopped(tenant=tenant):
-                return [key for key in running if key.tenant == tenant]
-        return []
+                return lambda key: key.tenant == tenant
+        return None
 
     def _context(self, slot: Slot, event: Event) -> CallContext:
         # The slot's key, not the event's: what it derives (its turn) is cached on it.
