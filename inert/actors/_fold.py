@@ -423,7 +423,7 @@ class CallFold:
             slot.opened_version = recorded_event.version
         context = self._context(slot, event)
         if slot.validating is not None or slot.held or (claim and self.intents.waits(key)):
-            slot.held.append((received, context))
+            slot.hold(received, context)
             return []
         return self._step(slot, received, context)
 
@@ -435,7 +435,7 @@ class CallFold:
             received, context = slot.held[0]
             if type(received.event) is ClaimRequested and self.intents.waits(slot.key):
                 break
-            slot.held.pop(0)
+            slot.release()
             work.extend(self._step(slot, received, context))
         return work
 
@@ -469,7 +469,7 @@ class CallFold:
             slot.absorb(decision)
         self._reindex(slot, was_live)
         written = recorded(decisions)
-        slot.expected.extend(written)
+        slot.expect(written)
         work: list[Work] = []
         if acting and written and not isinstance(received, ValidationOutcome):
             work.append(AppendDecisions(key=key, decisions=tuple(written)))
@@ -583,7 +583,7 @@ class CallFold:
             was_live = slot.live
             slot.absorb(event)
             if slot.degraded:
-                slot.expected.clear()
+                slot.expected = ()
             self._reindex(slot, was_live)
             if slot.degraded and isinstance(event, CallValidated) and event.arguments:
                 # The validated arguments are recorded whole: what was lost can no longer
@@ -595,8 +595,8 @@ class CallFold:
             elif slot.degraded and slot.terminal_phase:
                 self._recover_from_degradation(slot, recorded_event.position)
             return []
-        if slot.expected:
-            wanted = slot.expected.pop(0)
+        wanted = slot.next_expected()
+        if wanted is not None:
             if not _recorded_as(wanted, recorded_event, event):
                 raise ReplayDivergence(
                     key, recorded_event.position, _describe(wanted), _describe(event)
@@ -641,7 +641,7 @@ class CallFold:
         # hold back every later one.
         slot.degraded = False
         slot.trusted_through = position
-        slot.held = []
+        slot.held = ()
 
     def _answer(
         self,
@@ -656,7 +656,7 @@ class CallFold:
         context = slot.validation_context
         assert context is not None
         work = self._step(slot, ValidationOutcome(result=result), context)
-        first = slot.expected.pop(0) if slot.expected else None
+        first = slot.next_expected()
         if first is None or not _recorded_as(first, recorded_event, event):
             raise ReplayDivergence(
                 slot.key,
@@ -735,10 +735,9 @@ class CallFold:
             named = self.records.get(CallKey(**dict(zip(_CALL_KEY_FIELDS, names, strict=True))))
             if named is not None:
                 named.version = recorded_event.version
-                if named.expected:
-                    named.expected.pop(0)
-                    if named.phase is Phase.ABSENT:
-                        self._forget_if_stray(named)
+                # The redacted decision is the next one expected, whatever it said.
+                if named.next_expected() is not None and named.phase is Phase.ABSENT:
+                    self._forget_if_stray(named)
         elif kind == "response" and len(names) == 2:
             tenant, response = names
             for key, record in self.records.items():

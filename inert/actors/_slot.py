@@ -10,6 +10,7 @@ validation, and whether a redacted input degraded it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from ..events import CallKey, Event, Phase, TerminalRef
@@ -85,9 +86,10 @@ class Slot(CallView):
         self.version: int | None = 0
         """Events of the call's stream seen in the log; ``None`` when the stream may hold events
         this fold forgot (the call's actor asks the log)."""
-        self.expected: list[Event] = []
+        # Both empty for almost every call almost all the time: no list until one is needed.
+        self.expected: list[Event] | tuple[()] = ()
         """Decisions made and not yet seen in the log, in order."""
-        self.held: list[tuple[Input, CallContext]] = []
+        self.held: list[tuple[Input, CallContext]] | tuple[()] = ()
         """Inputs waiting for the answer of a validation."""
         self.validation_context: CallContext | None = None
         self.degraded = False
@@ -127,6 +129,31 @@ class Slot(CallView):
         """Take one decision in, as ``evolve`` would make a new state of it."""
         for name, value in changes(self, decision).items():
             setattr(self, name, value)
+
+    def expect(self, decisions: Sequence[Event]) -> None:
+        """Note decisions made, to be seen in the log after those noted before."""
+        if not decisions:
+            return
+        if self.expected:
+            self.expected.extend(decisions)
+        else:
+            self.expected = list(decisions)
+
+    def next_expected(self) -> Event | None:
+        """The first decision made and not yet seen, taken off the list; ``None`` if none."""
+        expected = self.expected
+        return expected.pop(0) if expected else None
+
+    def hold(self, received: Input, context: CallContext) -> None:
+        """Hold an input back until the call may decide it."""
+        if self.held:
+            self.held.append((received, context))
+        else:
+            self.held = [(received, context)]
+
+    def release(self) -> tuple[Input, CallContext]:
+        """The first input held back, no longer held."""
+        return self.held.pop(0)  # type: ignore[union-attr]
 
     def take_arguments(self, arguments: ParsedArguments) -> None:
         """The validated arguments a degraded call's decisions recorded (``with_arguments``)."""

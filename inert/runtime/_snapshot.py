@@ -174,7 +174,7 @@ class _Part:
         """Leave the call what it holds of this kind without a byte of argument."""
         if self is FRAGMENTS:
             slot._buffer = slot._buffer.without_data()
-            slot.held = []
+            slot.held = ()
         else:
             slot.arguments = None
             slot.validating = None
