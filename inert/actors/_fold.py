@@ -873,7 +873,7 @@ class CallFold:
     def response_settled(self, response: ResponseRef) -> bool:
         """Whether no call of the response's ingress stream (its provider response id, under
         any turn of the tenant) is still live (opened and not terminal)."""
-        return (response.tenant, response.response) not in self._index.in_response_stream
+        return response.stream not in self._index.in_response_stream
 
     def live_keys(self) -> list[CallKey]:
         return [key for key, slot in self.records.items() if slot.live]

@@ -204,7 +204,8 @@ class LiveIndex:
         self.by_turn: dict[TurnRef, Members] = {}
         self.turns: dict[tuple[str, str], dict[TurnRef, None]] = {}
         self.in_tenant: dict[str, int] = {}
-        self.in_response_stream: dict[tuple[str, str], int] = {}
+        # By the name of the stream (the response's own string: no key object per response).
+        self.in_response_stream: dict[str, int] = {}
 
     def add(self, key: CallKey) -> None:
         self.live[key] = None
@@ -215,7 +216,7 @@ class LiveIndex:
             self.turns.setdefault((key.tenant, key.conversation), {})[turn] = None
         members[key] = None
         count(self.in_tenant, key.tenant, 1)
-        count(self.in_response_stream, (key.tenant, key.response), 1)
+        count(self.in_response_stream, key.response_ref.stream, 1)
 
     def remove(self, key: CallKey) -> None:
         del self.live[key]
@@ -230,7 +231,7 @@ class LiveIndex:
             if not turns:
                 del self.turns[conversation]
         count(self.in_tenant, key.tenant, -1)
-        count(self.in_response_stream, (key.tenant, key.response), -1)
+        count(self.in_response_stream, key.response_ref.stream, -1)
 
     def of_turn(self, turn: TurnRef) -> list[CallKey]:
         return list(self.by_turn.get(turn, ()))
