@@ -253,6 +253,10 @@ class CallRecord:
     trusted_through: int = 0
     """Decisions caused at or before this position are taken as recorded: the call was
     degraded when those inputs came, so they were never decided here."""
+    skipped: int = 0
+    """The position of the last input it skipped while degraded."""
+    recovering: bool = False
+    """Degraded, it reached a state from which it could decide again."""
 
 
 _Members = dict[CallKey, None]
@@ -516,6 +520,7 @@ class CallFold:
         ):
             self._claims.append((key, recorded_event.position))
         if record.degraded:
+            record.skipped = recorded_event.position
             return []
         received = Input(
             event=event,
@@ -664,8 +669,12 @@ class CallFold:
                 parsed = parse_arguments(event.arguments, self.limits.arguments)
                 assert isinstance(parsed, ParsedArguments)
                 record.state = with_arguments(record.state, parsed)
-                self._recover_from_degradation(record, recorded_event.position)
+                record.recovering = True
             elif record.degraded and record.state.terminal_phase:
+                record.recovering = True
+            # Replaying, it decides again only once the decisions of every input it skipped
+            # are read.
+            if record.recovering and (self.live or cause >= record.skipped):
                 self._recover_from_degradation(record, recorded_event.position)
             return []
         if record.expected:
@@ -693,6 +702,7 @@ class CallFold:
         # Later inputs are decided again; the answers to those that came meanwhile are taken as
         # recorded.
         record.degraded = False
+        record.recovering = False
         record.trusted_through = position
 
     def _answer(
@@ -796,6 +806,7 @@ class CallFold:
                 # input was.
                 return self._deliver(key, recorded_event, remains)
             record.degraded = True
+            record.skipped = recorded_event.position
             return []
         found = self._by_stream.get(recorded_event.stream)
         if isinstance(found, CallKey):
@@ -807,6 +818,7 @@ class CallFold:
         elif found is not None:
             for key in found:
                 self.records[key].degraded = True
+                self.records[key].skipped = recorded_event.position
         return []
 
     # --- going live ---
@@ -820,6 +832,8 @@ class CallFold:
         self.live = True
         work: list[Work] = []
         for key, record in self.records.items():
+            if record.recovering:
+                self._recover_from_degradation(record, self.position)
             if self.owns(key.turn_ref):
                 work.extend(self._resume(key, record))
         return work

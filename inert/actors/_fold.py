@@ -14,7 +14,11 @@ on replay the decisions it makes are found in the log already, and are checked a
   ``CallFailed``, caused by the input that asked) is turned back into the answer, fed to the
   decider, and the held inputs follow: a replay never asks the validator again.
 - A payload dropped by retention (``Redacted``) cannot be decided again; a call that missed one
-  takes its recorded decisions as they are.
+  takes its recorded decisions as they are, and skips its inputs. It decides again from a
+  state that no lost byte can change (its validated arguments recorded whole, or an end), but
+  on replay only once the decisions of every input it skipped are read: a call's decisions
+  are written in the order of their causes, yet may land after later inputs, which its actor
+  decided knowing them. Going live, every such call decides again.
 - Live calls (opened, not terminal) are indexed by turn alone (with a count per tenant), so
   that turn, response, tenant and operator events reach exactly the calls they concern, in the
   order the calls became live, and the limits on live calls per turn and per tenant are counted
@@ -412,6 +416,7 @@ class CallFold:
             # of claims alone, the same live and on every replay (rule 12).
             self.intents.claimed(key, recorded_event.position)
         if slot.degraded:
+            slot.skipped = recorded_event.position
             return []
         received = Input(
             event=event,
@@ -591,8 +596,13 @@ class CallFold:
                 parsed = parse_arguments(event.arguments, self.limits.arguments)
                 assert isinstance(parsed, ParsedArguments)
                 slot.take_arguments(parsed)
-                self._recover_from_degradation(slot, recorded_event.position)
+                slot.recovering = True
             elif slot.degraded and slot.terminal_phase:
+                slot.recovering = True
+            # Replaying, it decides again only once the decisions of every input it skipped
+            # are read: the call's decisions are written in the order of their causes, but may
+            # land after later inputs, which its actor decided knowing them.
+            if slot.recovering and (self.live or cause >= slot.skipped):
                 self._recover_from_degradation(slot, recorded_event.position)
             return []
         wanted = slot.next_expected()
@@ -640,6 +650,7 @@ class CallFold:
         # recorded, inputs held back before it degraded included: held any longer, they would
         # hold back every later one.
         slot.degraded = False
+        slot.recovering = False
         slot.trusted_through = position
         slot.held = ()
 
@@ -729,6 +740,7 @@ class CallFold:
                 # input was.
                 return self._deliver(key, recorded_event, remains)
             slot.degraded = True
+            slot.skipped = recorded_event.position
             return []
         kind, names = _stream_names(recorded_event.stream)
         if kind == "call" and len(names) == len(_CALL_KEY_FIELDS):
@@ -743,6 +755,7 @@ class CallFold:
             for key, record in self.records.items():
                 if key.tenant == tenant and key.response == response:
                     record.degraded = True
+                    record.skipped = recorded_event.position
         return []
 
     # --- going live ---
@@ -756,6 +769,9 @@ class CallFold:
         self.live = True
         work: list[Work] = []
         for key, slot in self.records.items():
+            if slot.recovering:
+                # Every decision an earlier process wrote is read: the call decides again.
+                self._recover_from_degradation(slot, self.position)
             if self.owns(key.turn_ref):
                 work.extend(self._resume(key, slot))
         return work

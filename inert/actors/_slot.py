@@ -49,6 +49,8 @@ class Slot(CallView):
         "opened_version",
         "phase",
         "reason",
+        "recovering",
+        "skipped",
         "stop_requested",
         "terminal",
         "tool",
@@ -97,6 +99,10 @@ class Slot(CallView):
         self.trusted_through = 0
         """Decisions caused at or before this position are taken as recorded: the call was
         degraded when those inputs came, so they were never decided here."""
+        self.skipped = 0
+        """The position of the last input it skipped while degraded."""
+        self.recovering = False
+        """Degraded, it reached a state from which it could decide again (see the fold)."""
 
     @property
     def state(self) -> Slot:

@@ -59,6 +59,7 @@ from inert.events import (
     OfferedTool,
     Phase,
     RecordedEvent,
+    Redacted,
     RejectReason,
     ResponseEnded,
     ResponseEndReason,
@@ -75,6 +76,7 @@ from inert.events import (
     TurnStarted,
     TurnSuperseded,
     control_stream,
+    without_sensitive,
 )
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -1022,6 +1024,75 @@ def write(actors: Actors, work: list[Work]) -> list[Work]:
     for decision in appended(work):
         following += actors.fold.apply(actors.log.add(decision))
     return following
+
+
+def _redacted(record: RecordedEvent) -> RecordedEvent:
+    """The record as retention leaves an event with sensitive fields: what it keeps of them."""
+    event = record.event
+    assert isinstance(event, Event)
+    return attrs.evolve(
+        record,
+        event=Redacted(length=1, digest="00" * 32, remains=without_sensitive(event)),
+    )
+
+
+@pytest.mark.parametrize("fold_class", [CallFold, reference_fold.CallFold])
+def test_a_call_degraded_by_retention_decides_again_only_once_its_decisions_are_read(
+    fold_class: type[CallFold],
+) -> None:
+    """A confirmed call whose confirmation retention took is claimed; its turn is cancelled
+    before the dispatch is written, and a new turn starts before the stop request is written
+    (the actor knew of it: nothing more to stop). Replayed, the call takes the dispatch as
+    recorded and must not decide the new turn on a state that lacks the stop request still to
+    come: it decides again once every input it skipped has its decisions read."""
+    actors = Actors()
+    actors.turn()
+    actors.collect(KEY)
+    actors.end(KEY)
+    actors.end_response(KEY)
+    actors.validate(KEY, ValidationResult(needs_confirmation=True))
+    actors.feed(
+        ConfirmationGiven(
+            key=KEY,
+            principal=PRINCIPAL,
+            tool_digest=LOOKUP.digest,
+            arguments_digest=DIGEST,
+            nonce="n-1",
+            expires_at=T0 + timedelta(hours=1),
+        )
+    )
+    dispatch = claim_unwritten(actors, KEY)
+    stop = actors.fold.apply(actors.log.add(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL)))
+    assert write(actors, dispatch) == []
+    next_turn = attrs.evolve(KEY.turn_ref, turn="turn-2")
+    actors.feed(TurnStarted(turn=next_turn, principal=PRINCIPAL, tools=(LOOKUP,)))
+    assert [type(decision) for decision in appended(stop)] == [CallStopRequested]
+    assert write(actors, stop) == []
+    actors.feed(ExecutionCompleted(key=KEY, claim_id="claim-1"))
+    actors.claim(KEY, "claim-2")
+    records = [
+        _redacted(record) if isinstance(record.event, ConfirmationGiven | CallValidated) else record
+        for record in actors.log.records
+    ]
+    fold = fold_class(LIMITS, live=False)
+    for record in records:
+        assert fold.apply(record) == [], record
+    state = fold.state(KEY)
+    assert state is not None
+    assert state.phase is Phase.DISPATCHED
+    assert fold.go_live() == []
+    # Stopped before the second claim, the replay ends with the call still taking its decisions
+    # as recorded; live, it decides again: the next claim is refused.
+    claimed = next(
+        r.position for r in records if isinstance(r.event, ClaimRequested) and r.position > 15
+    )
+    fold = fold_class(LIMITS, live=False)
+    for record in records[: claimed - 1]:
+        assert fold.apply(record) == [], record
+    assert fold.go_live() == []
+    (kind, key, decisions), *more = work_of(fold.apply(records[claimed - 1]))
+    assert (kind, key, more) == ("AppendDecisions", KEY, [])
+    assert [type(decision) for decision in decisions] == [EventRejected]  # type: ignore[attr-defined]
 
 
 def test_a_claim_waits_for_the_earlier_claim_of_its_conversation_then_is_a_duplicate() -> None:
