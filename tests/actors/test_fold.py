@@ -387,6 +387,18 @@ def test_live_fold_schedules_the_confirmation_expiry() -> None:
     assert work == [ScheduleDeadline(key=KEY, at=response_end_at + LIMITS.confirmation_lifetime)]
 
 
+def confirmation_of(key: CallKey) -> ConfirmationGiven:
+    """The principal's confirmation of the call's lookup with the arguments of ``PIECES``."""
+    return ConfirmationGiven(
+        key=key,
+        principal=PRINCIPAL,
+        tool_digest=LOOKUP.digest,
+        arguments_digest=DIGEST,
+        nonce="n-1",
+        expires_at=T0 + timedelta(hours=1),
+    )
+
+
 def whole_life(actors: Actors) -> dict[str, CallKey]:
     """Several calls of one turn in different states, written as the actors would."""
     done, waiting, confirmed = (key_of(f"call_{n}") for n in range(3))
@@ -401,16 +413,7 @@ def whole_life(actors: Actors) -> dict[str, CallKey]:
     actors.validate(done)
     actors.validate(waiting, ValidationResult(needs_confirmation=True))
     actors.validate(confirmed, ValidationResult(needs_confirmation=True))
-    actors.feed(
-        ConfirmationGiven(
-            key=confirmed,
-            principal=PRINCIPAL,
-            tool_digest=LOOKUP.digest,
-            arguments_digest=DIGEST,
-            nonce="n-1",
-            expires_at=T0 + timedelta(hours=1),
-        )
-    )
+    actors.feed(confirmation_of(confirmed))
     actors.claim(done)
     actors.claim(done, "claim-2")
     actors.claim(waiting)
@@ -1051,16 +1054,7 @@ def test_a_call_degraded_by_retention_decides_again_only_once_its_decisions_are_
     actors.end(KEY)
     actors.end_response(KEY)
     actors.validate(KEY, ValidationResult(needs_confirmation=True))
-    actors.feed(
-        ConfirmationGiven(
-            key=KEY,
-            principal=PRINCIPAL,
-            tool_digest=LOOKUP.digest,
-            arguments_digest=DIGEST,
-            nonce="n-1",
-            expires_at=T0 + timedelta(hours=1),
-        )
-    )
+    actors.feed(confirmation_of(KEY))
     dispatch = claim_unwritten(actors, KEY)
     stop = actors.fold.apply(actors.log.add(TurnCancelled(turn=KEY.turn_ref, principal=PRINCIPAL)))
     assert write(actors, dispatch) == []
