@@ -303,7 +303,9 @@ BAD_FILES = [
     ("zeroed-header", ("not a database",), set()),
     ("garbage-after-page-one", ("malformed", "verification"), set()),
     ("torn-payload", ("damaged", "verification", "empty log"), set()),
-    ("torn-last-page", ("malformed", "verification"), set()),
+    # The demo reads only the log's head, and refuses a log with events: whether the torn page
+    # is the one holding the head depends on how the pages of the demo's log were laid out.
+    ("torn-last-page", ("malformed", "verification", "empty log"), set()),
     ("cut-in-last-page", ("cut short",), set()),
 ]
 
