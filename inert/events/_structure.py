@@ -53,10 +53,14 @@ def interned(cls: type[_T], values: tuple[str, ...], build: Callable[[], _T]) ->
     found: _T | None = known.get(values)
     if found is None:
         found = build()
-        if len(known) >= _INTERNED_LIMIT:
-            known.clear()
-        known[values] = found
+        _keep(known, values, found)
     return found
+
+
+def _keep(known: dict[tuple[object, ...], Any], values: tuple[object, ...], value: Any) -> None:
+    if len(known) >= _INTERNED_LIMIT:
+        known.clear()
+    known[values] = value
 
 
 class _Interned:
@@ -86,9 +90,7 @@ class _Interned:
             return known
         built = self._build(value)
         if built is not GIVE_UP:
-            if len(self._known) >= _INTERNED_LIMIT:
-                self._known.clear()
-            self._known[values] = built
+            _keep(self._known, values, built)
         return built
 
 

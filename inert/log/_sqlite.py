@@ -24,7 +24,7 @@ import sqlite3
 import stat
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import trio
 
@@ -533,28 +533,20 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             )
 
     def _fetch_by_position(self, from_position: int, limit: int) -> list[StoredRecord]:
-        if self._reader is None:
-            raise LogError("SQLite log is closed")
-        self._check_writable("nothing more is read from it")
-        try:
-            rows = self._reader.execute(_SELECT_BY_POSITION, (from_position, limit)).fetchall()
-            names = self._stream_names
-            numbers = {row[2] for row in rows}
-            missing = numbers - names.keys()
-            if missing:
-                if len(names) + len(missing) > self._stream_names_capacity:
-                    names.clear()
-                    missing = numbers
-                for chunk in _chunks(list(missing)):
-                    marks = ",".join("?" * len(chunk))
-                    names.update(
-                        self._reader.execute(
-                            f"SELECT stream_id, name FROM streams WHERE stream_id IN ({marks})",
-                            chunk,
-                        ).fetchall()
-                    )
-        except sqlite3.Error as error:
-            raise LogError(f"SQLite read of {self.path!r} failed: {error}") from error
+        rows: list[tuple[Any, ...]] = self._fetch(_SELECT_BY_POSITION, (from_position, limit))
+        names = self._stream_names
+        numbers = {row[2] for row in rows}
+        missing = numbers - names.keys()
+        if missing:
+            if len(names) + len(missing) > self._stream_names_capacity:
+                names.clear()
+                missing = numbers
+            for chunk in _chunks(list(missing)):
+                marks = ",".join("?" * len(chunk))
+                found: list[tuple[Any, ...]] = self._fetch(
+                    f"SELECT stream_id, name FROM streams WHERE stream_id IN ({marks})", chunk
+                )
+                names.update(found)
         make = StoredRecord._make
         try:
             return [make((row[0], row[1], names[row[2]], *row[3:])) for row in rows]

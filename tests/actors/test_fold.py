@@ -1152,12 +1152,7 @@ def test_a_retired_turn_takes_its_dispatches_with_it() -> None:
     """Once the earlier call's turn is retired, the conversation no longer knows its intent:
     the same call in a later turn runs."""
     actors = Actors()
-    first = KEY
-    ready_twice(actors, ONCE_IN_CONVERSATION, first)
-    _dispatch(actors, first)
-    actors.feed(ExecutionCompleted(key=first, claim_id="claim-1"))
-    later = key_of("call_1", turn="turn-2", response="resp-2")
-    ready_twice(actors, ONCE_IN_CONVERSATION, later)
+    first, later = _ran_and_asked_again(actors)
     actors.feed(TurnRetired(turn=first.turn_ref))
     assert len(actors.fold.intents) == 0
     assert [type(decision) for decision in appended(actors.claim(later))] == [CallDispatched]
@@ -1167,17 +1162,24 @@ def test_a_claim_waiting_for_a_retired_turns_call_is_decided_at_the_retirement()
     """A claim queued behind one whose call's turn is retired before its decision is read back
     does not wait for ever: the retirement takes the earlier claim out of the queue."""
     actors = Actors()
+    first, later = _ran_and_asked_again(actors)
+    late_claim = claim_unwritten(actors, first, "claim-9")
+    assert [type(decision) for decision in appended(late_claim)] == [EventRejected]
+    assert claim_unwritten(actors, later, "claim-2") == []
+    released = actors.fold.apply(actors.log.add(TurnRetired(turn=first.turn_ref)))
+    assert [type(decision) for decision in appended(released)] == [CallDispatched]
+
+
+def _ran_and_asked_again(actors: Actors) -> tuple[CallKey, CallKey]:
+    """A call of a once-per-conversation tool run to its outcome, and the same call ready in a
+    later turn of the conversation."""
     first = KEY
     ready_twice(actors, ONCE_IN_CONVERSATION, first)
     _dispatch(actors, first)
     actors.feed(ExecutionCompleted(key=first, claim_id="claim-1"))
     later = key_of("call_1", turn="turn-2", response="resp-2")
     ready_twice(actors, ONCE_IN_CONVERSATION, later)
-    late_claim = claim_unwritten(actors, first, "claim-9")
-    assert [type(decision) for decision in appended(late_claim)] == [EventRejected]
-    assert claim_unwritten(actors, later, "claim-2") == []
-    released = actors.fold.apply(actors.log.add(TurnRetired(turn=first.turn_ref)))
-    assert [type(decision) for decision in appended(released)] == [CallDispatched]
+    return first, later
 
 
 def _dispatch(actors: Actors, key: CallKey) -> None:
