@@ -52,6 +52,15 @@ class Events:
                 if wanted(message):
                     return message
 
+    async def first(self, wanted: Callable[[Message], bool]) -> Message:
+        """The first message ``wanted``, among those seen already or, if none, the next one
+        (a call is validated at its own end, so its cue may come before what a test waited
+        for first)."""
+        for message in self.seen:
+            if wanted(message):
+                return message
+        return await self.until(wanted)
+
     def cues(self, call: str) -> list[str]:
         return [
             data["cue"] for kind, data in self.seen if kind == "status" and data["call"] == call

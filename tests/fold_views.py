@@ -9,7 +9,6 @@ from typing import Any
 from inert import RecordedEvent, TurnRef
 from inert.events import DEFAULT_CODEC
 from inert.log._records import StoredRecord, decode_record
-from inert.testing import SIMULATION_LIMITS
 
 
 def work_of(items: Sequence[Any]) -> list[tuple[object, ...]]:
@@ -29,7 +28,7 @@ def work_of(items: Sequence[Any]) -> list[tuple[object, ...]]:
     return described
 
 
-def call_of(state: Any) -> tuple[object, ...]:
+def call_of(fold: Any, state: Any) -> tuple[object, ...]:
     """What the fold knows of one call, as the runtime and the router read it."""
     return (
         state.key,
@@ -48,10 +47,11 @@ def call_of(state: Any) -> tuple[object, ...]:
         state.claim_id,
         state.reason,
         state.live,
-        state.ready,
+        fold.ready(state.key),
         state.needs_stream,
+        fold.awaits_response(state),
         state.awaiting_confirmation,
-        state.deadline(SIMULATION_LIMITS),
+        fold.deadline(state),
         state.validating,
     )
 
@@ -60,7 +60,7 @@ def folded_view(fold: Any, turns: set[TurnRef]) -> dict[str, object]:
     """What the runtime asks a fold, beyond its calls."""
     return {
         "position": fold.position,
-        "calls": {key: call_of(fold.state(key)) for key in fold.records},
+        "calls": {key: call_of(fold, fold.state(key)) for key in fold.records},
         "live": fold.live_keys(),
         "interrupted": fold.interrupted_responses(),
         "leases": fold.leases(),

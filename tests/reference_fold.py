@@ -22,11 +22,13 @@ from inert.actors._call import (
     CallLimits,
     CallState,
     Input,
+    ResponseEnd,
     TurnStatus,
     TurnView,
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
+    awaits_response,
     evolve,
     initial_state,
     recorded,
@@ -59,6 +61,7 @@ from inert.events import (
     RecordedEvent,
     Redacted,
     ResponseEnded,
+    ResponseEndReason,
     ResponseQuarantined,
     ResponseRef,
     ServerToolCalled,
@@ -257,6 +260,10 @@ class CallRecord:
     """The position of the last input it skipped while degraded."""
     recovering: bool = False
     """Degraded, it reached a state from which it could decide again."""
+    ended_at: int | None = None
+    """The position of the first end event addressed to the call."""
+    response_end: ResponseEnd | None = None
+    """The first end of its response after ``ended_at``."""
 
 
 _Members = dict[CallKey, None]
@@ -437,7 +444,18 @@ class CallFold:
                     )
             case StreamResumed(response=response):
                 self._resumable.pop(response, None)
-            case StreamLost(response=response) | ResponseEnded(response=response):
+            case ResponseEnded(response=response, reason=reason):
+                self._resumable.pop(response, None)
+                self._resume_points.pop(response, None)
+                end = ResponseEnd(self.position, reason is ResponseEndReason.COMPLETED)
+                for record in self.records.values():
+                    if (
+                        record.state.key.response_ref == response
+                        and record.ended_at is not None
+                        and record.response_end is None
+                    ):
+                        record.response_end = end
+            case StreamLost(response=response):
                 self._resumable.pop(response, None)
                 self._resume_points.pop(response, None)
 
@@ -485,6 +503,7 @@ class CallFold:
                 blocked=self.scope.blocked(key, record.state.tool),
                 limits=self.limits,
                 running=self._running(key),
+                response_end=record.response_end,
             )
         # Live calls are counted only where the decider looks at them: at an opening.
         if turn is not None and turn.rules >= 3:
@@ -519,6 +538,8 @@ class CallFold:
             and all(queued != key for queued, _ in self._claims)
         ):
             self._claims.append((key, recorded_event.position))
+        if isinstance(event, CallEnded) and record.ended_at is None:
+            record.ended_at = recorded_event.position
         if record.degraded:
             record.skipped = recorded_event.position
             return []
@@ -607,8 +628,8 @@ class CallFold:
         if acting:
             # Timers look the deadline up again when they fire, so only a deadline that is new
             # or earlier than before needs scheduling; a later one is found by the earlier timer.
-            deadline = after.deadline(self.limits)
-            previous = before.deadline(self.limits)
+            deadline = self.deadline(after)
+            previous = self.deadline(before)
             if deadline is not None and (previous is None or deadline < previous):
                 work.append(ScheduleDeadline(key=key, at=deadline))
         return work
@@ -805,6 +826,8 @@ class CallFold:
                 # sequences alone, which retention keeps: what remains is decided as the whole
                 # input was.
                 return self._deliver(key, recorded_event, remains)
+            if isinstance(remains, CallEnded) and record.ended_at is None:
+                record.ended_at = recorded_event.position
             record.degraded = True
             record.skipped = recorded_event.position
             return []
@@ -848,7 +871,7 @@ class CallFold:
             work.append(
                 RunValidation(key=key, request=validating, context=record.validation_context)
             )
-        deadline = record.state.deadline(self.limits)
+        deadline = self.deadline(record.state)
         if deadline is not None:
             work.append(ScheduleDeadline(key=key, at=deadline))
         return work
@@ -915,7 +938,11 @@ class CallFold:
             response
             for response, keys in self._index.by_response.items()
             if response not in self._resumable
-            and any(self.records[key].state.needs_stream for key in keys)
+            and any(
+                self.records[key].state.needs_stream
+                or self.awaits_response(self.records[key].state)
+                for key in keys
+            )
         ]
 
     # --- looking ---
@@ -923,6 +950,19 @@ class CallFold:
     def state(self, key: CallKey) -> CallState | None:
         record = self.records.get(key)
         return None if record is None else record.state
+
+    def awaits_response(self, state: CallState) -> bool:
+        key = state.key
+        record = self.records.get(key)
+        end = None if record is None else record.response_end
+        return awaits_response(state, self.scope.turn(key.turn_ref), end)
+
+    def deadline(self, state: CallState) -> datetime | None:
+        return state.deadline(self.limits, awaiting_response=self.awaits_response(state))
+
+    def ready(self, key: CallKey) -> bool:
+        state = self.state(key)
+        return state is not None and state.ready and not self.awaits_response(state)
 
     def live_calls_of(self, response: ResponseRef) -> list[CallState]:
         """The calls of a response that are opened and not terminal, in the order they opened."""

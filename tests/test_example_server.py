@@ -86,7 +86,7 @@ async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() 
             _, cancelled = await events.until(cue(WEATHER, "cancelled: nothing was done"))
             assert cancelled["reason"] == "confirmation_denied"
             assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
-            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             # The person is shown what they confirm: the arguments, and their digest.
             assert pending["arguments"] == {
                 "to": "bob@example.com",
@@ -136,7 +136,7 @@ async def test_a_call_without_confirmation_runs_and_a_confirmation_must_match_it
         turn = await start(client)
         async with client.stream("GET", f"/turns/{turn}/events") as response:
             events = Events(response)
-            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             wrong = await client.post(
                 f"/turns/{turn}/calls/{EMAIL}/confirm",
                 json={"arguments_digest": "sha256:" + "0" * 64},
@@ -159,7 +159,7 @@ async def test_a_call_without_confirmation_runs_and_a_confirmation_must_match_it
         second = await start(client)
         async with client.stream("GET", f"/turns/{second}/events") as response:
             events = Events(response)
-            await events.until(cue(EMAIL, "needs your confirmation"))
+            await events.first(cue(EMAIL, "needs your confirmation"))
             stopped = await client.post(f"/turns/{second}/calls/{EMAIL}/stop")
             assert stopped.status_code == 200
             _, end = await events.until(is_end)
@@ -175,7 +175,7 @@ async def test_the_person_edits_the_email_before_confirming_it() -> None:
         turn = await start(client)
         async with client.stream("GET", f"/turns/{turn}/events") as response:
             events = Events(response)
-            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             shown = pending["arguments_digest"]
             confirm = f"/turns/{turn}/calls/{EMAIL}/confirm"
             broken = await client.post(
@@ -245,7 +245,7 @@ async def test_a_new_turn_supersedes_the_last_of_its_conversation_for_its_person
                 "GET", f"/turns/{turn}/events", headers={"x-user": user}
             ) as response:
                 events = Events(response)
-                await events.until(cue(EMAIL, "needs your confirmation"))
+                await events.first(cue(EMAIL, "needs your confirmation"))
                 # The weather lookup runs before the person stops the turn (a stop while it
                 # ran would stop it).
                 if "done" not in events.cues(WEATHER):
@@ -311,7 +311,7 @@ async def test_bad_requests_get_clear_json_errors() -> None:
             with trio.fail_after(10):
                 await run.replay.paused(1)
             run.replay.release()
-            await events.until(cue(EMAIL, "needs your confirmation"))
+            await events.first(cue(EMAIL, "needs your confirmation"))
             await client.post(f"/turns/{turn}/calls/{EMAIL}/stop")
             await events.until(is_end)
         assert run.agent.toolbox.executions == {"get_weather": 1}
@@ -430,7 +430,7 @@ async def test_the_server_runs_as_python_m_runs_it(capsys: pytest.CaptureFixture
                 turn = await start(client)
                 async with client.stream("GET", f"/turns/{turn}/events") as response:
                     events = Events(response)
-                    await events.until(cue(EMAIL, "needs your confirmation"))
+                    await events.first(cue(EMAIL, "needs your confirmation"))
                     await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
                     _, end = await events.until(is_end)
                 assert end["calls"] == {EMAIL: "done", WEATHER: "done"}

@@ -86,7 +86,7 @@ def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> Non
             _, cancelled = await events.until(cue(WEATHER, "cancelled: nothing was done"))
             assert cancelled["reason"] == "confirmation_denied"
             assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
-            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             assert pending["arguments"] == EMAIL_ARGUMENTS
             digest = pending["arguments_digest"]
             assert digest.startswith("sha256:")
@@ -129,7 +129,7 @@ def test_the_person_edits_the_email_before_confirming_it() -> None:
             await events.until(cue(WEATHER, "preparing request"))
             await run.replay.paused(1)
             assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
-            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             shown = pending["arguments_digest"]
             confirm = f"/turns/{turn}/calls/{EMAIL}/confirm"
             extra = {**EMAIL_ARGUMENTS, "bcc": "eve@example.com"}
@@ -160,7 +160,7 @@ def test_only_the_turn_s_person_confirms_and_only_the_digest_they_were_shown() -
             events = Events(response)
             await run.replay.paused(1)
             run.replay.release()
-            _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             digest = pending["arguments_digest"]
             other = await client.post(
                 confirm, json={"arguments_digest": digest}, headers={"x-user": "user:mallory"}
@@ -267,7 +267,7 @@ def test_the_server_runs_as_python_m_runs_it(capsys: pytest.CaptureFixture[str])
                 turn = await start(client)
                 async with client.stream("GET", f"/turns/{turn}/events") as response:
                     events = Events(response)
-                    _, pending = await events.until(cue(EMAIL, "needs your confirmation"))
+                    _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
                     await client.post(
                         f"/turns/{turn}/calls/{EMAIL}/confirm",
                         json={"arguments_digest": pending["arguments_digest"]},

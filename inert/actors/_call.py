@@ -95,6 +95,14 @@ class CallLimits:
 DEFAULT_LIMITS = CallLimits()
 
 
+class ResponseEnd(NamedTuple):
+    """A ``ResponseEnded`` of a call's provider response, the first after the call's own end
+    event: its log position, and whether the response ended successfully."""
+
+    position: int
+    completed: bool
+
+
 class CallContext(NamedTuple):
     """The world as of an input's position: the call's turn, a control that forbids the call,
     and how many other calls of its turn and tenant are alive.
@@ -116,6 +124,9 @@ class CallContext(NamedTuple):
     duplicate_of: CallKey | None = None
     """For a claim of a call whose tool runs one action per intent (rule 12): the call of the
     same intent dispatched already in the tool's scope, if any."""
+    response_end: ResponseEnd | None = None
+    """The first end of the call's provider response after the call's own end event, where it
+    came before the input (or is the input)."""
 
 
 class Input(NamedTuple):
@@ -302,14 +313,36 @@ class CallView:
         """Validated, and confirmed where the tool needs it: a claim may dispatch it."""
         return self.phase is Phase.VALIDATED and (self.confirmed or not self.needs_confirmation)
 
-    def deadline(self, limits: CallLimits = DEFAULT_LIMITS) -> datetime | None:
-        """When a ``DeadlineReached`` would change this call, if ever."""
+    def deadline(
+        self, limits: CallLimits = DEFAULT_LIMITS, *, awaiting_response: bool = False
+    ) -> datetime | None:
+        """When a ``DeadlineReached`` would change this call, if ever; ``awaiting_response``:
+        validated before its response ended (rules 7 on), it still waits for that end."""
         if self.phase in (Phase.COLLECTING, Phase.TERMINAL_CANDIDATE) and not self.validating:
             assert self.last_activity is not None
             return self.last_activity + limits.idle_timeout
+        idle = None
+        if awaiting_response:
+            assert self.last_activity is not None
+            idle = self.last_activity + limits.idle_timeout
         if self.awaiting_confirmation:
-            return self.confirmation_expires
-        return None
+            expires = self.confirmation_expires
+            if idle is None or (expires is not None and expires < idle):
+                return expires
+        return idle
+
+
+def awaits_response(state: CallView, turn: TurnView | None, end: ResponseEnd | None) -> bool:
+    """Whether the call is validated (or being validated) at its own end, under rules 7 on,
+    and the first end of its response after that end was not successful or has not come: it
+    cannot be claimed, and still needs its stream (rule 6's connection loss, rule 9's idle
+    deadline)."""
+    return (
+        turn is not None
+        and turn.rules >= 7
+        and state.phase in (Phase.TERMINAL_CANDIDATE, Phase.VALIDATED)
+        and (end is None or not end.completed)
+    )
 
 
 @frozen(kw_only=True)

@@ -55,7 +55,16 @@ Rules:
    (``inert.actors._arguments``). Only a parse that passes makes a ``terminal_candidate``.
 5. Only a successful end of its response makes a terminal candidate eligible: validation is
    requested once. A response that ends any other way, or ends before the call's own end
-   event, fails the call.
+   event, fails the call. From rules 7 validation does not wait for the response: it is
+   requested once, at the call's own end event, so that a response's end finds its calls
+   validated already. Dispatch still waits: a validated call can be claimed only once the
+   first end of its response, after the call's own end event, was successful (a claim before
+   is rejected ``not_ready``); a first end of any other kind fails the call, and until its
+   response ends the call still needs its stream (rule 6's connection loss, rule 9's idle
+   deadline). A confirmation may be given meanwhile; it never dispatches on its own. A call
+   whose validation fails fails whatever its response does; one whose response ends badly
+   was validated for nothing, once. So a validator runs once per call, never after its
+   response failed, and may run for a call whose response then fails.
 6. Wanted until dispatched. A cancelled or superseded turn, a quarantined response, a disabled
    tool or a stopped tenant cancels the call at the first input that sees it, in every state
    before ``dispatched``. A stream lost without a way to resume it cancels a call whose
@@ -79,9 +88,10 @@ Rules:
    expiry of the confirmation given cancels the call (``confirmation_expired``) and is
    rejected, so that a confirmation meant for a minute never lets the call run an hour later.
    A claim of a call that repeats an action its tool runs once per intent is judged by rule 12.
-9. Deadlines. A call still collecting or waiting for its response is cancelled once the idle
-   time has passed since its last ingress event (its opening, a fragment or its end event); a
-   call waiting for confirmation is cancelled when the confirmation lifetime ends. Both are
+9. Deadlines. A call still collecting or waiting for its response (validated or not) is
+   cancelled once the idle time has passed since its last ingress event (its opening, a
+   fragment or its end event); a call waiting for confirmation is cancelled when the
+   confirmation lifetime ends (whichever comes first, for a call waiting for both). Both are
    judged when a ``DeadlineReached`` request is in the log, at the time the log recorded it.
 10. Terminal is absorbing. Events addressed to a terminal call are rejected (``call_terminal``);
     events that merely concern it (its response, turn, tenant) are ignored, but for rule 11.
@@ -167,10 +177,12 @@ from ._handlers import (
     reopen,
     response_ended,
     response_ended_early,
+    response_ended_validated,
     server_tool,
     server_tool_on_open_call,
     stop_running,
     stream_lost,
+    stream_lost_validated,
     take_fragment,
     unknown_call,
     validation_outcome,
@@ -250,10 +262,14 @@ TABLE: dict[tuple[Phase, type], Handler] = {
         {
             (C,): wanted(response_ended_early),
             (T,): wanted(response_ended),
-            (A, V, *ENDED): ignore,
+            (V,): response_ended_validated,
+            (A, *ENDED): ignore,
         },
     ),
-    **_rows(StreamLost, {(C, T): wanted(stream_lost), (A, V, *ENDED): ignore}),
+    **_rows(
+        StreamLost,
+        {(C, T): wanted(stream_lost), (V,): stream_lost_validated, (A, *ENDED): ignore},
+    ),
     **_rows(StreamResumed, {OPEN: wanted(ignore), (A, *ENDED): ignore}),
     **{
         pair: handler

@@ -80,6 +80,7 @@ from ..events import (
     RecordedEvent,
     Redacted,
     ResponseEnded,
+    ResponseEndReason,
     ResponseQuarantined,
     ResponseRef,
     ServerToolCalled,
@@ -101,10 +102,12 @@ from ._call import (
     CallContext,
     CallLimits,
     Input,
+    ResponseEnd,
     TurnView,
     ValidationOutcome,
     ValidationRequested,
     ValidationResult,
+    awaits_response,
     disallowed_as_recorded,
     recorded,
 )
@@ -326,9 +329,26 @@ class CallFold:
                     )
             case StreamResumed(response=response):
                 self._resumable.pop(response, None)
-            case StreamLost(response=response) | ResponseEnded(response=response):
+            case ResponseEnded(response=response, reason=reason):
                 self._resumable.pop(response, None)
                 self._resume_points.pop(response, None)
+                self._note_end(response, reason is ResponseEndReason.COMPLETED)
+            case StreamLost(response=response):
+                self._resumable.pop(response, None)
+                self._resume_points.pop(response, None)
+
+    def _note_end(self, response: ResponseRef, completed: bool) -> None:
+        """A response's end is the one that counts for each of its calls whose own end event
+        came and no end of the response since (rule 5, rules 7 on): noted on every slot of the
+        response, degraded or not, whatever it decides, so that a replay notes the same."""
+        end = ResponseEnd(self.position, completed)
+        wanted = response.response
+        records = self.records
+        for key in self._calls_of_turn.filed(response.turn_ref):
+            if key.response == wanted:
+                slot = records[key]
+                if slot.ended_at is not None and slot.response_end is None:
+                    slot.response_end = end
 
     def _targets(self, event: Event) -> Iterable[CallKey]:
         index = self._index
@@ -386,6 +406,7 @@ class CallFold:
                 blocked=self.scope.blocked(key, slot.tool),
                 limits=self.limits,
                 running=slot.phase is Phase.DISPATCHED and key in self._running,
+                response_end=slot.response_end,
             )
         # Live calls are counted only where the decider looks at them: at an opening.
         if turn is not None and turn.rules >= 3:
@@ -415,6 +436,8 @@ class CallFold:
             # Queued whatever the call's state, degraded or not: the queue is the log's order
             # of claims alone, the same live and on every replay (rule 12).
             self.intents.claimed(key, recorded_event.position)
+        if type(event) is CallEnded and slot.ended_at is None:
+            slot.ended_at = recorded_event.position
         if slot.degraded:
             slot.skipped = recorded_event.position
             return []
@@ -465,7 +488,7 @@ class CallFold:
     ) -> list[Work]:
         key = slot.key
         acting = self.live and self.owns(key.turn_ref)
-        previous = slot.deadline(self.limits) if acting else None
+        previous = self.deadline(slot) if acting else None
         was_live = slot.live
         if isinstance(received, Input) and type(received.event) is ClaimRequested:
             context = self._with_intent(slot, context)
@@ -486,7 +509,7 @@ class CallFold:
         if acting:
             # Timers look the deadline up again when they fire, so only a deadline that is new
             # or earlier than before needs scheduling; a later one is found by the earlier timer.
-            deadline = slot.deadline(self.limits)
+            deadline = self.deadline(slot)
             if deadline is not None and (previous is None or deadline < previous):
                 work.append(ScheduleDeadline(key=key, at=deadline))
         return work
@@ -739,6 +762,8 @@ class CallFold:
                 # sequences alone, which retention keeps: what remains is decided as the whole
                 # input was.
                 return self._deliver(key, recorded_event, remains)
+            if type(remains) is CallEnded and slot.ended_at is None:
+                slot.ended_at = recorded_event.position
             slot.degraded = True
             slot.skipped = recorded_event.position
             return []
@@ -784,7 +809,7 @@ class CallFold:
         validating = slot.validating
         if validating is not None and slot.validation_context is not None:
             work.append(RunValidation(key=key, request=validating, context=slot.validation_context))
-        deadline = slot.deadline(self.limits)
+        deadline = self.deadline(slot)
         if deadline is not None:
             work.append(ScheduleDeadline(key=key, at=deadline))
         return work
@@ -873,7 +898,10 @@ class CallFold:
             response
             for response in self._index.responses()
             if response not in self._resumable
-            and any(self.records[key].needs_stream for key in self._index.of_response(response))
+            and any(
+                self.records[key].needs_stream or self.awaits_response(self.records[key])
+                for key in self._index.of_response(response)
+            )
         ]
 
     # --- looking ---
@@ -881,6 +909,23 @@ class CallFold:
     def state(self, key: CallKey) -> Slot | None:
         """The call's state: its slot, read at once (it changes with the next event folded)."""
         return self.records.get(key)
+
+    def awaits_response(self, slot: Slot) -> bool:
+        """Whether the call, validated (or being validated) at its own end, waits for its
+        response to end successfully before it can be claimed (rules 7 on)."""
+        if slot.phase is not Phase.VALIDATED and slot.phase is not Phase.TERMINAL_CANDIDATE:
+            return False
+        return awaits_response(slot, self.scope.turn(slot.key.turn_ref), slot.response_end)
+
+    def deadline(self, slot: Slot) -> datetime | None:
+        """When a ``DeadlineReached`` would change the call, if ever."""
+        return slot.deadline(self.limits, awaiting_response=self.awaits_response(slot))
+
+    def ready(self, key: CallKey) -> bool:
+        """Whether a claim of the call may dispatch it now: validated, confirmed where its tool
+        needs it and, from rules 7, its response ended successfully."""
+        slot = self.records.get(key)
+        return slot is not None and slot.ready and not self.awaits_response(slot)
 
     def live_calls_of(self, response: ResponseRef) -> list[Slot]:
         """The calls of a response that are opened and not terminal, in the order they opened."""

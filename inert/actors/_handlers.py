@@ -38,6 +38,7 @@ from ..events import (
 )
 from ._arguments import (
     ArgumentProblem,
+    ParsedArguments,
     RejectedArguments,
     arguments_digest,
     parse_arguments,
@@ -59,6 +60,7 @@ from ._call import (
     TurnView,
     ValidationOutcome,
     ValidationRequested,
+    awaits_response,
 )
 
 
@@ -405,7 +407,7 @@ def end_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
             else FailReason.MALFORMED_ARGUMENTS
         )
         return judge.fail(reason, parsed.describe())
-    return (
+    candidate: tuple[Decision, ...] = (
         ArgumentsParsed(arguments=parsed, terminal=event.terminal, at=_at(judge)),
         CallTerminalCandidate(
             key=state.key,
@@ -416,6 +418,11 @@ def end_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
             arguments_digest=parsed.digest,
         ),
     )
+    turn = context.turn
+    assert turn is not None
+    if turn.rules < 7:
+        return candidate
+    return (*candidate, _validation(judge, context, parsed))
 
 
 def end_again(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
@@ -441,19 +448,51 @@ def response_ended(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     assert isinstance(event, ResponseEnded)
     if event.reason is not ResponseEndReason.COMPLETED:
         return _response_failed(judge, event)
+    assert judge.state.arguments is not None
+    return (_validation(judge, context, judge.state.arguments),)
+
+
+def _validation(judge: Judge, context: CallContext, arguments: ParsedArguments) -> Decision:
+    """The one request to validate the call's arguments, caused by the input judged."""
+    turn = context.turn
+    assert turn is not None
     state = judge.state
-    assert context.turn is not None
-    assert state.arguments is not None
-    return (
-        ValidationRequested(
-            key=state.key,
-            tool=context.turn.tools[state.tool],
-            principal=context.turn.principal,
-            arguments=state.arguments,
-            cause=judge.cause,
-            at=_at(judge),
-        ),
+    return ValidationRequested(
+        key=state.key,
+        tool=turn.tools[state.tool],
+        principal=turn.principal,
+        arguments=arguments,
+        cause=judge.cause,
+        at=_at(judge),
     )
+
+
+def response_ended_validated(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    """A response's end reaching a validated call: nothing before rules 7 (it was validated
+    because its response ended well); from rules 7 a call validated at its own end waits for
+    its response's first end, which fails it unless successful."""
+    end = context.response_end
+    if end is None or end.position != judge.cause:
+        # A later end of the response: its first one decided already.
+        return NOTHING
+    if not awaits_response(judge.state, context.turn, None):
+        return NOTHING
+    reason = _unwanted(context)
+    if reason is not None:
+        return judge.cancel(reason)
+    if end.completed:
+        return NOTHING
+    event = _event(judge)
+    assert isinstance(event, ResponseEnded)
+    return _response_failed(judge, event)
+
+
+def stream_lost_validated(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
+    """A lost stream reaching a validated call: from rules 7, one validated at its own end
+    whose response has not ended is cancelled as one still collecting would be."""
+    if context.response_end is not None or not awaits_response(judge.state, context.turn, None):
+        return NOTHING
+    return wanted(stream_lost)(judge, context)
 
 
 def _response_failed(judge: Judge, event: ResponseEnded) -> tuple[Decision, ...]:
@@ -668,6 +707,10 @@ def claim(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
         return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
             RejectReason.NOT_READY, "the confirmation expired before a claim"
         )
+    if awaits_response(state, context.turn, context.response_end):
+        return judge.reject(
+            RejectReason.NOT_READY, "the call's response has not ended successfully yet"
+        )
     if state.needs_confirmation and (
         state.arguments is None
         or arguments_digest(state.arguments.canonical) != state.arguments_digest
@@ -692,10 +735,15 @@ def claim(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
 
 def deadline_passed(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     state = judge.state
-    due = state.deadline(context.limits)
-    if due is None or _at(judge) < due:
+    at = _at(judge)
+    awaiting = state.phase is Phase.VALIDATED and awaits_response(
+        state, context.turn, context.response_end
+    )
+    due = state.deadline(context.limits, awaiting_response=awaiting)
+    if due is None or at < due:
         return judge.reject(RejectReason.NOT_READY, "no deadline of the call is due")
-    if state.awaiting_confirmation:
+    expires = state.confirmation_expires
+    if state.awaiting_confirmation and expires is not None and expires <= at:
         return judge.cancel(CancelReason.CONFIRMATION_EXPIRED)
     return judge.cancel(CancelReason.IDLE_TIMEOUT)
 

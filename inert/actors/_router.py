@@ -134,7 +134,7 @@ class CallRouter:
                 key = recorded_event.event.key
                 self._requested.discard(key)
                 state = self._fold.state(key)
-                deadline = None if state is None else state.deadline(self._fold.limits)
+                deadline = None if state is None else self._fold.deadline(state)
                 if deadline is not None:
                     self._schedule(key, deadline)
             self.position = recorded_event.position
@@ -308,7 +308,6 @@ class CallRouter:
         self._deadline_wake.set()
 
     async def _timers(self) -> None:
-        limits = self._fold.limits
         while True:
             if not self._deadlines:
                 await self._deadline_wake.wait()
@@ -325,7 +324,7 @@ class CallRouter:
             while self._deadlines and self._deadlines[0][0] <= now:
                 _, _, key = heapq.heappop(self._deadlines)
                 state = self._fold.state(key)
-                deadline = None if state is None else state.deadline(limits)
+                deadline = None if state is None else self._fold.deadline(state)
                 if deadline is None or key in self._requested:
                     continue
                 if deadline > now:

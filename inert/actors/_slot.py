@@ -22,6 +22,7 @@ from ._call import (
     CallView,
     Decision,
     Input,
+    ResponseEnd,
     ValidationRequested,
     changes,
     check_arguments,
@@ -40,6 +41,7 @@ class Slot(CallView):
         "confirmed",
         "counted",
         "degraded",
+        "ended_at",
         "expected",
         "held",
         "key",
@@ -50,6 +52,7 @@ class Slot(CallView):
         "phase",
         "reason",
         "recovering",
+        "response_end",
         "skipped",
         "stop_requested",
         "terminal",
@@ -103,6 +106,11 @@ class Slot(CallView):
         """The position of the last input it skipped while degraded."""
         self.recovering = False
         """Degraded, it reached a state from which it could decide again (see the fold)."""
+        self.ended_at: int | None = None
+        """The position of the first end event addressed to the call."""
+        self.response_end: ResponseEnd | None = None
+        """The first end of its response after ``ended_at``: what a call validated at its own
+        end waits for (rules 7)."""
 
     @property
     def state(self) -> Slot:

@@ -62,6 +62,10 @@ class ByTurn(Generic[Identity]):
         if not filed:
             del self._turns[turn]
 
+    def filed(self, turn: TurnRef) -> Iterable[Identity]:
+        """The identities filed under the turn, in the order they were filed (left filed)."""
+        return self._turns.get((turn.tenant, turn.conversation, turn.turn), ())
+
     def take(self, turn: TurnRef) -> Iterable[Identity]:
         """Take every identity of the turn out, in the order they were filed; the caller files
         again those it keeps."""

@@ -137,7 +137,7 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 6
+RULES_VERSION = 7
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
@@ -148,8 +148,10 @@ expires is cancelled ``confirmation_expired`` when it is claimed). 5: a call tha
 quarantined, its tool disabled or its tenant stopped gets one stop request
 (``CallStopRequested``) that its executor is told of. 6: a tool may ask for one action per
 intent (``OfferedTool.one_action_per_intent``): a claim of a call identical to one dispatched
-already in its scope cancels it ``duplicate_of``. A turn is judged by the
-rules it was started under, so that a log written before a rule existed replays to the
+already in its scope cancels it ``duplicate_of``. 7: a terminal candidate is validated at
+its own end event, without waiting for its response's end; it can be claimed only once the
+response ended successfully, and fails if the response ends any other way. A turn is judged by
+the rules it was started under, so that a log written before a rule existed replays to the
 decisions it holds."""
 
 

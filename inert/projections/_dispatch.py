@@ -1,7 +1,9 @@
 """The dispatch queue: the calls an executor may claim now, and those waiting for a person.
 
 A call enters the queue when its actor records it validated and, where its tool asks for it,
-confirmed; it leaves when it is dispatched, cancelled or failed. The queue is a view for
+confirmed, and (in a turn judged by rules 7 on, where a call is validated at its own end) once
+the first end of its response, after the call's own end, was successful; it leaves when it is
+dispatched, cancelled or failed. The queue is a view for
 executors to find work, never a permission: a claim still goes through the call's actor, which
 checks everything again in log order. Calls waiting for confirmation are kept apart, in the order
 they started waiting, so that a person can be asked about them.
@@ -22,21 +24,26 @@ from ..events import (
     CallCancelled,
     CallConfirmed,
     CallDispatched,
+    CallEnded,
     CallFailed,
     CallKey,
     CallValidated,
     Event,
     RecordedEvent,
+    ResponseEnded,
+    ResponseRef,
     TurnRetired,
+    TurnStarted,
 )
 from ._digest import JSON, Snapshot, key_json
+from ._response_ends import ResponseEnds
 from ._routing import Handler, Routed
 
 
 class DispatchQueue(Routed):
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
-    __slots__ = ("_awaiting", "_ended", "_ended_turns", "_ready")
+    __slots__ = ("_awaiting", "_ended", "_ended_turns", "_pending", "_ready", "_response_ends")
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,6 +52,10 @@ class DispatchQueue(Routed):
         self._awaiting: dict[CallKey, None] = {}
         self._ended: set[CallKey] = set()
         self._ended_turns: ByTurn[CallKey] = ByTurn()
+        self._response_ends = ResponseEnds()
+        # Validated (and confirmed where needed) under rules 7, waiting for their response's
+        # end, by response.
+        self._pending: dict[ResponseRef, dict[CallKey, None]] = {}
 
     def ready(self) -> list[CallKey]:
         """The calls that may be claimed, in the order they became ready."""
@@ -81,6 +92,12 @@ class DispatchQueue(Routed):
             return (self._validated,)
         if issubclass(kind, TurnRetired):
             return (self._retired,)
+        if issubclass(kind, TurnStarted):
+            return (self._started,)
+        if issubclass(kind, CallEnded):
+            return (self._call_ended,)
+        if issubclass(kind, ResponseEnded):
+            return (self._response_ended,)
         return ()
 
     def _ended_call(
@@ -89,6 +106,8 @@ class DispatchQueue(Routed):
         key = event.key
         self._ready.pop(key, None)
         self._awaiting.pop(key, None)
+        self._unpend(key)
+        self._response_ends.forget(key)
         ended = self._ended
         if key not in ended:
             ended.add(key)
@@ -98,6 +117,41 @@ class DispatchQueue(Routed):
         ended = self._ended
         for key in self._ended_turns.take(event.turn):
             ended.remove(key)
+        self._response_ends.retired(event.turn)
+
+    def _started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
+        self._response_ends.started(event)
+
+    def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
+        if event.key not in self._ended:
+            self._response_ends.call_ended(event)
+
+    def _response_ended(self, recorded: RecordedEvent, event: ResponseEnded) -> None:
+        ended = self._response_ends.response_ended(event)
+        pending = self._pending.get(event.response)
+        if not ended or pending is None:
+            return
+        # Every call waiting here ended before this end: ready now if it went well; if not,
+        # its failure follows and until then it stays out of the queue.
+        for key in [key for key in pending if key in ended]:
+            if self._response_ends.ended_well(key):
+                self._unpend(key)
+                self._ready[key] = None
+
+    def _admit(self, key: CallKey) -> None:
+        ends = self._response_ends
+        if not ends.judges(key) or ends.ended_well(key):
+            self._ready[key] = None
+        elif ends.ended_well(key) is None:
+            self._pending.setdefault(key.response_ref, {})[key] = None
+
+    def _unpend(self, key: CallKey) -> None:
+        response = key.response_ref
+        pending = self._pending.get(response)
+        if pending is not None and key in pending:
+            del pending[key]
+            if not pending:
+                del self._pending[response]
 
     # Terminal is absorbing: nothing recorded after a call's end puts it back.
 
@@ -107,7 +161,7 @@ class DispatchQueue(Routed):
         # puts a call in front of an executor.
         if key not in self._ended and key in self._awaiting:
             del self._awaiting[key]
-            self._ready[key] = None
+            self._admit(key)
 
     def _awaiting_confirmation(
         self, recorded: RecordedEvent, event: CallAwaitingConfirmation
@@ -122,9 +176,10 @@ class DispatchQueue(Routed):
         if event.needs_confirmation:
             self._wait(key)
         elif key not in self._awaiting:
-            self._ready[key] = None
+            self._admit(key)
 
     def _wait(self, key: CallKey) -> None:
         # Waiting for a person outranks any earlier readiness: the safer reading wins.
         self._ready.pop(key, None)
+        self._unpend(key)
         self._awaiting.setdefault(key, None)

@@ -25,6 +25,7 @@ from ..events import (
     CallCollecting,
     CallConfirmed,
     CallDispatched,
+    CallEnded,
     CallFailed,
     CallKey,
     CallStopRequested,
@@ -37,11 +38,14 @@ from ..events import (
     ExecutionOutcomeUnknown,
     ExecutionStopped,
     RecordedEvent,
+    ResponseEnded,
     ResponseRef,
     TextReceived,
     TurnRetired,
+    TurnStarted,
 )
 from ._digest import JSON, Snapshot, key_json, response_json
+from ._response_ends import ResponseEnds
 from ._routing import Handler, Routed
 
 
@@ -116,11 +120,15 @@ class _Call:
 class Status(Routed):
     """Per call key its cue, per response the number of text characters received."""
 
-    __slots__ = ("_call_turns", "_calls", "_text", "_text_turns")
+    __slots__ = ("_call_turns", "_calls", "_response_ends", "_text", "_text_turns", "_waiting")
 
     def __init__(self) -> None:
         super().__init__()
         self._calls: dict[CallKey, _Call] = {}
+        # Under rules 7, calls validated (and confirmed where needed) before their response
+        # ended: still "preparing request" until it ends well.
+        self._response_ends = ResponseEnds()
+        self._waiting: dict[CallKey, None] = {}
         self._text: dict[ResponseRef, int] = {}
         # The same calls and responses by turn, for a retirement to find its own.
         self._call_turns: ByTurn[CallKey] = ByTurn()
@@ -155,6 +163,12 @@ class Status(Routed):
     def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
         if issubclass(kind, TextReceived):
             return (self._text_received,)
+        if issubclass(kind, TurnStarted):
+            return (self._started,)
+        if issubclass(kind, CallEnded):
+            return (self._call_ended,)
+        if issubclass(kind, ResponseEnded):
+            return (self._response_ended,)
         if issubclass(kind, CallCollecting | CallTerminalCandidate):
             return (partial(self._decided, _PREPARING),)
         if issubclass(kind, CallValidated):
@@ -192,7 +206,34 @@ class Status(Routed):
         else:
             text[response] = characters + event.characters
 
+    def _started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
+        self._response_ends.started(event)
+
+    def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
+        call = self._calls.get(event.key)
+        if call is None or call.cue in _OPEN:
+            self._response_ends.call_ended(event)
+
+    def _response_ended(self, recorded: RecordedEvent, event: ResponseEnded) -> None:
+        ends = self._response_ends
+        for key in ends.response_ended(event):
+            if key in self._waiting and ends.ended_well(key):
+                del self._waiting[key]
+                call = self._calls.get(key)
+                if call is not None and call.cue is _PREPARING:
+                    call.cue = _READY
+
+    def _about_to_run(self, call: _Call, key: CallKey) -> None:
+        """A call a claim may run once its response ended well (at once before rules 7)."""
+        ends = self._response_ends
+        if ends.judges(key) and not ends.ended_well(key):
+            call.cue = _PREPARING
+            self._waiting[key] = None
+        else:
+            call.cue = _READY
+
     def _retired(self, recorded: RecordedEvent, event: TurnRetired) -> None:
+        self._response_ends.retired(event.turn)
         turn, calls, call_turns = event.turn, self._calls, self._call_turns
         # The turn's responses that carry an open call, by their id.
         speaking: set[str] = set()
@@ -222,27 +263,35 @@ class Status(Routed):
             self._open(event.key, cue)
         elif call.cue in _OPEN:
             call.cue = cue
+        if cue not in _OPEN or cue is _NEEDS_CONFIRMATION:
+            self._waiting.pop(event.key, None)
+        if cue not in _OPEN:
+            self._response_ends.forget(event.key)
 
     def _validated(self, recorded: RecordedEvent, event: CallValidated) -> None:
         if event.needs_confirmation:
             self._decided(_NEEDS_CONFIRMATION, recorded, event)
             return
-        call = self._calls.get(event.key)
+        key = event.key
+        call = self._calls.get(key)
         if call is None:
-            self._open(event.key, _READY)
+            self._about_to_run(self._open(key, _READY), key)
         elif call.cue is _PREPARING or call.cue is _READY:
             # Not once a confirmation was asked for: no later word drops it.
-            call.cue = _READY
+            self._about_to_run(call, key)
 
     def _confirmed(self, recorded: RecordedEvent, event: CallConfirmed) -> None:
         call = self._calls.get(event.key)
         if call is not None and call.cue is _NEEDS_CONFIRMATION:
-            call.cue = _READY
+            self._about_to_run(call, event.key)
 
     def _dispatched(self, recorded: RecordedEvent, event: CallDispatched) -> None:
-        call = self._calls.get(event.key)
+        key = event.key
+        self._waiting.pop(key, None)
+        self._response_ends.forget(key)
+        call = self._calls.get(key)
         if call is None:
-            call = self._open(event.key, _RUNNING)
+            call = self._open(key, _RUNNING)
         elif call.cue in _OPEN:
             call.cue = _RUNNING
         else:

@@ -587,7 +587,7 @@ class Runtime:
         included), or ``None`` while it is not ready."""
         state = self._fold.state(key)
         view = self._fold.scope.turn(key.turn_ref)
-        if state is None or view is None or not state.ready:
+        if state is None or view is None or not self._fold.ready(key):
             return None
         return ReadyCall(
             key=key,

@@ -6,14 +6,17 @@ hide from it. It reads the log in position order and, at each event, checks what
 may claim given everything before it:
 
 - I1: a ``dispatched`` decision follows a durable ``validated`` one (and ``confirmed`` where
-  the call needs it) and answers a claim of the same call and claim id;
+  the call needs it), answers a claim of the same call and claim id, and comes after the first
+  end of the call's response since its opening, which followed its own end event and was
+  ``completed``;
 - I2: one ``dispatched`` decision per call key at most;
 - I3: no dispatch of a call whose turn was cancelled or superseded, whose response was
   quarantined, whose tool was disabled or whose tenant was stopped while it was alive, that its
   principal denied, or that had ended already;
 - I4: a ``validated`` decision names exactly the bytes delivered for the call (deduplicated,
-  without a gap, ended by its own end event, its response ended ``completed``), which a strict
-  parser of its own accepts as an object and the tool's schema accepts;
+  without a gap, ended by its own end event and, in a turn of rules 6 or earlier, its response
+  ended ``completed``), which a strict parser of its own accepts as an object and the tool's
+  schema accepts;
 - I5: confirmations and dispatches name the turn's own principal, tenant and turn;
 - I6: a confirmation that counts was fresh, for the call's tool and arguments digest, and used
   once; in a turn of rules 4 on, it dispatches the call only for a claim made before it
@@ -487,15 +490,10 @@ class InvariantChecker:
         delivered = self._parsed_delivery(call, opening, end)
         if isinstance(delivered, str):
             return delivered
-        response_ends = [
-            (at, reason)
-            for at, reason in self._response_ends.get(key.response_ref, ())
-            if opened < at < position
-        ]
-        if not response_ends or response_ends[0][0] < end.position:
-            return "its response did not end after its end event"
-        if response_ends[0][1] is not ResponseEndReason.COMPLETED:
-            return f"its response ended {response_ends[0][1].value}"
+        # From rules 7 a call is validated at its own end; its response's end gates dispatch.
+        problem = None if turn.rules >= 7 else self._response_problem(call, end.position, position)
+        if problem is not None:
+            return problem
         if call.redacted:
             return None
         named = strict_json_object(event.arguments)
@@ -514,6 +512,23 @@ class InvariantChecker:
             )
         if declaration is not None and not self._fits(declaration, named):
             return "its arguments break its tool's schema"
+        return None
+
+    def _response_problem(self, call: _Call, end: int, before: int) -> str | None:
+        """What keeps the call's response from having ended well for it before ``before``: its
+        first end since the call opened must follow the call's own end event (at ``end``) and
+        be ``completed``."""
+        opened = call.opened
+        assert opened is not None
+        response_ends = [
+            (at, reason)
+            for at, reason in self._response_ends.get(call.key.response_ref, ())
+            if opened < at < before
+        ]
+        if not response_ends or response_ends[0][0] < end:
+            return "its response did not end after its end event"
+        if response_ends[0][1] is not ResponseEndReason.COMPLETED:
+            return f"its response ended {response_ends[0][1].value}"
         return None
 
     def _fits(self, declaration: ToolDeclaration, arguments: dict[str, Any]) -> bool:
@@ -688,6 +703,9 @@ class InvariantChecker:
                 self._violate("I1", key, "dispatched without the confirmation it needs", position)
         if request is not None and call.confirmed:
             self._check_confirmation_in_time(call, request, position)
+        problem = self._ended_well_before(call, claim)
+        if problem is not None:
+            self._violate("I1", key, f"dispatched, yet {problem}", position)
         if call.ended is not None and call.ended < claim and len(call.dispatched) == 1:
             self._violate("I3", key, "dispatched after the call had ended", position)
         owner = self._response_turns.get((key.tenant, key.response))
@@ -700,6 +718,18 @@ class InvariantChecker:
             )
         self._check_wanted(call, claim, position)
         self._check_intent(call, position)
+
+    def _ended_well_before(self, call: _Call, claim: int) -> str | None:
+        if call.opened is None:
+            return "the call was never opened"
+        ends = [
+            entry.position
+            for entry in call.ingress
+            if isinstance(entry.event, CallEnded) and call.opened < entry.position < claim
+        ]
+        if not ends:
+            return "its own end event never arrived before the claim"
+        return self._response_problem(call, ends[0], claim)
 
     # --- I12: one action per intent ---
 

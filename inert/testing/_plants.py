@@ -74,13 +74,16 @@ def _without_dedup(fit: Any) -> Any:
     return fit_without_dedup
 
 
-def _dispatch_before_validation() -> Any:
-    """A claim of a call whose end event arrived is dispatched without waiting for validation."""
-    return _table_row(
-        Phase.TERMINAL_CANDIDATE,
-        ClaimRequested,
-        _handlers.wanted(_handlers.claim, answer=True),
-    )
+def _dispatch_before_response_end() -> Any:
+    """A claim of a call validated at its own end is dispatched before its response ended
+    successfully."""
+    original = _decider.TABLE[(Phase.VALIDATED, ClaimRequested)]
+
+    def response_end_ignored(judge: Any, context: _call.CallContext) -> Any:
+        ended = _call.ResponseEnd(position=0, completed=True)
+        return original(judge, context._replace(response_end=ended))
+
+    return _table_row(Phase.VALIDATED, ClaimRequested, response_end_ignored)
 
 
 def _accept_stale_confirmation() -> Any:
@@ -173,7 +176,7 @@ def _accept_replayed_response() -> Any:
 
 PLANTS: dict[str, Callable[[], Any]] = {
     "skip_dedup": _skip_dedup,
-    "dispatch_before_validation": _dispatch_before_validation,
+    "dispatch_before_response_end": _dispatch_before_response_end,
     "accept_stale_confirmation": _accept_stale_confirmation,
     "claim_after_confirmation_expired": _claim_after_confirmation_expired,
     "dispatch_repeated_intent": _dispatch_repeated_intent,

@@ -27,6 +27,7 @@ from inert.actors._call import (
     Decision,
     IllegalTransition,
     Input,
+    ResponseEnd,
     TurnStatus,
     TurnView,
     ValidationOutcome,
@@ -119,6 +120,11 @@ ADDRESSED: tuple[type[Event], ...] = (
 )
 
 
+VALIDATED_AT_RESPONSE_END = 6
+"""The last rules under which a call is validated when its response ends: the rules most of
+this module drives (rules 7, validation at the call's own end, has its own section)."""
+
+
 def context(
     status: TurnStatus = TurnStatus.ACTIVE,
     *,
@@ -126,14 +132,17 @@ def context(
     limits: CallLimits | None = None,
     live_in_turn: int = 0,
     live_in_tenant: int = 0,
+    rules: int = VALIDATED_AT_RESPONSE_END,
+    response_end: ResponseEnd | None = None,
 ) -> CallContext:
     """The world of the call's turn as of an input."""
     return CallContext(
-        turn=TurnView(principal=PRINCIPAL, tools={TOOL.name: TOOL}, status=status),
+        turn=TurnView(principal=PRINCIPAL, tools={TOOL.name: TOOL}, status=status, rules=rules),
         blocked=blocked,
         limits=limits or CallLimits(),
         live_in_turn=live_in_turn,
         live_in_tenant=live_in_tenant,
+        response_end=response_end,
     )
 
 
@@ -1682,3 +1691,200 @@ def test_rule_12_a_cancellation_names_an_earlier_call_exactly_when_it_is_a_dupli
         CallCancelled(key=KEY, cause=1, reason=CancelReason.DUPLICATE_OF)
     with pytest.raises(ValueError, match="exactly when"):
         CallCancelled(key=KEY, cause=1, reason=CancelReason.SUPERSEDED, duplicate_of=EARLIER)
+
+
+# --- rules 7: a call is validated at its own end, dispatched after its response's ------------
+
+RULES_7 = context(rules=7)
+
+
+def requested(decisions: tuple[Decision, ...]) -> ValidationRequested:
+    """The one request for validation among the decisions."""
+    found = [decision for decision in decisions if isinstance(decision, ValidationRequested)]
+    assert len(found) == 1, decisions
+    return found[0]
+
+
+def early(call: Call, *, needs_confirmation: bool = False) -> int:
+    """A call of a rules 7 turn validated at its own end, its response still open; the
+    position of its end event."""
+    collecting(call)
+    decisions = call.send(ended())
+    end = call.position
+    assert requested(decisions).cause == end
+    call.answer(ValidationResult(needs_confirmation=needs_confirmation))
+    assert call.state.phase is Phase.VALIDATED
+    return end
+
+
+def end_response(
+    call: Call, reason: ResponseEndReason = ResponseEndReason.COMPLETED
+) -> tuple[Decision, ...]:
+    """The response's first end reaching the call: the context names it, as the fold does."""
+    position = call.position + 1
+    end = ResponseEnd(position, reason is ResponseEndReason.COMPLETED)
+    call.context = call.context._replace(response_end=end)
+    return call.send(response_ended(reason))
+
+
+def test_rules_7_a_call_is_validated_once_at_its_own_end() -> None:
+    """The end event makes the terminal candidate and requests its one validation at once,
+    caused by the end event; the validation records ``validated`` with that cause."""
+    call = Call(RULES_7)
+    collecting(call)
+    decisions = call.send(ended())
+    assert kinds(decisions) == tags(CallTerminalCandidate)
+    assert requested(decisions).cause == call.position
+    validated_by = call.answer()
+    assert one(validated_by, CallValidated).cause == call.position
+    assert call.state.phase is Phase.VALIDATED
+
+
+def test_rules_7_a_claim_before_the_response_ended_is_refused() -> None:
+    """A validated call whose response is open is not ready: a claim is rejected and the call
+    waits, validated."""
+    call = Call(RULES_7)
+    early(call)
+    refused = rejection(call.send(claim()))
+    assert refused.reason is RejectReason.NOT_READY
+    assert "response" in refused.detail
+    assert call.state.phase is Phase.VALIDATED
+
+
+def test_rules_7_a_successful_end_of_the_response_makes_the_call_claimable() -> None:
+    """The response's successful first end decides nothing and records nothing: the claim
+    after it dispatches, and the first claim only."""
+    call = Call(RULES_7)
+    early(call)
+    assert end_response(call) == ()
+    assert call.state.phase is Phase.VALIDATED
+    assert kinds(call.send(claim())) == tags(CallDispatched)
+    assert rejection(call.send(claim("claim-2"))).reason is RejectReason.CALL_TERMINAL
+
+
+@pytest.mark.parametrize(
+    ("reason", "failed_for"),
+    [
+        (ResponseEndReason.ERROR, FailReason.RESPONSE_FAILED),
+        (ResponseEndReason.INCOMPLETE, FailReason.RESPONSE_FAILED),
+        (ResponseEndReason.PROTOCOL_VIOLATION, FailReason.PROTOCOL_VIOLATION),
+    ],
+)
+def test_rules_7_a_response_that_ends_badly_fails_its_validated_calls(
+    reason: ResponseEndReason, failed_for: FailReason
+) -> None:
+    """Validated at its own end, a call still fails when its response's first end is not
+    successful, and no claim dispatches it afterwards."""
+    call = Call(RULES_7)
+    early(call)
+    assert failure(end_response(call, reason)).reason is failed_for
+    assert rejection(call.send(claim())).reason is RejectReason.CALL_TERMINAL
+
+
+def test_rules_7_only_the_first_end_of_the_response_after_the_calls_end_counts() -> None:
+    """After a successful end, a later end of any kind changes nothing; a call for which no end
+    of its response came after its own end event (the fold names none) is not claimable."""
+    call = Call(RULES_7)
+    early(call)
+    end_response(call)
+    assert call.send(response_ended(ResponseEndReason.ERROR)) == ()
+    assert kinds(call.send(claim())) == tags(CallDispatched)
+    unended = Call(RULES_7)
+    early(unended)
+    assert unended.send(response_ended()) == ()
+    assert rejection(unended.send(claim())).reason is RejectReason.NOT_READY
+
+
+def test_rules_7_a_stream_lost_before_the_response_ended_cancels_the_call() -> None:
+    """A validated call still needs its stream until its response ends: lost for good, the
+    call is cancelled; once the response ended, a lost stream changes nothing."""
+    lost = StreamLost(response=KEY.response_ref, resumable=False)
+    waiting = Call(RULES_7)
+    early(waiting)
+    assert cancellation(waiting.send(lost)).reason is CancelReason.CONNECTION_LOST
+    resumable = Call(RULES_7)
+    early(resumable)
+    assert resumable.send(StreamLost(response=KEY.response_ref, resumable=True)) == ()
+    done = Call(RULES_7)
+    early(done)
+    end_response(done)
+    assert done.send(lost) == ()
+    assert done.state.phase is Phase.VALIDATED
+
+
+def test_rules_7_a_call_waiting_for_its_response_times_out() -> None:
+    """The idle time counts from the call's end event while its response is open; a deadline
+    before it is refused; once the response ended well the call has no idle deadline."""
+    call = Call(RULES_7)
+    end = early(call)
+    due = T0 + timedelta(seconds=end) + call.context.limits.idle_timeout
+    assert call.state.deadline(call.context.limits, awaiting_response=True) == due
+    early_deadline = call.send(deadline(), at=due - timedelta(seconds=1))
+    assert rejection(early_deadline).reason is RejectReason.NOT_READY
+    assert cancellation(call.send(deadline(), at=due)).reason is CancelReason.IDLE_TIMEOUT
+    done = Call(RULES_7)
+    early(done)
+    end_response(done)
+    assert done.state.deadline(done.context.limits) is None
+    refused = done.send(deadline(), at=due + timedelta(days=1))
+    assert rejection(refused).reason is RejectReason.NOT_READY
+
+
+def test_rules_7_a_confirmation_may_come_before_the_response_ends() -> None:
+    """A call that needs confirmation waits for it and for its response, whichever first: the
+    confirmation is taken, yet only the response's successful end lets a claim dispatch it;
+    its deadline is the sooner of the two waits."""
+    call = Call(RULES_7)
+    end = early(call, needs_confirmation=True)
+    assert call.state.awaiting_confirmation
+    expires = call.state.confirmation_expires
+    idle = T0 + timedelta(seconds=end) + call.context.limits.idle_timeout
+    assert expires is not None
+    assert call.state.deadline(call.context.limits, awaiting_response=True) == min(idle, expires)
+    assert kinds(call.send(confirmation())) == tags(CallConfirmed)
+    assert rejection(call.send(claim())).reason is RejectReason.NOT_READY
+    end_response(call)
+    assert kinds(call.send(claim("claim-2"))) == tags(CallDispatched)
+
+
+def test_rules_7_a_call_validated_at_its_end_is_still_cancelled_when_unwanted() -> None:
+    """Wanted until dispatched: a turn cancelled while the call waits for its response
+    cancels it, and so does a response's end that finds it unwanted."""
+    call = Call(RULES_7)
+    early(call)
+    stopped = call.send(turn_cancelled(), ctx=context(TurnStatus.CANCELLED, rules=7))
+    assert cancellation(stopped).reason is CancelReason.TURN_CANCELLED
+    blocked = Call(RULES_7)
+    early(blocked)
+    blocked.context = blocked.context._replace(blocked=CancelReason.TOOL_DISABLED)
+    assert cancellation(end_response(blocked)).reason is CancelReason.TOOL_DISABLED
+
+
+def test_rules_7_a_failed_validation_fails_the_call_at_its_end() -> None:
+    """A validation that fails fails the call before its response ends: the response's end
+    then concerns a terminal call and changes nothing."""
+    call = Call(RULES_7)
+    collecting(call)
+    call.send(ended())
+    decisions = call.answer(ValidationResult(failure=FailReason.SCHEMA_INVALID, detail="x"))
+    assert failure(decisions).reason is FailReason.SCHEMA_INVALID
+    assert end_response(call) == ()
+    assert call.state.phase is Phase.FAILED
+
+
+@pytest.mark.parametrize(
+    "input_type",
+    [input_type for input_type in INPUT_TYPES if input_type is not ValidationOutcome],
+    ids=lambda input_type: input_type.__name__,
+)
+def test_rules_7_every_input_to_a_call_waiting_for_its_response(input_type: type) -> None:
+    """Every input a validated call waiting for its response may get is in the table and
+    decides with the call's key and the input's cause, as for any other call."""
+    call = Call(RULES_7)
+    early(call)
+    received = call.input(sample(input_type))
+    decisions = decide(call.state, received, call.context)
+    for decision in recorded(decisions):
+        assert isinstance(decision, DecisionEvent)
+        assert decision.key == KEY
+        assert decision.cause == received.position

@@ -9,7 +9,10 @@ pending are held and decided after the answer, in order, with the context of the
 the fold does.
 
 A small reference model, written from the rules and not from the decider, says what must hold
-and, where the rules leave no choice, what the decision must be.
+and, where the rules leave no choice, what the decision must be. It models a turn of rules 6,
+where a call is validated when its response ends; rules 7 (validation at the call's own end) is
+driven by ``test_decider`` and end to end by the simulator, whose checker holds dispatch to a
+response that ended well after the call's end.
 """
 
 from __future__ import annotations
@@ -238,7 +241,9 @@ class DeciderMachine(RuleBasedStateMachine):
 
     def context(self) -> CallContext:
         return CallContext(
-            turn=TurnView(principal=PRINCIPAL, tools={TOOL.name: TOOL}, status=self.turn_status),
+            turn=TurnView(
+                principal=PRINCIPAL, tools={TOOL.name: TOOL}, status=self.turn_status, rules=6
+            ),
             blocked=self.blocked,
             limits=LIMITS,
         )

@@ -31,6 +31,7 @@ from inert.actors._fold import (
     Work,
 )
 from inert.events import (
+    RULES_VERSION,
     ArgumentsAppended,
     CallAwaitingConfirmation,
     CallCancelled,
@@ -83,6 +84,8 @@ T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 PRINCIPAL = "user:alice"
 LOOKUP = OfferedTool(name="lookup", digest="sha256:tool-lookup")
 MAIL = OfferedTool(name="send_mail", digest="sha256:tool-mail")
+VALIDATED_AT_RESPONSE_END = 6
+"""The last rules under which a call is validated when its response ends."""
 LIMITS = CallLimits(idle_timeout=timedelta(seconds=60), confirmation_lifetime=timedelta(minutes=5))
 KEY = CallKey(
     tenant="acme", conversation="conv-1", turn="turn-1", response="resp-1", item="0", call="call_0"
@@ -255,8 +258,12 @@ class Actors:
 
     # --- a call's inputs ---
 
-    def turn(self, key: CallKey = KEY, principal: str = PRINCIPAL) -> list[Work]:
-        return self.feed(TurnStarted(turn=key.turn_ref, principal=principal, tools=(LOOKUP, MAIL)))
+    def turn(
+        self, key: CallKey = KEY, principal: str = PRINCIPAL, *, rules: int = RULES_VERSION
+    ) -> list[Work]:
+        return self.feed(
+            TurnStarted(turn=key.turn_ref, principal=principal, tools=(LOOKUP, MAIL), rules=rules)
+        )
 
     def collect(self, key: CallKey = KEY, tool: str = LOOKUP.name) -> None:
         """Open the call and send its fragments."""
@@ -314,7 +321,9 @@ def test_live_fold_gives_the_work_of_each_input_in_order() -> None:
     """Live, each input gives its work in order and each written decision comes back accepted."""
     log = Log()
     fold = CallFold(LIMITS, live=True)
-    started = TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP,))
+    started = TurnStarted(
+        turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP,), rules=VALIDATED_AT_RESPONSE_END
+    )
     assert fold.apply(log.add(started)) == []
     opened = log.add(CallOpened(key=KEY, tool=LOOKUP.name, sequence=0))
     collecting = CallCollecting(key=KEY, cause=opened.position, tool=LOOKUP.name)
@@ -378,7 +387,7 @@ def test_live_fold_gives_the_work_of_each_input_in_order() -> None:
 def test_live_fold_schedules_the_confirmation_expiry() -> None:
     """A validation that needs confirmation schedules the call's confirmation deadline."""
     actors = Actors()
-    actors.turn()
+    actors.turn(rules=VALIDATED_AT_RESPONSE_END)
     actors.collect()
     actors.end()
     response_end_at = T0 + timedelta(minutes=1)
@@ -452,7 +461,11 @@ def test_replay_of_a_complete_log_gives_the_same_states_and_no_work() -> None:
 def test_go_live_writes_the_decisions_that_were_never_written() -> None:
     """After a cut, going live asks to write exactly the decisions that were never written."""
     log = Log()
-    log.add(TurnStarted(turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP,)))
+    log.add(
+        TurnStarted(
+            turn=KEY.turn_ref, principal=PRINCIPAL, tools=(LOOKUP,), rules=VALIDATED_AT_RESPONSE_END
+        )
+    )
     opened = log.add(CallOpened(key=KEY, tool=LOOKUP.name, sequence=0))
     log.add(CallCollecting(key=KEY, cause=opened.position, tool=LOOKUP.name))
     log.add(ArgumentsAppended(key=KEY, data=ARGUMENTS, first_sequence=1, last_sequence=1))
@@ -482,7 +495,7 @@ def test_go_live_writes_the_decisions_that_were_never_written() -> None:
 def test_go_live_asks_again_for_a_validation_never_answered() -> None:
     """A validation requested in the log but never answered is asked again on going live."""
     actors = Actors()
-    actors.turn()
+    actors.turn(rules=VALIDATED_AT_RESPONSE_END)
     actors.collect()
     actors.end()
     actors.end_response()
@@ -501,7 +514,7 @@ def test_go_live_asks_again_for_a_validation_never_answered() -> None:
 def test_inputs_held_during_a_validation_are_decided_after_its_answer_in_order() -> None:
     """Inputs held during a validation are decided after its recorded answer, in order."""
     actors = Actors()
-    actors.turn()
+    actors.turn(rules=VALIDATED_AT_RESPONSE_END)
     actors.collect()
     actors.end()
     actors.end_response()
@@ -1258,3 +1271,71 @@ def test_claims_however_interleaved_with_late_writes_run_each_intent_once(
         assert folded_view(fold, {key.turn_ref for key in keys}) == folded_view(
             reference, {key.turn_ref for key in keys}
         )
+
+
+# --- rules 7: validated at its own end, dispatched after its response's successful end -------
+
+
+def test_rules_7_a_call_is_validated_at_its_end_and_ready_at_its_responses_end() -> None:
+    """The end event asks for the validation; the answer makes the call validated but not
+    ready, with an idle deadline; the response's successful end gives no work and makes it
+    ready, without a deadline, and a claim then dispatches it."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    end_position = actors.log.position + 1
+    work = actors.end()
+    assert [type(item) for item in work] == [AppendDecisions, RunValidation]
+    assert actors.validations[KEY].request.cause == end_position
+    actors.validate(KEY)
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    assert slot.phase is Phase.VALIDATED
+    assert not actors.fold.ready(KEY)
+    assert actors.fold.awaits_response(slot)
+    assert actors.fold.deadline(slot) is not None
+    assert actors.fold.interrupted_responses() == [KEY.response_ref]
+    assert actors.end_response() == []
+    assert actors.fold.ready(KEY)
+    assert actors.fold.deadline(slot) is None
+    assert actors.fold.interrupted_responses() == []
+    assert [type(event) for event in appended(actors.claim())] == [CallDispatched]
+
+
+def test_rules_7_a_response_end_held_behind_a_validation_is_decided_after_it() -> None:
+    """A response that ends while its call is being validated is judged once the answer is
+    read back: a successful end makes it ready, a failed end fails it, as live so on replay."""
+    for reason, ready in ((ResponseEndReason.COMPLETED, True), (ResponseEndReason.ERROR, False)):
+        actors = Actors()
+        actors.turn()
+        actors.collect()
+        actors.end()
+        assert actors.end_response(reason=reason) == []
+        work = actors.validate(KEY)
+        assert actors.fold.ready(KEY) is ready
+        written = [type(event) for event in appended(work)]
+        assert written == ([] if ready else [CallFailed])
+        replayed = replay(actors.log.records)
+        assert replayed.ready(KEY) is ready
+
+
+def test_rules_7_only_an_end_of_the_response_after_the_calls_own_counts() -> None:
+    """An end of the response before the call's own end event does not make it ready (nor fail
+    it once it is validated); the next end after it does, on replay as live."""
+    actors = Actors()
+    actors.turn()
+    actors.end_response(key=attrs.evolve(KEY, call="call_other", item="item-other"))
+    actors.collect()
+    actors.end()
+    actors.validate(KEY)
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    assert slot.phase is Phase.VALIDATED
+    assert not actors.fold.ready(KEY)
+    assert actors.fold.deadline(slot) is not None
+    refused = appended(actors.claim())
+    assert [type(event) for event in refused] == [EventRejected]
+    assert actors.end_response() == []
+    assert actors.fold.ready(KEY)
+    assert replay(actors.log.records).ready(KEY)
+    assert [type(event) for event in appended(actors.claim(KEY, "claim-2"))] == [CallDispatched]

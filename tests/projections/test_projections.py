@@ -67,6 +67,8 @@ KEY = CallKey(
     tenant="acme", conversation="conv-1", turn="turn-1", response="resp-1", item="0", call="call_0"
 )
 TOOL = OfferedTool(name="send_mail", digest="sha256:tool")
+VALIDATED_AT_RESPONSE_END = 6
+"""The last rules under which a call is validated when its response ends."""
 PRINCIPAL = "alice"
 # Argument bytes that must never surface in a projection: distinctive enough to find anywhere.
 MARKER = "QX-ARGUMENT-VALUE-7f3a"
@@ -136,9 +138,45 @@ class Script:
         self.records.append(record(position, event, stream=stream, version=self._versions[stream]))
         return position
 
-    def turn(self, key: CallKey = KEY) -> int:
-        """The agent server starts the key's turn."""
-        return self.add(TurnStarted(turn=key.turn_ref, principal=PRINCIPAL, tools=(TOOL,)))
+    def turn(self, key: CallKey = KEY, *, rules: int = VALIDATED_AT_RESPONSE_END) -> int:
+        """The agent server starts the key's turn (by default under the rules whose flow
+        ``validate`` writes: validation when the response ends)."""
+        return self.add(
+            TurnStarted(turn=key.turn_ref, principal=PRINCIPAL, tools=(TOOL,), rules=rules)
+        )
+
+    def validate_at_end(self, key: CallKey, ended: int, *, needs_confirmation: bool = False) -> int:
+        """Under rules 7: the call validates at its own end event (at ``ended``)."""
+        position = self.add(
+            CallValidated(
+                key=key,
+                cause=ended,
+                tool=TOOL.name,
+                tool_digest=TOOL.digest,
+                arguments=ARGUMENTS,
+                arguments_digest="sha256:args",
+                needs_confirmation=needs_confirmation,
+            )
+        )
+        if needs_confirmation:
+            position = self.add(
+                CallAwaitingConfirmation(
+                    key=key,
+                    cause=ended,
+                    arguments_digest="sha256:args",
+                    expires_at=T0 + timedelta(minutes=10),
+                )
+            )
+        return position
+
+    def end_response(
+        self, key: CallKey = KEY, reason: ResponseEndReason = ResponseEndReason.COMPLETED
+    ) -> int:
+        return self.add(
+            ResponseEnded(
+                response=key.response_ref, reason=reason, terminal=TerminalRef(sequence=99)
+            )
+        )
 
     def open(self, key: CallKey = KEY, tool: str = TOOL.name) -> int:
         """The provider opens the call and its actor takes charge of it."""
@@ -749,6 +787,42 @@ def test_dispatch_queue_holds_ready_calls_in_the_order_they_became_ready() -> No
     script.fail(FailReason.RESPONSE_FAILED, key=second, cause=1)
     queue = fold(script.records).queue
     assert (queue.ready(), queue.awaiting(), len(queue)) == ([], [], 0)
+
+
+def test_rules_7_the_queue_admits_a_call_once_its_response_ended_well() -> None:
+    """Under rules 7 a call validated at its own end joins the queue at its response's first
+    end, if that end was successful and came after the call's end; confirmations wait for it
+    too, and a call ended after its response's end never joins."""
+    first, second, late, other = (other_key(f"call_{n}") for n in range(4))
+    script = Script()
+    script.turn(rules=7)
+    ends = {}
+    for key in (first, second):
+        script.open(key)
+        script.fragment(key)
+        ends[key] = script.end(key) - 1
+    script.validate_at_end(second, ends[second], needs_confirmation=True)
+    script.validate_at_end(first, ends[first])
+    queue = fold(script.records).queue
+    assert (queue.ready(), queue.awaiting()) == ([], [second])
+    script.confirm(second)
+    queue = fold(script.records).queue
+    assert (queue.ready(), queue.awaiting()) == ([], [])
+    script.end_response(first)
+    queue = fold(script.records).queue
+    assert queue.ready() == [first, second]
+    script.end_response(first, ResponseEndReason.ERROR)
+    script.open(late)
+    script.fragment(late)
+    script.validate_at_end(late, script.end(late) - 1)
+    assert fold(script.records).queue.ready() == [first, second]
+    failing = Script()
+    failing.turn(rules=7)
+    failing.open(other)
+    failing.fragment(other)
+    failing.validate_at_end(other, failing.end(other) - 1)
+    failing.end_response(other, ResponseEndReason.ERROR)
+    assert fold(failing.records).queue.ready() == []
 
 
 def test_a_confirmation_alone_never_makes_a_call_ready() -> None:

@@ -17,11 +17,16 @@ from inert.events import (
     CallCancelled,
     CallConfirmed,
     CallDispatched,
+    CallEnded,
     CallFailed,
     CallKey,
     CallValidated,
     RecordedEvent,
+    ResponseEnded,
+    ResponseEndReason,
+    TurnRef,
     TurnRetired,
+    TurnStarted,
 )
 from inert.projections._digest import JSON, Snapshot, key_json
 
@@ -31,7 +36,16 @@ _ADMITTING = (CallValidated, CallAwaitingConfirmation, CallConfirmed)
 class DispatchQueue:
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
-    __slots__ = ("_awaiting", "_ended", "_position", "_ready")
+    __slots__ = (
+        "_awaiting",
+        "_ended",
+        "_ends_seen",
+        "_own_ends",
+        "_position",
+        "_ready",
+        "_rules_7",
+        "_waiting_for_response",
+    )
 
     def __init__(self) -> None:
         self._position = 0
@@ -39,6 +53,10 @@ class DispatchQueue:
         self._ready: dict[CallKey, None] = {}
         self._awaiting: dict[CallKey, None] = {}
         self._ended: set[CallKey] = set()
+        self._rules_7: set[TurnRef] = set()
+        self._own_ends: set[CallKey] = set()
+        self._ends_seen: dict[CallKey, bool] = {}
+        self._waiting_for_response: dict[CallKey, None] = {}
 
     @property
     def position(self) -> int:
@@ -71,10 +89,32 @@ class DispatchQueue:
             return
         if isinstance(event, TurnRetired):
             self._ended = {key for key in self._ended if key.turn_ref != event.turn}
+            self._rules_7.discard(event.turn)
+            return
+        if isinstance(event, TurnStarted):
+            if event.rules >= 7:
+                self._rules_7.add(event.turn)
+            return
+        if isinstance(event, CallEnded):
+            if event.key.turn_ref in self._rules_7 and event.key not in self._ended:
+                self._own_ends.add(event.key)
+            return
+        if isinstance(event, ResponseEnded):
+            completed = event.reason is ResponseEndReason.COMPLETED
+            for key in sorted(self._own_ends, key=str):
+                if key.response_ref == event.response and key not in self._ends_seen:
+                    self._ends_seen[key] = completed
+            for key in list(self._waiting_for_response):
+                if key.response_ref == event.response and self._ends_seen.get(key) is True:
+                    del self._waiting_for_response[key]
+                    self._ready[key] = None
             return
         if isinstance(event, CallDispatched | CallCancelled | CallFailed):
             self._ready.pop(event.key, None)
             self._awaiting.pop(event.key, None)
+            self._waiting_for_response.pop(event.key, None)
+            self._own_ends.discard(event.key)
+            self._ends_seen.pop(event.key, None)
             self._ended.add(event.key)
             return
         # Terminal is absorbing: nothing recorded after a call's end puts it back.
@@ -86,13 +126,25 @@ class DispatchQueue:
             # never puts a call in front of an executor.
             if key in self._awaiting:
                 del self._awaiting[key]
-                self._ready[key] = None
+                self._admit(key)
         elif isinstance(event, CallAwaitingConfirmation) or event.needs_confirmation:
             # Waiting for a person outranks any earlier readiness: the safer reading wins.
             self._ready.pop(key, None)
+            self._waiting_for_response.pop(key, None)
             self._awaiting.setdefault(key, None)
         elif key not in self._awaiting:
+            self._admit(key)
+
+    def _response_done(self, key: CallKey) -> bool:
+        """Whether nothing but the call itself keeps it from a claim: always before rules 7;
+        from rules 7, once the first end of its response after its own end was successful."""
+        return key.turn_ref not in self._rules_7 or self._ends_seen.get(key) is True
+
+    def _admit(self, key: CallKey) -> None:
+        if self._response_done(key):
             self._ready[key] = None
+        elif key not in self._ends_seen:
+            self._waiting_for_response[key] = None
 
     def snapshot(self) -> Snapshot:
         """Position, ready keys and awaiting keys as JSON, in queue order."""

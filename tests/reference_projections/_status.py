@@ -22,6 +22,7 @@ from inert.events import (
     CallCollecting,
     CallConfirmed,
     CallDispatched,
+    CallEnded,
     CallFailed,
     CallKey,
     CallStopRequested,
@@ -33,10 +34,13 @@ from inert.events import (
     ExecutionOutcomeUnknown,
     ExecutionStopped,
     RecordedEvent,
+    ResponseEnded,
+    ResponseEndReason,
     ResponseRef,
     TextReceived,
     TurnRef,
     TurnRetired,
+    TurnStarted,
 )
 from inert.projections._digest import JSON, Snapshot, key_json, response_json
 
@@ -85,10 +89,25 @@ _ENDED = frozenset(
 class Status:
     """Per call key its cue, per response the number of text characters received."""
 
-    __slots__ = ("_claims", "_cues", "_position", "_text")
+    __slots__ = (
+        "_claims",
+        "_cues",
+        "_ends_seen",
+        "_own_ends",
+        "_position",
+        "_rules_7",
+        "_text",
+        "_waiting",
+    )
 
     def __init__(self) -> None:
         self._position = 0
+        # Under rules 7 a call is validated at its own end: it is about to run only once the
+        # first end of its response after that was successful.
+        self._rules_7: set[TurnRef] = set()
+        self._own_ends: set[CallKey] = set()
+        self._ends_seen: dict[CallKey, bool] = {}
+        self._waiting: set[CallKey] = set()
         self._cues: dict[CallKey, StatusCue] = {}
         # The claim a call was dispatched to: only its outcome may be shown.
         self._claims: dict[CallKey, str] = {}
@@ -121,11 +140,42 @@ class Status:
             return
         if isinstance(event, TextReceived):
             self._text[event.response] = self._text.get(event.response, 0) + event.characters
+        elif isinstance(event, TurnStarted):
+            if event.rules >= 7:
+                self._rules_7.add(event.turn)
+        elif isinstance(event, CallEnded):
+            key = event.key
+            if (
+                key.turn_ref in self._rules_7
+                and self._cues.get(key) not in _ENDED
+                and key not in self._ends_seen
+            ):
+                self._own_ends.add(key)
+        elif isinstance(event, ResponseEnded):
+            completed = event.reason is ResponseEndReason.COMPLETED
+            for key in [key for key in self._own_ends if key.response_ref == event.response]:
+                self._own_ends.discard(key)
+                self._ends_seen[key] = completed
+                if completed and key in self._waiting:
+                    self._waiting.discard(key)
+                    if self._cues.get(key) is StatusCue.PREPARING:
+                        self._cues[key] = StatusCue.READY
         elif isinstance(event, TRANSITION_TYPES):
-            current = self._cues.get(event.key)
+            key = event.key
+            current = self._cues.get(key)
             if current in _ENDED:
                 return
             cue = _decided(event, current)
+            if cue is StatusCue.READY and (
+                key.turn_ref in self._rules_7 and self._ends_seen.get(key) is not True
+            ):
+                cue = StatusCue.PREPARING
+                self._waiting.add(key)
+            if cue is StatusCue.NEEDS_CONFIRMATION or cue in _ENDED:
+                self._waiting.discard(key)
+            if cue in _ENDED:
+                self._own_ends.discard(key)
+                self._ends_seen.pop(key, None)
             if cue is not None:
                 self._cues[event.key] = cue
             if isinstance(event, CallDispatched):
@@ -144,6 +194,12 @@ class Status:
                 self._cues[event.key] = cue
         elif isinstance(event, TurnRetired):
             self._retired(event.turn)
+            self._rules_7.discard(event.turn)
+            self._own_ends = {key for key in self._own_ends if key.turn_ref != event.turn}
+            self._waiting = {key for key in self._waiting if key.turn_ref != event.turn}
+            self._ends_seen = {
+                key: ended for key, ended in self._ends_seen.items() if key.turn_ref != event.turn
+            }
 
     def _retired(self, turn: TurnRef) -> None:
         ended = {key for key, cue in self._cues.items() if key.turn_ref == turn and cue in _ENDED}

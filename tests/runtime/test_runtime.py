@@ -174,7 +174,8 @@ async def test_concurrent_claims_dispatch_a_call_exactly_once() -> None:
 
 
 async def test_a_call_that_is_not_validated_cannot_be_claimed() -> None:
-    """A claim of a collecting or terminal-candidate call is refused as not ready."""
+    """A claim of a collecting call, or of one validated at its end whose response has not
+    ended, is refused as not ready, and the call is not in the queue."""
     async with running() as runtime:
         await start(runtime)
         key = key_of("a")
@@ -185,7 +186,8 @@ async def test_a_call_that_is_not_validated_cannot_be_claimed() -> None:
             await runtime.claim(key, executor="worker")
         await runtime.feed(events[-1:])
         await runtime.settle()
-        assert runtime.phase(key) is Phase.TERMINAL_CANDIDATE
+        assert runtime.phase(key) is Phase.VALIDATED
+        assert runtime.ready_call(key) is None
         with pytest.raises(ClaimRefused, match="not_ready"):
             await runtime.claim(key, executor="worker")
         assert runtime.projections.queue.ready() == []

@@ -65,7 +65,7 @@ RETENTION = "default"
 
 EXPECTED = {
     "skip_dedup": {"I9", "I4"},
-    "dispatch_before_validation": {"I1"},
+    "dispatch_before_response_end": {"I1"},
     "accept_stale_confirmation": {"I6"},
     "claim_after_confirmation_expired": {"I6"},
     "dispatch_repeated_intent": {"I12"},
