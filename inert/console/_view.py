@@ -79,6 +79,9 @@ def stage_of(row: LedgerRow) -> Stage:
         case Phase.COLLECTING | Phase.TERMINAL_CANDIDATE:
             return Stage.ASSEMBLING
         case Phase.VALIDATED:
+            if row.dispatch == "await_response":
+                # Validated at its own end (rules 7): its response is still streaming.
+                return Stage.ASSEMBLING
             return Stage.WAITING if row.dispatch == "await_confirmation" else Stage.READY
         case Phase.DISPATCHED:
             return Stage.RUNNING if row.outcome is None else _OUTCOME_STAGES[row.outcome]

@@ -29,6 +29,7 @@ from ..events import (
     ArgumentsAppended,
     ByTurn,
     CallCollecting,
+    CallEnded,
     CallKey,
     CallStopRequested,
     EditRefused,
@@ -41,7 +42,9 @@ from ..events import (
     ExecutionStopped,
     Phase,
     RecordedEvent,
+    ResponseEnded,
     TurnRetired,
+    TurnStarted,
 )
 from ._calls import (
     RULES,
@@ -56,6 +59,7 @@ from ._calls import (
     rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
+from ._response_ends import ResponseEnds
 from ._routing import Handler, Routed
 from ._rows import LedgerRow, Outcome, Transition
 
@@ -81,6 +85,7 @@ class Ledger(Routed):
         "_finished",
         "_histories",
         "_horizon",
+        "_response_ends",
         "_rows",
         "_turns",
     )
@@ -99,6 +104,9 @@ class Ledger(Routed):
         # that time of the first of them: a record before it ages nothing out.
         self._finished: dict[CallKey, datetime] = {}
         self._due: datetime | None = None
+        # Under rules 7 a call validated at its own end is ready only once its response ended
+        # well after it: until then its row's dispatch reads ``await_response``.
+        self._response_ends = ResponseEnds()
 
     def rows(self) -> list[LedgerRow]:
         """The latest row of every call, in the order the calls first appeared."""
@@ -163,7 +171,32 @@ class Ledger(Routed):
             return (self._outcome,)
         if issubclass(kind, TurnRetired):
             return (self._retired,)
+        if issubclass(kind, TurnStarted):
+            return (self._started,)
+        if issubclass(kind, CallEnded):
+            return (self._call_ended,)
+        if issubclass(kind, ResponseEnded):
+            return (self._response_ended,)
         return ()
+
+    def _started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
+        self._response_ends.started(event)
+
+    def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
+        call = self._calls.get(event.key)
+        row = None if call is None else call.row
+        if row is None or row.state not in TERMINAL_PHASES:
+            self._response_ends.call_ended(event)
+
+    def _response_ended(self, recorded: RecordedEvent, event: ResponseEnded) -> None:
+        ends = self._response_ends
+        for key in ends.response_ended(event):
+            call = self._calls.get(key)
+            row = None if call is None else call.row
+            waiting = row is not None and row.dispatch == "await_response"
+            if call is not None and row is not None and waiting and ends.ended_well(key):
+                row.dispatch = "ready"
+                call.public = None
 
     def _call(self, key: CallKey) -> Call:
         call = self._calls[key] = Call(key)
@@ -216,6 +249,11 @@ class Ledger(Routed):
             row.fragments, row.bytes = fragments, size
         rule.change(call, row, event)
         state = row.state
+        ends = self._response_ends
+        if row.dispatch == "ready" and ends.judges(call.key) and not ends.ended_well(call.key):
+            row.dispatch = "await_response"
+        elif state in TERMINAL_PHASES:
+            ends.forget(call.key)
         if state is not Phase.COLLECTING:
             call.received = None
         if state in (Phase.CANCELLED, Phase.FAILED):
@@ -244,6 +282,7 @@ class Ledger(Routed):
         self._due = None
 
     def _retired(self, recorded: RecordedEvent, event: TurnRetired) -> None:
+        self._response_ends.retired(event.turn)
         turns, calls, finished = self._turns, self._calls, self._finished
         for key in turns.take(event.turn):
             row = calls[key].row

@@ -14,7 +14,7 @@ from attrs import frozen
 from ..events import CallKey, Phase, TerminalRef
 from ._digest import Snapshot
 
-Dispatch = Literal["inert", "await_confirmation", "ready", "dispatched", "reject"]
+Dispatch = Literal["inert", "await_confirmation", "await_response", "ready", "dispatched", "reject"]
 Outcome = Literal["completed", "failed", "stopped", "unknown", "stop_requested"]
 """What became of a dispatched call's run; ``stop_requested`` until the executor reports, once
 it was asked to stop while running."""

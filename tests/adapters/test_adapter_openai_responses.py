@@ -1396,11 +1396,11 @@ async def _continue(tmp_path: Path, continuation: bytes) -> tuple[dict[str, Any]
 
 
 async def test_cut_background_stream_leaves_its_calls_waiting(tmp_path: Path) -> None:
-    """A background stream cut before its terminal leaves its calls waiting: the ended one a
-    terminal candidate, the one mid-arguments collecting."""
+    """A background stream cut before its terminal leaves its calls waiting: the ended one
+    validated and waiting for its response, the one mid-arguments collecting."""
     before = await _first_connection(tmp_path, resumable=True)
     assert before == {
-        GPT4O_SEARCH: ("terminal_candidate", None, "inert"),
+        GPT4O_SEARCH: ("validated", None, "await_response"),
         GPT4O_WEATHER: ("collecting", None, "inert"),
     }
 

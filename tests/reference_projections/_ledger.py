@@ -28,6 +28,7 @@ from inert.events import (
     CallCollecting,
     CallConfirmed,
     CallDispatched,
+    CallEnded,
     CallFailed,
     CallKey,
     CallStopRequested,
@@ -44,16 +45,19 @@ from inert.events import (
     FailReason,
     RecordedEvent,
     Redacted,
+    ResponseEnded,
+    ResponseEndReason,
     TerminalRef,
     TurnRef,
     TurnRetired,
+    TurnStarted,
 )
 from inert.projections._digest import JSON, Snapshot, key_json
 
 State = Literal[
     "collecting", "terminal_candidate", "validated", "dispatched", "cancelled", "failed"
 ]
-Dispatch = Literal["inert", "await_confirmation", "ready", "dispatched", "reject"]
+Dispatch = Literal["inert", "await_confirmation", "await_response", "ready", "dispatched", "reject"]
 Outcome = Literal["completed", "failed", "stopped", "unknown", "stop_requested"]
 
 TERMINAL_STATES: frozenset[str] = frozenset({"dispatched", "cancelled", "failed"})
@@ -220,16 +224,24 @@ class Ledger:
 
     __slots__ = (
         "_claims",
+        "_ends_seen",
         "_finished",
         "_histories",
         "_horizon",
+        "_own_ends",
         "_position",
         "_received",
         "_rows",
+        "_rules_7",
     )
 
     def __init__(self, *, horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
         self._horizon = horizon
+        # Under rules 7 a row is ready only once the first end of its response after the
+        # call's own end was successful.
+        self._rules_7: set[TurnRef] = set()
+        self._own_ends: set[CallKey] = set()
+        self._ends_seen: dict[CallKey, bool] = {}
         # Finished calls in the order they finished, with the log's time of it.
         self._finished: dict[CallKey, datetime] = {}
         self._position = 0
@@ -295,6 +307,31 @@ class Ledger:
             self._outcome(event, recorded)
         elif isinstance(event, TurnRetired):
             self._retired(event.turn)
+            self._rules_7.discard(event.turn)
+            self._own_ends = {key for key in self._own_ends if key.turn_ref != event.turn}
+            self._ends_seen = {
+                key: ended for key, ended in self._ends_seen.items() if key.turn_ref != event.turn
+            }
+        elif isinstance(event, TurnStarted):
+            if event.rules >= 7:
+                self._rules_7.add(event.turn)
+        elif isinstance(event, CallEnded):
+            key = event.key
+            row = self._rows.get(key)
+            if (
+                key.turn_ref in self._rules_7
+                and (row is None or row.state not in TERMINAL_STATES)
+                and key not in self._ends_seen
+            ):
+                self._own_ends.add(key)
+        elif isinstance(event, ResponseEnded):
+            completed = event.reason is ResponseEndReason.COMPLETED
+            for key in [key for key in self._own_ends if key.response_ref == event.response]:
+                self._own_ends.discard(key)
+                self._ends_seen[key] = completed
+                row = self._rows.get(key)
+                if completed and row is not None and row.dispatch == "await_response":
+                    self._rows[key] = attrs.evolve(row, dispatch="ready")
 
     def snapshot(self) -> Snapshot:
         """Position, rows and histories as JSON, in the order the calls first appeared."""
@@ -355,6 +392,15 @@ class Ledger:
             row = LedgerRow.opened(key, tool=tool, fragments=fragments, size=size)
             self._finished.pop(key, None)
         row = self._evolve(row, event)
+        if (
+            row.dispatch == "ready"
+            and key.turn_ref in self._rules_7
+            and self._ends_seen.get(key) is not True
+        ):
+            row = attrs.evolve(row, dispatch="await_response")
+        if row.state in TERMINAL_STATES:
+            self._own_ends.discard(key)
+            self._ends_seen.pop(key, None)
         if row.state != "collecting":
             self._received.pop(key, None)
         if row.state in ("cancelled", "failed"):

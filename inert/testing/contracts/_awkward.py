@@ -345,8 +345,8 @@ SCENARIOS: list[Scenario] = [
         steps=(
             Open("a", "get_weather"),
             *_fragments("a", WEATHER),
-            End("a"),
             HoldValidation(),
+            End("a"),
             EndResponse(),
             CancelTurn(),
             ReleaseValidation(),
