@@ -624,10 +624,28 @@ class WatchedProjections(Projections):
 
     def apply(self, recorded: RecordedEvent) -> None:
         super().apply(recorded)
-        key = getattr(recorded.event, "key", None)
+        event = recorded.event
+        key = getattr(event, "key", None)
+        if isinstance(event, ResponseEnded):
+            # A call validated at its own end is ready at its response's end: one call per
+            # response here.
+            key = _key_of_response(event.response)
         if isinstance(key, CallKey) and key not in self.ready_at and key in self.queue:
             self.ready_at[key] = time.perf_counter()
             self.wake.set()
+
+
+def _key_of_response(response: ResponseRef) -> CallKey | None:
+    """The one call of a response of this case (see ``call_key``)."""
+    index = response.response.removeprefix("response-")
+    if not index.isdigit():
+        return None
+    return attrs.evolve(
+        call_key(int(index)),
+        tenant=response.tenant,
+        conversation=response.conversation,
+        turn=response.turn,
+    )
 
 
 LATENCY_PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
