@@ -33,10 +33,9 @@ from ..events import (
     ResponseEnded,
     ResponseRef,
     TurnRetired,
-    TurnStarted,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._response_ends import ResponseEnds
+from ._response_ends import ResponseEnds, routes_of_ends
 from ._routing import Handler, Routed
 
 
@@ -92,12 +91,9 @@ class DispatchQueue(Routed):
             return (self._validated,)
         if issubclass(kind, TurnRetired):
             return (self._retired,)
-        if issubclass(kind, TurnStarted):
-            return (self._started,)
-        if issubclass(kind, CallEnded):
-            return (self._call_ended,)
-        if issubclass(kind, ResponseEnded):
-            return (self._response_ended,)
+        ends = routes_of_ends(kind, self._response_ends, self._call_ended, self._response_ended)
+        if ends is not None:
+            return ends
         return ()
 
     def _ended_call(
@@ -118,9 +114,6 @@ class DispatchQueue(Routed):
         for key in self._ended_turns.take(event.turn):
             ended.remove(key)
         self._response_ends.retired(event.turn)
-
-    def _started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
-        self._response_ends.started(event)
 
     def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
         if event.key not in self._ended:

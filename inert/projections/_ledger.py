@@ -44,7 +44,6 @@ from ..events import (
     RecordedEvent,
     ResponseEnded,
     TurnRetired,
-    TurnStarted,
 )
 from ._calls import (
     RULES,
@@ -59,7 +58,7 @@ from ._calls import (
     rejected_detail,
 )
 from ._digest import JSON, Snapshot, key_json
-from ._response_ends import ResponseEnds
+from ._response_ends import ResponseEnds, routes_of_ends
 from ._routing import Handler, Routed
 from ._rows import LedgerRow, Outcome, Transition
 
@@ -171,16 +170,10 @@ class Ledger(Routed):
             return (self._outcome,)
         if issubclass(kind, TurnRetired):
             return (self._retired,)
-        if issubclass(kind, TurnStarted):
-            return (self._started,)
-        if issubclass(kind, CallEnded):
-            return (self._call_ended,)
-        if issubclass(kind, ResponseEnded):
-            return (self._response_ended,)
+        ends = routes_of_ends(kind, self._response_ends, self._call_ended, self._response_ended)
+        if ends is not None:
+            return ends
         return ()
-
-    def _started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
-        self._response_ends.started(event)
 
     def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
         call = self._calls.get(event.key)

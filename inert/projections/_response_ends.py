@@ -14,12 +14,15 @@ from ..events import (
     ByTurn,
     CallEnded,
     CallKey,
+    Event,
+    RecordedEvent,
     ResponseEnded,
     ResponseEndReason,
     ResponseRef,
     TurnRef,
     TurnStarted,
 )
+from ._routing import Handler
 
 
 class ResponseEnds:
@@ -45,7 +48,8 @@ class ResponseEnds:
         successfully, ``False`` otherwise, ``None`` while none came."""
         return self._ended.get(key)
 
-    def started(self, event: TurnStarted) -> None:
+    def started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
+        """A turn started (a handler of ``TurnStarted`` as it is)."""
         if event.rules >= 7:
             self._turns.setdefault(event.turn, None)
 
@@ -90,3 +94,17 @@ class ResponseEnds:
         if not waiting:
             del self._waiting[key.response_ref]
         return True
+
+
+def routes_of_ends(
+    kind: type[Event], ends: ResponseEnds, call_ended: Handler, response_ended: Handler
+) -> tuple[Handler, ...] | None:
+    """A projection's handlers for the events that say whether a call's response ended after
+    it (``None`` for any other kind): the turn's rules, the call's end, the response's end."""
+    if issubclass(kind, TurnStarted):
+        return (ends.started,)
+    if issubclass(kind, CallEnded):
+        return (call_ended,)
+    if issubclass(kind, ResponseEnded):
+        return (response_ended,)
+    return None

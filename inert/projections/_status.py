@@ -42,10 +42,9 @@ from ..events import (
     ResponseRef,
     TextReceived,
     TurnRetired,
-    TurnStarted,
 )
 from ._digest import JSON, Snapshot, key_json, response_json
-from ._response_ends import ResponseEnds
+from ._response_ends import ResponseEnds, routes_of_ends
 from ._routing import Handler, Routed
 
 
@@ -163,12 +162,9 @@ class Status(Routed):
     def _handlers(self, kind: type[Event], redacted: bool) -> tuple[Handler, ...]:
         if issubclass(kind, TextReceived):
             return (self._text_received,)
-        if issubclass(kind, TurnStarted):
-            return (self._started,)
-        if issubclass(kind, CallEnded):
-            return (self._call_ended,)
-        if issubclass(kind, ResponseEnded):
-            return (self._response_ended,)
+        ends = routes_of_ends(kind, self._response_ends, self._call_ended, self._response_ended)
+        if ends is not None:
+            return ends
         if issubclass(kind, CallCollecting | CallTerminalCandidate):
             return (partial(self._decided, _PREPARING),)
         if issubclass(kind, CallValidated):
@@ -205,9 +201,6 @@ class Status(Routed):
             self._text_turns.add(response)
         else:
             text[response] = characters + event.characters
-
-    def _started(self, recorded: RecordedEvent, event: TurnStarted) -> None:
-        self._response_ends.started(event)
 
     def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
         call = self._calls.get(event.key)

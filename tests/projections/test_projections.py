@@ -146,7 +146,7 @@ class Script:
         )
 
     def validate_at_end(self, key: CallKey, ended: int, *, needs_confirmation: bool = False) -> int:
-        """Under rules 7: the call validates at its own end event (at ``ended``)."""
+        """The call validates for the input at ``ended`` (under rules 7, its own end event)."""
         position = self.add(
             CallValidated(
                 key=key,
@@ -223,27 +223,7 @@ class Script:
                 terminal=TerminalRef(sequence=99),
             )
         )
-        position = self.add(
-            CallValidated(
-                key=key,
-                cause=ended,
-                tool=TOOL.name,
-                tool_digest=TOOL.digest,
-                arguments=ARGUMENTS,
-                arguments_digest="sha256:args",
-                needs_confirmation=needs_confirmation,
-            )
-        )
-        if needs_confirmation:
-            position = self.add(
-                CallAwaitingConfirmation(
-                    key=key,
-                    cause=ended,
-                    arguments_digest="sha256:args",
-                    expires_at=T0 + timedelta(minutes=10),
-                )
-            )
-        return position
+        return self.validate_at_end(key, ended, needs_confirmation=needs_confirmation)
 
     def confirm(self, key: CallKey = KEY) -> int:
         """The principal confirms the call and its actor accepts the confirmation."""

@@ -105,7 +105,9 @@ async def test_a_restart_that_replayed_enough_writes_a_snapshot_before_it_serves
     await _first_life(store, snapshot_every=None)
     assert not store.snapshots
     head = len(store.rows)
-    async with running(store, snapshot_every=4) as runtime:
+    # Every ``head`` events: the restart's own snapshot is the only one before it serves (the
+    # events it writes going live never reach the next).
+    async with running(store, snapshot_every=head) as runtime:
         assert runtime.restored_from is None
         assert store.snapshots[""].position == head
 
