@@ -1882,7 +1882,9 @@ def test_rules_7_every_input_to_a_call_waiting_for_its_response(input_type: type
     decides with the call's key and the input's cause, as for any other call."""
     call = Call(RULES_7)
     early(call)
-    received = call.input(sample(input_type))
+    made = sample(input_type)
+    assert not isinstance(made, ValidationOutcome)
+    received = call.input(made)
     decisions = decide(call.state, received, call.context)
     for decision in recorded(decisions):
         assert isinstance(decision, DecisionEvent)
