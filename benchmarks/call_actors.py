@@ -615,10 +615,13 @@ def fragments_report(cases: Sequence[Timed], summary: dict[str, Any], runs: int)
 class WatchedProjections(Projections):
     """The runtime's projections, noting when each call key is first in the dispatch queue."""
 
-    __slots__ = ("ready_at", "wake")
+    __slots__ = ("call_of_response", "ready_at", "wake")
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Sequence[CallKey]) -> None:
         super().__init__()
+        # One call per response here: a call validated at its own end is ready at its
+        # response's end, an event that names the response only.
+        self.call_of_response = {key.response_ref: key for key in keys}
         self.ready_at: dict[CallKey, float] = {}
         self.wake = trio.Event()
 
@@ -627,25 +630,10 @@ class WatchedProjections(Projections):
         event = recorded.event
         key = getattr(event, "key", None)
         if isinstance(event, ResponseEnded):
-            # A call validated at its own end is ready at its response's end: one call per
-            # response here.
-            key = _key_of_response(event.response)
+            key = self.call_of_response.get(event.response)
         if isinstance(key, CallKey) and key not in self.ready_at and key in self.queue:
             self.ready_at[key] = time.perf_counter()
             self.wake.set()
-
-
-def _key_of_response(response: ResponseRef) -> CallKey | None:
-    """The one call of a response of this case (see ``call_key``)."""
-    index = response.response.removeprefix("response-")
-    if not index.isdigit():
-        return None
-    return attrs.evolve(
-        call_key(int(index)),
-        tenant=response.tenant,
-        conversation=response.conversation,
-        turn=response.turn,
-    )
 
 
 LATENCY_PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
@@ -678,7 +666,7 @@ async def _runtime_latencies(url: str, calls: int, burst: bool) -> list[float]:
     async with open_runtime(log=url, tools=[TOOL], limits=limits_for(calls)) as runtime:
         if runtime.projections.position != 0:
             raise RuntimeError("latency: the log was not empty")
-        watched = runtime.projections = WatchedProjections()
+        watched = runtime.projections = WatchedProjections(keys)
         await start_turns(runtime, keys)
 
         async def set_up(key: CallKey) -> None:

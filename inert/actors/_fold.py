@@ -913,6 +913,7 @@ class CallFold:
     def awaits_response(self, slot: Slot) -> bool:
         """Whether the call, validated (or being validated) at its own end, waits for its
         response to end successfully before it can be claimed (rules 7 on)."""
+        # Most calls asked are in no such phase: they need no look-up of their turn.
         if slot.phase is not Phase.VALIDATED and slot.phase is not Phase.TERMINAL_CANDIDATE:
             return False
         return awaits_response(slot, self.scope.turn(slot.key.turn_ref), slot.response_end)

@@ -736,9 +736,7 @@ def claim(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
 def deadline_passed(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     state = judge.state
     at = _at(judge)
-    awaiting = state.phase is Phase.VALIDATED and awaits_response(
-        state, context.turn, context.response_end
-    )
+    awaiting = awaits_response(state, context.turn, context.response_end)
     due = state.deadline(context.limits, awaiting_response=awaiting)
     if due is None or at < due:
         return judge.reject(RejectReason.NOT_READY, "no deadline of the call is due")

@@ -3,9 +3,9 @@
 A call enters the queue when its actor records it validated and, where its tool asks for it,
 confirmed, and (in a turn judged by rules 7 on, where a call is validated at its own end) once
 the first end of its response, after the call's own end, was successful; it leaves when it is
-dispatched, cancelled or failed. The queue is a view for
-executors to find work, never a permission: a claim still goes through the call's actor, which
-checks everything again in log order. Calls waiting for confirmation are kept apart, in the order
+dispatched, cancelled or failed. The queue is a view for executors to find work, never a
+permission: a claim still goes through the call's actor, which checks everything again in log
+order. Calls waiting for confirmation are kept apart, in the order
 they started waiting, so that a person can be asked about them.
 
 The queue remembers which calls ended, so that nothing recorded after a call's end puts it back;

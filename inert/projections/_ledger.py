@@ -185,10 +185,10 @@ class Ledger(Routed):
         ends = self._response_ends
         for key in ends.response_ended(event):
             call = self._calls.get(key)
-            row = None if call is None else call.row
-            waiting = row is not None and row.dispatch == "await_response"
-            if call is not None and row is not None and waiting and ends.ended_well(key):
-                row.dispatch = "ready"
+            if call is None or call.row is None or call.row.dispatch != "await_response":
+                continue
+            if ends.ended_well(key):
+                call.row.dispatch = "ready"
                 call.public = None
 
     def _call(self, key: CallKey) -> Call:

@@ -478,14 +478,9 @@ class InvariantChecker:
         opening = next((entry.event for entry in call.ingress if entry.position == opened), None)
         if not isinstance(opening, CallOpened):
             return "the call did not open with a CallOpened"
-        ends = [
-            entry
-            for entry in call.ingress
-            if isinstance(entry.event, CallEnded) and opened < entry.position < position
-        ]
-        if not ends:
+        end = _own_end(call, position)
+        if end is None:
             return "its own end event never arrived"
-        end = ends[0]
         assert isinstance(end.event, CallEnded)
         delivered = self._parsed_delivery(call, opening, end)
         if isinstance(delivered, str):
@@ -720,16 +715,14 @@ class InvariantChecker:
         self._check_intent(call, position)
 
     def _ended_well_before(self, call: _Call, claim: int) -> str | None:
+        """What keeps the call from having ended and its response from having ended well
+        after it, before the claim at ``claim``, if anything."""
         if call.opened is None:
             return "the call was never opened"
-        ends = [
-            entry.position
-            for entry in call.ingress
-            if isinstance(entry.event, CallEnded) and call.opened < entry.position < claim
-        ]
-        if not ends:
+        end = _own_end(call, claim)
+        if end is None:
             return "its own end event never arrived before the claim"
-        return self._response_problem(call, ends[0], claim)
+        return self._response_problem(call, end.position, claim)
 
     # --- I12: one action per intent ---
 
@@ -968,6 +961,16 @@ class InvariantChecker:
                 self._violate("I9", key, f"a repeated {event.TAG} not rejected", entry.position)
             if opened:
                 seen.append(event)
+
+
+def _own_end(call: _Call, before: int) -> _Input | None:
+    """The call's first end event after its opening and before ``before``, if any."""
+    opened = call.opened
+    assert opened is not None
+    for entry in call.ingress:
+        if isinstance(entry.event, CallEnded) and opened < entry.position < before:
+            return entry
+    return None
 
 
 def _delivered_before(seen: list[Event], later: Event) -> bool:
