@@ -158,6 +158,9 @@ class Ingress:
         self._max_bytes = max_pending_bytes
         self._max_events = max_pending_events
         self._pending: dict[str, list[_Run | _Discarded]] = {}
+        # The streams of ``_pending`` no feeder or writer holds, oldest first: the writer's
+        # work, found without looking at each stream a feeder holds while it appends.
+        self._free: dict[str, None] = {}
         self._open: dict[str, _Run] = {}
         self._pending_bytes = 0
         self._pending_events = 0
@@ -227,7 +230,7 @@ class Ingress:
             for stream in streams:
                 self._unuse(stream)
             # What was held meanwhile is the writer's again; a drain looks again.
-            if self._pending:
+            if self._free:
                 self._work.set()
             self._notify_written()
 
@@ -267,8 +270,7 @@ class Ingress:
                 run.size += len(data)
             else:
                 run = runs[key.stream] = _Run(fragment, trace)
-                self._pending.setdefault(key.response_ref.stream, []).append(run)
-                self._pending_events += 1
+                self._pend(key.response_ref.stream, run)
             self._pending_bytes += len(data)
 
     def _discard(
@@ -283,15 +285,21 @@ class Ingress:
         discarded = self._discarded.get(counted_under.stream)
         if discarded is None or discarded.reason is not reason:
             discarded = self._discarded[counted_under.stream] = _Discarded(counted_under, reason)
-            self._pending.setdefault(counted_under.response_ref.stream, []).append(discarded)
-            self._pending_events += 1
+            self._pend(counted_under.response_ref.stream, discarded)
         discarded.calls[key.stream] = None
         discarded.events += 1
         discarded.fragments += fragments
         discarded.size += size
 
+    def _pend(self, stream: str, run: _Run | _Discarded) -> None:
+        self._pending.setdefault(stream, []).append(run)
+        self._pending_events += 1
+        if stream not in self._locks:
+            self._free[stream] = None
+
     def _take_stream(self, stream: str) -> list[NewEvent]:
         runs = self._pending.pop(stream, [])
+        self._free.pop(stream, None)
         for run in runs:
             if type(run) is _Discarded:
                 if self._discarded.get(run.key.stream) is run:
@@ -316,6 +324,7 @@ class Ingress:
         user = self._locks.get(stream)
         if user is None:
             user = self._locks[stream] = _StreamLock()
+            self._free.pop(stream, None)
         user.users += 1
         return user
 
@@ -324,6 +333,8 @@ class Ingress:
         user.users -= 1
         if not user.users:
             del self._locks[stream]
+            if stream in self._pending:
+                self._free[stream] = None
 
     async def _append_promises(self, events: Sequence[Event], trace: TraceContext | None) -> None:
         """Append a feed's events, each promise after the fragments its stream holds by then;
@@ -389,27 +400,19 @@ class Ingress:
                 await self._work.wait()
                 self._work = trio.Event()
                 self._signalled = False
-                while self._pending:
-                    if not await self._write():
-                        break
+                while self._free:
+                    await self._write()
         finally:
             self._closed = True
             self._written.set()
 
-    async def _write(self) -> bool:
-        """Append what the streams no feeder holds hold; whether there were any."""
-        streams = []
-        for stream in list(self._pending):
-            user = self._use(stream)
-            try:
-                user.lock.acquire_nowait()
-            except trio.WouldBlock:
-                # Its feeder appends it with its promise.
-                self._unuse(stream)
-                continue
-            streams.append(stream)
-        if not streams:
-            return False
+    async def _write(self) -> None:
+        """Append what the streams no feeder holds hold (a stream a feeder holds is appended
+        by that feeder, with its promise)."""
+        streams = list(self._free)
+        for stream in streams:
+            # A stream's lock lives only while it is used: a free stream's is new, and free.
+            self._use(stream).lock.acquire_nowait()
         self._writing = True
         try:
             news = [new for stream in streams for new in self._take_stream(stream)]
@@ -426,4 +429,3 @@ class Ingress:
                 self._locks[stream].lock.release()
                 self._unuse(stream)
             self._notify_written()
-        return True
