@@ -144,6 +144,13 @@ class CallKey:
         return _stream("request", *self._parts())
 
 
+def shared_key(key: CallKey) -> CallKey:
+    """The one object of this call's key while identities are kept: the first of the equal
+    keys fed or decoded. A call whose key its adapter holds while it streams is then held once,
+    not once as fed and again as read back from the log."""
+    return interned(CallKey, key._parts(), lambda: key)
+
+
 def process_stream(process: str) -> str:
     """The heartbeats of one runtime process."""
     if not process:

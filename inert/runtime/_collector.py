@@ -17,12 +17,20 @@ them, or open them with ``CollectorSettings(freeze=False)``.
 The settings are process-wide. A host that manages the collector itself opens its runtimes
 with ``open_runtime(collector=None)``. A fold of a whole log outside a runtime (``inert replay``)
 runs under the same thresholds, without freezing (:func:`thresholds_of`).
+
+A snapshot's encoding is as large as the live state it holds, and freed once it is written.
+The C allocator keeps what a large transient allocation freed for the process (glibc hands
+back only the free memory at the top of its heap, and moves medium allocations off their own
+mappings once a large one was freed), so after each snapshot a runtime asks it to hand back
+every free page (``malloc_trim``, where the C library has it): with 100,000 live calls that
+is about a fifth of the process's memory (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from attrs import field, frozen, validators
@@ -40,6 +48,9 @@ class CollectorSettings:
     )
     """``gc.set_threshold`` while a runtime runs, from its start: young allocations, then the
     two older generations' collection counts."""
+    trim_after_snapshot: bool = True
+    """After each snapshot written, ask the C allocator to hand its free pages back to the
+    system (``malloc_trim``; nothing where the C library has none)."""
 
 
 DEFAULT_COLLECTOR = CollectorSettings()
@@ -81,6 +92,33 @@ def restore() -> None:
     if _Applied.froze and not _Applied.host_froze:
         gc.unfreeze()
     _Applied.froze = False
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def after_snapshot(settings: CollectorSettings | None) -> Callable[[], None]:
+    """What a runtime does once a snapshot it wrote is freed."""
+    if settings is None or not settings.trim_after_snapshot or _TRIM is None:
+        return _nothing
+    return _trim
+
+
+def _trim() -> None:
+    assert _TRIM is not None
+    _TRIM(0)
+
+
+def _nothing() -> None:
+    pass
 
 
 @contextmanager

@@ -44,6 +44,7 @@ from ..events import (
     RefusedError,
     TraceContext,
     response_of,
+    shared_key,
 )
 from ..log import Log, NewEvent
 
@@ -350,6 +351,8 @@ class Ingress:
                 if refusal is not None:
                     self._discard(event.key, refusal, 0, 0)
                     continue
+            if type(event) is CallOpened:
+                shared_key(event.key)
             stream = response_stream(event)
             news += self._take_stream(stream)
             news.append(NewEvent(stream=stream, event=event, trace=trace))

@@ -157,14 +157,17 @@ async def _running(runtime: Runtime, collector: CollectorSettings | None) -> Asy
     if collector is not None:
         _collector.freeze(collector)
     await runtime._router.catch_up()
-    await runtime._snapshots.after_replay(runtime._router.position, runtime.restored_from)
+    snapshot_written = _collector.after_snapshot(collector)
+    await runtime._snapshots.after_replay(
+        runtime._router.position, runtime.restored_from, snapshot_written
+    )
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runtime._router.run, nursery)
             nursery.start_soon(runtime._ingress.run)
             nursery.start_soon(runtime._retain)
-            nursery.start_soon(runtime._snapshots.write_taken)
+            nursery.start_soon(runtime._snapshots.write_taken, snapshot_written)
             if runtime._horizon is not None:
                 nursery.start_soon(
                     retire_idle_turns,

@@ -62,19 +62,26 @@ class Snapshots:
             self._taken = self._capture(position)
             self._wake.set()
 
-    async def after_replay(self, position: int, restored_from: int | None) -> None:
-        """Write a snapshot at once where the start replayed at least ``every`` events."""
+    async def after_replay(
+        self, position: int, restored_from: int | None, written: Callable[[], None]
+    ) -> None:
+        """Write a snapshot at once where the start replayed at least ``every`` events; then
+        ``written``, the snapshot freed."""
         if self.every and position - (restored_from or 0) >= self.every:
             await self._log.write_snapshot(self._capture(position))
+            written()
 
-    async def write_taken(self) -> None:
-        """Write each snapshot taken; one taken while another is written replaces it."""
+    async def write_taken(self, written: Callable[[], None]) -> None:
+        """Write each snapshot taken (one taken while another is written replaces it), each
+        followed by ``written``, the snapshot freed."""
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
             snapshot, self._taken = self._taken, None
             if snapshot is not None:
                 await self._log.write_snapshot(snapshot)
+                del snapshot
+                written()
 
     def _capture(self, position: int) -> StoredSnapshot:
         self._due = self._next_after(position)

@@ -28,9 +28,11 @@ from inert.events import (
     DEFAULT_CODEC,
     RULES_VERSION,
     CallCancelled,
+    CallOpened,
     CancelReason,
     OfferedTool,
     registered_event_types,
+    shared_key,
 )
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
@@ -440,3 +442,14 @@ def test_an_identity_written_in_another_field_order_is_not_taken_for_a_known_one
     swapped = structure(dict(zip(reversed(names), values, strict=True)))
     assert swapped == CallKey(**dict(zip(reversed(names), values, strict=True)))
     assert swapped.tenant == "f"
+
+
+def test_a_shared_key_is_the_one_decoded_events_of_its_call_name() -> None:
+    """``shared_key`` keeps the first of equal keys: events of that call decoded afterwards
+    name that very object, and an equal key shared later gets it back."""
+    key = CallKey(tenant="shared", conversation="b", turn="c", response="d", item="e", call="fed")
+    assert shared_key(key) is key
+    decoded = DEFAULT_CODEC.decode(*DEFAULT_CODEC.encode(CallOpened(key=key, tool="t")))
+    assert isinstance(decoded, CallOpened)
+    assert decoded.key is key
+    assert shared_key(attrs.evolve(key)) is key

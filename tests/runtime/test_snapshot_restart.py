@@ -21,8 +21,17 @@ from test_runtime import (
     start,
 )
 
-from inert import CallLimits, ConfigurationError, Phase, Runtime, open_runtime, trio_clock
+from inert import (
+    CallLimits,
+    CollectorSettings,
+    ConfigurationError,
+    Phase,
+    Runtime,
+    open_runtime,
+    trio_clock,
+)
 from inert.log import MemoryLog, MemoryStore, StoredSnapshot
+from inert.runtime import _collector
 
 
 @asynccontextmanager
@@ -110,6 +119,41 @@ async def test_a_restart_that_replayed_enough_writes_a_snapshot_before_it_serves
     async with running(store, snapshot_every=head) as runtime:
         assert runtime.restored_from is None
         assert store.snapshots[""].position == head
+
+
+@pytest.mark.parametrize(
+    ("collector", "asked"),
+    [
+        (CollectorSettings(), True),
+        (CollectorSettings(trim_after_snapshot=False), False),
+        (None, False),
+    ],
+    ids=["default", "turned-off", "host-managed"],
+)
+async def test_the_allocator_is_asked_for_its_free_pages_once_a_snapshot_is_written(
+    monkeypatch: pytest.MonkeyPatch, collector: CollectorSettings | None, asked: bool
+) -> None:
+    """After a snapshot written, before serving or going on, the C allocator is asked to hand
+    back its free pages; not where the settings say not to, or the host manages memory."""
+    trims: list[int] = []
+
+    def trim(pad: int) -> int:
+        trims.append(pad)
+        return 0
+
+    monkeypatch.setattr(_collector, "_TRIM", trim)
+    store = MemoryStore()
+    await _first_life(store, snapshot_every=None)
+    head = len(store.rows)
+    async with running(store, snapshot_every=4, collector=collector) as runtime:
+        assert store.snapshots[""].position >= head
+        assert trims[:1] == ([0] if asked else [])
+        written = len(trims)
+        await ready_call(runtime, key_of("f", response="f"))
+        await runtime.settle()
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.snapshots[""].position > head
+        assert len(trims) > written if asked else not trims
 
 
 async def test_without_snapshots_none_is_written_or_read() -> None:
