@@ -39,7 +39,9 @@ last line and in ``targets_missed``), and the run still exits 0.
    validated at its own end (``ResponseEnded``). The target is stated against the two.
 3. ``memory``: ``--memory-calls`` calls (100,000 by default, the target's count) opened, each
    with two small fragments, on a SQLite log with ``synchronous=NORMAL`` and the runtime's
-   default settings (snapshots included: 100,000 calls make three); memory per live collecting
+   default settings (snapshots included: 100,000 calls make three), measured once ``settle()``
+   has returned (the last snapshot written; the process's peak RSS, while one was taken and
+   written, is reported beside); memory per live collecting
    call by RSS from ``/proc/self/status``, and, where the bytes are, by tracemalloc (current
    traced size after minus before, over ``--traced-calls`` calls, 10,000 by default: tracing
    slows every allocation), each in its own fresh process (tracemalloc's own bookkeeping would
@@ -903,11 +905,12 @@ def latency_report(
 # --- 3. memory per live collecting call ------------------------------------------------------
 
 
-def rss_bytes() -> int:
+def rss_bytes(field: str = "VmRSS") -> int:
+    """The process's resident memory now (``VmHWM``: its peak so far)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _memory_fragments(index: int) -> tuple[bytes, bytes]:
@@ -975,6 +978,7 @@ async def _inert_memory(directory: str, calls: int, traced: bool) -> dict[str, A
         "traced_after": traced_after,
         "rss_before": rss_before,
         "rss_after": rss_after,
+        "rss_peak": rss_bytes("VmHWM"),
     }
 
 
@@ -1084,6 +1088,7 @@ def memory_summary(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "traced_mb": inert_traced * TARGET_MEMORY_CALLS / 1e6,
             "rss_mb": inert_rss * TARGET_MEMORY_CALLS / 1e6,
             "process_rss_mb": results["inert_rss"]["rss_after"] / 1e6,
+            "process_peak_rss_mb": results["inert_rss"]["rss_peak"] / 1e6,
         },
         "target": {
             "bytes_per_call": budget,
@@ -1120,7 +1125,8 @@ def memory_report(summary: dict[str, Any]) -> list[str]:
         f"  {seconds['naive_rss']:>7.1f}",
         "",
         f"  inert / naive: tracemalloc {summary['ratios']['traced_vs_naive']:.1f}x;"
-        f" process RSS at the end {at['process_rss_mb']:,.0f} MB",
+        f" process RSS at the end {at['process_rss_mb']:,.0f} MB, at its peak"
+        f" {at['process_peak_rss_mb']:,.0f} MB (a snapshot being taken and written)",
         f"  target <= {TARGET_MEMORY_BYTES / 1e6:,.0f} MB for 100,000 calls"
         f" ({target['bytes_per_call']:,.0f} bytes per call):"
         f" tracemalloc {verdict(target['met_traced'])}, RSS {verdict(target['met_rss'])}",

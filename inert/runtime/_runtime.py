@@ -690,14 +690,15 @@ class Runtime:
         return Changes(self)
 
     async def settle(self) -> None:
-        """Wait until everything fed is in the log, everything in the log is folded and every
-        actor has done its work."""
+        """Wait until everything fed is in the log, everything in the log is folded, every
+        actor has done its work, and the redactions and the snapshot due by then are written."""
         while True:
             await self._ingress.drain()
             head = await self.log.head()
             await self._router.wait_for(head)
             await self._router.wait_until_idle()
             await self._retained()
+            await self._snapshots.written()
             if await self.log.head() == head and not self._router.busy and self._ingress.idle:
                 return
 

@@ -38,6 +38,8 @@ class Snapshots:
         self._due = every or 0
         self._taken: StoredSnapshot | None = None
         self._wake = trio.Event()
+        self._writing = False
+        self._written = trio.Event()
 
     async def load(self) -> RuntimeState | None:
         """The state of the newest snapshot this runtime may start from, if there is one: none
@@ -78,10 +80,22 @@ class Snapshots:
             await self._wake.wait()
             self._wake = trio.Event()
             snapshot, self._taken = self._taken, None
-            if snapshot is not None:
+            if snapshot is None:
+                continue
+            self._writing = True
+            try:
                 await self._log.write_snapshot(snapshot)
                 del snapshot
                 written()
+            finally:
+                self._writing = False
+                self._written.set()
+                self._written = trio.Event()
+
+    async def written(self) -> None:
+        """Until no snapshot taken waits to be written or is being written."""
+        while self._taken is not None or self._writing:
+            await self._written.wait()
 
     def _capture(self, position: int) -> StoredSnapshot:
         self._due = self._next_after(position)
