@@ -39,15 +39,15 @@ last line and in ``targets_missed``), and the run still exits 0.
    validated at its own end (``ResponseEnded``). The target is stated against the two.
 3. ``memory``: ``--memory-calls`` calls (100,000 by default, the target's count) opened, each
    with two small fragments, on a SQLite log with ``synchronous=NORMAL`` and the runtime's
-   default settings (snapshots included: 100,000 calls make three), measured once ``settle()``
-   has returned (the last snapshot written; the process's peak RSS, while one was taken and
-   written, is reported beside); memory per live collecting
-   call by RSS from ``/proc/self/status``, and, where the bytes are, by tracemalloc (current
-   traced size after minus before, over ``--traced-calls`` calls, 10,000 by default: tracing
-   slows every allocation), each in its own fresh process (tracemalloc's own bookkeeping would
-   inflate the RSS). Per call, RSS grows with the count (larger tables, caches past their
-   bounds, snapshots of more calls): measured at 10,000 calls it understates the target's
-   figure. Baseline: the naive dict of lists holding the same fragments.
+   default settings (snapshots included: 100,000 calls make three). Memory per live collecting
+   call by RSS from ``/proc/self/status`` once ``settle()`` has returned (the last snapshot
+   written; the process's peak RSS, reached while one was taken and written, is reported
+   beside), and, where the bytes are, by tracemalloc (current traced size after minus before,
+   over ``--traced-calls`` calls, 10,000 by default: tracing slows every allocation), each in
+   its own fresh process (tracemalloc's own bookkeeping would inflate the RSS). Per call, RSS
+   grows with the count (larger tables, caches past their bounds, snapshots of more calls):
+   measured at 10,000 calls it understates the target's figure. Baseline: the naive dict of
+   lists holding the same fragments.
 4. ``replay``: a log of ``--events`` events built from a unit recorded by a real runtime (a turn,
    four calls in one response with eight fragments each, their end events, the response's end,
    the actors' decisions, a claim and a completion per call; retention off, so that every
