@@ -81,14 +81,7 @@ from ._errors import (
     RequestTimedOut,
     RuntimeClosed,
 )
-from ._identity import (
-    CallKey,
-    ResponseRef,
-    TurnRef,
-    control_stream,
-    process_stream,
-    shared_key,
-)
+from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
 from ._phase import TERMINAL_PHASES, Phase
 from ._recorded import RecordedEvent, Redacted, without_sensitive
 
@@ -181,6 +174,5 @@ __all__ = [
     "process_stream",
     "registered_event_types",
     "response_of",
-    "shared_key",
     "without_sensitive",
 ]

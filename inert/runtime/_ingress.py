@@ -44,8 +44,8 @@ from ..events import (
     RefusedError,
     TraceContext,
     response_of,
-    shared_key,
 )
+from ..events._identity import shared_key
 from ..log import Log, NewEvent
 
 FEED_VERSIONS_KEPT = 65_536

@@ -32,10 +32,9 @@ from inert.events import (
     CancelReason,
     OfferedTool,
     registered_event_types,
-    shared_key,
 )
 from inert.events._codec import CONVERTER
-from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component
+from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component, shared_key
 from inert.events._structure import GIVE_UP, fast_structure
 
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
