@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 import attrs
@@ -39,6 +40,48 @@ class RecordedEvent:
         """The event, or what retention kept of it (``None`` where it kept nothing)."""
         event = self.event
         return event.remains if isinstance(event, Redacted) else event
+
+
+def recorded_event_maker() -> Callable[
+    [int, str, str, int, datetime, str, int, TraceContext | None, Event | Redacted],
+    RecordedEvent,
+]:
+    """A function that makes a ``RecordedEvent`` from its fields in order, equal to the one its
+    ``__init__`` makes, at half the cost: a replay makes one per event, and the class has no
+    validator, converter or default for ``__init__`` to apply, so its slots are set directly."""
+    setters = tuple(
+        getattr(RecordedEvent, field.name).__set__ for field in attrs.fields(RecordedEvent)
+    )
+    if len(setters) != 9:
+        raise AssertionError("recorded_event_maker sets the nine fields of RecordedEvent")
+    (position_, event_id_, stream_, version_, at_, type_, schema_, trace_, event_) = setters
+    new = object.__new__
+
+    # In the order of the fields, positional: the caller is the replay's loop over rows.
+    def make(  # noqa: PLR0917
+        position: int,
+        event_id: str,
+        stream: str,
+        version: int,
+        recorded_at: datetime,
+        event_type: str,
+        schema_version: int,
+        trace: TraceContext | None,
+        event: Event | Redacted,
+    ) -> RecordedEvent:
+        recorded = new(RecordedEvent)
+        position_(recorded, position)
+        event_id_(recorded, event_id)
+        stream_(recorded, stream)
+        version_(recorded, version)
+        at_(recorded, recorded_at)
+        type_(recorded, event_type)
+        schema_(recorded, schema_version)
+        trace_(recorded, trace)
+        event_(recorded, event)
+        return recorded
+
+    return make
 
 
 def without_sensitive(event: Event) -> Event:

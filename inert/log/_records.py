@@ -21,7 +21,7 @@ from attrs import field, frozen, validators
 from ..events._base import Event, TraceContext, registered_event_types
 from ..events._codec import Codec
 from ..events._errors import ConflictError, DuplicateEventError, InertError, LogDamaged, LogError
-from ..events._recorded import RecordedEvent, Redacted, without_sensitive
+from ..events._recorded import RecordedEvent, Redacted, recorded_event_maker, without_sensitive
 from ..events._structure import GIVE_UP
 
 NO_STREAM = 0
@@ -351,6 +351,9 @@ def _plan_one(
     return positions, rows
 
 
+_make_recorded = recorded_event_maker()
+
+
 def decode_records(
     codec: Codec, rows: Sequence[StoredRecord], known: Mapping[int, Event] | None = None
 ) -> list[RecordedEvent]:
@@ -361,6 +364,7 @@ def decode_records(
     current = codec.current
     time = codec.time
     unpackb = msgpack.unpackb
+    make = _make_recorded
     recorded: list[RecordedEvent] = []
     append = recorded.append
     for row in rows:
@@ -382,19 +386,7 @@ def decode_records(
             if event is GIVE_UP:
                 append(decode_record(codec, row))
                 continue
-        append(
-            RecordedEvent(
-                position=position,
-                event_id=event_id,
-                stream=stream,
-                version=version,
-                recorded_at=time(at),
-                event_type=entry[0],
-                schema_version=schema,
-                trace=None,
-                event=event,
-            )
-        )
+        append(make(position, event_id, stream, version, time(at), entry[0], schema, None, event))
     return recorded
 
 

@@ -35,6 +35,7 @@ from inert.events import (
 )
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component, shared_key
+from inert.events._recorded import RecordedEvent, recorded_event_maker
 from inert.events._structure import GIVE_UP, fast_structure
 
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
@@ -452,3 +453,26 @@ def test_a_shared_key_is_the_one_decoded_events_of_its_call_name() -> None:
     assert isinstance(decoded, CallOpened)
     assert decoded.key is key
     assert shared_key(attrs.evolve(key)) is key
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_the_recorded_event_maker_makes_what_the_class_makes(data: st.DataObject) -> None:
+    """``recorded_event_maker`` (the replay's way to make an envelope) makes a
+    ``RecordedEvent`` equal, field by field, to the one its ``__init__`` makes."""
+    event = data.draw(instances(EVENT_TYPES[data.draw(st.sampled_from(TAGS))]))
+    fields = {
+        "position": data.draw(st.integers(min_value=1)),
+        "event_id": data.draw(st.text()),
+        "stream": data.draw(st.text()),
+        "version": data.draw(st.integers(min_value=1)),
+        "recorded_at": data.draw(st.datetimes(timezones=st.just(UTC))),
+        "event_type": event.TAG,
+        "schema_version": event.SCHEMA_VERSION,
+        "trace": None,
+        "event": event,
+    }
+    made = recorded_event_maker()(*fields.values())
+    assert type(made) is RecordedEvent
+    assert attrs.asdict(made, recurse=False) == fields
+    assert made == RecordedEvent(**fields)
