@@ -32,7 +32,10 @@ Structure = Callable[[object], Any]
 GIVE_UP: Any = object()
 """What a fast structuring function returns where the checked path must decide."""
 
-_INTERNED_LIMIT = 65536
+# Entries kept per identity class. Enough for the calls a page of the log names and then some;
+# what the tables hold at most is part of what a runtime holds whatever its history (three
+# classes, a few hundred bytes an entry: a few MB), so it is kept small.
+_INTERNED_LIMIT = 16384
 
 
 class _Unsupported(Exception):

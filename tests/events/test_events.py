@@ -36,7 +36,7 @@ from inert.events import (
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component, shared_key
 from inert.events._recorded import RecordedEvent, recorded_event_maker
-from inert.events._structure import GIVE_UP, fast_structure
+from inert.events._structure import _IDENTITIES, _INTERNED_LIMIT, GIVE_UP, fast_structure
 
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
 # change has to be made here too, on purpose.
@@ -476,3 +476,17 @@ def test_the_recorded_event_maker_makes_what_the_class_makes(data: st.DataObject
     assert type(made) is RecordedEvent
     assert attrs.asdict(made, recurse=False) == fields
     assert made == RecordedEvent(**fields)
+
+
+def test_the_identity_tables_stay_within_their_bound() -> None:
+    """Decoding more distinct turns than the interning table keeps drops the table whole at its
+    bound: what the tables hold does not grow with the history decoded."""
+    structure = fast_structure(TurnRef)
+    assert structure is not None
+    for index in range(_INTERNED_LIMIT + 10):
+        decoded = structure({"tenant": "bound", "conversation": "c", "turn": f"turn-{index}"})
+        assert isinstance(decoded, TurnRef)
+        assert len(_IDENTITIES[TurnRef]) <= _INTERNED_LIMIT
+    assert len(_IDENTITIES[TurnRef]) < _INTERNED_LIMIT
+    last = {"tenant": "bound", "conversation": "c", "turn": f"turn-{_INTERNED_LIMIT + 9}"}
+    assert structure(dict(last)) is structure(dict(last))
