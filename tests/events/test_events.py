@@ -483,10 +483,14 @@ def test_the_identity_tables_stay_within_their_bound() -> None:
     bound: what the tables hold does not grow with the history decoded."""
     structure = fast_structure(TurnRef)
     assert structure is not None
-    for index in range(_INTERNED_LIMIT + 10):
-        decoded = structure({"tenant": "bound", "conversation": "c", "turn": f"turn-{index}"})
-        assert isinstance(decoded, TurnRef)
+
+    def turn(index: int) -> dict[str, str]:
+        return {"tenant": "bound", "conversation": "c", "turn": f"turn-{index}"}
+
+    first = structure(turn(0))
+    for index in range(1, _INTERNED_LIMIT + 10):
+        assert isinstance(structure(turn(index)), TurnRef)
         assert len(_IDENTITIES[TurnRef]) <= _INTERNED_LIMIT
-    assert len(_IDENTITIES[TurnRef]) < _INTERNED_LIMIT
-    last = {"tenant": "bound", "conversation": "c", "turn": f"turn-{_INTERNED_LIMIT + 9}"}
+    assert structure(turn(0)) is not first
+    last = turn(_INTERNED_LIMIT + 9)
     assert structure(dict(last)) is structure(dict(last))
