@@ -10,13 +10,18 @@ is not exactly the one declared, a validator that refuses) makes it give up, and
 structures the payload through the converter, which builds the value or says what is wrong.
 Identities (call keys, turns, responses, offered tools) are interned by their exact fields:
 most events name an identity seen a moment ago, and handing back the same object skips its
-validation and lets what it caches (hash, streams) serve every later event.
+validation and lets what it caches (hash, streams) serve every later event. The tables hold
+their identities weakly: an identity something still holds (a live call's key, a turn the
+ledger keeps) is the one object of its value however many are alive, and one nothing holds
+any more leaves its table at the next sweep, so that the tables follow what is alive, not the
+history decoded.
 """
 
 from __future__ import annotations
 
 import enum
 import typing
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 from types import NoneType, UnionType
@@ -32,52 +37,73 @@ Structure = Callable[[object], Any]
 GIVE_UP: Any = object()
 """What a fast structuring function returns where the checked path must decide."""
 
-# Entries kept per identity class. Enough for the calls a page of the log names and then some;
-# what the tables hold at most is part of what a runtime holds whatever its history (three
-# classes, a few hundred bytes an entry: a few MB), so it is kept small.
-_INTERNED_LIMIT = 16384
+# A table is swept of the identities nothing holds any more once it has doubled since its last
+# sweep (and holds at least this many): a sweep costs one look per entry, so its cost per
+# identity kept stays constant, and a table never holds more than twice what is alive.
+_FIRST_SWEEP = 4096
 
 
 class _Unsupported(Exception):
     """A field type the generator does not write code for: the class takes the checked path."""
 
 
-_IDENTITIES: dict[type, dict[tuple[object, ...], Any]] = {}
-"""Identities by class and by their fields' values in field order: one table per class for the
-decoded payloads and for what identities derive from each other (a call's response and turn)."""
+class _Table(dict[tuple[object, ...], "weakref.ReferenceType[Any]"]):
+    """The identities of one class by their fields' values in field order, held weakly."""
+
+    __slots__ = ("sweep_at",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sweep_at = _FIRST_SWEEP
+
+
+_IDENTITIES: dict[type, _Table] = {}
+"""One table per identity class, for the decoded payloads and for what identities derive from
+each other (a call's response and turn)."""
 
 _T = typing.TypeVar("_T")
 
 
+def _table(cls: type) -> _Table:
+    found = _IDENTITIES.get(cls)
+    if found is None:
+        found = _IDENTITIES[cls] = _Table()
+    return found
+
+
 def interned(cls: type[_T], values: tuple[str, ...], build: Callable[[], _T]) -> _T:
-    """The identity of ``cls`` with these field values, built by ``build`` only where none is
-    kept; bounded by dropping the class's table whole."""
-    known = _IDENTITIES.setdefault(cls, {})
-    found: _T | None = known.get(values)
+    """The identity of ``cls`` with these field values: the one alive if there is one, else
+    what ``build`` makes, kept for the next."""
+    known = _table(cls)
+    reference = known.get(values)
+    found: _T | None = None if reference is None else reference()
     if found is None:
         found = build()
         _keep(known, values, found)
     return found
 
 
-def _keep(known: dict[tuple[object, ...], Any], values: tuple[object, ...], value: Any) -> None:
-    if len(known) >= _INTERNED_LIMIT:
-        known.clear()
-    known[values] = value
+def _keep(known: _Table, values: tuple[object, ...], value: object) -> None:
+    if len(known) >= known.sweep_at:
+        for dead in [values for values, reference in known.items() if reference() is None]:
+            del known[dead]
+        known.sweep_at = max(_FIRST_SWEEP, 2 * len(known))
+    known[values] = weakref.ref(value)
 
 
 class _Interned:
-    """Values of one identity class by their payload's values, bounded by dropping all.
+    """Values of one identity class by their payload's values, held weakly.
 
     Only a payload holding exactly the class's fields, in the order the codec writes them, is
     looked up (its values then say everything): any other is built without being kept. Keyed
-    by the values alone, an identity costs one small tuple here rather than a pair per field.
+    by the values alone, an identity costs one small tuple and a weak reference here rather
+    than a pair per field.
     """
 
     def __init__(self, cls: type, build: Structure, names: tuple[str, ...]) -> None:
         self._build = build
         self._names = names
-        self._known = _IDENTITIES.setdefault(cls, {})
+        self._known = _table(cls)
 
     def __call__(self, value: object) -> Any:
         if type(value) is not dict:
@@ -86,11 +112,13 @@ class _Interned:
             return self._build(value)
         try:
             values = tuple(value.values())
-            known = self._known.get(values)
+            reference = self._known.get(values)
         except TypeError:
             return GIVE_UP
-        if known is not None:
-            return known
+        if reference is not None:
+            known = reference()
+            if known is not None:
+                return known
         built = self._build(value)
         if built is not GIVE_UP:
             _keep(self._known, values, built)
@@ -102,7 +130,8 @@ def _is_identity(cls: type) -> bool:
     # field would let ``True`` find what ``1`` built), and every hot path keys dicts on them.
     fields = attrs.fields(cls)
     hashable = getattr(cls, "__hash__", None) not in (None, object.__hash__)
-    return hashable and all(field.type is str for field in fields)
+    weakly_held = getattr(cls, "__weakrefoffset__", 0) != 0
+    return hashable and weakly_held and all(field.type is str for field in fields)
 
 
 class _Generator:

@@ -36,7 +36,7 @@ from inert.events import (
 from inert.events._codec import CONVERTER
 from inert.events._identity import MAX_IDENTITY_LENGTH, _identity_component, shared_key
 from inert.events._recorded import RecordedEvent, recorded_event_maker
-from inert.events._structure import _IDENTITIES, _INTERNED_LIMIT, GIVE_UP, fast_structure
+from inert.events._structure import _FIRST_SWEEP, _IDENTITIES, GIVE_UP, fast_structure
 
 # Every stored tag and its schema version. Changing a tag breaks every log written before, so a
 # change has to be made here too, on purpose.
@@ -478,19 +478,36 @@ def test_the_recorded_event_maker_makes_what_the_class_makes(data: st.DataObject
     assert made == RecordedEvent(**fields)
 
 
-def test_the_identity_tables_stay_within_their_bound() -> None:
-    """Decoding more distinct turns than the interning table keeps drops the table whole at its
-    bound: what the tables hold does not grow with the history decoded."""
+def test_the_identity_tables_follow_what_is_alive() -> None:
+    """Decoding many more distinct turns than a table sweeps at, none of them kept, leaves the
+    table within twice what is alive (a sweep's threshold at least): what the tables hold does
+    not grow with the history decoded."""
     structure = fast_structure(TurnRef)
     assert structure is not None
-
-    def turn(index: int) -> dict[str, str]:
-        return {"tenant": "bound", "conversation": "c", "turn": f"turn-{index}"}
-
-    first = structure(turn(0))
-    for index in range(1, _INTERNED_LIMIT + 10):
-        assert isinstance(structure(turn(index)), TurnRef)
-        assert len(_IDENTITIES[TurnRef]) <= _INTERNED_LIMIT
-    assert structure(turn(0)) is not first
-    last = turn(_INTERNED_LIMIT + 9)
+    bound = max(_FIRST_SWEEP, 2 * (_alive(TurnRef) + 1))
+    for index in range(5 * _FIRST_SWEEP):
+        assert isinstance(structure(_turn_payload("passing", index)), TurnRef)
+        assert len(_IDENTITIES[TurnRef]) <= bound
+    last = _turn_payload("passing", 5 * _FIRST_SWEEP)
     assert structure(dict(last)) is structure(dict(last))
+
+
+def test_an_identity_something_holds_stays_the_one_decoded() -> None:
+    """However many other identities are decoded and dropped meanwhile, the one a live call
+    holds is the object every later event of its value decodes to."""
+    structure = fast_structure(TurnRef)
+    assert structure is not None
+    held = structure(_turn_payload("held", 0))
+    bound = max(_FIRST_SWEEP, 2 * (_alive(TurnRef) + 1))
+    for index in range(1, 3 * _FIRST_SWEEP):
+        structure(_turn_payload("held", index))
+    assert structure(_turn_payload("held", 0)) is held
+    assert len(_IDENTITIES[TurnRef]) <= bound
+
+
+def _alive(cls: type) -> int:
+    return sum(1 for reference in _IDENTITIES[cls].values() if reference() is not None)
+
+
+def _turn_payload(tenant: str, index: int) -> dict[str, str]:
+    return {"tenant": tenant, "conversation": "c", "turn": f"turn-{index}"}
