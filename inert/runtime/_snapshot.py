@@ -47,7 +47,6 @@ from datetime import timedelta
 from functools import cache
 from importlib import import_module
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -58,6 +57,7 @@ from ..events import CallKey, without_sensitive
 from ..log._snapshots import SnapshotPayload, StoredSnapshot, state_digest
 from ..projections import Projections
 from ._peers import Peers
+from ._pickling import Dumper
 from ._retention import Retention, RetentionPlan
 
 SNAPSHOT_FORMAT = 1
@@ -66,7 +66,12 @@ DEFAULT_SNAPSHOT_EVERY = 100_000
 # Packages whose modules make the state: their source is part of the stamp, and their classes
 # are what a snapshot may name.
 _STATE_PACKAGES = ("inert.events", "inert.actors", "inert.projections")
-_STATE_MODULES = ("inert.runtime._peers", "inert.runtime._retention", "inert.runtime._snapshot")
+_STATE_MODULES = (
+    "inert.runtime._peers",
+    "inert.runtime._pickling",
+    "inert.runtime._retention",
+    "inert.runtime._snapshot",
+)
 # Modules of those packages that do I/O: nothing of them is state.
 _NOT_STATE = frozenset({"inert.actors._router", "inert.actors._tools"})
 _STANDARD = frozenset(
@@ -196,7 +201,7 @@ def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
     payloads: list[SnapshotPayload] = []
     taken: list[tuple[Slot, _Part, tuple[Any, ...]]] = []
     apart: dict[str, tuple[CallKey, str, bool]] = {}
-    dumps = _Dumper()
+    dumps = Dumper()
     try:
         for slot in state.fold.records.values():
             for part in (FRAGMENTS, ARGUMENTS):
@@ -228,38 +233,6 @@ def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
         payloads=tuple(payloads),
         digest=state_digest(data),
     )
-
-
-class _Dumper:
-    """Pickles values one after another, each a whole pickle of its own, with one pickler."""
-
-    def __init__(self) -> None:
-        self._out = io.BytesIO()
-        self._pickler = pickle.Pickler(self._out, protocol=pickle.HIGHEST_PROTOCOL)
-        # Parsed arguments are read-only mappings all the way down; pickle has no reduction of
-        # its own for them.
-        self._pickler.dispatch_table = {MappingProxyType: _reduce_proxy}
-
-    def __call__(self, value: object) -> bytes:
-        out = self._out
-        out.seek(0)
-        out.truncate()
-        self._pickler.clear_memo()
-        self._pickler.dump(value)
-        return out.getvalue()
-
-
-def _reduce_proxy(
-    proxy: MappingProxyType[Any, Any],
-) -> tuple[type[_ReadOnly], tuple[dict[Any, Any]]]:
-    return _ReadOnly, (dict(proxy),)
-
-
-class _ReadOnly:
-    """Makes a read-only mapping again: pickle cannot name the type of one, but names this."""
-
-    def __new__(cls, items: dict[Any, Any]) -> MappingProxyType[Any, Any]:  # type: ignore[misc]
-        return MappingProxyType(items)
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""How a snapshot's state is pickled: objects as their fields, identities through the tables."""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import pickletools
+from typing import Any
+
+import attrs
+import pytest
+
+from inert.events import CallKey, Phase, ResponseRef, TurnRef
+from inert.log import StoredSnapshot
+from inert.log._snapshots import state_digest
+from inert.projections._calls import Call, Received, Row
+from inert.runtime._pickling import Dumper, _Fields, _Identity, fields_of
+from inert.runtime._snapshot import SnapshotUnusable, _loading, _StateUnpickler, restore
+
+STAMP = "test-stamp"
+
+
+def _load(data: bytes) -> Any:
+    """What ``restore`` makes of a state pickle (it must hold a runtime's state to be kept)."""
+    snapshot = StoredSnapshot(
+        name="", position=1, stamp=STAMP, state=data, digest=state_digest(data)
+    )
+    return restore(snapshot, stamp=STAMP)
+
+
+def _round_trip(value: object) -> Any:
+    # The loading side of restore, without its check that the value is a runtime's state.
+    with _loading():
+        return _StateUnpickler(io.BytesIO(Dumper()(value))).load()
+
+
+def _key(call: str = "c") -> CallKey:
+    return CallKey(tenant="t", conversation="v", turn="u", response="r", item="i", call=call)
+
+
+def test_a_slotted_object_is_written_as_one_tuple_of_its_fields() -> None:
+    """A ledger row goes into the pickle as its class and the values of its slots, without a
+    dictionary of them, and comes back with every slot as it was."""
+    row = Row("search", 3, 120)
+    row.state = Phase.VALIDATED
+    data = Dumper()(row)
+    opcodes = {opcode.name for opcode, _, _ in pickletools.genops(data)}
+    assert "EMPTY_DICT" not in opcodes
+    assert len(data) < len(pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL))
+    loaded = _round_trip(row)
+    assert type(loaded) is Row
+    assert fields_of(Row) is not None
+    assert all(getattr(loaded, name) == getattr(row, name) for name in fields_of(Row) or ())
+
+
+def test_objects_shared_in_the_state_stay_shared_when_loaded() -> None:
+    """Two calls naming one row load naming one row, and an object reached again through its
+    own fields (a cycle) loads as itself, as pickle's own way keeps them."""
+    row = Row("search", 0, 0)
+    first, second = Call(_key("a")), Call(_key("b"))
+    first.row = second.row = row
+    cycle: list[Any] = [first]
+    first.history = cycle
+    loaded_first, loaded_second = _round_trip((first, second))
+    assert loaded_first.row is loaded_second.row
+    assert loaded_first.history[0] is loaded_first
+
+
+def test_a_loaded_identity_is_the_one_alive() -> None:
+    """A call key, a response and a turn load as the objects of their values that are alive,
+    the ones decoded events name."""
+    key = _key("alive")
+    loaded_key, loaded_response, loaded_turn = _round_trip(
+        (attrs.evolve(key), attrs.evolve(key.response_ref), attrs.evolve(key.turn_ref))
+    )
+    assert loaded_key == key
+    assert loaded_response is loaded_key.response_ref
+    assert loaded_turn is loaded_key.turn_ref
+    assert _round_trip(key) is loaded_key
+
+
+def test_an_object_with_a_slot_not_set_takes_pickles_own_way() -> None:
+    """A slot never set cannot be written as a field: the object is pickled as pickle does,
+    and loads without that slot."""
+    call = Call(_key("unset"))
+    del call.public
+    loaded = _round_trip(call)
+    assert not hasattr(loaded, "public")
+    assert loaded.key == call.key
+
+
+def test_a_class_that_pickles_itself_keeps_its_own_way() -> None:
+    """The ledger's count of received fragments writes itself (its array as a tuple)."""
+    assert fields_of(Received) is None
+    received = Received()
+    received.add(7, 2, 40)
+    loaded = _round_trip(received)
+    assert (loaded.fragments, loaded.size, list(loaded.taken)) == (2, 40, [7, 2, 40])
+
+
+def test_a_class_with_a_dict_or_its_own_getstate_is_not_written_as_fields() -> None:
+    """Instances with a ``__dict__`` and attrs classes that pickle themselves keep pickle's way."""
+
+    class Plain:
+        pass
+
+    @attrs.define
+    class OwnState:
+        value: int
+
+        def __getstate__(self) -> dict[str, int]:
+            return {"value": self.value}
+
+    assert fields_of(Plain) is None
+    assert fields_of(OwnState) is None
+    assert fields_of(TurnRef) == ("tenant", "conversation", "turn")
+
+
+def _forged(reduction: tuple[Any, ...]) -> bytes:
+    """A pickle of a ledger row reduced as ``reduction`` says."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = {Row: lambda row: reduction}
+    pickler.dump(Row("search", 0, 0))
+    return out.getvalue()
+
+
+_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "reduction",
+    [
+        (_NEWOBJ, (Row,), (1, 2), None, None, _Fields),
+        (_NEWOBJ, (Row,), "not a tuple", None, None, _Fields),
+        (_Identity, (Row, "a", "b")),
+        (_Identity, (ResponseRef, "only two", "values")),
+        (_Identity, (TurnRef, "t", "", "u")),
+    ],
+    ids=["short-fields", "fields-not-a-tuple", "not-an-identity", "too-few-values", "empty"],
+)
+def test_a_forged_state_is_unusable_not_an_error(reduction: tuple[Any, ...]) -> None:
+    """Fields that do not match their class, or an identity of another class, of another
+    length or failing an identity's checks make the snapshot unusable."""
+    with pytest.raises(SnapshotUnusable, match="cannot be read"):
+        _load(_forged(reduction))
