@@ -44,7 +44,9 @@ last line and in ``targets_missed``), and the run still exits 0.
    written; the process's peak RSS, reached while one was taken and written, is reported
    beside), and, where the bytes are, by tracemalloc (current traced size after minus before,
    over ``--traced-calls`` calls, 10,000 by default: tracing slows every allocation), each in
-   its own fresh process (tracemalloc's own bookkeeping would inflate the RSS). Per call, RSS
+   its own fresh process (tracemalloc's own bookkeeping would inflate the RSS; one probe alone:
+   ``--probe-memory inert|naive [--probe-traced] [--probe-without-snapshots]`` prints its
+   measurement as JSON, the last with ``snapshot_every=None``). Per call, RSS
    grows with the count (larger tables, caches past their bounds, snapshots of more calls):
    measured at 10,000 calls it understates the target's figure. Baseline: the naive dict of
    lists holding the same fragments.
@@ -116,6 +118,7 @@ from inert.events import CallCollecting, CallValidated
 from inert.log import NewEvent, SQLiteLog, new_event_id
 from inert.projections import Projections
 from inert.runtime._collector import thresholds_of
+from inert.runtime._snapshot import DEFAULT_SNAPSHOT_EVERY
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ("fragments", "latency", "memory", "replay")
@@ -919,10 +922,15 @@ def _memory_fragments(index: int) -> tuple[bytes, bytes]:
     return bytes(bytearray(b'{"query": "')), f'item {index}"}}'.encode()
 
 
-async def _inert_memory(directory: str, calls: int, traced: bool) -> dict[str, Any]:
+async def _inert_memory(
+    directory: str, calls: int, traced: bool, snapshots: bool = True
+) -> dict[str, Any]:
     path = Path(directory) / "memory.db"
     async with open_runtime(
-        log=sqlite_url(path, synchronous="NORMAL"), tools=[TOOL], limits=limits_for(calls)
+        log=sqlite_url(path, synchronous="NORMAL"),
+        tools=[TOOL],
+        limits=limits_for(calls),
+        snapshot_every=DEFAULT_SNAPSHOT_EVERY if snapshots else None,
     ) as runtime:
         gc.collect()
         if traced:
@@ -1014,11 +1022,13 @@ def _naive_memory(calls: int, traced: bool) -> dict[str, Any]:
     }
 
 
-def memory_probe(kind: str, calls: int, traced: bool, directory: str) -> dict[str, Any]:
+def memory_probe(
+    kind: str, calls: int, traced: bool, directory: str, snapshots: bool = True
+) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
     if kind == "inert":
         with tempfile.TemporaryDirectory(prefix="inert-bench-memory-", dir=directory) as name:
-            return trio.run(_inert_memory, name, calls, traced)
+            return trio.run(_inert_memory, name, calls, traced, snapshots)
     return _naive_memory(calls, traced)
 
 
@@ -1623,6 +1633,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--probe-memory", choices=("inert", "naive"), help=argparse.SUPPRESS)
     parser.add_argument("--probe-traced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--probe-without-snapshots", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -1700,6 +1711,7 @@ def main(argv: list[str] | None = None) -> int:
             args.memory_calls,
             args.probe_traced,
             args.dir or tempfile.gettempdir(),
+            snapshots=not args.probe_without_snapshots,
         )
         print(json.dumps(result))
         return 0
