@@ -85,8 +85,11 @@ def interned(cls: type[_T], values: tuple[str, ...], build: Callable[[], _T]) ->
 
 def _keep(known: _Table, values: tuple[object, ...], value: object) -> None:
     if len(known) >= known.sweep_at:
-        for dead in [values for values, reference in known.items() if reference() is None]:
-            del known[dead]
+        # From a copy taken in one step, and tolerant of entries gone meanwhile: runtimes in
+        # other threads decode through the same tables.
+        for dead, reference in list(known.items()):
+            if reference() is None:
+                known.pop(dead, None)
         known.sweep_at = max(_FIRST_SWEEP, 2 * len(known))
     known[values] = weakref.ref(value)
 
