@@ -30,7 +30,14 @@ import attrs
 from ..events import CallKey, ResponseRef, TurnRef
 from ..events._structure import interned
 
-_PICKLES_ITSELF = ("__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
+_PICKLES_ITSELF = (
+    "__getstate__",
+    "__setstate__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__getnewargs__",
+    "__getnewargs_ex__",
+)
 _IDENTITIES: tuple[type, ...] = (CallKey, ResponseRef, TurnRef)
 _NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
 
@@ -114,24 +121,34 @@ def _fields_of(cls: Any) -> tuple[str, ...] | None:
     bases = cls.__mro__[:-1]
     if not bases or any("__slots__" not in base.__dict__ for base in bases):
         return None
-    if attrs.has(cls):
-        # attrs writes __getstate__ for a slotted class itself: only a class's own one counts.
-        prefix = f"{cls.__qualname__}."
-        for base in bases:
-            for name in _PICKLES_ITSELF:
-                method = base.__dict__.get(name)
-                if method is not None and method.__qualname__.startswith(prefix):
-                    return None
-        return tuple(field.name for field in attrs.fields(cls))
-    slots: list[str] = []
-    for base in reversed(bases):
-        if any(name in base.__dict__ for name in _PICKLES_ITSELF):
-            return None
-        declared = base.__dict__["__slots__"]
-        slots.extend([declared] if isinstance(declared, str) else declared)
-    if "__dict__" in slots or any(name.startswith("__") for name in slots if name != "__weakref__"):
+    if any(_pickles_itself(base) for base in bases):
         return None
-    return tuple(name for name in slots if name != "__weakref__")
+    if attrs.has(cls):
+        # Slots of a base that attrs does not know of would not be written.
+        if any(_declared(base) for base in bases if not attrs.has(base)):
+            return None
+        return tuple(field.name for field in attrs.fields(cls))
+    slots = [name for base in reversed(bases) for name in _declared(base)]
+    if any(name == "__dict__" or name.startswith("__") for name in slots):
+        return None
+    return tuple(slots)
+
+
+def _declared(base: type) -> list[str]:
+    declared = base.__dict__["__slots__"]
+    names = [declared] if isinstance(declared, str) else list(declared)
+    return [name for name in names if name != "__weakref__"]
+
+
+def _pickles_itself(base: type) -> bool:
+    """Whether the class defines how it pickles: attrs writes ``__getstate__`` and
+    ``__setstate__`` for a slotted class, and those do not count."""
+    prefix = f"{base.__qualname__}."
+    return any(
+        getattr(method, "__qualname__", prefix).startswith(prefix)
+        for name in _PICKLES_ITSELF
+        if (method := base.__dict__.get(name)) is not None
+    )
 
 
 class _Fields:

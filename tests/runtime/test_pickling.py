@@ -6,7 +6,7 @@ import copyreg
 import io
 import pickle
 import pickletools
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import pytest
@@ -100,7 +100,9 @@ def test_a_class_that_pickles_itself_keeps_its_own_way() -> None:
 
 
 def test_a_class_with_a_dict_or_its_own_getstate_is_not_written_as_fields() -> None:
-    """Instances with a ``__dict__`` and attrs classes that pickle themselves keep pickle's way."""
+    """Instances with a ``__dict__``, classes that pickle themselves (attrs classes with their own
+    ``__getstate__``, named tuples) and attrs classes over slots attrs does not know keep
+    pickle's way."""
 
     class Plain:
         pass
@@ -112,8 +114,22 @@ def test_a_class_with_a_dict_or_its_own_getstate_is_not_written_as_fields() -> N
         def __getstate__(self) -> dict[str, int]:
             return {"value": self.value}
 
+    class Slotted:
+        __slots__ = ("extra",)
+
+    @attrs.define
+    class OverSlots(Slotted):
+        value: int
+
+    class Pair(NamedTuple):
+        first: int
+        second: int
+
     assert fields_of(Plain) is None
     assert fields_of(OwnState) is None
+    assert fields_of(OverSlots) is None
+    assert fields_of(Pair) is None
+    assert fields_of(Slotted) == ("extra",)
     assert fields_of(TurnRef) == ("tenant", "conversation", "turn")
 
 
