@@ -39,7 +39,8 @@ GIVE_UP: Any = object()
 
 # A table is swept of the identities nothing holds any more once it has doubled since its last
 # sweep (and holds at least this many): a sweep costs one look per entry, so its cost per
-# identity kept stays constant, and a table never holds more than twice what is alive.
+# identity kept stays constant, and a table never holds more than twice what was alive at its
+# last sweep.
 _FIRST_SWEEP = 4096
 
 
