@@ -129,9 +129,13 @@ class _Interned:
         return built
 
 
-def _is_identity(cls: type) -> bool:
-    # Hashable classes of strings alone: equal payload fields are then the same value (an int
-    # field would let ``True`` find what ``1`` built), and every hot path keys dicts on them.
+def is_identity(cls: type) -> bool:
+    """Whether ``cls`` is an identity, interned by its fields' values: a hashable attrs class
+    of strings alone."""
+    # Equal payload fields are then the same value (an int field would let ``True`` find what
+    # ``1`` built), and every hot path keys dicts on them.
+    if not attrs.has(cls):
+        return False
     fields = attrs.fields(cls)
     hashable = getattr(cls, "__hash__", None) not in (None, object.__hash__)
     weakly_held = getattr(cls, "__weakrefoffset__", 0) != 0
@@ -146,7 +150,7 @@ class _Generator:
         found = self._functions.get(cls)
         if found is None:
             found = self._write(cls)
-            if _is_identity(cls):
+            if is_identity(cls):
                 found = _Interned(cls, found, tuple(field.name for field in attrs.fields(cls)))
             self._functions[cls] = found
         return found

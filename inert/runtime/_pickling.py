@@ -27,8 +27,7 @@ from typing import Any
 
 import attrs
 
-from ..events import CallKey, ResponseRef, TurnRef
-from ..events._structure import interned
+from ..events._structure import interned, is_identity
 
 _PICKLES_ITSELF = (
     "__getstate__",
@@ -38,7 +37,6 @@ _PICKLES_ITSELF = (
     "__getnewargs__",
     "__getnewargs_ex__",
 )
-_IDENTITIES: tuple[type, ...] = (CallKey, ResponseRef, TurnRef)
 _NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
 
 Reduction = tuple[Any, ...]
@@ -80,7 +78,7 @@ def _reduction_of(cls: type) -> Callable[[Any], Reduction]:
     if fields is None:
         return _pickles_own_way
     values = _values_of(fields)
-    if cls in _IDENTITIES:
+    if is_identity(cls):
 
         def reduce_identity(identity: Any) -> Reduction:
             return _Identity, (cls, *values(identity))
@@ -110,14 +108,10 @@ def _values_of(fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return attrgetter(*fields)
 
 
-def fields_of(cls: type) -> tuple[str, ...] | None:
+@cache
+def fields_of(cls: Any) -> tuple[str, ...] | None:
     """The fields written of an instance of ``cls``, in order; ``None`` where pickle's own way
     is taken."""
-    return _fields_of(cls)
-
-
-@cache
-def _fields_of(cls: Any) -> tuple[str, ...] | None:
     bases = cls.__mro__[:-1]
     if not bases or any("__slots__" not in base.__dict__ for base in bases):
         return None
@@ -156,7 +150,7 @@ class _Fields:
     loading, which names classes alone, can name it."""
 
     def __new__(cls, instance: Any, state: tuple[Any, ...]) -> None:  # type: ignore[misc]
-        fields = fields_of(type(instance))
+        fields = fields_of(instance.__class__)
         if fields is None or type(state) is not tuple or len(state) != len(fields):
             raise ValueError(f"the fields of a {type(instance).__name__} do not match its class")
         setter = object.__setattr__
@@ -169,7 +163,7 @@ class _Identity:
     or a new one, checked as a decoded one is."""
 
     def __new__(cls, kind: type, *values: str) -> Any:
-        fields = fields_of(kind) if kind in _IDENTITIES else None
+        fields = fields_of(kind) if isinstance(kind, type) and is_identity(kind) else None
         if fields is None or len(values) != len(fields):
             raise ValueError(f"{kind!r} is not an identity of {len(values)} fields")
         return interned(kind, values, lambda: kind(**dict(zip(fields, values, strict=True))))
