@@ -160,6 +160,17 @@ class Buffer:
         """The same record of sequences, ranges and counts, with the bytes dropped."""
         return self
 
+    @property
+    def prefix_only(self) -> bool:
+        """Whether the bytes it holds are ``assembled()`` alone: a positioned buffer holding
+        nothing past a gap, which ``without_data`` and ``with_prefix`` take apart and back."""
+        return False
+
+    def with_prefix(self, data: bytes) -> Buffer:
+        """The buffer this one was ``without_data`` of, given what ``assembled()`` gave; a
+        ``ValueError`` if those cannot be its bytes."""
+        raise ValueError(f"a {type(self).__name__} holds no prefix of bytes")
+
     def _counts(self, fragment: ArgumentsAppended, added: int) -> Counts:
         ranges = self.ranges
         if fragment.first_sequence is not None:
@@ -416,6 +427,17 @@ class RangeBuffer(Buffer):
     def without_data(self) -> RangeBuffer:
         # The prefix length stays: it tells a late delivery of bytes seen from new ones.
         return RangeBuffer(bytearray(), self.prefix, (), self._kept())
+
+    @property
+    def prefix_only(self) -> bool:
+        return not self.held
+
+    def with_prefix(self, data: bytes) -> RangeBuffer:
+        if self.data or self.held or len(data) != self.prefix:
+            raise ValueError(
+                f"{len(data)} bytes are not the prefix of {self.prefix} of a buffer without data"
+            )
+        return RangeBuffer(bytearray(data), self.prefix, (), self._kept())
 
     def _key(self) -> tuple[object, ...]:
         return (*super()._key(), self.prefix, bytes(self.data[: self.prefix]), self.held)

@@ -18,14 +18,15 @@ events after its position.
   peers) and what the fold depends on beside the log (limits, ledger horizon, retention policy,
   process name, lease time).
 - **Argument payloads are stored apart**, in two parts per call that holds any, each under the
-  stream whose redaction takes it: the fragments (the buffer, inputs held back) under the
-  response's stream, the arguments (parsed arguments, a pending validation, decisions not yet
-  read back) under the call's. The log deletes a part when it redacts its stream. A part
-  missing at loading was redacted since, so its call was not live at the log's head (redaction
-  never reaches a live call). The call is loaded without those bytes (its decisions not yet
-  read back as retention leaves them), and where it could still decide on them (collecting or
-  holding inputs back; waiting for its response's end or its validation) it takes its recorded
-  decisions as they are, as a replay of the redacted log does (``Slot.degraded``).
+  stream whose redaction takes it: the fragments (the buffer and inputs held back, or, where the
+  buffer holds a prefix of the call's bytes and nothing else, those bytes as they are) under the
+  response's stream, the arguments (parsed arguments, a pending validation, decisions not yet read
+  back) under the call's. The log deletes a part when it redacts its stream. A part missing at
+  loading was redacted since, so its call was not live at the log's head (redaction never reaches
+  a live call). The call is loaded without those bytes (its decisions not yet read back as
+  retention leaves them), and where it could still decide on them (collecting or holding inputs
+  back; waiting for its response's end or its validation) it takes its recorded decisions as they
+  are, as a replay of the redacted log does (``Slot.degraded``).
 - **Redactions are never lost.** The retention plan holds, as due, every redaction due when the
   snapshot was taken and every one under way then: a process that stops before the log made
   them leaves them to the restart, as a replay from the start would find them due.
@@ -60,7 +61,7 @@ from ._peers import Peers
 from ._pickling import Dumper
 from ._retention import Retention, RetentionPlan
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 DEFAULT_SNAPSHOT_EVERY = 100_000
 
 # Packages whose modules make the state: their source is part of the stamp, and their classes
@@ -175,6 +176,28 @@ class _Part:
         # A validated call's arguments are hashed again when it is claimed.
         return slot.phase in _DECIDED_ON_ARGUMENTS or slot.validating is not None
 
+    def dump(self, slot: Slot, dumps: Dumper) -> bytes:
+        """The bytes stored apart: a call's fragments that are a prefix of its bytes and nothing
+        else are those bytes as they are (the most common payload, written without pickling);
+        anything else is its fields, pickled."""
+        if self is FRAGMENTS and not slot.held and slot._buffer.prefix_only:
+            return _PREFIX + slot._buffer.assembled()
+        return dumps(tuple(getattr(slot, field) for field in self.fields))
+
+    def load(self, slot: Slot, data: bytes, label: str) -> None:
+        """Give a loaded call the payload ``dump`` wrote of it."""
+        if self is FRAGMENTS and data[:1] == _PREFIX:
+            try:
+                slot._buffer = slot._buffer.with_prefix(data[1:])
+            except ValueError as error:
+                raise SnapshotUnusable(f"its payload {label!r} is not a call's: {error}") from None
+            return
+        fields = _StateUnpickler(io.BytesIO(data)).load()
+        if not isinstance(fields, tuple) or len(fields) != len(self.fields):
+            raise SnapshotUnusable(f"its payload {label!r} is not a call's")
+        for field, value in zip(self.fields, fields, strict=True):
+            setattr(slot, field, value)
+
     def strip(self, slot: Slot) -> None:
         """Leave the call what it holds of this kind without a byte of argument."""
         if self is FRAGMENTS:
@@ -190,6 +213,8 @@ class _Part:
 
 
 _DECIDED_ON_ARGUMENTS = frozenset({Phase.TERMINAL_CANDIDATE, Phase.VALIDATED})
+# Marks a payload of bytes as they are: a pickle starts with its protocol's opcode (0x80).
+_PREFIX = b"\x00"
 FRAGMENTS = _Part("fragments", ("_buffer", "held"))
 ARGUMENTS = _Part("arguments", ("arguments", "validating", "validation_context", "expected"))
 _PARTS = {part.kind: part for part in (FRAGMENTS, ARGUMENTS)}
@@ -198,6 +223,11 @@ _PARTS = {part.kind: part for part in (FRAGMENTS, ARGUMENTS)}
 def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
     """The snapshot of a runtime's state, its payloads apart. Synchronous: the state must not
     change meanwhile, and is as it was afterwards."""
+    with _collector_paused():
+        return _capture(state, name, stamp)
+
+
+def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
     payloads: list[SnapshotPayload] = []
     taken: list[tuple[Slot, _Part, tuple[Any, ...]]] = []
     apart: dict[str, tuple[CallKey, str, bool]] = {}
@@ -212,7 +242,10 @@ def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
                 stream, first_version = part.stream(slot)
                 payloads.append(
                     SnapshotPayload(
-                        part=label, stream=stream, first_version=first_version, data=dumps(fields)
+                        part=label,
+                        stream=stream,
+                        first_version=first_version,
+                        data=part.dump(slot, dumps),
                     )
                 )
                 apart[label] = (slot.key, part.kind, part.needed_by(slot))
@@ -274,11 +307,7 @@ def _put_back(state: RuntimeState, stored: tuple[SnapshotPayload, ...]) -> None:
             # decide on these bytes takes its recorded decisions as they are.
             slot.degraded = slot.degraded or needed
             continue
-        fields = _StateUnpickler(io.BytesIO(data)).load()
-        if not isinstance(fields, tuple) or len(fields) != len(part.fields):
-            raise SnapshotUnusable(f"its payload {label!r} is not a call's")
-        for field, value in zip(part.fields, fields, strict=True):
-            setattr(slot, field, value)
+        part.load(slot, data, label)
 
 
 class _StateUnpickler(pickle.Unpickler):
@@ -295,18 +324,27 @@ class _StateUnpickler(pickle.Unpickler):
 
 
 @contextmanager
-def _loading() -> Iterator[None]:
-    """Unpickling: any failure makes the snapshot unusable, and no collection runs meanwhile
-    (loading makes millions of objects and frees none: the cyclic collector would walk them
-    again and again for nothing, which doubles the time of a large state)."""
+def _collector_paused() -> Iterator[None]:
+    """No collection runs meanwhile. Capturing and loading make millions of objects in one go
+    (pickle's memo holds what it wrote until the end; loading frees nothing), none of them
+    garbage in a cycle: the cyclic collector would walk them again and again for nothing, which
+    doubles the time of loading a large state and adds a quarter to capturing one."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         yield
-    except SnapshotUnusable:
-        raise
-    except Exception as error:
-        raise SnapshotUnusable(f"it cannot be read ({type(error).__name__}: {error})") from None
     finally:
         if collecting:
             gc.enable()
+
+
+@contextmanager
+def _loading() -> Iterator[None]:
+    """Unpickling: any failure makes the snapshot unusable, and no collection runs meanwhile."""
+    with _collector_paused():
+        try:
+            yield
+        except SnapshotUnusable:
+            raise
+        except Exception as error:
+            raise SnapshotUnusable(f"it cannot be read ({type(error).__name__}: {error})") from None

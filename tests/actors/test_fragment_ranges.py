@@ -346,3 +346,35 @@ def test_two_buffers_grown_from_one_never_see_each_others_bytes() -> None:
     assert right.fit(ArgumentsAppended(key=KEY, data=b"cd", offset=2)) is Fit.CONFLICT
     assert base != left
     assert left == base.add(ArgumentsAppended(key=KEY, data=b"def", offset=3))
+
+
+@given(ranges=deliveries())
+def test_a_buffer_without_its_bytes_takes_back_its_prefix_and_is_the_same_buffer(
+    ranges: list[tuple[int, int]],
+) -> None:
+    """Whatever came, a buffer holding a prefix alone is ``without_data`` and ``with_prefix``
+    of what it assembles again; one holding bytes past a gap says it is not prefix-only."""
+    buffer = EMPTY_BUFFER
+    for start, stop in ranges:
+        fragment = piece(start, stop)
+        if buffer.fit(fragment) is Fit.NEW:
+            buffer = buffer.add(fragment)
+        assert isinstance(buffer, RangeBuffer)
+        assert buffer.prefix_only is not bool(buffer.held)
+        if buffer.prefix_only:
+            back = buffer.without_data().with_prefix(buffer.assembled())
+            assert back == buffer
+            assert back.fit(piece(0, buffer.prefix)) is Fit.DUPLICATE
+
+
+def test_a_prefix_of_another_length_or_for_a_buffer_with_bytes_is_refused() -> None:
+    """``with_prefix`` gives back only the bytes a buffer without data lacks."""
+    buffer = EMPTY_BUFFER.add(piece(0, 14))
+    stripped = buffer.without_data()
+    with pytest.raises(ValueError, match="13 bytes are not the prefix of 14"):
+        stripped.with_prefix(WHOLE[:13])
+    with pytest.raises(ValueError, match="not the prefix of 14 of a buffer without data"):
+        buffer.with_prefix(WHOLE[:14])
+    with pytest.raises(ValueError, match="holds no prefix"):
+        EMPTY_BUFFER.with_prefix(b"")
+    assert not EMPTY_BUFFER.prefix_only

@@ -8,6 +8,7 @@ later log from the start gives.
 
 from __future__ import annotations
 
+import gc
 import pickle
 from collections.abc import Sequence
 from datetime import timedelta
@@ -27,6 +28,8 @@ from inert.events import Redacted
 from inert.log import StoredSnapshot
 from inert.log._snapshots import state_digest
 from inert.projections import Projections
+from inert.runtime import _snapshot as snapshot_module
+from inert.runtime._pickling import Dumper
 from inert.runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention, RetentionPlan
 from inert.runtime._snapshot import (
     ARGUMENTS,
@@ -234,6 +237,32 @@ def test_capturing_leaves_the_state_as_it_was() -> None:
         assert all(a is b for a, b in zip(_payload_fields(slot), held[key], strict=True))
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_no_collection_runs_while_a_state_is_captured(
+    enabled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cyclic collector is paused while a state is pickled (its objects die by reference
+    counts alone), and left as the host had it after."""
+    folded, _ = _some_state()
+    seen: list[bool] = []
+
+    class Watched(Dumper):
+        def __call__(self, value: object) -> bytes:
+            seen.append(gc.isenabled())
+            return super().__call__(value)
+
+    monkeypatch.setattr(snapshot_module, "Dumper", Watched)
+    was_enabled = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        capture(folded.state(), name="", stamp=STAMP)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was_enabled else gc.disable)()
+    assert seen
+    assert not any(seen)
+
+
 def _payload_fields(slot: Any) -> tuple[object, ...]:
     return tuple(getattr(slot, name) for name in (*FRAGMENTS.fields, *ARGUMENTS.fields))
 
@@ -275,6 +304,33 @@ def test_a_payload_that_is_not_a_calls_is_refused() -> None:
     forged = attrs.evolve(snapshot.payloads[0], data=pickle.dumps((1, 2, 3)))
     with pytest.raises(SnapshotUnusable, match="is not a call's"):
         restore(attrs.evolve(snapshot, payloads=(forged, *snapshot.payloads[1:])), stamp=STAMP)
+
+
+def test_fragments_that_are_a_prefix_of_the_calls_bytes_are_stored_as_those_bytes() -> None:
+    """A collecting call's buffer with nothing past a gap is its bytes as they are, unpickled;
+    a forged one of another length is refused."""
+    folded, snapshot = _some_state()
+    assembled = {
+        f"fragments {slot.key.stream}": slot._buffer.assembled()
+        for slot in folded.fold.records.values()
+        if slot._buffer.prefix_only and not slot.held
+    }
+    as_bytes = [p for p in snapshot.payloads if p.part in assembled]
+    assert as_bytes
+    for payload in as_bytes:
+        assert payload.data == b"\x00" + assembled[payload.part]
+    assert any(not p.data.startswith(b"\x00") for p in snapshot.payloads)
+    loaded = restore(snapshot, stamp=STAMP)
+    for payload in as_bytes:
+        assert _slot_of(loaded, payload.part)._buffer.assembled() == assembled[payload.part]
+    forged = attrs.evolve(as_bytes[0], data=as_bytes[0].data + b" ")
+    payloads = tuple(forged if p is as_bytes[0] else p for p in snapshot.payloads)
+    with pytest.raises(SnapshotUnusable, match=r"is not a call's: .* bytes are not the prefix"):
+        restore(attrs.evolve(snapshot, payloads=payloads), stamp=STAMP)
+
+
+def _slot_of(state: RuntimeState, part: str) -> Any:
+    return next(s for s in state.fold.records.values() if part == f"fragments {s.key.stream}")
 
 
 def test_a_truncated_state_is_unreadable_not_an_error_of_pickle() -> None:
