@@ -49,7 +49,9 @@ last line and in ``targets_missed``), and the run still exits 0.
    measurement as JSON, the last with ``snapshot_every=None``). Per call, RSS
    grows with the count (larger tables, caches past their bounds, snapshots of more calls):
    measured at 10,000 calls it understates the target's figure. Baseline: the naive dict of
-   lists holding the same fragments.
+   lists holding the same fragments. Beside it, once the memory is measured: how long the
+   runtime's capture of a snapshot of all the calls takes (it holds the runtime meanwhile), and
+   the size of the last snapshot it wrote.
 4. ``replay``: a log of ``--events`` events built from a unit recorded by a real runtime (a turn,
    four calls in one response with eight fragments each, their end events, the response's end,
    the actors' decisions, a claim and a completion per call; retention off, so that every
@@ -118,7 +120,7 @@ from inert.events import CallCollecting, CallValidated
 from inert.log import NewEvent, SQLiteLog, new_event_id
 from inert.projections import Projections
 from inert.runtime._collector import thresholds_of
-from inert.runtime._snapshot import DEFAULT_SNAPSHOT_EVERY
+from inert.runtime._snapshot import DEFAULT_SNAPSHOT_EVERY, capture
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ("fragments", "latency", "memory", "replay")
@@ -968,8 +970,10 @@ async def _inert_memory(
         gc.collect()
         traced_after = tracemalloc.get_traced_memory()[0] if traced else 0
         rss_after = rss_bytes()
+        rss_peak = rss_bytes("VmHWM")
         if traced:
             tracemalloc.stop()
+        snapshot = await _snapshot_cost(runtime) if snapshots and not traced else {}
         check_phases(runtime, keys, Phase.COLLECTING, "memory")
         rows = runtime.ledger.rows()
         events = await runtime.log.head()
@@ -987,7 +991,25 @@ async def _inert_memory(
         "traced_after": traced_after,
         "rss_before": rss_before,
         "rss_after": rss_after,
-        "rss_peak": rss_bytes("VmHWM"),
+        "rss_peak": rss_peak,
+        **snapshot,
+    }
+
+
+async def _snapshot_cost(runtime: Runtime) -> dict[str, Any]:
+    """How long taking a snapshot of all these calls holds the runtime (its own capture of its
+    state, timed after the memory was measured), and the size of the last one it wrote (none
+    below ``snapshot_every`` events)."""
+    written = await runtime.log.read_snapshot("")
+    state = runtime._snapshots._state(await runtime.log.head())
+    start = time.perf_counter()
+    capture(state, name="", stamp="")
+    return {
+        "snapshot_capture_seconds": time.perf_counter() - start,
+        "snapshot_bytes": None
+        if written is None
+        else len(written.state) + sum(len(p.data) for p in written.payloads),
+        "snapshot_position": None if written is None else written.position,
     }
 
 
@@ -1101,6 +1123,11 @@ def memory_summary(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "process_rss_mb": results["inert_rss"]["rss_after"] / 1e6,
             "process_peak_rss_mb": results["inert_rss"]["rss_peak"] / 1e6,
         },
+        "snapshot": {
+            "capture_seconds": results["inert_rss"]["snapshot_capture_seconds"],
+            "bytes": results["inert_rss"]["snapshot_bytes"],
+            "position": results["inert_rss"]["snapshot_position"],
+        },
         "target": {
             "bytes_per_call": budget,
             "met_traced": inert_traced <= budget,
@@ -1117,6 +1144,12 @@ def memory_report(summary: dict[str, Any]) -> list[str]:
     at = summary["at_100000_calls"]
     target = summary["target"]
     seconds = summary["seconds"]
+    snapshot = summary["snapshot"]
+    written = (
+        "none"
+        if snapshot["position"] is None
+        else f"{snapshot['bytes'] / 1e6:,.1f} MB at position {snapshot['position']:,}"
+    )
     lines = [
         f"3. Memory per live collecting call, {calls:,} calls with 2 fragments each"
         f" ({summary['events']:,} events; tracemalloc: {summary['traced_calls']:,} calls), log:"
@@ -1138,6 +1171,8 @@ def memory_report(summary: dict[str, Any]) -> list[str]:
         f"  inert / naive: tracemalloc {summary['ratios']['traced_vs_naive']:.1f}x;"
         f" process RSS at the end {at['process_rss_mb']:,.0f} MB, at its peak"
         f" {at['process_peak_rss_mb']:,.0f} MB (a snapshot being taken and written)",
+        f"  taking a snapshot of all {calls:,} calls holds the runtime"
+        f" {snapshot['capture_seconds']:.2f} s; the last one written: {written}",
         f"  target <= {TARGET_MEMORY_BYTES / 1e6:,.0f} MB for 100,000 calls"
         f" ({target['bytes_per_call']:,.0f} bytes per call):"
         f" tracemalloc {verdict(target['met_traced'])}, RSS {verdict(target['met_rss'])}",
