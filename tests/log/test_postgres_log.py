@@ -517,9 +517,14 @@ async def test_open_log_by_url_passes_its_options(schema: str) -> None:
         settings = (log.schema, log.group_commit, log.max_batch_events, log.poll_interval)
         assert settings == (schema, False, 8, 0.5)
         await log.append([new("e1")])
-        assert query(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'inert-test'"
-        ) == [(3,)]
+        # The listening connection is opened by a task of its own: it may not be open yet.
+        await eventually(
+            lambda: (
+                query("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'inert-test'")
+                == [(3,)]
+            ),
+            "the writer, the reader and the listener connected under the URL's name",
+        )
 
 
 async def test_an_unreachable_server_is_a_log_error_without_the_password() -> None:
