@@ -58,19 +58,20 @@ TEST_WORKERS ?= 2
 pytest: $(STAMP)
 	$(BIN)/pytest --numprocesses $(TEST_WORKERS) --dist worksteal
 
-# A benchmark that crashes or cannot complete a case exits non-zero, which stops `make bench`;
-# a stated target missed is reported in its output ("NOT met", "**no**"), not failed.
+# A benchmark that crashes or cannot complete a case exits non-zero (guest mode also when it
+# misses its target); the others report a stated target missed in their output ("NOT met",
+# "**no**"). Every benchmark runs, so that one run gives every figure; then `make bench` fails,
+# naming those that exited non-zero.
+BENCHMARKS = append_throughput call_actors history restart adapters validation \
+	tracing_overhead guest_mode postgres_log console
+
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.append_throughput
-	$(BIN)/python -m benchmarks.call_actors
-	$(BIN)/python -m benchmarks.history
-	$(BIN)/python -m benchmarks.restart
-	$(BIN)/python -m benchmarks.adapters
-	$(BIN)/python -m benchmarks.validation
-	$(BIN)/python -m benchmarks.tracing_overhead
-	$(BIN)/python -m benchmarks.guest_mode
-	$(BIN)/python -m benchmarks.postgres_log
-	$(BIN)/python -m benchmarks.console
+	@failed=""; \
+	for name in $(BENCHMARKS); do \
+		echo "$(BIN)/python -m benchmarks.$$name"; \
+		$(BIN)/python -m benchmarks.$$name || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "benchmarks that failed:$$failed" >&2; exit 1; fi
 
 # The example agent server (examples/agent_server) on http://127.0.0.1:8000; Ctrl-C stops it.
 .PHONY: example
