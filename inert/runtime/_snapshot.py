@@ -328,7 +328,7 @@ def _collector_paused() -> Iterator[None]:
     """No collection runs meanwhile. Capturing and loading make millions of objects in one go
     (pickle's memo holds what it wrote until the end; loading frees nothing), none of them
     garbage in a cycle: the cyclic collector would walk them again and again for nothing, which
-    doubles the time of loading a large state and adds a quarter to capturing one."""
+    doubles the time of loading a large state and adds up to a quarter to capturing one."""
     collecting = gc.isenabled()
     gc.disable()
     try:
