@@ -176,13 +176,13 @@ class _Part:
         # A validated call's arguments are hashed again when it is claimed.
         return slot.phase in _DECIDED_ON_ARGUMENTS or slot.validating is not None
 
-    def dump(self, slot: Slot, dumps: Dumper) -> bytes:
-        """The bytes stored apart: a call's fragments that are a prefix of its bytes and nothing
-        else are those bytes as they are (the most common payload, written without pickling);
-        anything else is its fields, pickled."""
+    def dump(self, slot: Slot, fields: tuple[Any, ...], dumps: Dumper) -> bytes:
+        """The bytes stored apart of the call's ``fields`` of this kind: fragments that are a
+        prefix of its bytes and nothing else are those bytes as they are (the most common
+        payload, written without pickling); anything else is the fields, pickled."""
         if self is FRAGMENTS and not slot.held and slot._buffer.prefix_only:
             return _PREFIX + slot._buffer.assembled()
-        return dumps(tuple(getattr(slot, field) for field in self.fields))
+        return dumps(fields)
 
     def load(self, slot: Slot, data: bytes, label: str) -> None:
         """Give a loaded call the payload ``dump`` wrote of it."""
@@ -245,7 +245,7 @@ def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
                         part=label,
                         stream=stream,
                         first_version=first_version,
-                        data=part.dump(slot, dumps),
+                        data=part.dump(slot, fields, dumps),
                     )
                 )
                 apart[label] = (slot.key, part.kind, part.needed_by(slot))
