@@ -714,10 +714,10 @@ class PostgresLog(GroupCommitLog[Connection]):
         with connection.cursor() as cursor:
             cursor.executemany(
                 sql.write_snapshot_payload,
-                [
+                (
                     (name, ordinal, p.part, p.stream, p.first_version, p.data)
                     for ordinal, p in kept_payloads(snapshot, redacted)
-                ],
+                ),
             )
 
     def _in_own_transaction(self, what: str, work: Callable[[Connection], _T]) -> _T:

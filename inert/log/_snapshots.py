@@ -13,7 +13,7 @@ payload in a snapshot that it no longer holds in its events.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from attrs import field, frozen
@@ -44,7 +44,8 @@ class StoredSnapshot:
     stamp: str
     """The code and configuration the state was made by: only the same stamp may load it."""
     state: bytes
-    payloads: tuple[SnapshotPayload, ...] = ()
+    payloads: Sequence[SnapshotPayload] = ()
+    """In the order written; read, a tuple (one written may be any sequence)."""
     digest: str = field(default="")
     """``sha256:`` and the hex digest of the state (see :func:`state_digest`), to tell a
     damaged snapshot; a payload is whole or deleted, so it is not part of it."""
@@ -66,14 +67,15 @@ def payload_streams(snapshot: StoredSnapshot) -> set[str]:
 
 def kept_payloads(
     snapshot: StoredSnapshot, redacted: Mapping[str, int]
-) -> list[tuple[int, SnapshotPayload]]:
+) -> Iterator[tuple[int, SnapshotPayload]]:
     """The payloads of a snapshot (each with its ordinal, its index as written) that hold no
-    redacted event, given the highest redacted version of each stream."""
-    return [
+    redacted event, given the highest redacted version of each stream: one at a time, so that
+    a backend writes them without holding them all at once."""
+    return (
         (ordinal, payload)
         for ordinal, payload in enumerate(snapshot.payloads)
         if redacted.get(payload.stream, 0) < payload.first_version
-    ]
+    )
 
 
 def snapshot_from_rows(name: str, rows: Sequence[Sequence[Any]]) -> StoredSnapshot | None:

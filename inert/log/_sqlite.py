@@ -653,10 +653,10 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         )
         connection.executemany(
             "INSERT INTO snapshot_payloads VALUES (?, ?, ?, ?, ?, ?)",
-            [
+            (
                 (name, ordinal, p.part, p.stream, p.first_version, p.data)
                 for ordinal, p in kept_payloads(snapshot, redacted)
-            ],
+            ),
         )
 
     def _in_own_transaction(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:

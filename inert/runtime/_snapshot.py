@@ -42,13 +42,14 @@ import hashlib
 import io
 import pickle
 import sys
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cache
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import attrs
 
@@ -160,9 +161,14 @@ class _Part:
 
     def stream(self, slot: Slot) -> tuple[str, int]:
         """The stream the bytes come from, and the first version of it they may come from."""
-        if self is FRAGMENTS:
-            return slot.key.response_ref.stream, slot.opened_version
-        return slot.key.stream, 1
+        return self.stream_of(slot.key), slot.opened_version if self is FRAGMENTS else 1
+
+    def stream_of(self, key: CallKey) -> str:
+        return key.response_ref.stream if self is FRAGMENTS else key.stream
+
+    def label(self, key: CallKey) -> str:
+        """The payload's name in the snapshot: unique, as a call holds one of each kind."""
+        return f"{self.kind} {key.stream}"
 
     def held_by(self, slot: Slot) -> bool:
         if self is FRAGMENTS:
@@ -218,6 +224,7 @@ _PREFIX = b"\x00"
 FRAGMENTS = _Part("fragments", ("_buffer", "held"))
 ARGUMENTS = _Part("arguments", ("arguments", "validating", "validation_context", "expected"))
 _PARTS = {part.kind: part for part in (FRAGMENTS, ARGUMENTS)}
+_BY_ORDINAL = (FRAGMENTS, ARGUMENTS)
 
 
 def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
@@ -228,7 +235,7 @@ def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
 
 
 def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
-    payloads: list[SnapshotPayload] = []
+    payloads = _Payloads()
     taken: list[tuple[Slot, _Part, tuple[Any, ...]]] = []
     apart: dict[str, tuple[CallKey, str, bool]] = {}
     dumps = Dumper()
@@ -238,17 +245,8 @@ def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
                 if not part.held_by(slot):
                     continue
                 fields = tuple(getattr(slot, field) for field in part.fields)
-                label = f"{part.kind} {slot.key.stream}"
-                stream, first_version = part.stream(slot)
-                payloads.append(
-                    SnapshotPayload(
-                        part=label,
-                        stream=stream,
-                        first_version=first_version,
-                        data=part.dump(slot, fields, dumps),
-                    )
-                )
-                apart[label] = (slot.key, part.kind, part.needed_by(slot))
+                payloads.add(slot, part, part.dump(slot, fields, dumps))
+                apart[part.label(slot.key)] = (slot.key, part.kind, part.needed_by(slot))
                 taken.append((slot, part, fields))
                 part.strip(slot)
         state.apart = apart
@@ -263,9 +261,63 @@ def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
         position=state.position,
         stamp=stamp,
         state=data,
-        payloads=tuple(payloads),
+        payloads=payloads,
         digest=state_digest(data),
     )
+
+
+class _Payloads(Sequence[SnapshotPayload]):
+    """A snapshot's payloads as a few flat buffers, each ``SnapshotPayload`` made as it is read.
+
+    A snapshot lives while the runtime goes on; as one small object per payload (and its label)
+    it would leave those objects' memory scattered among the runtime's own once it is freed.
+    Labels and streams are the calls' keys' own, derived when read.
+    """
+
+    __slots__ = ("_data", "_ends", "_first_versions", "_keys", "_kinds")
+
+    def __init__(self) -> None:
+        self._keys: list[CallKey] = []
+        self._kinds = bytearray()
+        self._first_versions = array("q")
+        self._ends = array("Q")
+        self._data = bytearray()
+
+    def add(self, slot: Slot, part: _Part, data: bytes) -> None:
+        self._keys.append(slot.key)
+        self._kinds.append(_BY_ORDINAL.index(part))
+        self._first_versions.append(part.stream(slot)[1])
+        self._data += data
+        self._ends.append(len(self._data))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, index: int) -> SnapshotPayload: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[SnapshotPayload]: ...
+
+    def __getitem__(self, index: int | slice) -> SnapshotPayload | Sequence[SnapshotPayload]:
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self)))]
+        at = range(len(self._keys))[index]
+        key, part = self._keys[at], _BY_ORDINAL[self._kinds[at]]
+        start = self._ends[at - 1] if at else 0
+        return SnapshotPayload(
+            part=part.label(key),
+            stream=part.stream_of(key),
+            first_version=self._first_versions[at],
+            data=bytes(memoryview(self._data)[start : self._ends[at]]),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -292,7 +344,7 @@ def restore(snapshot: StoredSnapshot, *, stamp: str) -> RuntimeState:
     return state
 
 
-def _put_back(state: RuntimeState, stored: tuple[SnapshotPayload, ...]) -> None:
+def _put_back(state: RuntimeState, stored: Sequence[SnapshotPayload]) -> None:
     """Give each call the payloads the log still holds of it; degrade the others."""
     records = state.fold.records
     payloads = {payload.part: payload.data for payload in stored}

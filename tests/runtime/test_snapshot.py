@@ -237,6 +237,29 @@ def test_capturing_leaves_the_state_as_it_was() -> None:
         assert all(a is b for a, b in zip(_payload_fields(slot), held[key], strict=True))
 
 
+def test_a_snapshots_payloads_are_each_calls_parts_in_order_and_read_as_a_tuple() -> None:
+    """A capture holds one payload per part a call holds, named by the part and the call, under
+    the stream whose redaction takes it; it indexes, slices and compares as their tuple does."""
+    folded, snapshot = _some_state()
+    payloads = tuple(snapshot.payloads)
+    expected = [
+        (f"{part.kind} {slot.key.stream}", *part.stream(slot))
+        for slot in folded.fold.records.values()
+        for part in (FRAGMENTS, ARGUMENTS)
+        if part.held_by(slot)
+    ]
+    assert [(p.part, p.stream, p.first_version) for p in payloads] == expected
+    assert all(type(p.data) is bytes and p.data for p in payloads)
+    assert snapshot.payloads == payloads
+    assert snapshot.payloads != payloads[1:]
+    assert list(snapshot.payloads[1:4]) == list(payloads[1:4])
+    assert snapshot.payloads[-1] == payloads[-1]
+    with pytest.raises(IndexError):
+        snapshot.payloads[len(payloads)]
+    restored = restore(attrs.evolve(snapshot, payloads=payloads), stamp=STAMP)
+    assert restored.fold.records.keys() == folded.fold.records.keys()
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_no_collection_runs_while_a_state_is_captured(
     enabled: bool, monkeypatch: pytest.MonkeyPatch
@@ -315,16 +338,17 @@ def test_fragments_that_are_a_prefix_of_the_calls_bytes_are_stored_as_those_byte
         for slot in folded.fold.records.values()
         if slot._buffer.prefix_only and not slot.held
     }
-    as_bytes = [p for p in snapshot.payloads if p.part in assembled]
+    stored = tuple(snapshot.payloads)
+    as_bytes = [p for p in stored if p.part in assembled]
     assert as_bytes
     for payload in as_bytes:
         assert payload.data == b"\x00" + assembled[payload.part]
-    assert any(not p.data.startswith(b"\x00") for p in snapshot.payloads)
+    assert any(not p.data.startswith(b"\x00") for p in stored)
     loaded = restore(snapshot, stamp=STAMP)
     for payload in as_bytes:
         assert _slot_of(loaded, payload.part)._buffer.assembled() == assembled[payload.part]
     forged = attrs.evolve(as_bytes[0], data=as_bytes[0].data + b" ")
-    payloads = tuple(forged if p is as_bytes[0] else p for p in snapshot.payloads)
+    payloads = tuple(forged if p is as_bytes[0] else p for p in stored)
     with pytest.raises(SnapshotUnusable, match=r"is not a call's: .* bytes are not the prefix"):
         restore(attrs.evolve(snapshot, payloads=payloads), stamp=STAMP)
 
