@@ -24,6 +24,15 @@ back only the free memory at the top of its heap, and moves medium allocations o
 mappings once a large one was freed), so after each snapshot a runtime asks it to hand back
 every free page (``malloc_trim``, where the C library has it): with 100,000 live calls that
 is about a fifth of the process's memory (``benchmarks/RESULTS.md``).
+
+Taking a snapshot also makes and frees millions of small objects (each call's fields, the
+pickler's memo). CPython keeps thousands of those it frees in its free lists (tuples above all),
+scattered over the pools the capture used: they keep those arenas from going back to the
+system, and the runtime's next objects, taken from the lists, would keep them for good. Only a
+full collection empties the lists. So a runtime that freezes ends each capture, still held, by
+collecting its young generations (what it made since, garbage in cycles included), freezing what
+is alive and collecting again, which then walks nothing but empties the lists. Garbage in cycles
+that had reached the oldest generation is frozen with the rest, as at start-up.
 """
 
 from __future__ import annotations
@@ -41,8 +50,9 @@ class CollectorSettings:
     """How a running runtime sets the garbage collector (see :mod:`inert.runtime._collector`)."""
 
     freeze: bool = True
-    """Freeze the objects alive once the runtime has loaded its snapshot, and once it is ready
-    (its state rebuilt from the log)."""
+    """Freeze the objects alive once the runtime has loaded its snapshot, once it is ready (its
+    state rebuilt from the log), and once it has captured each snapshot (its young generations
+    collected first)."""
     thresholds: tuple[int, int, int] = field(
         default=(50_000, 50, 100), validator=validators.deep_iterable(validators.ge(1))
     )
@@ -110,6 +120,19 @@ def after_snapshot(settings: CollectorSettings | None) -> Callable[[], None]:
     if settings is None or not settings.trim_after_snapshot or _TRIM is None:
         return _nothing
     return _trim
+
+
+def after_capture(settings: CollectorSettings | None) -> Callable[[], None]:
+    """What a runtime does once it has captured a snapshot, before anything else runs."""
+    if settings is None or not settings.freeze:
+        return _nothing
+    return _freeze_after_capture
+
+
+def _freeze_after_capture() -> None:
+    gc.collect(generation=1)
+    gc.freeze()
+    gc.collect()
 
 
 def _trim() -> None:

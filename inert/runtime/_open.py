@@ -158,6 +158,7 @@ async def _running(runtime: Runtime, collector: CollectorSettings | None) -> Asy
         _collector.freeze(collector)
     await runtime._router.catch_up()
     snapshot_written = _collector.after_snapshot(collector)
+    runtime._snapshots.captured = _collector.after_capture(collector)
     await runtime._snapshots.after_replay(
         runtime._router.position, runtime.restored_from, snapshot_written
     )

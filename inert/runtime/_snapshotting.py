@@ -40,6 +40,8 @@ class Snapshots:
         self._wake = trio.Event()
         self._writing = False
         self._written = trio.Event()
+        self.captured: Callable[[], None] = _nothing
+        """Called after each capture, the runtime still held: the collector's business."""
 
     async def load(self) -> RuntimeState | None:
         """The state of the newest snapshot this runtime may start from, if there is one: none
@@ -99,8 +101,14 @@ class Snapshots:
 
     def _capture(self, position: int) -> StoredSnapshot:
         self._due = self._next_after(position)
-        return capture(self._state(position), name=self._name, stamp=self._stamp)
+        snapshot = capture(self._state(position), name=self._name, stamp=self._stamp)
+        self.captured()
+        return snapshot
 
     def _next_after(self, position: int) -> int:
         assert self.every
         return (position // self.every + 1) * self.every
+
+
+def _nothing() -> None:
+    pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -154,6 +156,38 @@ async def test_the_allocator_is_asked_for_its_free_pages_once_a_snapshot_is_writ
         await runtime.settle()
         assert store.snapshots[""].position == len(store.rows) // 4 * 4 > head
         assert len(trims) > written if asked else not trims
+
+
+class _Cycle:
+    """An object that refers to itself: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+@pytest.mark.parametrize(
+    ("collector", "freezes"),
+    [(CollectorSettings(), True), (CollectorSettings(freeze=False), False), (None, False)],
+    ids=["default", "turned-off", "host-managed"],
+)
+async def test_once_it_has_captured_a_snapshot_a_runtime_collects_the_young_and_freezes(
+    collector: CollectorSettings | None, freezes: bool
+) -> None:
+    """A capture ends, the runtime still held, with a collection of the young generations and a
+    freeze of what is alive: a cycle that was garbage is freed, not frozen; an object alive is
+    frozen (not where the settings say not to freeze, or the host manages the collector)."""
+    store = MemoryStore()
+    async with running(store, snapshot_every=4, collector=collector) as runtime:
+        await start(runtime)
+        await runtime.settle()
+        alive = _Cycle()
+        garbage = weakref.ref(_Cycle())
+        await ready_call(runtime, key_of("f", response="f"))
+        await runtime.settle()
+        assert store.snapshots[""].position > 0
+        assert all(tracked is not alive for tracked in gc.get_objects()) is freezes
+        if freezes:
+            assert garbage() is None
 
 
 async def test_without_snapshots_none_is_written_or_read() -> None:
