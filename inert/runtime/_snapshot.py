@@ -312,6 +312,21 @@ class _Payloads(Sequence[SnapshotPayload]):
             data=bytes(memoryview(self._data)[start : self._ends[at]]),
         )
 
+    def __iter__(self) -> Iterator[SnapshotPayload]:
+        start = 0
+        data = self._data
+        for key, kind, first_version, end in zip(
+            self._keys, self._kinds, self._first_versions, self._ends, strict=True
+        ):
+            part = _BY_ORDINAL[kind]
+            yield SnapshotPayload(
+                part=part.label(key),
+                stream=part.stream_of(key),
+                first_version=first_version,
+                data=bytes(data[start:end]),
+            )
+            start = end
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
             return NotImplemented
