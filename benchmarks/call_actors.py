@@ -999,8 +999,7 @@ async def _inert_memory(
 async def _snapshot_cost(runtime: Runtime) -> dict[str, Any]:
     """How long taking a snapshot of all these calls holds the runtime (its own capture of its
     state, then what its collector settings do after a capture, timed after the memory was
-    measured), and the size of the last one it wrote (none
-    below ``snapshot_every`` events)."""
+    measured), and the size of the last one it wrote (none below ``snapshot_every`` events)."""
     written = await runtime.log.read_snapshot("")
     state = runtime._snapshots._state(await runtime.log.head())
     start = time.perf_counter()

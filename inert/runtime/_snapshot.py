@@ -223,8 +223,9 @@ _DECIDED_ON_ARGUMENTS = frozenset({Phase.TERMINAL_CANDIDATE, Phase.VALIDATED})
 _PREFIX = b"\x00"
 FRAGMENTS = _Part("fragments", ("_buffer", "held"))
 ARGUMENTS = _Part("arguments", ("arguments", "validating", "validation_context", "expected"))
-_PARTS = {part.kind: part for part in (FRAGMENTS, ARGUMENTS)}
-_BY_ORDINAL = (FRAGMENTS, ARGUMENTS)
+# In the order a capture takes them; a payload's kind is stored as its index here.
+_ORDERED_PARTS = (FRAGMENTS, ARGUMENTS)
+_PARTS = {part.kind: part for part in _ORDERED_PARTS}
 
 
 def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
@@ -241,7 +242,7 @@ def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
     dumps = Dumper()
     try:
         for slot in state.fold.records.values():
-            for part in (FRAGMENTS, ARGUMENTS):
+            for part in _ORDERED_PARTS:
                 if not part.held_by(slot):
                     continue
                 fields = tuple(getattr(slot, field) for field in part.fields)
@@ -285,7 +286,7 @@ class _Payloads(Sequence[SnapshotPayload]):
 
     def add(self, slot: Slot, part: _Part, data: bytes) -> None:
         self._keys.append(slot.key)
-        self._kinds.append(_BY_ORDINAL.index(part))
+        self._kinds.append(_ORDERED_PARTS.index(part))
         self._first_versions.append(part.stream(slot)[1])
         self._data += data
         self._ends.append(len(self._data))
@@ -303,13 +304,12 @@ class _Payloads(Sequence[SnapshotPayload]):
         if isinstance(index, slice):
             return [self[at] for at in range(*index.indices(len(self)))]
         at = range(len(self._keys))[index]
-        key, part = self._keys[at], _BY_ORDINAL[self._kinds[at]]
         start = self._ends[at - 1] if at else 0
-        return SnapshotPayload(
-            part=part.label(key),
-            stream=part.stream_of(key),
-            first_version=self._first_versions[at],
-            data=bytes(memoryview(self._data)[start : self._ends[at]]),
+        return _payload(
+            self._keys[at],
+            self._kinds[at],
+            self._first_versions[at],
+            self._data[start : self._ends[at]],
         )
 
     def __iter__(self) -> Iterator[SnapshotPayload]:
@@ -318,13 +318,7 @@ class _Payloads(Sequence[SnapshotPayload]):
         for key, kind, first_version, end in zip(
             self._keys, self._kinds, self._first_versions, self._ends, strict=True
         ):
-            part = _BY_ORDINAL[kind]
-            yield SnapshotPayload(
-                part=part.label(key),
-                stream=part.stream_of(key),
-                first_version=first_version,
-                data=bytes(data[start:end]),
-            )
+            yield _payload(key, kind, first_version, data[start:end])
             start = end
 
     def __eq__(self, other: object) -> bool:
@@ -333,6 +327,16 @@ class _Payloads(Sequence[SnapshotPayload]):
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _payload(key: CallKey, kind: int, first_version: int, data: bytearray) -> SnapshotPayload:
+    part = _ORDERED_PARTS[kind]
+    return SnapshotPayload(
+        part=part.label(key),
+        stream=part.stream_of(key),
+        first_version=first_version,
+        data=bytes(data),
+    )
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class Snapshots:
         self._wake = trio.Event()
         self._writing = False
         self._written = trio.Event()
-        self.captured: Callable[[], None] = _nothing
+        self.captured: Callable[[], None] = lambda: None
         """Called after each capture, the runtime still held: the collector's business."""
 
     async def load(self) -> RuntimeState | None:
@@ -108,7 +108,3 @@ class Snapshots:
     def _next_after(self, position: int) -> int:
         assert self.every
         return (position // self.every + 1) * self.every
-
-
-def _nothing() -> None:
-    pass
