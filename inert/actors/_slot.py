@@ -156,7 +156,13 @@ class Slot(CallView):
     def next_expected(self) -> Event | None:
         """The first decision made and not yet seen, taken off the list; ``None`` if none."""
         expected = self.expected
-        return expected.pop(0) if expected else None
+        if not expected:
+            return None
+        if len(expected) == 1:
+            # A call waits with nothing expected almost all its life: no empty list kept.
+            self.expected = ()
+            return expected[0]
+        return expected.pop(0)
 
     def hold(self, received: Input, context: CallContext) -> None:
         """Hold an input back until the call may decide it."""
@@ -167,7 +173,11 @@ class Slot(CallView):
 
     def release(self) -> tuple[Input, CallContext]:
         """The first input held back, no longer held."""
-        return self.held.pop(0)  # type: ignore[union-attr]
+        held = self.held
+        if len(held) == 1:
+            self.held = ()
+            return held[0]
+        return held.pop(0)  # type: ignore[union-attr]
 
     def take_arguments(self, arguments: ParsedArguments) -> None:
         """The validated arguments a degraded call's decisions recorded (``with_arguments``)."""
