@@ -217,9 +217,10 @@ class CallRouter:
 
     async def _work_through(self, key: CallKey, batch: list[Work]) -> None:
         pending: list[NewEvent] = []
+        stream = key.stream
         for work in batch:
             if isinstance(work, AppendDecisions):
-                pending.extend(NewEvent(stream=key.stream, event=event) for event in work.decisions)
+                pending.extend(NewEvent(stream=stream, event=event) for event in work.decisions)
             elif isinstance(work, RunValidation):
                 await self._append(key, pending)
                 pending = []
@@ -229,14 +230,15 @@ class CallRouter:
     async def _append(self, key: CallKey, events: list[NewEvent]) -> None:
         if not events:
             return
+        stream = key.stream
         version = self._written.get(key)
         if version is None:
             record = self._fold.records.get(key)
             version = record.version if record is not None else None
             if version is None:
                 # A call this fold forgot, or never knew: its stream may hold events.
-                version = await self._log.stream_version(key.stream)
-        expected = {key.stream: version}
+                version = await self._log.stream_version(stream)
+        expected = {stream: version}
         if self._fold.process is None:
             await self._log.append(events, expected)
         else:

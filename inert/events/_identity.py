@@ -45,14 +45,18 @@ def _identity_component(instance: object, attribute: attrs.Attribute[str], value
 _UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 
-def _stream(kind: str, *parts: str) -> str:
-    unquoted = _UNQUOTED.fullmatch
-    return "/".join((kind, *(part if unquoted(part) else quote(part, safe="") for part in parts)))
+def _stream(kind: str, parts: tuple[str, ...]) -> str:
+    # One look at the parts together: where one needs quoting, so does their concatenation.
+    if _UNQUOTED.fullmatch("".join(parts)):
+        return "/".join((kind, *parts))
+    return "/".join((kind, *(quote(part, safe="") for part in parts)))
 
 
 # Identities are dict keys on every hot path of the runtime: their hash is computed once, and
-# what is derived from them (streams, the turn and response of a call) once per instance; the
-# turn and response of a call are the ones decoded events name (interned by their fields).
+# the turn and response of a call once per instance (the ones decoded events name, interned by
+# their fields). A turn's and a response's streams are kept too: few, and named as dict keys
+# while they live. A call's streams are made when asked for: every live call would keep two
+# long names for the few moments its actor appends.
 
 
 @frozen(kw_only=True, cache_hash=True)
@@ -66,12 +70,12 @@ class TurnRef:
     @cached_property
     def stream(self) -> str:
         """The stream of the turn's lifecycle and of the user's actions on it."""
-        return _stream("turn", self.tenant, self.conversation, self.turn)
+        return _stream("turn", (self.tenant, self.conversation, self.turn))
 
     @cached_property
     def lease_stream(self) -> str:
         """Which runtime process owns the turn, where several share the log."""
-        return _stream("lease", self.tenant, self.conversation, self.turn)
+        return _stream("lease", (self.tenant, self.conversation, self.turn))
 
 
 @frozen(kw_only=True, cache_hash=True)
@@ -95,7 +99,7 @@ class ResponseRef:
     @cached_property
     def stream(self) -> str:
         """The ingress stream of this provider response (one feeding adapter at a time)."""
-        return _stream("response", self.tenant, self.response)
+        return _stream("response", (self.tenant, self.response))
 
 
 @frozen(kw_only=True, cache_hash=True)
@@ -133,15 +137,15 @@ class CallKey:
     def _parts(self) -> tuple[str, ...]:
         return (self.tenant, self.conversation, self.turn, self.response, self.item, self.call)
 
-    @cached_property
+    @property
     def stream(self) -> str:
         """The decision stream of the call: written only by the call's actor."""
-        return _stream("call", *self._parts())
+        return _stream("call", self._parts())
 
-    @cached_property
+    @property
     def request_stream(self) -> str:
         """Claims and confirmations addressed to the call's actor (any writer)."""
-        return _stream("request", *self._parts())
+        return _stream("request", self._parts())
 
 
 def shared_key(key: CallKey) -> CallKey:
@@ -155,7 +159,7 @@ def process_stream(process: str) -> str:
     """The heartbeats of one runtime process."""
     if not process:
         raise ValueError("process must not be empty")
-    return _stream("process", process)
+    return _stream("process", (process,))
 
 
 def control_stream(tenant: str | None = None) -> str:
@@ -164,4 +168,4 @@ def control_stream(tenant: str | None = None) -> str:
         return "control/global"
     if not tenant:
         raise ValueError("tenant must not be empty")
-    return _stream("control", "tenant", tenant)
+    return _stream("control", ("tenant", tenant))

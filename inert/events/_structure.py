@@ -10,11 +10,11 @@ is not exactly the one declared, a validator that refuses) makes it give up, and
 structures the payload through the converter, which builds the value or says what is wrong.
 Identities (call keys, turns, responses, offered tools) are interned by their exact fields:
 most events name an identity seen a moment ago, and handing back the same object skips its
-validation and lets what it caches (hash, streams) serve every later event. The tables hold
-their identities weakly: an identity something still holds (a live call's key, a turn the
-ledger keeps) is the one object of its value however many are alive, and one nothing holds
-any more leaves its table at the next sweep, so that the tables follow what is alive, not the
-history decoded.
+validation and lets what it caches (its hash, a response's stream) serve every later event.
+The tables hold their identities weakly: an identity something still holds (a live call's
+key, a turn the ledger keeps) is the one object of its value however many are alive, and one
+nothing holds any more leaves its table at the next sweep, so that the tables follow what is
+alive, not the history decoded.
 """
 
 from __future__ import annotations

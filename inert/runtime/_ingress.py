@@ -115,7 +115,7 @@ class _Discarded:
     def __init__(self, key: CallKey, reason: DiscardReason) -> None:
         self.key = key
         self.reason = reason
-        self.calls: dict[str, None] = {}
+        self.calls: dict[CallKey, None] = {}
         self.events = 0
         self.fragments = 0
         self.size = 0
@@ -155,14 +155,14 @@ class Ingress:
     ) -> None:
         self._log = log
         self._refused = refused
-        self._discarded: dict[str, _Discarded] = {}
+        self._discarded: dict[CallKey, _Discarded] = {}
         self._max_bytes = max_pending_bytes
         self._max_events = max_pending_events
         self._pending: dict[str, list[_Run | _Discarded]] = {}
         # The streams of ``_pending`` no feeder or writer holds, oldest first: the writer's
         # work, found without looking at each stream a feeder holds while it appends.
         self._free: dict[str, None] = {}
-        self._open: dict[str, _Run] = {}
+        self._open: dict[CallKey, _Run] = {}
         self._pending_bytes = 0
         self._pending_events = 0
         self._locks: dict[str, _StreamLock] = {}
@@ -246,8 +246,7 @@ class Ingress:
         sequences (where numbered), the same trace context; else start a run.
 
         Fragments without an offset are never joined: placed by their sequences, a joined one
-        could overlap sequences seen where each alone would be a duplicate or new. Runs are
-        found by the call's stream name (a string hashes faster than a call key).
+        could overlap sequences seen where each alone would be a duplicate or new.
         """
         runs = self._open
         refused = self._refused
@@ -257,7 +256,7 @@ class Ingress:
             if refusal is not None:
                 self._discard(key, refusal, fragment.fragments, len(data))
                 continue
-            run = runs.get(key.stream)
+            run = runs.get(key)
             if (
                 run is not None
                 and run.offset is not None
@@ -270,7 +269,7 @@ class Ingress:
                 run.parts.append(data)
                 run.size += len(data)
             else:
-                run = runs[key.stream] = _Run(fragment, trace)
+                run = runs[key] = _Run(fragment, trace)
                 self._pend(key.response_ref.stream, run)
             self._pending_bytes += len(data)
 
@@ -283,11 +282,11 @@ class Ingress:
     ) -> None:
         """Count an event the decider could only refuse, instead of holding it."""
         reason, counted_under = refusal
-        discarded = self._discarded.get(counted_under.stream)
+        discarded = self._discarded.get(counted_under)
         if discarded is None or discarded.reason is not reason:
-            discarded = self._discarded[counted_under.stream] = _Discarded(counted_under, reason)
+            discarded = self._discarded[counted_under] = _Discarded(counted_under, reason)
             self._pend(counted_under.response_ref.stream, discarded)
-        discarded.calls[key.stream] = None
+        discarded.calls[key] = None
         discarded.events += 1
         discarded.fragments += fragments
         discarded.size += size
@@ -303,12 +302,12 @@ class Ingress:
         self._free.pop(stream, None)
         for run in runs:
             if type(run) is _Discarded:
-                if self._discarded.get(run.key.stream) is run:
-                    del self._discarded[run.key.stream]
+                if self._discarded.get(run.key) is run:
+                    del self._discarded[run.key]
                 self._pending_events -= 1
                 continue
-            if self._open.get(run.key.stream) is run:
-                del self._open[run.key.stream]
+            if self._open.get(run.key) is run:
+                del self._open[run.key]
             self._pending_bytes -= run.size
             self._pending_events -= 1
         return [run.new_event() for run in runs]

@@ -220,7 +220,7 @@ def test_stream_names_quote_every_component_as_urllib_does(parts: list[str]) -> 
         expected = "/".join(("kind", *(quote(part, safe="") for part in parts)))
     except UnicodeEncodeError:
         return
-    assert _stream("kind", *parts) == expected
+    assert _stream("kind", tuple(parts)) == expected
 
 
 def test_control_streams_are_global_or_per_tenant() -> None:
