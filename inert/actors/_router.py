@@ -2,7 +2,11 @@
 
 The router reads the log in position order (first what is stored, then each new event as it
 lands) and folds every event (``CallFold``). The fold says what each call's actor must do; the
-router hands it to that actor's bounded inbox, spawning the actor on first use.
+router hands it to that actor's bounded inbox, spawning the actor on first use. At most
+``max_busy_actors`` actors have work at once: past that, the router waits for one to finish
+before it spawns another. An actor never waits for the router, so this cannot stall; without
+it, a fold catching up on a backlog (after a pause such as a snapshot's capture) would spawn an
+actor for every call it passes, each holding its task and its pending write, all at once.
 
 A call's actor is a Trio task that exists while its call has work: it writes the call's
 decisions to the call's stream, with the expected version (alone on the log it is the stream's
@@ -45,6 +49,9 @@ Validation = Callable[[ValidationRequested], ValidationResult | Awaitable[Valida
 ``ToolRegistry.start_validation`` does)."""
 
 DEFAULT_INBOX_SIZE = 64
+DEFAULT_MAX_BUSY_ACTORS = 4096
+"""As many as the log's group commit takes in one batch by default: more at once would only
+wait for the next commit."""
 DEFAULT_VALIDATION_TIMEOUT = 0.1
 READ_PAGE = 4096
 _SWEEP_AT_LEAST = 1024
@@ -62,6 +69,7 @@ class CallRouter:
         listener: Listener,
         validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
         inbox_size: int = DEFAULT_INBOX_SIZE,
+        max_busy_actors: int = DEFAULT_MAX_BUSY_ACTORS,
     ) -> None:
         self._log = log
         self._fold = fold
@@ -76,6 +84,9 @@ class CallRouter:
         self._actors: dict[CallKey, deque[Work]] = {}
         self._room = trio.Event()
         self._waiting_for_room = 0
+        self._max_busy_actors = max_busy_actors
+        self._vacancy = trio.Event()
+        self._waiting_for_vacancy = False
         # The version of a call's stream after this router's last write to it, until the fold
         # has read that write back.
         self._written: dict[CallKey, int] = {}
@@ -175,6 +186,10 @@ class CallRouter:
         key = work.key
         while True:
             inbox = self._actors.get(key)
+            if inbox is None and len(self._actors) >= self._max_busy_actors:
+                self._waiting_for_vacancy = True
+                await self._vacancy.wait()
+                continue
             if inbox is None:
                 assert self._nursery is not None
                 inbox = self._actors[key] = deque()
@@ -201,6 +216,10 @@ class CallRouter:
                 # Nothing is queued and no checkpoint lies between this check and the removal,
                 # so no work can slip in between: the actor passivates.
                 del self._actors[key]
+                if self._waiting_for_vacancy:
+                    self._waiting_for_vacancy = False
+                    self._vacancy.set()
+                    self._vacancy = trio.Event()
                 if not self._actors:
                     self._idle.set()
                     self._idle = trio.Event()

@@ -21,7 +21,11 @@ from ..actors import (
     ToolRegistry,
     Validator,
 )
-from ..actors._router import DEFAULT_INBOX_SIZE, DEFAULT_VALIDATION_TIMEOUT
+from ..actors._router import (
+    DEFAULT_INBOX_SIZE,
+    DEFAULT_MAX_BUSY_ACTORS,
+    DEFAULT_VALIDATION_TIMEOUT,
+)
 from ..events import (
     ConfigurationError,
     InertError,
@@ -52,6 +56,7 @@ async def open_runtime(
     limits: CallLimits = DEFAULT_LIMITS,
     validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
     inbox_size: int = DEFAULT_INBOX_SIZE,
+    max_busy_actors: int = DEFAULT_MAX_BUSY_ACTORS,
     operators: OperatorAuthorizer | Iterable[str] = (),
     ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
     retention: Retention = DEFAULT_RETENTION,
@@ -71,7 +76,10 @@ async def open_runtime(
     principal, or the principals themselves (none by default: every control is refused). The ledger
     keeps a finished call's row ``ledger_horizon`` (30 days) after it finished, by the log's times,
     and a turn idle that long is retired (see :mod:`inert.runtime._retirement`). ``inbox_size``
-    bounds the work waiting for one call's actor (at least 1; the router waits when it is full).
+    bounds the work waiting for one call's actor (at least 1; the router waits when it is full),
+    and ``max_busy_actors`` the actors with work at once (at least 1, 4,096 by default; past it
+    the router waits for one to finish before it starts another, so that a fold catching up on a
+    backlog does not start one for every call it passes).
     ``retention`` says which argument payloads are redacted from the log once nothing can need them
     (by default fragments and validated arguments, see :class:`Retention`). Where several runtime
     processes share one log, each names itself (``process``): it owns the turns it starts, and
@@ -107,6 +115,8 @@ async def open_runtime(
         raise ConfigurationError(f"snapshot_every must be at least 1 or None, not {snapshot_every}")
     if inbox_size < 1:
         raise ConfigurationError(f"inbox_size must be at least 1, not {inbox_size}")
+    if max_busy_actors < 1:
+        raise ConfigurationError(f"max_busy_actors must be at least 1, not {max_busy_actors}")
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
     async with AsyncExitStack() as stack:
@@ -127,6 +137,7 @@ async def open_runtime(
             snapshot_every=snapshot_every,
             validation_timeout=validation_timeout,
             inbox_size=inbox_size,
+            max_busy_actors=max_busy_actors,
             request_timeout=request_timeout,
         )
         runtime.operators = authorizer

@@ -5,6 +5,7 @@ has finished."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
@@ -34,6 +35,8 @@ from inert import (
     trio_clock,
 )
 from inert.actors import CallFold
+from inert.actors._fold import Work
+from inert.actors._router import DEFAULT_MAX_BUSY_ACTORS, CallRouter
 from inert.events import DEFAULT_CODEC, EventRejected, RejectReason, TurnRetired
 from inert.log import MemoryLog, MemoryStore
 from inert.log._records import decode_record
@@ -311,3 +314,42 @@ async def test_an_inbox_of_one_still_delivers_every_decision_in_order() -> None:
         await runtime.feed(events)  # type: ignore[arg-type]
         await runtime.settle()
         assert [runtime.phase(key) for key in keys] == [Phase.VALIDATED] * 20
+
+
+@pytest.mark.parametrize("bound", [1, 2, None])
+async def test_no_more_actors_than_the_bound_have_work_at_once(
+    bound: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router starts an actor only while fewer than ``max_busy_actors`` have work, and
+    every call still reaches its end; unbounded, the same feed keeps more busy at once; a bound
+    below one is refused."""
+    with pytest.raises(ConfigurationError, match="max_busy_actors"):
+        async with open_runtime(log="memory://", max_busy_actors=0):
+            pass
+    busy = most = 0
+    actor = CallRouter._actor
+
+    async def counted(router: CallRouter, key: CallKey, inbox: deque[Work]) -> None:
+        nonlocal busy, most
+        busy += 1
+        most = max(most, busy)
+        try:
+            await actor(router, key, inbox)
+        finally:
+            busy -= 1
+
+    monkeypatch.setattr(CallRouter, "_actor", counted)
+    log = MemoryLog(MemoryStore(), clock=trio_clock())
+    busy_actors = DEFAULT_MAX_BUSY_ACTORS if bound is None else bound
+    async with open_runtime(
+        log=log, tools=[TOOL], limits=LIMITS, max_busy_actors=busy_actors
+    ) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL)
+        keys = [key_of("t1", f"call_{index}") for index in range(20)]
+        await runtime.feed([event for key in keys for event in whole_call(key)])  # type: ignore[misc]
+        await runtime.settle()
+        assert [runtime.phase(key) for key in keys] == [Phase.VALIDATED] * 20
+    if bound is None:
+        assert most > 2
+    else:
+        assert most == bound
