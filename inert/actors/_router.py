@@ -4,9 +4,10 @@ The router reads the log in position order (first what is stored, then each new 
 lands) and folds every event (``CallFold``). The fold says what each call's actor must do; the
 router hands it to that actor's bounded inbox, spawning the actor on first use. At most
 ``max_busy_actors`` actors have work at once: past that, the router waits for one to finish
-before it spawns another. An actor never waits for the router, so this cannot stall; without
-it, a fold catching up on a backlog (after a pause such as a snapshot's capture) would spawn an
-actor for every call it passes, each holding its task and its pending write, all at once.
+before it spawns another. An actor never waits for the router (what it awaits is the log, or
+a validation bounded by its timeout), so this cannot stall; without it, a fold catching up on a
+backlog (after a pause such as a snapshot's capture) would spawn an actor for every call it
+passes, each holding its task and its pending write, all at once.
 
 A call's actor is a Trio task that exists while its call has work: it writes the call's
 decisions to the call's stream, with the expected version (alone on the log it is the stream's
