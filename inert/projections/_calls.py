@@ -59,38 +59,104 @@ Step: TypeAlias = tuple[int, str, Phase | None, str]
 """A transition as the ledger keeps it: position, event type, state and detail."""
 
 
-class Received:
-    """Fragment counts and sizes of one call not yet at its terminal candidate, by position.
+class Call:
+    """Everything the ledger holds of one call, in one record: an event costs one lookup of its
+    key, and a live call one object.
 
-    Kept per position because the actor's answer to a fragment comes later in the log: a
-    fragment it rejects (a duplicate delivery, a stale turn) is taken back out. A fragment with
-    an offset counts the bytes it adds to the ranges seen, so that a delivery chunked otherwise
-    is not counted twice.
+    The row's columns after the key's are slots of the same names (from ``tool`` to
+    ``outcome``); ``state`` is ``None`` while the call has no row, until its actor first decides
+    on it. ``history`` is the
+    one transition recorded, or the list of them once there are more. ``public`` is the row as
+    last read, kept until the row or what was received changes.
 
-    Compact, since every collecting call holds one: the positions with their counts in one
-    array of integers (three a position, ascending, as the log hands them out), and the ranges
-    seen as the end of the one range from the start until a fragment leaves a gap or overlaps.
+    While the call receives fragments (before its row, and while its row is collecting),
+    ``taken`` holds position, fragments and size of each fragment event counted, three integers
+    a position, ascending as the log hands them out: the actor's answer to a fragment comes
+    later in the log, and a fragment it rejects (a duplicate delivery, a stale turn) is taken
+    back out. ``fragments`` and ``bytes`` are then what was received and not taken back. A
+    fragment with an offset counts the bytes it adds to the ranges seen, so that a delivery
+    chunked otherwise is not counted twice; the ranges are kept as the end of the one range from
+    the start (``end``) until a fragment leaves a gap or overlaps (``covered``).
     """
 
-    __slots__ = ("covered", "end", "fragments", "size", "taken")
+    __slots__ = (
+        "bytes",
+        "claim",
+        "covered",
+        "dispatch",
+        "end",
+        "fragments",
+        "history",
+        "key",
+        "opened_at",
+        "outcome",
+        "parse",
+        "public",
+        "state",
+        "taken",
+        "terminal_event",
+        "terminal_reason",
+        "tool",
+        "validation",
+    )
 
-    def __init__(self) -> None:
-        self.taken = array("q")
-        """Position, fragments and size of each fragment event taken, by ascending position."""
-        self.end = 0
-        """Bytes ``[0, end)`` seen, while ``covered`` is ``None``."""
-        self.covered: list[tuple[int, int]] | None = None
-        """The ranges seen, once they are not one range from the start."""
+    def __init__(self, key: CallKey) -> None:
+        self.key = key
+        self.history: Step | list[Step] | None = None
+        # An outcome counts only for the claim that dispatched the call: at most one exists.
+        self.claim: str | None = None
+        self.public: LedgerRow | None = None
+        self.opened_at = 0
+        """The position of the decision that gave the call its row: rows are read in its order."""
+        self.tool = ""
+        self.state: Phase | None = None
         self.fragments = 0
-        self.size = 0
+        self.bytes = 0
+        self.terminal_event: str | None = None
+        self.terminal_reason: str | None = None
+        self.parse: str | None = None
+        self.validation: str | None = None
+        self.dispatch: Dispatch = "inert"
+        self.outcome: Outcome | None = None
+        self.taken: array[int] | None = None
+        self.end = 0
+        self.covered: list[tuple[int, int]] | None = None
 
     # A snapshot holds plain values only: the array goes into it as a tuple of integers.
     def __getstate__(self) -> tuple[object, ...]:
-        return (tuple(self.taken), self.end, self.covered, self.fragments, self.size)
+        taken = self.taken
+        return (
+            *(getattr(self, name) for name in _CALL_FIELDS),
+            None if taken is None else tuple(taken),
+        )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        taken, self.end, self.covered, self.fragments, self.size = state
-        self.taken = array("q", taken)
+        *fields, taken = state
+        if len(fields) != len(_CALL_FIELDS):
+            raise ValueError(f"a ledger call of {len(state)} values, not {len(_CALL_FIELDS) + 1}")
+        for name, value in zip(_CALL_FIELDS, fields, strict=True):
+            setattr(self, name, value)
+        self.taken = None if taken is None else array("q", taken)
+
+    def open_row(self, tool: str, position: int) -> None:
+        """Give the call its row, collecting, with what it received so far."""
+        self.tool = tool
+        self.state = Phase.COLLECTING
+        self.opened_at = position
+
+    def receive(self) -> None:
+        """Count fragments from none (a row past collecting kept its own counts)."""
+        self.taken = array("q")
+        self.end = 0
+        self.covered = None
+        self.fragments = 0
+        self.bytes = 0
+
+    def stop_receiving(self) -> None:
+        """Keep the counts as they are, and nothing to take fragments back with."""
+        self.taken = None
+        self.end = 0
+        self.covered = None
 
     def cover(self, offset: int, length: int) -> int:
         """Take the range in; how many of its bytes no range seen held."""
@@ -119,14 +185,17 @@ class Received:
         return length - seen
 
     def add(self, position: int, fragments: int, size: int) -> None:
-        """Count a fragment event; ``position`` is past every one counted."""
+        """Count a fragment event (receiving); ``position`` is past every one counted."""
+        assert self.taken is not None
         self.taken.extend((position, fragments, size))
         self.fragments += fragments
-        self.size += size
+        self.bytes += size
 
     def drop(self, position: int) -> None:
         """Take a counted fragment event back out (nothing if none is at ``position``)."""
         taken = self.taken
+        if taken is None:
+            return
         low, high = 0, len(taken) // 3
         while low < high:
             middle = (low + high) // 2
@@ -137,71 +206,41 @@ class Received:
         at = 3 * low
         if at < len(taken) and taken[at] == position:
             self.fragments -= taken[at + 1]
-            self.size -= taken[at + 2]
+            self.bytes -= taken[at + 2]
             del taken[at : at + 3]
 
+    def record(self, step: Step) -> None:
+        """Add a transition to the call's history."""
+        history = self.history
+        if history is None:
+            self.history = step
+        elif isinstance(history, list):
+            history.append(step)
+        else:
+            self.history = [history, step]
 
-class Row:
-    """A call's row as the ledger changes it: the columns of ``LedgerRow`` after the key's."""
+    def steps(self) -> list[Step]:
+        """The call's transitions as recorded, oldest first."""
+        history = self.history
+        if history is None:
+            return []
+        return list(history) if isinstance(history, list) else [history]
 
-    __slots__ = (
-        "bytes",
-        "dispatch",
-        "fragments",
-        "outcome",
-        "parse",
-        "state",
-        "terminal_event",
-        "terminal_reason",
-        "tool",
-        "validation",
-    )
+    @property
+    def first_step(self) -> int:
+        """The position of the call's first transition (it has one)."""
+        history = self.history
+        assert history is not None
+        return history[0][0] if isinstance(history, list) else history[0]
 
-    def __init__(self, tool: str, fragments: int, size: int) -> None:
-        self.tool = tool
-        self.state: Phase = Phase.COLLECTING
-        self.fragments = fragments
-        self.bytes = size
-        self.terminal_event: str | None = None
-        self.terminal_reason: str | None = None
-        self.parse: str | None = None
-        self.validation: str | None = None
-        self.dispatch: Dispatch = "inert"
-        self.outcome: Outcome | None = None
-
-
-class Call:
-    """Everything the ledger holds of one call, so that an event costs one lookup of its key.
-
-    ``row`` is ``None`` until the call's actor first decides on the call; ``received`` is kept
-    while the call collects; ``public`` is the row as last read, kept until the row or what was
-    received changes.
-    """
-
-    __slots__ = ("claim", "history", "key", "public", "received", "row")
-
-    def __init__(self, key: CallKey) -> None:
-        self.key = key
-        self.row: Row | None = None
-        self.received: Received | None = None
-        self.history: list[Step] | None = None
-        # An outcome counts only for the claim that dispatched the call: at most one exists.
-        self.claim: str | None = None
-        self.public: LedgerRow | None = None
-
-    def read(self, row: Row) -> LedgerRow:
-        """The public row (``row`` is this call's)."""
+    def read(self) -> LedgerRow:
+        """The public row (the call has one)."""
         public = self.public
         if public is not None:
             return public
         key = self.key
-        received = self.received
-        # A collecting row's counts are read from what was received when the row is read, not
-        # copied into it on every fragment (only a collecting call keeps ``received``).
-        if received is None:
-            fragments, size = row.fragments, row.bytes
-        else:
-            fragments, size = received.fragments, received.size
+        state = self.state
+        assert state is not None
         public = self.public = LedgerRow(
             tenant=key.tenant,
             conversation=key.conversation,
@@ -209,18 +248,21 @@ class Call:
             response=key.response,
             item=key.item,
             call=key.call,
-            tool=row.tool,
-            state=row.state,
-            fragments=fragments,
-            bytes=size,
-            terminal_event=row.terminal_event,
-            terminal_reason=row.terminal_reason,
-            parse=row.parse,
-            validation=row.validation,
-            dispatch=row.dispatch,
-            outcome=row.outcome,
+            tool=self.tool,
+            state=state,
+            fragments=self.fragments,
+            bytes=self.bytes,
+            terminal_event=self.terminal_event,
+            terminal_reason=self.terminal_reason,
+            parse=self.parse,
+            validation=self.validation,
+            dispatch=self.dispatch,
+            outcome=self.outcome,
         )
         return public
+
+
+_CALL_FIELDS = tuple(name for name in Call.__slots__ if name != "taken")
 
 
 # --- how the ledger takes each decision ------------------------------------------------------
@@ -229,10 +271,10 @@ class Call:
 # detail of its transition: identities, counts, digests and reasons, never values.
 
 
-def _collecting(call: Call, row: Row, event: CallCollecting) -> None:
-    row.tool = event.tool
-    row.state = Phase.COLLECTING
-    row.dispatch = "inert"
+def _collecting(call: Call, event: CallCollecting) -> None:
+    call.tool = event.tool
+    call.state = Phase.COLLECTING
+    call.dispatch = "inert"
 
 
 def _collecting_detail(event: CallCollecting) -> str:
@@ -240,13 +282,13 @@ def _collecting_detail(event: CallCollecting) -> str:
     return sys.intern(f"tool {event.tool}")
 
 
-def _terminal_candidate(call: Call, row: Row, event: CallTerminalCandidate) -> None:
-    row.state = Phase.TERMINAL_CANDIDATE
-    row.fragments = event.fragments
-    row.bytes = event.size
-    row.terminal_event = terminal_label(event.terminal)
-    row.parse = "ok"
-    row.dispatch = "inert"
+def _terminal_candidate(call: Call, event: CallTerminalCandidate) -> None:
+    call.state = Phase.TERMINAL_CANDIDATE
+    call.fragments = event.fragments
+    call.bytes = event.size
+    call.terminal_event = terminal_label(event.terminal)
+    call.parse = "ok"
+    call.dispatch = "inert"
 
 
 def _terminal_candidate_detail(event: CallTerminalCandidate) -> str:
@@ -256,11 +298,11 @@ def _terminal_candidate_detail(event: CallTerminalCandidate) -> str:
     )
 
 
-def _validated(call: Call, row: Row, event: CallValidated) -> None:
+def _validated(call: Call, event: CallValidated) -> None:
     needs_confirmation = event.needs_confirmation
-    row.state = Phase.VALIDATED
-    row.validation = "ok, needs confirmation" if needs_confirmation else "ok"
-    row.dispatch = "await_confirmation" if needs_confirmation else "ready"
+    call.state = Phase.VALIDATED
+    call.validation = "ok, needs confirmation" if needs_confirmation else "ok"
+    call.dispatch = "await_confirmation" if needs_confirmation else "ready"
 
 
 def _validated_detail(event: CallValidated) -> str:
@@ -282,37 +324,37 @@ def edited_detail(event: CallValidated) -> str:
     )
 
 
-def _awaiting_confirmation(call: Call, row: Row, event: CallAwaitingConfirmation) -> None:
-    row.state = Phase.VALIDATED
-    row.dispatch = "await_confirmation"
+def _awaiting_confirmation(call: Call, event: CallAwaitingConfirmation) -> None:
+    call.state = Phase.VALIDATED
+    call.dispatch = "await_confirmation"
 
 
 def _awaiting_confirmation_detail(event: CallAwaitingConfirmation) -> str:
     return f"until {event.expires_at.isoformat()}"
 
 
-def _confirmed(call: Call, row: Row, event: CallConfirmed) -> None:
+def _confirmed(call: Call, event: CallConfirmed) -> None:
     # As in the dispatch queue: only a call seen waiting is made ready by it.
-    if row.dispatch == "await_confirmation":
-        row.dispatch = "ready"
+    if call.dispatch == "await_confirmation":
+        call.dispatch = "ready"
 
 
 def _confirmed_detail(event: CallConfirmed) -> str:
     return f"by {event.principal}, confirmation {event.confirmation_event_id}"
 
 
-def _dispatched(call: Call, row: Row, event: CallDispatched) -> None:
+def _dispatched(call: Call, event: CallDispatched) -> None:
     call.claim = event.claim_id
-    row.state = Phase.DISPATCHED
-    row.dispatch = "dispatched"
+    call.state = Phase.DISPATCHED
+    call.dispatch = "dispatched"
 
 
 def _dispatched_detail(event: CallDispatched) -> str:
     return f"claim {event.claim_id} by {event.executor}"
 
 
-def _cancelled(call: Call, row: Row, event: CallCancelled) -> None:
-    _ended(row, Phase.CANCELLED, event.reason.value, event)
+def _cancelled(call: Call, event: CallCancelled) -> None:
+    _ended(call, Phase.CANCELLED, event.reason.value, event)
 
 
 def _cancelled_detail(event: CallCancelled) -> str:
@@ -321,14 +363,14 @@ def _cancelled_detail(event: CallCancelled) -> str:
     return event.reason.value if earlier is None else f"{event.reason.value} {earlier.stream}"
 
 
-def _failed(call: Call, row: Row, event: CallFailed) -> None:
+def _failed(call: Call, event: CallFailed) -> None:
     reason = event.reason
-    _ended(row, Phase.FAILED, reason.value, event)
+    _ended(call, Phase.FAILED, reason.value, event)
     parse = _parse_problem(reason, event.detail)
     if parse is not None:
-        row.parse = parse
+        call.parse = parse
     if reason in _VALIDATION_FAILURES:
-        row.validation = reason.value
+        call.validation = reason.value
 
 
 def _failed_detail(event: CallFailed) -> str:
@@ -336,15 +378,15 @@ def _failed_detail(event: CallFailed) -> str:
     return f"{reason.value}: {detail}" if detail else reason.value
 
 
-def _ended(row: Row, state: Phase, reason: str, event: CallCancelled | CallFailed) -> None:
-    if row.state is Phase.COLLECTING:
+def _ended(call: Call, state: Phase, reason: str, event: CallCancelled | CallFailed) -> None:
+    if call.state is Phase.COLLECTING:
         # The decision's own counts, not the fragments seen here: retention may have
         # redacted those.
-        row.fragments = event.fragments or 0
-        row.bytes = event.size or 0
-    row.state = state
-    row.terminal_reason = reason
-    row.dispatch = "reject"
+        call.fragments = event.fragments or 0
+        call.bytes = event.size or 0
+    call.state = state
+    call.terminal_reason = reason
+    call.dispatch = "reject"
 
 
 def _parse_problem(reason: FailReason, detail: str) -> str | None:
@@ -388,7 +430,7 @@ class Rule(NamedTuple):
     """How the ledger takes one class of decision."""
 
     kind: type[Decision]
-    change: Callable[[Call, Row, Any], None]
+    change: Callable[[Call, Any], None]
     detail: Callable[[Any], str]
 
 

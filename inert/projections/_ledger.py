@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from functools import partial
+from operator import attrgetter
 
 from ..events import (
     OUTCOME_TYPES,
@@ -49,8 +50,6 @@ from ._calls import (
     RULES,
     Call,
     Decision,
-    Received,
-    Row,
     Rule,
     Step,
     discarded_detail,
@@ -82,23 +81,19 @@ class Ledger(Routed):
         "_calls",
         "_due",
         "_finished",
-        "_histories",
         "_horizon",
         "_response_ends",
-        "_rows",
         "_turns",
     )
 
     def __init__(self, *, horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
         super().__init__()
         self._horizon = horizon
+        # Rows are read in the order the calls got them, and histories in the order of their
+        # first transitions: each call keeps the position, not a second index of calls.
         self._calls: dict[CallKey, Call] = {}
         # The same calls by turn, for a retirement to find its own.
         self._turns: ByTurn[CallKey] = ByTurn()
-        # The calls with a row, and those with a history, each in the order it first appeared.
-        self._rows: dict[CallKey, Call] = {}
-        """The calls that have a row, in the order they got it."""
-        self._histories: dict[CallKey, list[Step]] = {}
         # Finished calls in the order they finished, with the log's time they age out at, and
         # that time of the first of them: a record before it ages nothing out.
         self._finished: dict[CallKey, datetime] = {}
@@ -108,23 +103,28 @@ class Ledger(Routed):
         self._response_ends = ResponseEnds()
 
     def rows(self) -> list[LedgerRow]:
-        """The latest row of every call, in the order the calls first appeared."""
-        return [call.read(call.row) for call in self._rows.values() if call.row is not None]
+        """The latest row of every call, in the order the calls got their rows."""
+        with_rows = [call for call in self._calls.values() if call.state is not None]
+        return [call.read() for call in sorted(with_rows, key=_opened_at)]
 
     def row(self, key: CallKey) -> LedgerRow | None:
         """The latest row of one call, or ``None`` if it has none."""
         call = self._calls.get(key)
-        if call is None or call.row is None:
+        if call is None or call.state is None:
             return None
-        return call.read(call.row)
+        return call.read()
 
     def history(self, key: CallKey) -> list[Transition]:
         """The transitions of one call in log order (empty if nothing was recorded for it)."""
-        return _transitions(self._histories.get(key, ()))
+        call = self._calls.get(key)
+        return [] if call is None else _transitions(call.steps())
 
     def histories(self) -> dict[CallKey, list[Transition]]:
-        """The transitions of every call, in the order the calls first appeared."""
-        return {key: _transitions(steps) for key, steps in self._histories.items()}
+        """The transitions of every call, in the order of the calls' first transitions."""
+        with_history = [call for call in self._calls.values() if call.history is not None]
+        return {
+            call.key: _transitions(call.steps()) for call in sorted(with_history, key=_first_step)
+        }
 
     def apply(self, recorded: RecordedEvent) -> None:
         """Fold one recorded event; a record at or before ``position`` was folded already."""
@@ -177,18 +177,17 @@ class Ledger(Routed):
 
     def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
         call = self._calls.get(event.key)
-        row = None if call is None else call.row
-        if row is None or row.state not in TERMINAL_PHASES:
+        if call is None or call.state not in TERMINAL_PHASES:
             self._response_ends.call_ended(event)
 
     def _response_ended(self, recorded: RecordedEvent, event: ResponseEnded) -> None:
         ends = self._response_ends
         for key in ends.response_ended(event):
             call = self._calls.get(key)
-            if call is None or call.row is None or call.row.dispatch != "await_response":
+            if call is None or call.state is None or call.dispatch != "await_response":
                 continue
             if ends.ended_well(key):
-                call.row.dispatch = "ready"
+                call.dispatch = "ready"
                 call.public = None
 
     def _call(self, key: CallKey) -> Call:
@@ -196,63 +195,48 @@ class Ledger(Routed):
         self._turns.add(key)
         return call
 
-    def _record(
-        self, call: Call, recorded: RecordedEvent, state: Phase | None, detail: str
-    ) -> None:
-        history = call.history
-        if history is None:
-            history = call.history = self._histories[call.key] = []
-        history.append((recorded.position, recorded.event_type, state, detail))
-
     def _fragment(self, recorded: RecordedEvent, event: ArgumentsAppended) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        row = call.row
+        state = call.state
         # A fragment for a call past collecting is the actor's to reject or fail on; it is
         # never part of the call's data. One before the call's row may still be (the actor's
         # answer to the opening can land after the first fragments).
-        if row is not None and row.state is not Phase.COLLECTING:
+        if state is not None and state is not Phase.COLLECTING:
             return
-        received = call.received
-        if received is None:
-            received = call.received = Received()
+        if call.taken is None:
+            call.receive()
         size = len(event.data)
         if event.offset is not None:
-            size = received.cover(event.offset, size)
-        received.add(recorded.position, event.fragments, size)
+            size = call.cover(event.offset, size)
+        call.add(recorded.position, event.fragments, size)
         call.public = None
 
     def _decision(self, rule: Rule, recorded: RecordedEvent, event: Decision) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        row = call.row
-        if row is not None and row.state in TERMINAL_PHASES:
+        if call.state in TERMINAL_PHASES:
             # Terminal is absorbing: the entry shows the anomaly, the row keeps the truth.
-            detail = f"{rule.detail(event)}; ignored: the call is {row.state}"
-            self._record(call, recorded, row.state, detail)
+            detail = f"{rule.detail(event)}; ignored: the call is {call.state}"
+            _record(call, recorded, call.state, detail)
             return
-        received = call.received
-        # The opening's answer can land after fragments that follow the opening: they all
-        # count, and so do those of a collecting row up to this decision.
-        fragments, size = (0, 0) if received is None else (received.fragments, received.size)
-        if row is None:
+        if call.state is None:
+            # The opening's answer can land after fragments that follow the opening: they all
+            # count, as do those of a collecting row up to this decision.
             tool = event.tool if isinstance(event, CallCollecting) else ""
-            row = call.row = Row(tool, fragments, size)
-            self._rows[call.key] = call
+            call.open_row(tool, recorded.position)
             self._finished.pop(call.key, None)
-        elif received is not None:
-            row.fragments, row.bytes = fragments, size
-        rule.change(call, row, event)
-        state = row.state
+        rule.change(call, event)
+        state = call.state
         ends = self._response_ends
-        if row.dispatch == "ready" and ends.judges(call.key) and not ends.ended_well(call.key):
-            row.dispatch = "await_response"
+        if call.dispatch == "ready" and ends.judges(call.key) and not ends.ended_well(call.key):
+            call.dispatch = "await_response"
         elif state in TERMINAL_PHASES:
             ends.forget(call.key)
-        if state is not Phase.COLLECTING:
-            call.received = None
+        if state is not Phase.COLLECTING and call.taken is not None:
+            call.stop_receiving()
         if state in (Phase.CANCELLED, Phase.FAILED):
             self._finish(call, recorded.recorded_at)
         call.public = None
-        self._record(call, recorded, state, rule.detail(event))
+        _record(call, recorded, state, rule.detail(event))
 
     def _finish(self, call: Call, at: datetime) -> None:
         if self._horizon is None:
@@ -278,8 +262,8 @@ class Ledger(Routed):
         self._response_ends.retired(event.turn)
         turns, calls, finished = self._turns, self._calls, self._finished
         for key in turns.take(event.turn):
-            row = calls[key].row
-            if row is not None and row.state not in TERMINAL_PHASES:
+            state = calls[key].state
+            if state is not None and state not in TERMINAL_PHASES:
                 turns.add(key)
                 continue
             finished.pop(key, None)
@@ -289,49 +273,41 @@ class Ledger(Routed):
 
     def _forget(self, key: CallKey) -> None:
         del self._calls[key]
-        self._rows.pop(key, None)
-        self._histories.pop(key, None)
 
     def _rejected(self, recorded: RecordedEvent, event: EventRejected) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        received = call.received
-        if event.rejected_type == ArgumentsAppended.TAG and received is not None:
-            received.drop(event.cause)
+        if event.rejected_type == ArgumentsAppended.TAG and call.taken is not None:
+            call.drop(event.cause)
             call.public = None
-        row = call.row
-        if row is None:
+        if call.state is None:
             # A call never opened (whatever was addressed to it was rejected, as for a made-up
             # turn) ages out like a finished one, unless it opens meanwhile.
             self._finish(call, recorded.recorded_at)
-        self._record(call, recorded, None if row is None else row.state, rejected_detail(event))
+        _record(call, recorded, call.state, rejected_detail(event))
 
     def _discarded(self, recorded: RecordedEvent, event: EventsDiscarded) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        row = call.row
-        if row is None:
+        if call.state is None:
             self._finish(call, recorded.recorded_at)
-        self._record(call, recorded, None if row is None else row.state, discarded_detail(event))
+        _record(call, recorded, call.state, discarded_detail(event))
 
     def _edit_refused(self, recorded: RecordedEvent, event: EditRefused) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        row = call.row
-        self._record(call, recorded, None if row is None else row.state, edit_refused_detail(event))
+        _record(call, recorded, call.state, edit_refused_detail(event))
 
     def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        row = call.row
         detail = f"stop requested while running: {event.reason.value}, claim {event.claim_id}"
-        if row is None or row.state is not Phase.DISPATCHED or call.claim != event.claim_id:
-            state = None if row is None else row.state
-            self._record(call, recorded, state, f"{detail}; ignored: no dispatch of this claim")
+        if call.state is not Phase.DISPATCHED or call.claim != event.claim_id:
+            _record(call, recorded, call.state, f"{detail}; ignored: no dispatch of this claim")
             return
-        if row.outcome is not None:
+        if call.outcome is not None:
             # Decided while the call ran; its outcome was recorded first.
-            self._record(call, recorded, row.state, f"{detail}; outcome {row.outcome} already")
+            _record(call, recorded, call.state, f"{detail}; outcome {call.outcome} already")
             return
-        row.outcome = "stop_requested"
+        call.outcome = "stop_requested"
         call.public = None
-        self._record(call, recorded, row.state, detail)
+        _record(call, recorded, call.state, detail)
 
     def _outcome(
         self,
@@ -339,7 +315,6 @@ class Ledger(Routed):
         event: ExecutionCompleted | ExecutionFailed | ExecutionStopped | ExecutionOutcomeUnknown,
     ) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
-        row = call.row
         outcome: Outcome
         match event:
             case ExecutionCompleted():
@@ -353,19 +328,26 @@ class Ledger(Routed):
                 outcome, detail = "stopped", f"claim {event.claim_id}: stopped by its executor"
             case ExecutionOutcomeUnknown():
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
-        if row is None or row.state is not Phase.DISPATCHED or call.claim != event.claim_id:
+        if call.state is not Phase.DISPATCHED or call.claim != event.claim_id:
             # An outcome never makes a call look as if it ran: only its dispatch does.
-            state = None if row is None else row.state
-            self._record(call, recorded, state, f"{detail}; ignored: no dispatch of this claim")
+            _record(call, recorded, call.state, f"{detail}; ignored: no dispatch of this claim")
             return
-        if row.outcome is not None and row.outcome not in _OPEN_OUTCOMES:
+        if call.outcome is not None and call.outcome not in _OPEN_OUTCOMES:
             # The executor's first word stands; an unknown never hides a known outcome.
-            self._record(call, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
+            _record(call, recorded, call.state, f"{detail}; ignored: it {call.outcome} already")
             return
-        row.outcome = outcome
+        call.outcome = outcome
         call.public = None
         self._finish(call, recorded.recorded_at)
-        self._record(call, recorded, row.state, detail)
+        _record(call, recorded, call.state, detail)
+
+
+def _record(call: Call, recorded: RecordedEvent, state: Phase | None, detail: str) -> None:
+    call.record((recorded.position, recorded.event_type, state, detail))
+
+
+_opened_at = attrgetter("opened_at")
+_first_step = attrgetter("first_step")
 
 
 def _transitions(steps: Iterable[Step]) -> list[Transition]:

@@ -11,10 +11,11 @@ from typing import Any, NamedTuple
 import attrs
 import pytest
 
+from inert.actors._slot import Slot
 from inert.events import CallKey, Phase, ResponseRef, TurnRef
 from inert.log import StoredSnapshot
 from inert.log._snapshots import state_digest
-from inert.projections._calls import Call, Received, Row
+from inert.projections._calls import Call
 from inert.runtime._pickling import Dumper, _Fields, _Identity, fields_of
 from inert.runtime._snapshot import SnapshotUnusable, _loading, _StateUnpickler, restore
 
@@ -40,31 +41,30 @@ def _key(call: str = "c") -> CallKey:
 
 
 def test_a_slotted_object_is_written_as_one_tuple_of_its_fields() -> None:
-    """A ledger row goes into the pickle as its class and the values of its slots, without a
-    dictionary of them, and comes back with every slot as it was."""
-    row = Row("search", 3, 120)
-    row.state = Phase.VALIDATED
-    data = Dumper()(row)
+    """A call's slot in the fold goes into the pickle as its class and the values of its slots,
+    without a dictionary of them, and comes back with every slot as it was."""
+    slot = Slot(_key())
+    slot.tool = "search"
+    slot.phase = Phase.VALIDATED
+    data = Dumper()(slot)
     opcodes = {opcode.name for opcode, _, _ in pickletools.genops(data)}
     assert "EMPTY_DICT" not in opcodes
-    assert len(data) < len(pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL))
-    loaded = _round_trip(row)
-    assert type(loaded) is Row
-    assert fields_of(Row) is not None
-    assert all(getattr(loaded, name) == getattr(row, name) for name in fields_of(Row) or ())
+    assert len(data) < len(pickle.dumps(slot, protocol=pickle.HIGHEST_PROTOCOL))
+    loaded = _round_trip(slot)
+    assert type(loaded) is Slot
+    assert fields_of(Slot) is not None
+    assert all(getattr(loaded, name) == getattr(slot, name) for name in fields_of(Slot) or ())
 
 
 def test_objects_shared_in_the_state_stay_shared_when_loaded() -> None:
-    """Two calls naming one row load naming one row, and an object reached again through its
+    """Two slots naming one list load naming one list, and an object reached again through its
     own fields (a cycle) loads as itself, as pickle's own way keeps them."""
-    row = Row("search", 0, 0)
-    first, second = Call(_key("a")), Call(_key("b"))
-    first.row = second.row = row
-    cycle: list[Any] = [first]
-    first.history = cycle
+    first, second = Slot(_key("a")), Slot(_key("b"))
+    shared: list[Any] = [first]
+    first.expected = second.expected = shared
     loaded_first, loaded_second = _round_trip((first, second))
-    assert loaded_first.row is loaded_second.row
-    assert loaded_first.history[0] is loaded_first
+    assert loaded_first.expected is loaded_second.expected
+    assert loaded_first.expected[0] is loaded_first
 
 
 def test_a_loaded_identity_is_the_one_alive() -> None:
@@ -83,20 +83,26 @@ def test_a_loaded_identity_is_the_one_alive() -> None:
 def test_an_object_with_a_slot_not_set_takes_pickles_own_way() -> None:
     """A slot never set cannot be written as a field: the object is pickled as pickle does,
     and loads without that slot."""
-    call = Call(_key("unset"))
-    del call.public
-    loaded = _round_trip(call)
-    assert not hasattr(loaded, "public")
-    assert loaded.key == call.key
+    slot = Slot(_key("unset"))
+    del slot.validating
+    loaded = _round_trip(slot)
+    assert not hasattr(loaded, "validating")
+    assert loaded.key == slot.key
 
 
 def test_a_class_that_pickles_itself_keeps_its_own_way() -> None:
-    """The ledger's count of received fragments writes itself (its array as a tuple)."""
-    assert fields_of(Received) is None
-    received = Received()
-    received.add(7, 2, 40)
-    loaded = _round_trip(received)
-    assert (loaded.fragments, loaded.size, list(loaded.taken)) == (2, 40, [7, 2, 40])
+    """The ledger's record of a call writes itself (its array of fragments received as a
+    tuple), and comes back with every slot as it was."""
+    assert fields_of(Call) is None
+    call = Call(_key("receiving"))
+    call.receive()
+    call.add(7, 2, 40)
+    call.record((7, "decision.collecting", Phase.COLLECTING, "tool search"))
+    loaded = _round_trip(call)
+    assert (loaded.fragments, loaded.bytes, list(loaded.taken)) == (2, 40, [7, 2, 40])
+    assert [getattr(loaded, name) for name in Call.__slots__ if name != "taken"] == [
+        getattr(call, name) for name in Call.__slots__ if name != "taken"
+    ]
 
 
 def test_a_class_with_a_dict_or_its_own_getstate_is_not_written_as_fields() -> None:
@@ -134,11 +140,11 @@ def test_a_class_with_a_dict_or_its_own_getstate_is_not_written_as_fields() -> N
 
 
 def _forged(reduction: tuple[Any, ...]) -> bytes:
-    """A pickle of a ledger row reduced as ``reduction`` says."""
+    """A pickle of a call's slot reduced as ``reduction`` says."""
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = {Row: lambda row: reduction}
-    pickler.dump(Row("search", 0, 0))
+    pickler.dispatch_table = {Slot: lambda slot: reduction}
+    pickler.dump(Slot(_key()))
     return out.getvalue()
 
 
@@ -148,9 +154,9 @@ _NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
 @pytest.mark.parametrize(
     "reduction",
     [
-        (_NEWOBJ, (Row,), (1, 2), None, None, _Fields),
-        (_NEWOBJ, (Row,), "not a tuple", None, None, _Fields),
-        (_Identity, (Row, "a", "b")),
+        (_NEWOBJ, (Slot,), (1, 2), None, None, _Fields),
+        (_NEWOBJ, (Slot,), "not a tuple", None, None, _Fields),
+        (_Identity, (Slot, "a", "b")),
         (_Identity, (ResponseRef, "only two", "values")),
         (_Identity, (TurnRef, "t", "", "u")),
     ],
