@@ -54,18 +54,27 @@ def _stream(kind: str, parts: tuple[str, ...]) -> str:
 
 # Identities are dict keys on every hot path of the runtime: their hash is computed once, and
 # the turn and response of a call once per instance (the ones decoded events name, interned by
-# their fields). A turn's and a response's streams are kept too: few, and named as dict keys
-# while they live. A call's streams are made when asked for: every live call would keep two
-# long names for the few moments its actor appends.
+# their fields). The hash is kept as a plain integer: attrs' cached hash is an integer subclass
+# with a dictionary, tracked by the collector, and every live call holds two or three
+# identities. A turn's and a response's streams are kept too: few, and named as dict keys while
+# they live. A call's streams are made when asked for: every live call would keep two long
+# names for the few moments its actor appends.
 
 
-@frozen(kw_only=True, cache_hash=True)
+@frozen(kw_only=True)
 class TurnRef:
     """One user turn of a conversation, owned by the agent server."""
 
     tenant: str = field(validator=_identity_component)
     conversation: str = field(validator=_identity_component)
     turn: str = field(validator=_identity_component)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((TurnRef, self.tenant, self.conversation, self.turn))
 
     @cached_property
     def stream(self) -> str:
@@ -78,7 +87,7 @@ class TurnRef:
         return _stream("lease", (self.tenant, self.conversation, self.turn))
 
 
-@frozen(kw_only=True, cache_hash=True)
+@frozen(kw_only=True)
 class ResponseRef:
     """One provider response (or message) produced within a turn."""
 
@@ -86,6 +95,13 @@ class ResponseRef:
     conversation: str = field(validator=_identity_component)
     turn: str = field(validator=_identity_component)
     response: str = field(validator=_identity_component)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((ResponseRef, self.tenant, self.conversation, self.turn, self.response))
 
     @cached_property
     def turn_ref(self) -> TurnRef:
@@ -102,7 +118,7 @@ class ResponseRef:
         return _stream("response", (self.tenant, self.response))
 
 
-@frozen(kw_only=True, cache_hash=True)
+@frozen(kw_only=True)
 class CallKey:
     """The complete protocol identity of one streamed tool call."""
 
@@ -112,6 +128,13 @@ class CallKey:
     response: str = field(validator=_identity_component)
     item: str = field(validator=_identity_component)
     call: str = field(validator=_identity_component)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((CallKey, *self._parts()))
 
     @cached_property
     def turn_ref(self) -> TurnRef:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -243,3 +244,29 @@ def test_an_empty_tenant_has_no_control_stream() -> None:
     """control_stream refuses an empty tenant, as every identity does."""
     with pytest.raises(ValueError, match="must not be empty"):
         control_stream("")
+
+
+@pytest.mark.parametrize("cls", IDENTITY_CLASSES, ids=lambda cls: cls.__name__)
+def test_equal_identities_hash_alike_and_a_copy_hashes_by_its_values(cls: type[Any]) -> None:
+    """Equal identities hash alike, the hash is a plain integer kept with the identity, and a
+    pickled identity carries no hash: it hashes by its values where it is loaded."""
+    identity = cls(**valid_values(cls))
+    other = attrs.evolve(identity)
+    assert other is not identity
+    assert hash(other) == hash(identity)
+    assert type(hash(identity)) is int
+    assert type(identity._hash) is int
+    state = identity.__getstate__()
+    assert set(state) == {field.name for field in attrs.fields(cls)}
+    loaded = pickle.loads(pickle.dumps(identity))
+    assert loaded == identity
+    assert hash(loaded) == hash(identity)
+    assert {identity: 1}[loaded] == 1
+
+
+@given(call_keys, call_keys)
+def test_identities_of_different_values_are_different_keys(left: CallKey, right: CallKey) -> None:
+    """Keys equal by value are one dict key; keys that differ are two, whatever their hash."""
+    table = {left: "left", right: "right"}
+    assert len(table) == (1 if left == right else 2)
+    assert (left == right) == (attrs.astuple(left) == attrs.astuple(right))
