@@ -105,25 +105,25 @@ Decision = (
 )
 
 
-class _Call:
-    """What the status holds of one call: its cue and the claim it was dispatched to."""
-
-    __slots__ = ("claim", "cue")
-
-    def __init__(self, cue: StatusCue) -> None:
-        self.cue = cue
-        # Only the outcome of this claim may be shown.
-        self.claim: str | None = None
-
-
 class Status(Routed):
     """Per call key its cue, per response the number of text characters received."""
 
-    __slots__ = ("_call_turns", "_calls", "_response_ends", "_text", "_text_turns", "_waiting")
+    __slots__ = (
+        "_call_turns",
+        "_calls",
+        "_claims",
+        "_response_ends",
+        "_text",
+        "_text_turns",
+        "_waiting",
+    )
 
     def __init__(self) -> None:
         super().__init__()
-        self._calls: dict[CallKey, _Call] = {}
+        self._calls: dict[CallKey, StatusCue] = {}
+        # The claim each call was dispatched to, apart: most calls never have one, and only
+        # the outcome of this claim may be shown.
+        self._claims: dict[CallKey, str] = {}
         # Under rules 7, calls validated (and confirmed where needed) before their response
         # ended: still "preparing request" until it ends well.
         self._response_ends = ResponseEnds()
@@ -135,12 +135,11 @@ class Status(Routed):
 
     def of(self, key: CallKey) -> StatusCue | None:
         """The cue of one call, or ``None`` if nothing may be shown about it."""
-        call = self._calls.get(key)
-        return None if call is None else call.cue
+        return self._calls.get(key)
 
     def calls(self) -> dict[CallKey, StatusCue]:
         """The cue of every call, in the order the calls first appeared."""
-        return {key: call.cue for key, call in self._calls.items()}
+        return dict(self._calls)
 
     def text_characters(self, response: ResponseRef) -> int:
         """The number of text characters the response has carried so far."""
@@ -149,7 +148,7 @@ class Status(Routed):
     def snapshot(self) -> Snapshot:
         """Position, cues and text counts as JSON, in the order they first appeared."""
         calls: list[JSON] = [
-            {"key": key_json(key), "cue": call.cue.value} for key, call in self._calls.items()
+            {"key": key_json(key), "cue": cue.value} for key, cue in self._calls.items()
         ]
         text: list[JSON] = [
             {"response": response_json(response), "characters": characters}
@@ -203,8 +202,8 @@ class Status(Routed):
             text[response] = characters + event.characters
 
     def _call_ended(self, recorded: RecordedEvent, event: CallEnded) -> None:
-        call = self._calls.get(event.key)
-        if call is None or call.cue in _OPEN:
+        cue = self._calls.get(event.key)
+        if cue is None or cue in _OPEN:
             self._response_ends.call_ended(event)
 
     def _response_ended(self, recorded: RecordedEvent, event: ResponseEnded) -> None:
@@ -212,30 +211,30 @@ class Status(Routed):
         for key in ends.response_ended(event):
             if key in self._waiting and ends.ended_well(key):
                 del self._waiting[key]
-                call = self._calls.get(key)
-                if call is not None and call.cue is _PREPARING:
-                    call.cue = _READY
+                if self._calls.get(key) is _PREPARING:
+                    self._calls[key] = _READY
 
-    def _about_to_run(self, call: _Call, key: CallKey) -> None:
+    def _about_to_run(self, key: CallKey) -> None:
         """A call a claim may run once its response ended well (at once before rules 7)."""
         ends = self._response_ends
         if ends.judges(key) and not ends.ended_well(key):
-            call.cue = _PREPARING
+            self._calls[key] = _PREPARING
             self._waiting[key] = None
         else:
-            call.cue = _READY
+            self._calls[key] = _READY
 
     def _retired(self, recorded: RecordedEvent, event: TurnRetired) -> None:
         self._response_ends.retired(event.turn)
-        turn, calls, call_turns = event.turn, self._calls, self._call_turns
+        turn, calls, claims, call_turns = event.turn, self._calls, self._claims, self._call_turns
         # The turn's responses that carry an open call, by their id.
         speaking: set[str] = set()
         for key in call_turns.take(turn):
-            if calls[key].cue in _OPEN:
+            if calls[key] in _OPEN:
                 call_turns.add(key)
                 speaking.add(key.response)
             else:
                 del calls[key]
+                claims.pop(key, None)
         text, text_turns = self._text, self._text_turns
         for response in text_turns.take(turn):
             if response.response in speaking:
@@ -243,19 +242,18 @@ class Status(Routed):
             else:
                 del text[response]
 
-    def _open(self, key: CallKey, cue: StatusCue) -> _Call:
-        call = self._calls[key] = _Call(cue)
+    def _open(self, key: CallKey, cue: StatusCue) -> None:
+        self._calls[key] = cue
         self._call_turns.add(key)
-        return call
 
     # After a decision of the call's actor.
 
     def _decided(self, cue: StatusCue, recorded: RecordedEvent, event: Decision) -> None:
-        call = self._calls.get(event.key)
-        if call is None:
+        was = self._calls.get(event.key)
+        if was is None:
             self._open(event.key, cue)
-        elif call.cue in _OPEN:
-            call.cue = cue
+        elif was in _OPEN:
+            self._calls[event.key] = cue
         if cue not in _OPEN or cue is _NEEDS_CONFIRMATION:
             self._waiting.pop(event.key, None)
         if cue not in _OPEN:
@@ -266,30 +264,30 @@ class Status(Routed):
             self._decided(_NEEDS_CONFIRMATION, recorded, event)
             return
         key = event.key
-        call = self._calls.get(key)
-        if call is None:
-            self._about_to_run(self._open(key, _READY), key)
-        elif call.cue is _PREPARING or call.cue is _READY:
+        was = self._calls.get(key)
+        if was is None:
+            self._open(key, _READY)
+            self._about_to_run(key)
+        elif was is _PREPARING or was is _READY:
             # Not once a confirmation was asked for: no later word drops it.
-            self._about_to_run(call, key)
+            self._about_to_run(key)
 
     def _confirmed(self, recorded: RecordedEvent, event: CallConfirmed) -> None:
-        call = self._calls.get(event.key)
-        if call is not None and call.cue is _NEEDS_CONFIRMATION:
-            self._about_to_run(call, event.key)
+        if self._calls.get(event.key) is _NEEDS_CONFIRMATION:
+            self._about_to_run(event.key)
 
     def _dispatched(self, recorded: RecordedEvent, event: CallDispatched) -> None:
         key = event.key
         self._waiting.pop(key, None)
         self._response_ends.forget(key)
-        call = self._calls.get(key)
-        if call is None:
-            call = self._open(key, _RUNNING)
-        elif call.cue in _OPEN:
-            call.cue = _RUNNING
+        was = self._calls.get(key)
+        if was is None:
+            self._open(key, _RUNNING)
+        elif was in _OPEN:
+            self._calls[key] = _RUNNING
         else:
             return
-        call.claim = event.claim_id
+        self._claims[key] = event.claim_id
 
     def _cancelled(self, recorded: RecordedEvent, event: CallCancelled) -> None:
         reason = event.reason
@@ -309,14 +307,15 @@ class Status(Routed):
         | ExecutionFailed
         | ExecutionStopped
         | ExecutionOutcomeUnknown,
-    ) -> _Call | None:
-        call = self._calls.get(event.key)
-        return call if call is not None and call.claim == event.claim_id else None
+    ) -> StatusCue | None:
+        """The call's cue if it was dispatched to the event's claim."""
+        if self._claims.get(event.key) != event.claim_id:
+            return None
+        return self._calls.get(event.key)
 
     def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
-        call = self._dispatched_to(event)
-        if call is not None and call.cue is _RUNNING:
-            call.cue = _STOP_REQUESTED
+        if self._dispatched_to(event) is _RUNNING:
+            self._calls[event.key] = _STOP_REQUESTED
 
     def _reported(
         self,
@@ -324,11 +323,10 @@ class Status(Routed):
         recorded: RecordedEvent,
         event: ExecutionCompleted | ExecutionFailed | ExecutionStopped,
     ) -> None:
-        call = self._dispatched_to(event)
-        if call is not None and call.cue in _RUNNING_CUES:
-            call.cue = cue
+        if self._dispatched_to(event) in _RUNNING_CUES:
+            self._calls[event.key] = cue
 
     def _outcome_unknown(self, recorded: RecordedEvent, event: ExecutionOutcomeUnknown) -> None:
-        call = self._dispatched_to(event)
-        if call is not None and (call.cue is _RUNNING or call.cue is _STOP_REQUESTED):
-            call.cue = _UNKNOWN
+        was = self._dispatched_to(event)
+        if was is _RUNNING or was is _STOP_REQUESTED:
+            self._calls[event.key] = _UNKNOWN

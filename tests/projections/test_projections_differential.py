@@ -141,7 +141,7 @@ def _held(projections: Fold) -> dict[str, set[Any]]:
         return {
             "ledger": set(ledger._calls),
             "ended": set(queue._ended),
-            "status": set(status._calls),
+            "status": set(status._calls) | set(status._claims),
             "text": set(status._text),
         }
     tables = (ledger._rows, ledger._histories, ledger._received, ledger._claims, ledger._finished)
