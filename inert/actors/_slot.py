@@ -6,12 +6,19 @@ makes in place the very changes ``evolve`` makes into a new state (``changes``),
 object per decision. Beside the call's fields a slot holds what the fold keeps of the call: the
 version of its stream, the decisions made and not yet read back, the inputs held for a
 validation, and whether a redacted input degraded it.
+
+A live call collects for most of its life, and more than half of its fields stay at their
+defaults until its end (its terminal event, arguments, validation, confirmation, dispatch, and
+what the fold notes while it is degraded). Those are kept in a record of their own (``Later``),
+made when one of them is first set to something else: a collecting call is then one small
+object, read and written the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Generic, TypeVar, overload
 
 from ..events import CallKey, Event, Phase, TerminalRef
 from ._arguments import ParsedArguments
@@ -28,41 +35,118 @@ from ._call import (
     check_arguments,
 )
 
+_T = TypeVar("_T")
 
-class Slot(CallView):
-    """A call's state and the fold's bookkeeping of it, mutable, one per call."""
+
+class _Later(Generic[_T]):
+    """A field of a call that a collecting call leaves at its default: read from the slot's
+    ``Later`` record, which the first value other than the default makes."""
+
+    __slots__ = ("default", "name")
+
+    def __init__(self, default: _T) -> None:
+        self.default = default
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, slot: None, owner: type) -> _Later[_T]: ...
+
+    @overload
+    def __get__(self, slot: Slot, owner: type) -> _T: ...
+
+    def __get__(self, slot: Slot | None, owner: type) -> _T | _Later[_T]:
+        if slot is None:
+            return self
+        later = slot.later
+        if later is None:
+            return self.default
+        value: _T = getattr(later, self.name)
+        return value
+
+    def __set__(self, slot: Slot, value: _T) -> None:
+        later = slot.later
+        if later is None:
+            if value is self.default:
+                return
+            later = slot.later = Later()
+        setattr(later, self.name, value)
+
+
+class Later:
+    """The fields of a call it has at their defaults while it collects: its end, its arguments,
+    its validation, confirmation and dispatch, and its bookkeeping while degraded. Every live
+    call collects for most of its life, so a slot keeps them apart, made when one is set."""
 
     __slots__ = (
-        "_buffer",
         "arguments",
         "arguments_digest",
         "claim_id",
         "confirmation_expires",
         "confirmed",
-        "counted",
-        "degraded",
         "ended_at",
-        "expected",
-        "held",
-        "key",
-        "last_activity",
         "needs_confirmation",
-        "opened_sequence",
-        "opened_version",
-        "phase",
         "reason",
         "recovering",
         "response_end",
         "skipped",
         "stop_requested",
         "terminal",
-        "tool",
         "tool_digest",
         "trusted_through",
-        "validating",
         "validation_context",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(Slot, name).default)
+
+
+class Slot(CallView):
+    """A call's state and the fold's bookkeeping of it, mutable, one per call."""
+
+    __slots__ = (
+        "_buffer",
+        "counted",
+        "degraded",
+        "expected",
+        "held",
+        "key",
+        "last_activity",
+        "later",
+        "opened_sequence",
+        "opened_version",
+        "phase",
+        "tool",
+        "validating",
         "version",
     )
+
+    terminal = _Later[TerminalRef | None](None)
+    arguments = _Later[ParsedArguments | None](None)
+    tool_digest = _Later("")
+    arguments_digest = _Later("")
+    needs_confirmation = _Later(False)
+    confirmation_expires = _Later[datetime | None](None)
+    confirmed = _Later(False)
+    claim_id = _Later("")
+    reason = _Later("")
+    stop_requested = _Later("")
+    validation_context = _Later[CallContext | None](None)
+    trusted_through = _Later(0)
+    """Decisions caused at or before this position are taken as recorded: the call was
+    degraded when those inputs came, so they were never decided here."""
+    skipped = _Later(0)
+    """The position of the last input it skipped while degraded."""
+    recovering = _Later(False)
+    """Degraded, it reached a state from which it could decide again (see the fold)."""
+    ended_at = _Later[int | None](None)
+    """The position of the first end event addressed to the call."""
+    response_end = _Later[ResponseEnd | None](None)
+    """The first end of its response after ``ended_at``: what a call validated at its own
+    end waits for (rules 7)."""
 
     def __init__(self, key: CallKey) -> None:
         self.key = key
@@ -71,20 +155,11 @@ class Slot(CallView):
         self.opened_sequence: int | None = None
         self.last_activity: datetime | None = None
         self._buffer: Buffer = EMPTY_BUFFER
-        self.terminal: TerminalRef | None = None
-        self.arguments: ParsedArguments | None = None
         self.validating: ValidationRequested | None = None
-        self.tool_digest = ""
-        self.arguments_digest = ""
-        self.needs_confirmation = False
-        self.confirmation_expires: datetime | None = None
-        self.confirmed = False
+        self.later: Later | None = None
         self.counted = False
         """Counted against the limits on live calls of a turn judged by rules 3 or later: from
         when it became live until its ending decision is read back from the log."""
-        self.claim_id = ""
-        self.reason = ""
-        self.stop_requested = ""
         self.opened_version = 1
         """The version of its response's stream that opened it: every byte it holds came after
         (what a snapshot stores its fragments from)."""
@@ -96,21 +171,8 @@ class Slot(CallView):
         """Decisions made and not yet seen in the log, in order."""
         self.held: list[tuple[Input, CallContext]] | tuple[()] = ()
         """Inputs waiting for the answer of a validation."""
-        self.validation_context: CallContext | None = None
         self.degraded = False
         """An input of the call was redacted: its recorded decisions are taken as they are."""
-        self.trusted_through = 0
-        """Decisions caused at or before this position are taken as recorded: the call was
-        degraded when those inputs came, so they were never decided here."""
-        self.skipped = 0
-        """The position of the last input it skipped while degraded."""
-        self.recovering = False
-        """Degraded, it reached a state from which it could decide again (see the fold)."""
-        self.ended_at: int | None = None
-        """The position of the first end event addressed to the call."""
-        self.response_end: ResponseEnd | None = None
-        """The first end of its response after ``ended_at``: what a call validated at its own
-        end waits for (rules 7)."""
 
     @property
     def state(self) -> Slot:

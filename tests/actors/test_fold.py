@@ -455,6 +455,25 @@ def test_replay_of_a_complete_log_gives_the_same_states_and_no_work() -> None:
     assert {item.key for item in work} == {keys["waiting"], keys["collecting"]}
 
 
+def test_a_collecting_call_keeps_no_record_of_its_later_fields() -> None:
+    """A call's slot makes the record of the fields a collecting call leaves at their defaults
+    (its end, arguments, validation, confirmation, dispatch) only once one is set, reads their
+    defaults until then, and reads back what was set after."""
+    actors = Actors()
+    keys = whole_life(actors)
+    records = actors.fold.records
+    collecting = records[keys["collecting"]]
+    assert collecting.phase is Phase.COLLECTING
+    assert collecting.later is None
+    assert (collecting.terminal, collecting.claim_id, collecting.confirmed) == (None, "", False)
+    collecting.claim_id = ""
+    assert collecting.later is None
+    done = records[keys["done"]]
+    assert done.later is not None
+    assert done.claim_id == done.snapshot().claim_id != ""
+    assert done.terminal is not None
+
+
 # --- going live after a cut ------------------------------------------------------------------
 
 
