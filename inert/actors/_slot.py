@@ -100,8 +100,8 @@ class Later:
     )
 
     def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, getattr(Slot, name).default)
+        for name, default in _LATER_DEFAULTS:
+            setattr(self, name, default)
 
 
 class Slot(CallView):
@@ -248,3 +248,7 @@ class Slot(CallView):
 
     def __repr__(self) -> str:
         return f"Slot({self.key.stream!r}, {self.phase.value})"
+
+
+# Read once: each look at a field's default through the class is a call of its descriptor.
+_LATER_DEFAULTS = tuple((name, getattr(Slot, name).default) for name in Later.__slots__)
