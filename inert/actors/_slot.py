@@ -38,7 +38,7 @@ from ._call import (
 _T = TypeVar("_T")
 
 
-class _Later(Generic[_T]):
+class _LaterField(Generic[_T]):
     """A field of a call that a collecting call leaves at its default: read from the slot's
     ``Later`` record, which the first value other than the default makes."""
 
@@ -52,12 +52,12 @@ class _Later(Generic[_T]):
         self.name = name
 
     @overload
-    def __get__(self, slot: None, owner: type) -> _Later[_T]: ...
+    def __get__(self, slot: None, owner: type) -> _LaterField[_T]: ...
 
     @overload
     def __get__(self, slot: Slot, owner: type) -> _T: ...
 
-    def __get__(self, slot: Slot | None, owner: type) -> _T | _Later[_T]:
+    def __get__(self, slot: Slot | None, owner: type) -> _T | _LaterField[_T]:
         if slot is None:
             return self
         later = slot.later
@@ -124,27 +124,27 @@ class Slot(CallView):
         "version",
     )
 
-    terminal = _Later[TerminalRef | None](None)
-    arguments = _Later[ParsedArguments | None](None)
-    tool_digest = _Later("")
-    arguments_digest = _Later("")
-    needs_confirmation = _Later(False)
-    confirmation_expires = _Later[datetime | None](None)
-    confirmed = _Later(False)
-    claim_id = _Later("")
-    reason = _Later("")
-    stop_requested = _Later("")
-    validation_context = _Later[CallContext | None](None)
-    trusted_through = _Later(0)
+    terminal = _LaterField[TerminalRef | None](None)
+    arguments = _LaterField[ParsedArguments | None](None)
+    tool_digest = _LaterField("")
+    arguments_digest = _LaterField("")
+    needs_confirmation = _LaterField(False)
+    confirmation_expires = _LaterField[datetime | None](None)
+    confirmed = _LaterField(False)
+    claim_id = _LaterField("")
+    reason = _LaterField("")
+    stop_requested = _LaterField("")
+    validation_context = _LaterField[CallContext | None](None)
+    trusted_through = _LaterField(0)
     """Decisions caused at or before this position are taken as recorded: the call was
     degraded when those inputs came, so they were never decided here."""
-    skipped = _Later(0)
+    skipped = _LaterField(0)
     """The position of the last input it skipped while degraded."""
-    recovering = _Later(False)
+    recovering = _LaterField(False)
     """Degraded, it reached a state from which it could decide again (see the fold)."""
-    ended_at = _Later[int | None](None)
+    ended_at = _LaterField[int | None](None)
     """The position of the first end event addressed to the call."""
-    response_end = _Later[ResponseEnd | None](None)
+    response_end = _LaterField[ResponseEnd | None](None)
     """The first end of its response after ``ended_at``: what a call validated at its own
     end waits for (rules 7)."""
 
