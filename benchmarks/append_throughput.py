@@ -52,6 +52,7 @@ from eventsourcing.sqlite import (
 
 from inert.events import DEFAULT_CODEC, ArgumentsAppended, CallKey
 from inert.log import NewEvent, SQLiteLog, _sqlite, new_event_id
+from inert.log._group import CommittedGroup
 
 DEFAULT_EVENTS = 20_000
 DEFAULT_RUNS = 3
@@ -121,8 +122,8 @@ def _pragmas(connection: sqlite3.Connection) -> str:
 class _NoCommitLog(SQLiteLog):
     """The SQLite log with its commit replaced by nothing: what the Trio side alone can do."""
 
-    def _commit_group(self, group: list[Any]) -> list[Any]:
-        return [list(range(len(request.records))) for request in group]
+    def _commit_group(self, group: list[Any]) -> CommittedGroup:
+        return CommittedGroup([list(range(len(request.records))) for request in group], [])
 
 
 async def _inert_appends(

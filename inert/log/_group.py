@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import attrs
 import trio
@@ -21,7 +21,7 @@ import trio
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
 from ._log import Clock, Log
-from ._records import PendingRecord
+from ._records import PendingRecord, StoredRecord
 from ._snapshots import StoredSnapshot
 
 ConnectionT = TypeVar("ConnectionT")
@@ -36,6 +36,14 @@ class AppendRequest:
     expected: dict[str, int]
     positions: list[int] | None = None
     error: InertError | None = None
+
+
+class CommittedGroup(NamedTuple):
+    """What one group's transaction did: each request's positions or the error that refused
+    that request alone, and the rows it wrote, in position order."""
+
+    outcomes: list[list[int] | InertError]
+    rows: list[StoredRecord]
 
 
 class GroupCommitLog(Log, Generic[ConnectionT]):
@@ -67,9 +75,8 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         """The log as error messages name it (its kind and where it is)."""
 
     @abc.abstractmethod
-    def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
-        """Write a group in one transaction (in a worker thread): each request's positions, or
-        the error that refused that request alone."""
+    def _commit_group(self, group: list[AppendRequest]) -> CommittedGroup:
+        """Write a group in one transaction (in a worker thread)."""
 
     @abc.abstractmethod
     def _in_own_transaction(self, what: str, work: Callable[[ConnectionT], _T]) -> _T:
@@ -178,9 +185,10 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
                     continue
                 group = self._take_group()
                 try:
-                    outcomes = await trio.to_thread.run_sync(self._commit_group, group)
+                    outcomes, rows = await trio.to_thread.run_sync(self._commit_group, group)
                 except InertError as error:
-                    outcomes = [error] * len(group)
+                    outcomes, rows = [error] * len(group), []
+                self._keep_committed(rows)
                 committed = False
                 for request, outcome in zip(group, outcomes, strict=True):
                     if isinstance(outcome, InertError):

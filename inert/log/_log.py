@@ -32,7 +32,13 @@ without a gap, and raises ``LogDamaged`` naming the position otherwise.
 A log remembers the events this process appended last (``RECENT_APPENDS`` of them) and hands
 the same objects to its subscriptions instead of decoding their payloads again: they are what
 decoding would give, since the codec's round trip is exact for every event type it is used for
-(those without datetimes, whose time zone a round trip normalises to UTC).
+(those without datetimes, whose time zone a round trip normalises to UTC). A backend that commits
+through this process also keeps the rows of its last commits (``COMMITTED_ROWS`` of them): a
+subscription takes the rows that follow its position from there rather than reading them back
+from storage, and, having taken some, waits for the next append (or the poll interval) before it
+asks storage for more. What another process appends is then seen as late as polling allows,
+as before; a redaction forgets the rows kept, so that a subscription reads redacted payloads
+from storage.
 """
 
 from __future__ import annotations
@@ -81,6 +87,9 @@ SUBSCRIBE_PAGE = 1024
 RECENT_APPENDS = 16_384
 """Events appended by this process that subscriptions take without decoding them again."""
 
+COMMITTED_ROWS = 4 * SUBSCRIBE_PAGE
+"""Rows committed by this process that subscriptions take without reading them back."""
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -95,6 +104,7 @@ class Log(abc.ABC):
         self._closed = False
         self._appended = trio.Event()
         self._recent: dict[int, Event] = {}
+        self._committed: dict[int, StoredRecord] = {}
 
     # --- the contract ---
 
@@ -153,9 +163,15 @@ class Log(abc.ABC):
         Returns how many payloads this call redacted (already redacted ones don't count).
         """
         self._check_open()
-        return await self._redact(
-            stream, up_to_version, None if event_types is None else frozenset(event_types)
-        )
+        # Forgotten before and after: a row kept across the redaction's commit would give a
+        # subscription the payload that storage no longer holds.
+        self._committed.clear()
+        try:
+            return await self._redact(
+                stream, up_to_version, None if event_types is None else frozenset(event_types)
+            )
+        finally:
+            self._committed.clear()
 
     async def write_snapshot(self, snapshot: StoredSnapshot) -> None:
         """Store a snapshot in place of the one of its name, without the payloads stored under a
@@ -201,6 +217,26 @@ class Log(abc.ABC):
 
     def _now_micros(self) -> int:
         return datetime_to_micros(self._clock())
+
+    def _keep_committed(self, rows: Sequence[StoredRecord]) -> None:
+        """Keep rows this process has just committed, in position order, for subscriptions."""
+        committed = self._committed
+        for row in rows:
+            committed[row.position] = row
+        while len(committed) > COMMITTED_ROWS:
+            del committed[next(iter(committed))]
+
+    def _committed_from(self, position: int, limit: int) -> list[StoredRecord]:
+        """The rows kept from ``position`` on, as long as they follow each other, at most
+        ``limit``; empty where the row at ``position`` is not kept."""
+        committed = self._committed
+        rows: list[StoredRecord] = []
+        row = committed.get(position)
+        while row is not None and len(rows) < limit:
+            rows.append(row)
+            position += 1
+            row = committed.get(position)
+        return rows
 
     def _notify_appended(self) -> None:
         self._appended.set()
@@ -257,6 +293,8 @@ class Subscription:
         self._log = log
         self._next = next_position
         self._buffer: deque[RecordedEvent] = deque()
+        # Whether the last rows taken were kept by the log rather than read from storage.
+        self._taken_from_memory = False
 
     @property
     def next_position(self) -> int:
@@ -270,15 +308,27 @@ class Subscription:
         while not self._buffer:
             if self._log.closed:
                 raise StopAsyncIteration
+            log = self._log
             # Taken before the read, so that an append landing between the read and the wait
             # is not missed.
-            appended = self._log._appended
-            rows = await self._log._read_rows(self._next, SUBSCRIBE_PAGE)
-            if not rows:
-                await self._log._wait_for_appends(appended)
+            appended = log._appended
+            rows = log._committed_from(self._next, SUBSCRIBE_PAGE)
+            if rows:
+                self._taken_from_memory = True
+            elif self._taken_from_memory:
+                # Storage holds nothing past what this process committed unless another
+                # process appended since: the next append or the poll interval tells, as it
+                # would after a read that found nothing.
+                self._taken_from_memory = False
+                await log._wait_for_appends(appended)
                 continue
-            check_page(rows, self._next)
-            self._buffer.extend(decode_records(self._log.codec, rows, self._log._recent))
+            else:
+                rows = await log._read_rows(self._next, SUBSCRIBE_PAGE)
+                if not rows:
+                    await log._wait_for_appends(appended)
+                    continue
+                check_page(rows, self._next)
+            self._buffer.extend(decode_records(log.codec, rows, log._recent))
             self._next += len(rows)
         return self._buffer.popleft()
 

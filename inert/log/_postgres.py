@@ -47,7 +47,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
-from ._group import AppendRequest, GroupCommitLog
+from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redacted, with_checksum
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
@@ -513,7 +513,7 @@ class PostgresLog(GroupCommitLog[Connection]):
 
     # --- appends ---
 
-    def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
+    def _commit_group(self, group: list[AppendRequest]) -> CommittedGroup:
         # Retrying finds those appends of the group that had landed before the connection went.
         return self._with_reconnection(
             lambda: self._commit_group_once(group),
@@ -535,11 +535,11 @@ class PostgresLog(GroupCommitLog[Connection]):
                 f"{failed} (the connection was lost twice{after}): {lost.reason}"
             ) from None
 
-    def _commit_group_once(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
+    def _commit_group_once(self, group: list[AppendRequest]) -> CommittedGroup:
         connection = self._writer_connection()
         try:
             try:
-                outcomes, finish = self._write_group(connection, group)
+                committed, finish = self._write_group(connection, group)
                 with connection.pipeline():
                     for statement, parameters in finish:
                         connection.execute(statement, parameters)
@@ -553,11 +553,11 @@ class PostgresLog(GroupCommitLog[Connection]):
                 connection.close()
                 raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"PostgreSQL append to {self.url} failed: {_reason(error)}") from None
-        return outcomes
+        return committed
 
     def _write_group(
         self, connection: Connection, group: list[AppendRequest]
-    ) -> tuple[list[list[int] | InertError], list[tuple[str, tuple[object, ...]]]]:
+    ) -> tuple[CommittedGroup, list[tuple[str, tuple[object, ...]]]]:
         """Write a group in a transaction left open, holding the head's lock: the outcomes,
         and the statements to send with the commit (the streams' versions and the head).
 
@@ -586,7 +586,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             recorded_at=self._now_micros(),
         )
         if not plan.rows:
-            return plan.outcomes, []
+            return CommittedGroup(plan.outcomes, []), []
         touched = {row.stream: row.version for row in plan.rows}
         new = [name for name in touched if name not in stream_ids]
         if new:
@@ -606,7 +606,7 @@ class PostgresLog(GroupCommitLog[Connection]):
                 (sql.set_versions, ([stream_ids[n] for n in old], [touched[n] for n in old]))
             )
         finish.append((sql.set_head, (plan.head, self._channel)))
-        return plan.outcomes, finish
+        return CommittedGroup(plan.outcomes, plan.rows), finish
 
     # --- reads (worker thread, one reader connection) ---
 

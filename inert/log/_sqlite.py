@@ -30,7 +30,7 @@ import trio
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
-from ._group import AppendRequest, GroupCommitLog
+from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock
 from ._records import StoredRecord, plan_appends, redacted, with_checksum
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
@@ -417,7 +417,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
 
     # --- appends ---
 
-    def _commit_group(self, group: list[AppendRequest]) -> list[list[int] | InertError]:
+    def _commit_group(self, group: list[AppendRequest]) -> CommittedGroup:
         connection = self._writer
         if connection is None:
             raise LogError("SQLite log is closed")
@@ -425,7 +425,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         try:
             connection.execute("BEGIN IMMEDIATE")
             try:
-                outcomes = self._write_group(connection, group)
+                committed = self._write_group(connection, group)
                 connection.execute("COMMIT")
             except BaseException:
                 self._streams.invalidate()
@@ -434,7 +434,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
                 raise
         except sqlite3.Error as error:
             raise LogError(f"SQLite append to {self.path!r} failed: {error}") from error
-        return outcomes
+        return committed
 
     def _lookup_streams(
         self, connection: sqlite3.Connection, names: list[str]
@@ -456,7 +456,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
 
     def _write_group(
         self, connection: sqlite3.Connection, group: list[AppendRequest]
-    ) -> list[list[int] | InertError]:
+    ) -> CommittedGroup:
         head = connection.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         self._streams.check(head)
         existing = self._stored_events(
@@ -489,7 +489,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             plan.head,
             {name: (stream_id, versions[name]) for name, (stream_id, _) in streams.items()},
         )
-        return plan.outcomes
+        return CommittedGroup(plan.outcomes, plan.rows)
 
     def _stored_events(
         self, connection: sqlite3.Connection, event_ids: list[str]

@@ -20,14 +20,13 @@ from inert import (
     ArgumentsAppended,
     CallKey,
     ConfigurationError,
-    InertError,
     LogDamaged,
     LogError,
     RecordedEvent,
     open_log,
 )
 from inert.log import NewEvent, PostgresLog, SnapshotPayload, StoredSnapshot, _postgres
-from inert.log._group import AppendRequest
+from inert.log._group import AppendRequest, CommittedGroup
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -198,6 +197,24 @@ async def test_an_append_that_commits_late_is_never_skipped(schema: str) -> None
         assert seen == ["late", "early"]
 
 
+async def test_a_subscriber_that_took_its_own_appends_sees_another_writers_next(
+    schema: str,
+) -> None:
+    """After the events its own log committed, a subscriber still sees what another writer
+    appends next."""
+    url = server_url()
+    async with (
+        PostgresLog.open(url, schema=schema, poll_interval=0.1) as reader,
+        PostgresLog.open(url, schema=schema) as writer,
+    ):
+        subscription = reader.subscribe()
+        await reader.append([new("e1")])
+        assert (await subscription.__anext__()).event_id == "e1"
+        await writer.append([new("e2")])
+        with trio.fail_after(10):
+            assert (await subscription.__anext__()).event_id == "e2"
+
+
 async def test_a_writer_stalled_in_its_transaction_is_ended_by_the_server(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,7 +328,7 @@ async def test_an_append_whose_acknowledgement_was_lost_is_found_on_the_retry(
         original = log._commit_group_once
         attempts = 0
 
-        def landed_then_lost(group: list[AppendRequest]) -> list[list[int] | InertError]:
+        def landed_then_lost(group: list[AppendRequest]) -> CommittedGroup:
             nonlocal attempts
             attempts += 1
             outcomes = original(group)
@@ -336,12 +353,12 @@ async def test_concurrent_appends_share_group_commits(schema: str) -> None:
     async with PostgresLog.open(server_url(), schema=schema) as log:
         original = log._commit_group
 
-        def counting(group: list[AppendRequest]) -> list[list[int] | LogError]:
+        def counting(group: list[AppendRequest]) -> CommittedGroup:
             nonlocal commits
             commits += 1
-            return original(group)  # type: ignore[return-value]
+            return original(group)
 
-        log._commit_group = counting  # type: ignore[assignment,method-assign]
+        log._commit_group = counting  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
             for number in range(200):
                 nursery.start_soon(log.append, [new(f"e{number}", f"s{number}")])

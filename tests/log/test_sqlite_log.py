@@ -20,8 +20,8 @@ from inert import (
 )
 from inert.events import DEFAULT_CODEC
 from inert.log import MemoryLog, NewEvent, SnapshotPayload, SQLiteLog, StoredSnapshot, _sqlite
-from inert.log._group import AppendRequest
-from inert.log._records import with_checksum
+from inert.log._group import AppendRequest, CommittedGroup
+from inert.log._records import StoredRecord, with_checksum
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -237,18 +237,60 @@ async def test_appends_of_another_writer_reach_a_subscriber(tmp_path: Path) -> N
         assert await writer.append([new("e3")], {"s": 2}) == [3]
 
 
+async def test_a_subscriber_takes_what_its_log_committed_without_reading_it_back(
+    tmp_path: Path,
+) -> None:
+    """Events this process appended reach its subscriber from the rows it committed, as a
+    read would give them, with no read of storage."""
+    async with SQLiteLog.open(tmp_path / "own.db") as log:
+        await log.append([new("e0")])
+        subscription = log.subscribe()
+        assert (await subscription.__anext__()).event_id == "e0"
+        reads = 0
+        original = log._read_rows
+
+        async def counting(from_position: int, limit: int | None) -> list[StoredRecord]:
+            nonlocal reads
+            reads += 1
+            return await original(from_position, limit)
+
+        log._read_rows = counting  # type: ignore[method-assign]
+        await log.append([new("e1"), new("e2", "other")])
+        taken = [await subscription.__anext__() for _ in range(2)]
+        assert reads == 0
+        assert taken == await log.read(2)
+
+
+async def test_a_subscriber_that_took_its_own_appends_sees_another_writers_next(
+    tmp_path: Path,
+) -> None:
+    """After the events its own log committed, a subscriber still sees what another writer
+    appends to the same file next, within the poll interval."""
+    path = tmp_path / "shared.db"
+    async with (
+        SQLiteLog.open(path, poll_interval=0.05) as reader,
+        SQLiteLog.open(path) as writer,
+    ):
+        subscription = reader.subscribe()
+        await reader.append([new("e1")])
+        assert (await subscription.__anext__()).event_id == "e1"
+        await writer.append([new("e2", "other")])
+        with trio.fail_after(10):
+            assert (await subscription.__anext__()).event_id == "e2"
+
+
 async def test_concurrent_appends_share_group_commits(tmp_path: Path) -> None:
     """Appends waiting together are written in fewer transactions than appends."""
     commits = 0
     async with SQLiteLog.open(tmp_path / "g.db") as log:
         original = log._commit_group
 
-        def counting(group: list[AppendRequest]) -> list[list[int] | LogError]:
+        def counting(group: list[AppendRequest]) -> CommittedGroup:
             nonlocal commits
             commits += 1
-            return original(group)  # type: ignore[return-value]
+            return original(group)
 
-        log._commit_group = counting  # type: ignore[assignment,method-assign]
+        log._commit_group = counting  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
             for number in range(200):
                 nursery.start_soon(log.append, [new(f"e{number}", f"s{number}")])

@@ -466,6 +466,18 @@ class LogContract:
         assert isinstance(recorded.kept, ArgumentsAppended)
         assert recorded.kept.data == b""
 
+    async def test_a_subscription_yields_what_redaction_left_of_events_appended_before(
+        self, log: Log
+    ) -> None:
+        """A subscription that reaches an event this process appended after it was redacted
+        gets what redaction left, not the payload appended."""
+        subscription = log.subscribe()
+        await log.append([_new("s", "e1", data=b"secret"), _new("t", "t1")])
+        await log.redact("s", 1)
+        first, second = [await subscription.__anext__() for _ in range(2)]
+        assert isinstance(first.event, Redacted)
+        assert not isinstance(second.event, Redacted)
+
     async def test_redacted_events_stay_idempotent(self, log: Log) -> None:
         """After redaction, the same event re-appended is recognised; other content is refused."""
         await log.append([_new("s", "e1", data=b"secret")])
