@@ -35,9 +35,10 @@ decoding would give, since the codec's round trip is exact for every event type 
 (those without datetimes, whose time zone a round trip normalises to UTC). A backend that commits
 through this process also keeps the rows of its last commits (``COMMITTED_ROWS`` of them): a
 subscription takes the rows that follow its position from there rather than reading them back
-from storage, and, having taken some, waits for the next append (or the poll interval) before it
-asks storage for more. What another process appends is then seen as late as polling allows,
-as before; a redaction forgets the rows kept, so that a subscription reads redacted payloads
+from storage. Having taken some, it asks storage for more only once it knows of an append past
+them (another writer's, of which a notification told) or once an append or the poll interval
+wakes it: what another process appends is seen as late as its notification or polling allows,
+as before. A redaction forgets the rows kept, so that a subscription reads what redaction left
 from storage.
 """
 
@@ -105,6 +106,9 @@ class Log(abc.ABC):
         self._appended = trio.Event()
         self._recent: dict[int, Event] = {}
         self._committed: dict[int, StoredRecord] = {}
+        # The furthest position this log knows storage holds: its own commits, and the
+        # appends of others it is told of.
+        self._known_head = 0
 
     # --- the contract ---
 
@@ -223,6 +227,8 @@ class Log(abc.ABC):
         committed = self._committed
         for row in rows:
             committed[row.position] = row
+        if rows:
+            self._known_head = max(self._known_head, rows[-1].position)
         while len(committed) > COMMITTED_ROWS:
             del committed[next(iter(committed))]
 
@@ -313,16 +319,14 @@ class Subscription:
             # is not missed.
             appended = log._appended
             rows = log._committed_from(self._next, SUBSCRIBE_PAGE)
-            if rows:
-                self._taken_from_memory = True
-            elif self._taken_from_memory:
-                # Storage holds nothing past what this process committed unless another
-                # process appended since: the next append or the poll interval tells, as it
-                # would after a read that found nothing.
-                self._taken_from_memory = False
+            from_memory, self._taken_from_memory = self._taken_from_memory, bool(rows)
+            if not rows and from_memory and log._known_head < self._next:
+                # Past the rows this process committed, storage holds nothing this log has
+                # heard of: the next append, a notification or the poll interval sends the
+                # subscription to storage, as after a read that found nothing.
                 await log._wait_for_appends(appended)
                 continue
-            else:
+            if not rows:
                 rows = await log._read_rows(self._next, SUBSCRIBE_PAGE)
                 if not rows:
                     await log._wait_for_appends(appended)

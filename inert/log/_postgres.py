@@ -785,9 +785,20 @@ class PostgresLog(GroupCommitLog[Connection]):
             others = False
             while (notification := pgconn.notifies()) is not None:
                 # This process's own appends wake its subscriptions as they commit.
-                others = others or notification.be_pid != self._writer_pid
+                if notification.be_pid != self._writer_pid:
+                    others = True
+                    self._heard_of(notification.extra)
             if others:
                 self._notify_appended()
+
+    def _heard_of(self, payload: bytes) -> None:
+        """Note the head another writer's notification names (the position its commit
+        reached), so that subscriptions look in storage past this log's own rows."""
+        try:
+            head = int(payload)
+        except ValueError:
+            return
+        self._known_head = max(self._known_head, head)
 
     async def _wait_for_appends(self, since: trio.Event) -> None:
         # Notifications may be lost with the listening connection; polling bounds the delay.
