@@ -17,6 +17,8 @@ Pure: no trio, no storage.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from ..events import ByTurn, CallKey, IntentScope, TurnRef
 from ._call import TurnView
 
@@ -58,8 +60,9 @@ class Intents:
         self._noted: dict[CallKey, tuple[Intent, Intent]] = {}
         self._noted_in: ByTurn[CallKey] = ByTurn()
         # Claims whose first decision is not read back yet, per conversation, in log order: the
-        # call and the position of its claim.
-        self._claims: dict[tuple[str, str], dict[CallKey, int]] = {}
+        # call and the position of its claim. Ordered by a list of their own, so that the first
+        # is found at once however many left before it.
+        self._claims: dict[tuple[str, str], OrderedDict[CallKey, int]] = {}
 
     def __len__(self) -> int:
         """The calls held here: dispatched ones remembered, and claims in a queue."""
@@ -91,7 +94,7 @@ class Intents:
     def claimed(self, key: CallKey, position: int) -> None:
         """Queue a claim at ``position`` behind the earlier claims of its conversation (a call
         with a claim queued already keeps its place)."""
-        claims = self._claims.setdefault((key.tenant, key.conversation), {})
+        claims = self._claims.setdefault((key.tenant, key.conversation), OrderedDict())
         claims.setdefault(key, position)
 
     def waits(self, key: CallKey) -> bool:
@@ -109,7 +112,7 @@ class Intents:
         return self._leave(conversation, claims, [key])
 
     def _leave(
-        self, conversation: tuple[str, str], claims: dict[CallKey, int], keys: list[CallKey]
+        self, conversation: tuple[str, str], claims: OrderedDict[CallKey, int], keys: list[CallKey]
     ) -> CallKey | None:
         first = next(iter(claims))
         for key in keys:

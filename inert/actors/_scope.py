@@ -8,6 +8,7 @@ Pure: no trio, no storage.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TypeVar
 
 import attrs
@@ -126,7 +127,7 @@ class ResponseTurns:
     def __init__(self) -> None:
         self._first: dict[str, ResponseRef] = {}
         self._of_turn: ByTurn[ResponseRef] = ByTurn()
-        self._of_unknown_turns: dict[ResponseRef, None] = {}
+        self._of_unknown_turns: OrderedDict[ResponseRef, None] = OrderedDict()
         self._over_limit: dict[ResponseRef, CallKey] = {}
 
     def note(self, stream: str, version: int, response: ResponseRef, *, known: bool) -> None:
@@ -140,8 +141,7 @@ class ResponseTurns:
             unknown = self._of_unknown_turns
             unknown[response] = None
             if len(unknown) > UNKNOWN_TURN_RESPONSES_KEPT:
-                oldest = next(iter(unknown))
-                del unknown[oldest]
+                oldest, _ = unknown.popitem(last=False)
                 self._forget(oldest)
 
     def elsewhere(self, response: ResponseRef, version: int | None) -> str:

@@ -48,6 +48,7 @@ import abc
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import attrs
 import trio
@@ -96,6 +97,37 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+_V = TypeVar("_V")
+
+
+class ByPosition(dict[int, _V]):
+    """The values of the last ``bound`` positions kept, the oldest forgotten first.
+
+    Positions are forgotten in the order they were kept through a queue beside the dict: taking
+    a dict's first key instead would scan the slots its earlier deletions left at its front,
+    up to thousands per position once the dict is large.
+    """
+
+    __slots__ = ("_bound", "_order")
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self._bound = bound
+        self._order: deque[int] = deque()
+
+    def keep(self, position: int, value: _V) -> None:
+        if position not in self:
+            self._order.append(position)
+        self[position] = value
+        if len(self._order) > self._bound:
+            del self[self._order.popleft()]
+
+    def forget(self) -> None:
+        """Forget every position kept."""
+        self.clear()
+        self._order.clear()
+
+
 class Log(abc.ABC):
     """An ordered, append-only event log. Use a backend's ``open`` or :func:`open_log`."""
 
@@ -104,8 +136,8 @@ class Log(abc.ABC):
         self._clock = clock or utc_now
         self._closed = False
         self._appended = trio.Event()
-        self._recent: dict[int, Event] = {}
-        self._committed: dict[int, StoredRecord] = {}
+        self._recent: ByPosition[Event] = ByPosition(RECENT_APPENDS)
+        self._committed: ByPosition[StoredRecord] = ByPosition(COMMITTED_ROWS)
         # The furthest position this log knows storage holds: its own commits, and the
         # appends of others it is told of.
         self._known_head = 0
@@ -122,12 +154,10 @@ class Log(abc.ABC):
         if not records:
             return []
         positions = await self._append_records(records, expected)
-        recent = self._recent
+        keep = self._recent.keep
         for position, new in zip(positions, events, strict=True):
             if type(new.event) in _EXACT_ROUND_TRIP:
-                recent[position] = new.event
-        while len(recent) > RECENT_APPENDS:
-            del recent[next(iter(recent))]
+                keep(position, new.event)
         return positions
 
     async def read(
@@ -169,13 +199,13 @@ class Log(abc.ABC):
         self._check_open()
         # Forgotten before and after: a row kept across the redaction's commit would give a
         # subscription the payload that storage no longer holds.
-        self._committed.clear()
+        self._committed.forget()
         try:
             return await self._redact(
                 stream, up_to_version, None if event_types is None else frozenset(event_types)
             )
         finally:
-            self._committed.clear()
+            self._committed.forget()
 
     async def write_snapshot(self, snapshot: StoredSnapshot) -> None:
         """Store a snapshot in place of the one of its name, without the payloads stored under a
@@ -224,13 +254,11 @@ class Log(abc.ABC):
 
     def _keep_committed(self, rows: Sequence[StoredRecord]) -> None:
         """Keep rows this process has just committed, in position order, for subscriptions."""
-        committed = self._committed
+        keep = self._committed.keep
         for row in rows:
-            committed[row.position] = row
+            keep(row.position, row)
         if rows:
             self._known_head = max(self._known_head, rows[-1].position)
-        while len(committed) > COMMITTED_ROWS:
-            del committed[next(iter(committed))]
 
     def _committed_from(self, position: int, limit: int) -> list[StoredRecord]:
         """The rows kept from ``position`` on, as long as they follow each other, at most

@@ -19,6 +19,7 @@ only ever drew rejections (its turn may never be retired: it may never have been
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from functools import partial
@@ -95,8 +96,9 @@ class Ledger(Routed):
         # The same calls by turn, for a retirement to find its own.
         self._turns: ByTurn[CallKey] = ByTurn()
         # Finished calls in the order they finished, with the log's time they age out at, and
-        # that time of the first of them: a record before it ages nothing out.
-        self._finished: dict[CallKey, datetime] = {}
+        # that time of the first of them: a record before it ages nothing out. Ordered by a
+        # list of its own, so that the first is found at once however many left before it.
+        self._finished: OrderedDict[CallKey, datetime] = OrderedDict()
         self._due: datetime | None = None
         # Under rules 7 a call validated at its own end is ready only once its response ended
         # well after it: until then its row's dispatch reads ``await_response``.

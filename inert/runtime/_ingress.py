@@ -26,6 +26,7 @@ that stream; so is a storage failure that lost them.
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import trio
@@ -166,7 +167,7 @@ class Ingress:
         self._pending_bytes = 0
         self._pending_events = 0
         self._locks: dict[str, _StreamLock] = {}
-        self._versions: dict[str, int] = {}
+        self._versions: OrderedDict[str, int] = OrderedDict()
         self._failed: dict[str, InertError] = {}
         self._work = trio.Event()
         self._signalled = False
@@ -376,7 +377,7 @@ class Ingress:
         for stream, count in counts.items():
             versions[stream] = expected[stream] + count
         while len(versions) > FEED_VERSIONS_KEPT:
-            del versions[next(iter(versions))]
+            versions.popitem(last=False)
 
     # --- quiet ---
 

@@ -82,6 +82,7 @@ _STANDARD = frozenset(
         ("builtins", "frozenset"),
         ("builtins", "bytearray"),
         ("collections", "deque"),
+        ("collections", "OrderedDict"),
         ("datetime", "datetime"),
         ("datetime", "timedelta"),
         ("datetime", "timezone"),
