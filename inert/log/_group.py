@@ -96,6 +96,10 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
     def _write_snapshot_in(self, connection: ConnectionT, snapshot: StoredSnapshot) -> None:
         """Write a snapshot in ``connection``'s transaction."""
 
+    @abc.abstractmethod
+    def _delete_snapshot_in(self, connection: ConnectionT, name: str) -> None:
+        """Delete the snapshot of a name, and its payloads, in ``connection``'s transaction."""
+
     async def _redact(
         self, stream: str, up_to_version: int, event_types: frozenset[str] | None
     ) -> int:
@@ -112,6 +116,14 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
             self._in_own_transaction,
             "snapshot write",
             lambda connection: self._write_snapshot_in(connection, snapshot),
+        )
+
+    async def _delete_snapshot(self, name: str) -> None:
+        self._check_accepting("the snapshot was not deleted")
+        await trio.to_thread.run_sync(
+            self._in_own_transaction,
+            "snapshot deletion",
+            lambda connection: self._delete_snapshot_in(connection, name),
         )
 
     @asynccontextmanager

@@ -45,6 +45,10 @@ from storage.
 from __future__ import annotations
 
 import abc
+import hashlib
+import hmac
+import os
+import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
@@ -97,6 +101,16 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def new_identity() -> str:
+    """A new log's identity: unique to it, copied only with the log itself."""
+    return f"log-{uuid.uuid4().hex}"
+
+
+def new_secret() -> bytes:
+    """A new log's secret, which its keys derive from (see ``Log.key``)."""
+    return os.urandom(32)
+
+
 _V = TypeVar("_V")
 
 
@@ -141,6 +155,22 @@ class Log(abc.ABC):
         # The furthest position this log knows storage holds: its own commits, and the
         # appends of others it is told of.
         self._known_head = 0
+        self._identity = ""
+        self._secret = b""
+
+    @property
+    def identity(self) -> str:
+        """The log's identity, made when it was created (read when it is opened; empty before):
+        what binds a snapshot to the log it was taken of."""
+        return self._identity
+
+    def key(self, purpose: str) -> bytes:
+        """A key of this log for one purpose, derived from a secret made with the log and kept
+        beside its identity: what inert keys a digest with that only those who can read the
+        log's storage itself (not its events) could make again."""
+        if not self._secret:
+            raise LogError("the log is not open: it has no key yet")
+        return hmac.new(self._secret, purpose.encode(), hashlib.sha256).digest()
 
     # --- the contract ---
 
@@ -212,6 +242,18 @@ class Log(abc.ABC):
         stream that holds a redacted event."""
         self._check_open()
         await self._write_snapshot(snapshot)
+
+    async def erased(self) -> bool:
+        """Until the bytes the redactions made so far took out of the rows are gone from the
+        backend's storage as far as it erases them (see docs/log.md); whether they are. A log
+        that keeps nothing beside its rows has nothing to wait for."""
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def delete_snapshot(self, name: str) -> None:
+        """Delete the snapshot of a name and its payloads, if there is one."""
+        self._check_open()
+        await self._delete_snapshot(name)
 
     async def read_snapshot(self, name: str) -> StoredSnapshot | None:
         """The snapshot stored under ``name``, with the payloads it still holds, or None."""
@@ -304,6 +346,9 @@ class Log(abc.ABC):
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None: ...
 
     @abc.abstractmethod
+    async def _delete_snapshot(self, name: str) -> None: ...
+
+    @abc.abstractmethod
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None: ...
 
     @abc.abstractmethod
@@ -374,6 +419,8 @@ class MemoryStore:
         self.by_id: dict[str, StoredRecord] = {}
         self.streams: dict[str, list[int]] = {}
         self.snapshots: dict[str, StoredSnapshot] = {}
+        self.identity = new_identity()
+        self.secret = new_secret()
 
     def append(self, rows: list[StoredRecord]) -> None:
         for row in rows:
@@ -394,6 +441,8 @@ class MemoryLog(Log):
     ) -> None:
         super().__init__(codec=codec, clock=clock)
         self.store = store if store is not None else MemoryStore()
+        self._identity = self.store.identity
+        self._secret = self.store.secret
 
     async def _append_records(
         self, records: list[PendingRecord], expected: dict[str, int]
@@ -462,6 +511,10 @@ class MemoryLog(Log):
         }
         kept = tuple(payload for _, payload in kept_payloads(snapshot, redacted))
         store.snapshots[snapshot.name] = attrs.evolve(snapshot, payloads=kept)
+
+    async def _delete_snapshot(self, name: str) -> None:
+        await trio.lowlevel.checkpoint()
+        self.store.snapshots.pop(name, None)
 
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
         await trio.lowlevel.checkpoint()

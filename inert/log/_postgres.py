@@ -48,12 +48,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock
+from ._log import Clock, new_identity, new_secret
 from ._records import StoredRecord, plan_appends, redacted, with_checksum
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
 
 APPLICATION = "inert-log"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 Connection = psycopg.Connection[tuple[Any, ...]]
 Migration = Callable[[Connection, str], None]
 """A step from schema version N to N + 1, given a connection in a transaction and the schema."""
@@ -100,7 +100,9 @@ def _schema_sql(schema: str) -> str:
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE {schema}.inert_meta (
     application text NOT NULL,
-    schema_version integer NOT NULL
+    schema_version integer NOT NULL,
+    identity text NOT NULL,
+    secret bytea NOT NULL
 );
 CREATE TABLE {schema}.head (
     only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
@@ -150,7 +152,21 @@ def _add_checksums(connection: Connection, schema: str) -> None:
 
 
 # Steps from schema version N to N + 1.
-MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums}
+def _add_identity(connection: Connection, schema: str) -> None:
+    connection.execute(
+        f"ALTER TABLE {schema}.inert_meta ADD COLUMN identity text, ADD COLUMN secret bytea"
+    )
+    connection.execute(
+        f"UPDATE {schema}.inert_meta SET identity = %s, secret = %s",
+        (new_identity(), new_secret()),
+    )
+    connection.execute(
+        f"ALTER TABLE {schema}.inert_meta ALTER COLUMN identity SET NOT NULL,"
+        " ALTER COLUMN secret SET NOT NULL"
+    )
+
+
+MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums, 3: _add_identity}
 
 
 @attrs.frozen
@@ -175,6 +191,7 @@ class _Statements:
     redact_snapshots: str
     redacted_streams: str
     delete_snapshot_payloads: str
+    delete_snapshot: str
     write_snapshot: str
     write_snapshot_payload: str
     read_snapshot: str
@@ -231,6 +248,7 @@ class _Statements:
                 " WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL GROUP BY s.name"
             ),
             delete_snapshot_payloads=f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s",
+            delete_snapshot=f"DELETE FROM {schema}.snapshots WHERE name = %s",
             write_snapshot=(
                 f"INSERT INTO {schema}.snapshots VALUES (%s, %s, %s, %s, %s)"
                 " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
@@ -471,9 +489,10 @@ class PostgresLog(GroupCommitLog[Connection]):
             }
             if not tables:
                 connection.execute(_schema_sql(schema))
+                self._identity, self._secret = new_identity(), new_secret()
                 connection.execute(
-                    f"INSERT INTO {schema}.inert_meta VALUES (%s, %s)",
-                    (APPLICATION, SCHEMA_VERSION),
+                    f"INSERT INTO {schema}.inert_meta VALUES (%s, %s, %s, %s)",
+                    (APPLICATION, SCHEMA_VERSION, self._identity, self._secret),
                 )
                 return
             meta = (
@@ -496,6 +515,10 @@ class PostgresLog(GroupCommitLog[Connection]):
                 )
             if version < SCHEMA_VERSION:
                 self._migrate(connection, version)
+            identity, secret = connection.execute(
+                f"SELECT identity, secret FROM {schema}.inert_meta"
+            ).fetchone()  # type: ignore[misc]
+            self._identity, self._secret = identity, bytes(secret)
 
     def _migrate(self, connection: Connection, version: int) -> None:
         for step in range(version, SCHEMA_VERSION):
@@ -698,6 +721,12 @@ class PostgresLog(GroupCommitLog[Connection]):
             )
         connection.execute(sql.redact_snapshots, (stream, up_to_version))
         return len(done)
+
+    def _delete_snapshot_in(self, connection: Connection, name: str) -> None:
+        sql = self._sql
+        connection.execute(sql.lock_snapshots)
+        connection.execute(sql.delete_snapshot_payloads, (name,))
+        connection.execute(sql.delete_snapshot, (name,))
 
     def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
         sql = self._sql

@@ -47,11 +47,12 @@ class StoredSnapshot:
     payloads: Sequence[SnapshotPayload] = ()
     """In the order written; read, a tuple (one written may be any sequence)."""
     digest: str = field(default="")
-    """``sha256:`` and the hex digest of the state (see :func:`state_digest`), to tell a
-    damaged snapshot; a payload is whole or deleted, so it is not part of it."""
+    """A digest of the state, to tell a damaged or changed snapshot, kept as given: a runtime's
+    is keyed by its log (``hmac-sha256:``); ``sha256:`` (see :func:`state_digest`) otherwise. A
+    payload is whole or deleted, so it is not part of it."""
 
     def intact(self) -> bool:
-        """Whether the state is what was written."""
+        """Whether the state is what was written, for an unkeyed ``sha256:`` digest."""
         return self.digest == state_digest(self.state)
 
 

@@ -30,13 +30,14 @@ import trio
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
+from ._erasure import DEFAULT_ERASE_TIMEOUT, WalEraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock
+from ._log import Clock, new_identity, new_secret
 from ._records import StoredRecord, plan_appends, redacted, with_checksum
 from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
 
 APPLICATION_ID = 0x696E7274  # "inrt"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 Synchronous = Literal["FULL", "NORMAL"]
 Migration = Callable[[sqlite3.Connection], None]
 _T = TypeVar("_T")
@@ -103,6 +104,7 @@ CREATE TABLE events (
     UNIQUE (stream_id, version)
 );
 {_SNAPSHOT_SCHEMA}
+CREATE TABLE log_identity (identity TEXT NOT NULL, secret BLOB NOT NULL);
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
@@ -141,7 +143,16 @@ def _add_checksums(connection: sqlite3.Connection) -> None:
 
 
 # Steps from schema version N to N + 1.
-MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums}
+def _add_identity(connection: sqlite3.Connection) -> None:
+    connection.execute("CREATE TABLE log_identity (identity TEXT NOT NULL, secret BLOB NOT NULL)")
+    _new_identity(connection)
+
+
+def _new_identity(connection: sqlite3.Connection) -> None:
+    connection.execute("INSERT INTO log_identity VALUES (?, ?)", (new_identity(), new_secret()))
+
+
+MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums, 3: _add_identity}
 
 DEFAULT_STREAM_CACHE_SIZE = 65536
 # Names the reader keeps: a page read in order names a few hundred streams, mostly the ones the
@@ -223,6 +234,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         stream_cache_size: int = DEFAULT_STREAM_CACHE_SIZE,
+        erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
         codec: Codec | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -241,6 +253,10 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             )
         if stream_cache_size < 0:
             raise ConfigurationError(f"stream_cache_size must be >= 0, not {stream_cache_size}")
+        if not 0 <= erase_timeout < math.inf:
+            raise ConfigurationError(
+                f"erase_timeout must be a finite number of seconds >= 0, not {erase_timeout}"
+            )
         self.path = os.fspath(path)
         if "\0" in self.path:
             raise ConfigurationError(f"an SQLite log path holds no NUL character: {self.path!r}")
@@ -257,6 +273,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # is in no committed row.
         self._stream_names: dict[int, str] = {}
         self._stream_names_capacity = min(max(stream_cache_size, 1), _READ_STREAM_NAMES)
+        self._eraser = WalEraser(self.path, timeout=erase_timeout)
 
     @property
     def name(self) -> str:
@@ -273,6 +290,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         stream_cache_size: int = DEFAULT_STREAM_CACHE_SIZE,
+        erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
         codec: Codec | None = None,
         clock: Clock | None = None,
     ) -> AsyncIterator[SQLiteLog]:
@@ -284,12 +302,13 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             max_batch_events=max_batch_events,
             poll_interval=poll_interval,
             stream_cache_size=stream_cache_size,
+            erase_timeout=erase_timeout,
             codec=codec,
             clock=clock,
         )
         await trio.to_thread.run_sync(log._connect)
         try:
-            async with log._running():
+            async with log._running(log._eraser.run):
                 yield log
         finally:
             log._mark_closed()
@@ -304,6 +323,8 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         )
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute(f"PRAGMA synchronous = {self.synchronous}")
+        # What a delete or an update frees is zeroed, not left in the file's free space.
+        connection.execute("PRAGMA secure_delete = ON")
         return connection
 
     def _check_length(self) -> None:
@@ -342,6 +363,9 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             self._writer = self._open_connection()
             self._prepare_schema(self._writer)
             self._reader = self._open_connection()
+            # After an unclean stop the write-ahead log may hold redacted bytes: erased before
+            # anything else, where no other process reads it now.
+            self._eraser.checkpoint()
         except sqlite3.Error as error:
             self._disconnect()
             raise LogError(f"cannot open SQLite log {self.path!r}: {error}") from error
@@ -370,6 +394,8 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # Closing the last connection to a file checkpoints it, through the -shm mapping too: a
         # log that can no longer be written keeps its connections open until the process ends.
         keep = self._no_longer_writable() is not None
+        if not keep:
+            self._eraser.close()
         for connection in (self._reader, self._writer):
             if connection is not None:
                 if keep:
@@ -386,6 +412,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if application_id == 0 and version == 0 and tables == 0:
                 _execute_script(connection, _SCHEMA)
+                _new_identity(connection)
             elif application_id != APPLICATION_ID:
                 raise LogError(
                     f"{self.path!r} is an SQLite file of another program (application id"
@@ -398,6 +425,13 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
                 )
             elif version < SCHEMA_VERSION:
                 self._migrate(connection, version)
+            identities = connection.execute("SELECT identity, secret FROM log_identity").fetchall()
+            if len(identities) != 1:
+                raise LogError(
+                    f"{self.path!r} holds {len(identities)} identities of its log, not one:"
+                    " it was changed by hand"
+                )
+            ((self._identity, self._secret),) = identities
             connection.execute("COMMIT")
         except BaseException:
             connection.execute("ROLLBACK")
@@ -576,15 +610,16 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         return rows[0][0]  # type: ignore[return-value]
 
     async def _storage_problems(self) -> list[str]:
+        erasure = [] if self._eraser.problem is None else [self._eraser.problem]
         try:
-            problems = [
+            problems = erasure + [
                 f"PRAGMA integrity_check: {message}"
                 for (message,) in await self._query("PRAGMA integrity_check", ())
                 if message != "ok"
             ]
         except LogError as error:
             # A page damaged badly enough stops the check itself.
-            problems = [f"PRAGMA integrity_check could not finish: {error}"]
+            problems = [*erasure, f"PRAGMA integrity_check could not finish: {error}"]
         [(rows, head)] = await self._query(
             "SELECT count(*), coalesce(max(position), 0) FROM events", ()
         )
@@ -600,6 +635,16 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             )
         )
         return problems
+
+    async def _redact(
+        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+    ) -> int:
+        done = await super()._redact(stream, up_to_version, event_types)
+        self._eraser.redacted()
+        return done
+
+    async def erased(self) -> bool:
+        return await self._eraser.erased()
 
     def _redact_in(
         self,
@@ -630,6 +675,10 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             (stream, up_to_version),
         )
         return len(done)
+
+    def _delete_snapshot_in(self, connection: sqlite3.Connection, name: str) -> None:
+        connection.execute("DELETE FROM snapshot_payloads WHERE name = ?", (name,))
+        connection.execute("DELETE FROM snapshots WHERE name = ?", (name,))
 
     def _write_snapshot_in(self, connection: sqlite3.Connection, snapshot: StoredSnapshot) -> None:
         redacted: dict[str, int] = {}

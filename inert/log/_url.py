@@ -4,9 +4,10 @@
 ``sqlite:///inert.db`` names a file relative to the working directory and
 ``sqlite:////var/lib/inert.db`` an absolute one (three slashes, then the path). Options go in
 the query: ``?synchronous=NORMAL``, ``group_commit=off``, ``max_batch_events=1024``,
-``poll_interval=0.5``. ``memory://NAME`` reopens the same in-process store under one name, so a
-test can close and reopen it; ``memory://`` is a fresh store every time. A percent-escape
-in an SQLite path that is not UTF-8 (``%FF``) names that byte, as a file name the shell passes.
+``poll_interval=0.5``, ``erase_timeout=10``. ``memory://NAME`` reopens the same in-process store
+under one name, so a test can close and reopen it; ``memory://`` is a fresh store every time. A
+percent-escape in an SQLite path that is not UTF-8 (``%FF``) names that byte, as a file name the
+shell passes.
 
 ``open_log(url, create=False)`` opens only a log that exists: a missing or empty SQLite file is
 a ``LogError`` rather than a new log (a command that reads must not leave a file behind where
@@ -33,7 +34,13 @@ from ._log import Clock, Log, MemoryLog, MemoryStore
 from ._sqlite import SQLiteLog
 
 _NAMED_MEMORY_STORES: dict[str, MemoryStore] = {}
-_SQLITE_OPTIONS = {"synchronous", "group_commit", "max_batch_events", "poll_interval"}
+_SQLITE_OPTIONS = {
+    "synchronous",
+    "group_commit",
+    "max_batch_events",
+    "poll_interval",
+    "erase_timeout",
+}
 _POSTGRES_OPTIONS = {"schema", "group_commit", "max_batch_events", "poll_interval"}
 
 
@@ -156,6 +163,8 @@ async def open_log(
             )
         if "poll_interval" in options:
             settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
+        if "erase_timeout" in options:
+            settings["erase_timeout"] = _number("erase_timeout", options["erase_timeout"], float)
         _check_sqlite_path(path, create=create)
         async with SQLiteLog.open(
             path,

@@ -165,6 +165,16 @@ class FaultyLog(Log):
         self._full_for = 0
 
     @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def key(self, purpose: str) -> bytes:
+        return self.inner.key(purpose)
+
+    async def erased(self) -> bool:
+        return await self.inner.erased()
+
+    @property
     def halted(self) -> bool:
         """The wrapper stopped (a crash or a failed fsync): every operation now raises."""
         return self._halted is not None
@@ -277,6 +287,9 @@ class FaultyLog(Log):
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await self.inner._write_snapshot(snapshot)
+
+    async def _delete_snapshot(self, name: str) -> None:
+        await self.inner._delete_snapshot(name)
 
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
         return await self.inner._read_snapshot(name)

@@ -52,7 +52,7 @@ from inert.log._records import (
     decode_record,
     with_checksum,
 )
-from inert.log._sqlite import _SNAPSHOT_SCHEMA, APPLICATION_ID
+from inert.log._sqlite import _SNAPSHOT_SCHEMA, APPLICATION_ID, SCHEMA_VERSION
 from inert.runtime._verify import verify_log
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
@@ -335,7 +335,7 @@ async def test_a_schema_2_sqlite_log_is_upgraded_with_checksums(tmp_path: Path) 
         assert await log.read() == expected
         assert (await verify_log(log)).ok
     with sqlite3.connect(old) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         connection.execute("UPDATE events SET event_type = 'x' WHERE position = 4321")
     async with SQLiteLog.open(old) as log:
         with pytest.raises(LogDamaged, match="damaged at position 4321"):

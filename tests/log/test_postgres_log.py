@@ -485,6 +485,7 @@ async def test_a_schema_1_log_is_upgraded_to_store_snapshots(schema: str) -> Non
         await log.append([new("e1")])
     query(f"DROP TABLE {schema}.snapshot_payloads, {schema}.snapshots")
     query(f"ALTER TABLE {schema}.events DROP COLUMN checksum")
+    query(f"ALTER TABLE {schema}.inert_meta DROP COLUMN identity, DROP COLUMN secret")
     query(f"UPDATE {schema}.inert_meta SET schema_version = 1")
     written = StoredSnapshot(
         name="",
@@ -496,7 +497,7 @@ async def test_a_schema_1_log_is_upgraded_to_store_snapshots(schema: str) -> Non
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert [e.event_id for e in await log.read()] == ["e1"]
         await log.write_snapshot(written)
-    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(3,)]
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(_postgres.SCHEMA_VERSION,)]
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert await log.read_snapshot("") == written
 
@@ -507,15 +508,31 @@ async def test_a_schema_2_log_is_upgraded_to_checksummed_rows(schema: str) -> No
     async with PostgresLog.open(server_url(), schema=schema) as log:
         await log.append([new(f"e{number}") for number in range(1, 6)])
     query(f"ALTER TABLE {schema}.events DROP COLUMN checksum")
+    query(f"ALTER TABLE {schema}.inert_meta DROP COLUMN identity, DROP COLUMN secret")
     query(f"UPDATE {schema}.inert_meta SET schema_version = 2")
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert [e.event_id for e in await log.read()] == [f"e{n}" for n in range(1, 6)]
-    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(3,)]
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(_postgres.SCHEMA_VERSION,)]
     query(f"UPDATE {schema}.events SET recorded_at = recorded_at + 1 WHERE position = 4")
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert len(await log.read(limit=3)) == 3
         with pytest.raises(LogDamaged, match="damaged at position 4"):
             await log.read()
+
+
+async def test_a_schema_3_log_is_given_an_identity_and_a_secret(schema: str) -> None:
+    """A log of schema version 3 opens with an identity and a secret made for it, which it
+    keeps from then on."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1")])
+    query(f"ALTER TABLE {schema}.inert_meta DROP COLUMN identity, DROP COLUMN secret")
+    query(f"UPDATE {schema}.inert_meta SET schema_version = 3")
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        identity, key = log.identity, log.key("snapshot")
+        assert [e.event_id for e in await log.read()] == ["e1"]
+    assert identity.startswith("log-")
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert (log.identity, log.key("snapshot")) == (identity, key)
 
 
 async def test_an_older_schema_without_a_migration_is_refused(

@@ -183,7 +183,7 @@ async def test_a_schema_1_file_is_upgraded_to_store_snapshots(tmp_path: Path) ->
         [recorded] = await log.read()
         assert (recorded.event_id, recorded.stream, recorded.event) == ("e1", "s", event)
         await log.write_snapshot(written)
-    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION == 3
+    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION == 4
     async with SQLiteLog.open(path) as log:
         assert await log.read_snapshot("") == written
         assert await log.append([new("e2")]) == [2]
@@ -415,3 +415,26 @@ async def test_a_row_naming_a_stream_the_log_lacks_is_damage_at_its_position(
     async with SQLiteLog.open(path) as log:
         with pytest.raises(LogDamaged, match=r"position 2.*stream number 99"):
             await log.read(1)
+
+
+async def test_a_schema_3_log_is_given_an_identity_and_a_secret(tmp_path: Path) -> None:
+    """A log of schema version 3 opens with an identity and a secret made for it, which it
+    keeps from then on; a log whose identity was removed by hand is refused."""
+    path = tmp_path / "log.db"
+    async with SQLiteLog.open(path) as log:
+        await log.append([new("e1")])
+    with sqlite3.connect(path) as connection:
+        connection.execute("DROP TABLE log_identity")
+        connection.execute("PRAGMA user_version = 3")
+    async with SQLiteLog.open(path) as log:
+        identity, key = log.identity, log.key("snapshot")
+        assert [e.event_id for e in await log.read()] == ["e1"]
+    assert identity.startswith("log-")
+    assert pragma(path, "user_version") == _sqlite.SCHEMA_VERSION
+    async with SQLiteLog.open(path) as log:
+        assert (log.identity, log.key("snapshot")) == (identity, key)
+    with sqlite3.connect(path) as connection:
+        connection.execute("DELETE FROM log_identity")
+    with pytest.raises(LogError, match="0 identities of its log"):
+        async with SQLiteLog.open(path):
+            pass

@@ -507,6 +507,33 @@ class LogContract:
         assert await log.read_snapshot("p1") == second
         assert await log.read_snapshot("p2") == other
 
+    async def test_deleting_a_snapshot_deletes_it_and_only_it(self, log: Log) -> None:
+        """A deleted snapshot reads as None, its payloads gone with it; other names' stay, and
+        deleting a name without one changes nothing."""
+        await log.write_snapshot(_snapshot("p1", ("c1", "r1")))
+        other = _snapshot("p2", ("c2", "r2"))
+        await log.write_snapshot(other)
+        await log.delete_snapshot("p1")
+        await log.delete_snapshot("none")
+        assert await log.read_snapshot("p1") is None
+        assert await log.read_snapshot("p2") == other
+        await log.write_snapshot(_snapshot("p1", state=b"again"))
+        again = await log.read_snapshot("p1")
+        assert again is not None
+        assert again.payloads == ()
+
+    async def test_a_log_has_an_identity_and_keys_that_it_keeps(self, open_log: OpenLog) -> None:
+        """A log is given an identity and a secret when it is made; both stay when it is opened
+        again, and keys for different purposes differ."""
+        async with open_log() as first:
+            identity, key = first.identity, first.key("snapshot")
+            assert identity.startswith("log-")
+            assert len(key) == 32
+            assert first.key("arguments") != key
+        async with open_log() as second:
+            assert second.identity == identity
+            assert second.key("snapshot") == key
+
     async def test_no_snapshot_reads_as_none(self, log: Log) -> None:
         """A name no snapshot was written under reads as None."""
         await log.write_snapshot(_snapshot("p1"))
