@@ -1001,9 +1001,9 @@ async def _snapshot_cost(runtime: Runtime) -> dict[str, Any]:
     state, then what its collector settings do after a capture, timed after the memory was
     measured), and the size of the last one it wrote (none below ``snapshot_every`` events)."""
     written = await runtime.log.read_snapshot("")
-    state = runtime._snapshots._state(await runtime.log.head())
+    state, binding = runtime._snapshots._state(await runtime.log.head())
     start = time.perf_counter()
-    capture(state, name="", stamp="")
+    capture(state, name="", stamp="", binding=binding)
     captured = time.perf_counter()
     runtime._snapshots.captured()
     return {

@@ -161,8 +161,8 @@ def _fix_up_module_metadata() -> None:
     """Name this package as the home of the functions and errors it hands out, as trio does:
     tracebacks and documentation then show ``inert.ClaimRefused``, where users import it from.
 
-    Classes that hold state keep the module that defines them: snapshots pickle them by it, and
-    attrs and cattrs resolve their annotations in it.
+    Classes that hold state keep the module that defines them: attrs and cattrs resolve their
+    annotations in it, and a snapshot's stamp names them by it.
     """
     for name in __all__:
         value = globals()[name]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..events import ArgumentsAppended
@@ -219,6 +220,23 @@ def _chain(parts: list[tuple[int, bytes]]) -> _Parts:
     for order, data in parts:
         chain = (chain, order, data)
     return chain
+
+
+def links_of(chain: _Parts) -> list[int | bytes]:
+    """The fragments of a chain, oldest first, flat: order, data, order, data..."""
+    return [link for order, data in _unchain(chain) for link in (order, data)]
+
+
+def chain_of(links: Sequence[object]) -> _Parts:
+    """The chain ``links_of`` made flat; ``ValueError`` for anything else."""
+    orders, parts = links[::2], links[1::2]
+    if len(orders) != len(parts):
+        raise ValueError("the links of a chain are pairs of an order and its bytes")
+    if any(type(order) is not int for order in orders) or any(
+        type(part) is not bytes for part in parts
+    ):
+        raise ValueError("the links of a chain are pairs of an order and its bytes")
+    return _chain(list(zip(orders, parts, strict=True)))  # type: ignore[arg-type]
 
 
 def _unchain(chain: _Parts) -> list[tuple[int, bytes]]:

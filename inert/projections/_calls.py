@@ -122,22 +122,6 @@ class Call:
         self.end = 0
         self.covered: list[tuple[int, int]] | None = None
 
-    # A snapshot holds plain values only: the array goes into it as a tuple of integers.
-    def __getstate__(self) -> tuple[object, ...]:
-        taken = self.taken
-        return (
-            *(getattr(self, name) for name in _CALL_FIELDS),
-            None if taken is None else tuple(taken),
-        )
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        *fields, taken = state
-        if len(fields) != len(_CALL_FIELDS):
-            raise ValueError(f"a ledger call of {len(state)} values, not {len(_CALL_FIELDS) + 1}")
-        for name, value in zip(_CALL_FIELDS, fields, strict=True):
-            setattr(self, name, value)
-        self.taken = None if taken is None else array("q", taken)
-
     def open_row(self, tool: str, position: int) -> None:
         """Give the call its row, collecting, with what it received so far."""
         self.tool = tool
@@ -260,9 +244,6 @@ class Call:
             outcome=self.outcome,
         )
         return public
-
-
-_CALL_FIELDS = tuple(name for name in Call.__slots__ if name != "taken")
 
 
 # --- how the ledger takes each decision ------------------------------------------------------

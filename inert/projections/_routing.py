@@ -57,8 +57,8 @@ class Routes(dict[type[Event] | type[Redacted], tuple[Handler, ...]]):
 class Routed:
     """A projection folded record by record: each record routed to the handlers of its event's
     class, a record at or before the projection's position skipped (so that resuming a read at
-    a checkpoint is harmless). Its pickled state leaves the routes out (they hold its bound
-    methods, which are code, not state) and loading it chooses them again."""
+    a checkpoint is harmless). A snapshot of it leaves the routes out (they hold its bound
+    methods, which are code, not state) and loading it chooses them again (``route``)."""
 
     __slots__ = ("_position", "_routes")
 
@@ -83,15 +83,7 @@ class Routed:
         for handler in self._routes[type(event)]:
             handler(recorded, event)
 
-    def __getstate__(self) -> dict[str, object]:
-        return {
-            name: getattr(self, name)
-            for cls in type(self).__mro__
-            for name in getattr(cls, "__slots__", ())
-            if name != "_routes" and hasattr(self, name)
-        }
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
+    def route(self) -> None:
+        """Choose the routes again: for a projection whose fields were set without its
+        ``__init__`` (a snapshot's, loaded)."""
         object.__setattr__(self, "_routes", Routes(self._handlers))

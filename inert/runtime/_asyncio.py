@@ -220,6 +220,11 @@ class AsyncioRuntime:
         """The position of the snapshot the runtime started from (``None``: the whole log)."""
         return self._runtime.restored_from
 
+    @property
+    def snapshot_refusal(self) -> str | None:
+        """Why the snapshot found at the start was not used, if one was found and refused."""
+        return self._runtime.snapshot_refusal
+
     async def ready(self) -> list[ReadyCall]:
         """The calls ready to be claimed now (``ready_calls`` waits for new ones as well)."""
 

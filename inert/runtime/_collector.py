@@ -26,7 +26,7 @@ every free page (``malloc_trim``, where the C library has it): with 100,000 live
 is about a fifth of the process's memory (``benchmarks/RESULTS.md``).
 
 Taking a snapshot also makes and frees millions of small objects (each call's fields, the
-pickler's memo). CPython keeps thousands of those it frees in its free lists (tuples above all),
+writer's memo). CPython keeps thousands of those it frees in its free lists (tuples above all),
 scattered over the pools the capture used: they keep those arenas from going back to the
 system, and the runtime's next objects, taken from the lists, would keep them for good. Only a
 full collection empties the lists. So a runtime that freezes ends each capture, still held, by

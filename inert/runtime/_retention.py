@@ -74,7 +74,9 @@ class RetentionPlan:
         # stopping between the two leaves them to the next one.
         self._making: dict[tuple[str, int], frozenset[str]] = {}
 
-    def __getstate__(self) -> dict[str, object]:
+    def kept(self) -> dict[str, object]:
+        """What a snapshot keeps of the plan: its attributes, with the redactions taken and not
+        yet reported made counted as due."""
         due = {
             stream: (version, types)
             for (stream, version), types in self._making.items()

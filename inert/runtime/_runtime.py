@@ -93,6 +93,8 @@ from ._requests import Requests
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
 from ._snapshot import (
     DEFAULT_SNAPSHOT_EVERY,
+    SNAPSHOT_KEY,
+    Binding,
     Configuration,
     RuntimeState,
     stamp,
@@ -201,6 +203,13 @@ class Runtime:
         )
         self.restored_from: int | None = None
         """The position of the snapshot this runtime started from (``None``: the whole log)."""
+        self._last_folded = (0, "")
+
+    @property
+    def snapshot_refusal(self) -> str | None:
+        """Why the snapshot found at the start was not used (the log was replayed from the
+        start instead), if one was found and refused."""
+        return self._snapshots.refusal
 
     # --- views ---
 
@@ -223,6 +232,7 @@ class Runtime:
     def _fan_out(self, recorded: RecordedEvent) -> None:
         """Hand a record the fold has folded to every consumer of the runtime, in this order:
         the projections first (the others read them), the change announced once all is done."""
+        self._last_folded = (recorded.position, recorded.event_id)
         self.projections.apply(recorded)
         if self.peers is not None:
             self.peers.heard(recorded, self._live)
@@ -759,13 +769,22 @@ class Runtime:
             if started:
                 self.spans.remember_turn(turn, started[0].trace)
 
-    def _state_at(self, position: int) -> RuntimeState:
-        return RuntimeState(
+    def _state_at(self, position: int) -> tuple[RuntimeState, Binding]:
+        state = RuntimeState(
             position=position,
             fold=self._fold,
             projections=self.projections,
             retention=self._retention,
             peers=self.peers,
+        )
+        last = self._last_folded
+        if last[0] != position:
+            raise AssertionError(f"a snapshot at {position}, the last event folded is {last[0]}")
+        return state, Binding(
+            log=self.log.identity,
+            position=position,
+            event_id=last[1],
+            key=self.log.key(SNAPSHOT_KEY),
         )
 
 

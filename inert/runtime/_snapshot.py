@@ -30,20 +30,26 @@ events after its position.
 - **Redactions are never lost.** The retention plan holds, as due, every redaction due when the
   snapshot was taken and every one under way then: a process that stops before the log made
   them leaves them to the restart, as a replay from the start would find them due.
-- **Loading is restricted.** The state is a pickle; only the classes of inert's pure modules and
-  a few value types of the standard library may be named in it. Anything else, like any other
-  failure to load, makes the snapshot unusable, never a program run.
+- **A snapshot is data.** The state and its payloads are MessagePack of plain values, made back
+  into objects of the explicit list of :mod:`inert.runtime._state_types` by
+  :mod:`inert.runtime._state_codec`, each field checked against its declared type: no byte of a
+  snapshot can choose code to run. Anything else, like any other failure to load, makes the
+  snapshot unusable.
+- **A snapshot belongs to its log and its position.** Its state begins with the identity of the
+  log it was taken of (written when the log was created), its position and the id of the event
+  at that position. A snapshot of another log, of a position past the log's head, or of a
+  position whose event is not the one it names (a log restored from a backup and written on
+  since) is refused; the runtime replays the log from the start.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import io
-import pickle
+import hmac
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cache
@@ -52,47 +58,59 @@ from pathlib import Path
 from typing import Any, overload
 
 import attrs
+import msgpack
 
 from ..actors import CallFold, CallLimits, Phase
+from ..actors._arguments import ParsedArguments
+from ..actors._buffer import Buffer
+from ..actors._call import CallContext, Input, ValidationRequested
 from ..actors._slot import Slot
-from ..events import CallKey, without_sensitive
-from ..log._snapshots import SnapshotPayload, StoredSnapshot, state_digest
+from ..events import CallKey, Event, without_sensitive
+from ..log._snapshots import SnapshotPayload, StoredSnapshot
 from ..projections import Projections
 from ._peers import Peers
-from ._pickling import Dumper
 from ._retention import Retention, RetentionPlan
+from ._state_codec import Reader, StateUnreadable, Writer
+from ._state_types import state_shapes
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
 DEFAULT_SNAPSHOT_EVERY = 100_000
 
-# Packages whose modules make the state: their source is part of the stamp, and their classes
-# are what a snapshot may name.
+# Packages whose modules make the state: their source is part of the stamp.
 _STATE_PACKAGES = ("inert.events", "inert.actors", "inert.projections")
 _STATE_MODULES = (
     "inert.runtime._peers",
-    "inert.runtime._pickling",
     "inert.runtime._retention",
     "inert.runtime._snapshot",
+    "inert.runtime._state_codec",
+    "inert.runtime._state_types",
 )
 # Modules of those packages that do I/O: nothing of them is state.
 _NOT_STATE = frozenset({"inert.actors._router", "inert.actors._tools"})
-_STANDARD = frozenset(
-    {
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "bytearray"),
-        ("collections", "deque"),
-        ("collections", "OrderedDict"),
-        ("datetime", "datetime"),
-        ("datetime", "timedelta"),
-        ("datetime", "timezone"),
-        ("copyreg", "_reconstructor"),
-    }
-)
+_MAGIC = "inert snapshot"
+SNAPSHOT_KEY = "snapshot"
+"""The purpose the log's key for snapshot digests is derived for (``Log.key``)."""
 
 
 class SnapshotUnusable(Exception):
     """A snapshot that cannot be loaded: the log is replayed from the start instead."""
+
+
+@attrs.frozen
+class Binding:
+    """What ties a snapshot to one log: the log's identity, the snapshot's position, the id of
+    the event at that position, and the log's key its digest is made with."""
+
+    log: str
+    position: int
+    event_id: str
+    key: bytes = attrs.field(repr=False)
+
+
+def keyed_digest(key: bytes, state: bytes) -> str:
+    """The digest a snapshot of this state carries: keyed by its log, so that a state changed
+    by whoever can write the row, but not read the log's secret, is told from the one written."""
+    return "hmac-sha256:" + hmac.new(key, state, hashlib.sha256).hexdigest()
 
 
 @attrs.define
@@ -130,6 +148,7 @@ def stamp(configuration: Configuration) -> str:
 @cache
 def _code_stamp() -> str:
     digest = hashlib.sha256(f"{SNAPSHOT_FORMAT} {sys.version_info[:2]}".encode())
+    digest.update(state_shapes().describe().encode())
     for name in sorted(_state_module_names()):
         source = Path(import_module(name).__file__ or "").read_bytes()
         digest.update(name.encode() + b"\0" + source)
@@ -158,7 +177,15 @@ class _Part:
     takes them (the fragments are the response's, the arguments and decisions the call's)."""
 
     kind: str
-    fields: tuple[str, ...]
+    types: tuple[tuple[str, Any], ...]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.types)
+
+    def checks(self) -> tuple[Callable[[object], bool], ...]:
+        """The checks of the fields' declared types, as a state's fields are checked."""
+        return _part_checks(self)
 
     def stream(self, slot: Slot) -> tuple[str, int]:
         """The stream the bytes come from, and the first version of it they may come from."""
@@ -183,13 +210,13 @@ class _Part:
         # A validated call's arguments are hashed again when it is claimed.
         return slot.phase in _DECIDED_ON_ARGUMENTS or slot.validating is not None
 
-    def dump(self, slot: Slot, fields: tuple[Any, ...], dumps: Dumper) -> bytes:
+    def dump(self, slot: Slot, fields: tuple[Any, ...], write: Writer) -> bytes:
         """The bytes stored apart of the call's ``fields`` of this kind: fragments that are a
         prefix of its bytes and nothing else are those bytes as they are (the most common
-        payload, written without pickling); anything else is the fields, pickled."""
+        payload, written as they are); anything else is the fields, written as data."""
         if self is FRAGMENTS and not slot.held and slot._buffer.prefix_only:
             return _PREFIX + slot._buffer.assembled()
-        return dumps(fields)
+        return write(list(fields))
 
     def load(self, slot: Slot, data: bytes, label: str) -> None:
         """Give a loaded call the payload ``dump`` wrote of it."""
@@ -199,10 +226,12 @@ class _Part:
             except ValueError as error:
                 raise SnapshotUnusable(f"its payload {label!r} is not a call's: {error}") from None
             return
-        fields = _StateUnpickler(io.BytesIO(data)).load()
-        if not isinstance(fields, tuple) or len(fields) != len(self.fields):
+        fields = _read(data, f"its payload {label!r}")
+        if type(fields) is not list or len(fields) != len(self.fields):
             raise SnapshotUnusable(f"its payload {label!r} is not a call's")
-        for field, value in zip(self.fields, fields, strict=True):
+        for field, value, check in zip(self.fields, fields, self.checks(), strict=True):
+            if not check(value):
+                raise SnapshotUnusable(f"its payload {label!r} is not a call's: {field}")
             setattr(slot, field, value)
 
     def strip(self, slot: Slot) -> None:
@@ -220,51 +249,86 @@ class _Part:
 
 
 _DECIDED_ON_ARGUMENTS = frozenset({Phase.TERMINAL_CANDIDATE, Phase.VALIDATED})
-# Marks a payload of bytes as they are: a pickle starts with its protocol's opcode (0x80).
+# Marks a payload of bytes as they are: one written as data starts with an array's marker.
 _PREFIX = b"\x00"
-FRAGMENTS = _Part("fragments", ("_buffer", "held"))
-ARGUMENTS = _Part("arguments", ("arguments", "validating", "validation_context", "expected"))
+FRAGMENTS = _Part(
+    "fragments",
+    (("_buffer", Buffer), ("held", list[tuple[Input, CallContext]] | tuple[()])),
+)
+ARGUMENTS = _Part(
+    "arguments",
+    (
+        ("arguments", ParsedArguments | None),
+        ("validating", ValidationRequested | None),
+        ("validation_context", CallContext | None),
+        ("expected", list[Event] | tuple[()]),
+    ),
+)
+
+
+@cache
+def _part_checks(part: _Part) -> tuple[Callable[[object], bool], ...]:
+    shapes = state_shapes()
+    return tuple(
+        _always if (check := shapes.check_of(kind)) is None else check for _, kind in part.types
+    )
+
+
+def _always(value: object) -> bool:
+    return True
+
+
 # In the order a capture takes them; a payload's kind is stored as its index here.
 _ORDERED_PARTS = (FRAGMENTS, ARGUMENTS)
 _PARTS = {part.kind: part for part in _ORDERED_PARTS}
 
 
-def capture(state: RuntimeState, *, name: str, stamp: str) -> StoredSnapshot:
-    """The snapshot of a runtime's state, its payloads apart. Synchronous: the state must not
-    change meanwhile, and is as it was afterwards."""
+def capture(state: RuntimeState, *, name: str, stamp: str, binding: Binding) -> StoredSnapshot:
+    """The snapshot of a runtime's state, its payloads apart, bound to its log by ``binding``.
+    Synchronous: the state must not change meanwhile, and is as it was afterwards."""
+    if binding.position != state.position:
+        raise ValueError(f"a state at {state.position} bound at {binding.position}")
     with _collector_paused():
-        return _capture(state, name, stamp)
+        return _capture(state, name, stamp, binding)
 
 
-def _capture(state: RuntimeState, name: str, stamp: str) -> StoredSnapshot:
+def _capture(state: RuntimeState, name: str, stamp: str, binding: Binding) -> StoredSnapshot:
     payloads = _Payloads()
     taken: list[tuple[Slot, _Part, tuple[Any, ...]]] = []
     apart: dict[str, tuple[CallKey, str, bool]] = {}
-    dumps = Dumper()
+    write = Writer(state_shapes())
     try:
         for slot in state.fold.records.values():
             for part in _ORDERED_PARTS:
                 if not part.held_by(slot):
                     continue
                 fields = tuple(getattr(slot, field) for field in part.fields)
-                payloads.add(slot, part, part.dump(slot, fields, dumps))
+                payloads.add(slot, part, part.dump(slot, fields, write))
                 apart[part.label(slot.key)] = (slot.key, part.kind, part.needed_by(slot))
                 taken.append((slot, part, fields))
                 part.strip(slot)
-        state.apart = apart
-        data = dumps(state)
+        header = write([_MAGIC, SNAPSHOT_FORMAT, binding.log, binding.position, binding.event_id])
+        data = header + write(
+            [
+                state.position,
+                state.fold,
+                state.projections,
+                state.retention,
+                state.peers,
+                apart,
+            ]
+        )
     finally:
         for slot, part, fields in taken:
             for field, value in zip(part.fields, fields, strict=True):
                 setattr(slot, field, value)
-        state.apart = {}
     return StoredSnapshot(
         name=name,
         position=state.position,
         stamp=stamp,
         state=data,
         payloads=payloads,
-        digest=state_digest(data),
+        digest=keyed_digest(binding.key, data),
     )
 
 
@@ -343,19 +407,59 @@ def _payload(key: CallKey, kind: int, first_version: int, data: bytearray) -> Sn
 # --- loading ---------------------------------------------------------------------------------
 
 
-def restore(snapshot: StoredSnapshot, *, stamp: str) -> RuntimeState:
+def binding_of(snapshot: StoredSnapshot) -> Binding:
+    """The log and the position a snapshot says it was taken of; ``SnapshotUnusable`` if it
+    says none."""
+    header, _ = _header(snapshot.state)
+    return header
+
+
+def _header(state: bytes) -> tuple[Binding, int]:
+    """The binding at the start of a state, and where the rest begins."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(state), 1))
+    try:
+        unpacker.feed(state[:_MAX_HEADER])
+        fields = unpacker.unpack()
+        end = unpacker.tell()
+    except Exception:
+        raise SnapshotUnusable("it does not begin as a snapshot of this format") from None
+    match fields:
+        case [str(magic), int(version), str(log), int(position), str(event_id)] if (
+            magic == _MAGIC and version == SNAPSHOT_FORMAT and position > 0
+        ):
+            return Binding(log=log, position=position, event_id=event_id, key=b""), end
+        case [str(magic), int(version), *_] if magic == _MAGIC:
+            raise SnapshotUnusable(f"it is of snapshot format {version}, not {SNAPSHOT_FORMAT}")
+    raise SnapshotUnusable("it does not begin as a snapshot of this format")
+
+
+_MAX_HEADER = 4096
+
+
+def restore(snapshot: StoredSnapshot, *, stamp: str, binding: Binding) -> RuntimeState:
     """The state a snapshot holds, with its payloads back; ``SnapshotUnusable`` if it cannot
-    be used (another stamp, damaged, unreadable)."""
+    be used (another stamp, damaged, unreadable, or bound to another log or event than
+    ``binding``, what the log holds at the snapshot's position)."""
     if snapshot.stamp != stamp:
         raise SnapshotUnusable("written by another code or configuration")
-    if not snapshot.intact():
-        raise SnapshotUnusable("its state is damaged")
-    with _loading():
-        state = _StateUnpickler(io.BytesIO(snapshot.state)).load()
-        if not isinstance(state, RuntimeState) or state.position != snapshot.position:
-            raise SnapshotUnusable("its state is not a runtime's")
+    if not hmac.compare_digest(snapshot.digest, keyed_digest(binding.key, snapshot.state)):
+        raise SnapshotUnusable(
+            "its state is not the one written (damaged, changed, or keyed by another log)"
+        )
+    written, end = _header(snapshot.state)
+    if written.log != binding.log:
+        raise SnapshotUnusable(f"it was taken of another log ({written.log!r})")
+    if written.position != snapshot.position or written.position != binding.position:
+        raise SnapshotUnusable(
+            f"it says position {written.position}, stored at {snapshot.position}"
+        )
+    if written.event_id != binding.event_id:
+        raise SnapshotUnusable(
+            f"the event at position {written.position} is not the one it was taken after"
+        )
+    with _collector_paused():
+        state = _state(_read(memoryview(snapshot.state)[end:], "its state"), written.position)
         _put_back(state, snapshot.payloads)
-    state.apart = {}
     state.fold.live = False
     if state.peers is not None:
         # What the running process did with what it heard (processes it buried, turns it
@@ -364,14 +468,46 @@ def restore(snapshot: StoredSnapshot, *, stamp: str) -> RuntimeState:
     return state
 
 
+def _read(data: bytes | memoryview, what: str) -> Any:
+    try:
+        return Reader(state_shapes())(data)
+    except StateUnreadable as error:
+        raise SnapshotUnusable(f"{what} cannot be read ({error})") from None
+
+
+_STATE_FIELDS = (
+    ("position", int),
+    ("fold", CallFold),
+    ("projections", Projections),
+    ("retention", RetentionPlan),
+    ("peers", Peers | None),
+    ("apart", dict[str, tuple[CallKey, str, bool]]),
+)
+
+
+def _state(values: object, position: int) -> RuntimeState:
+    if type(values) is not list or len(values) != len(_STATE_FIELDS):
+        raise SnapshotUnusable("its state is not a runtime's")
+    shapes = state_shapes()
+    for (name, kind), value in zip(_STATE_FIELDS, values, strict=True):
+        check = shapes.check_of(kind)
+        if check is not None and not check(value):
+            raise SnapshotUnusable(f"its state is not a runtime's: {name}")
+    fields = dict(zip((name for name, _ in _STATE_FIELDS), values, strict=True))
+    state = RuntimeState(**fields)
+    if state.position != position or state.fold.position != position:
+        raise SnapshotUnusable(f"its state is at position {state.fold.position}, not {position}")
+    return state
+
+
 def _put_back(state: RuntimeState, stored: Sequence[SnapshotPayload]) -> None:
     """Give each call the payloads the log still holds of it; degrade the others."""
     records = state.fold.records
     payloads = {payload.part: payload.data for payload in stored}
     for label, (key, kind, needed) in state.apart.items():
-        slot = records.get(key) if isinstance(key, CallKey) else None
+        slot = records.get(key)
         part = _PARTS.get(kind)
-        if slot is None or part is None:
+        if slot is None or part is None or label != part.label(key):
             raise SnapshotUnusable(f"its payload {label!r} is of no call of its state")
         data = payloads.get(label)
         if data is None:
@@ -380,25 +516,13 @@ def _put_back(state: RuntimeState, stored: Sequence[SnapshotPayload]) -> None:
             slot.degraded = slot.degraded or needed
             continue
         part.load(slot, data, label)
-
-
-class _StateUnpickler(pickle.Unpickler):
-    """Names only classes of inert's pure modules and a few standard value types."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _STANDARD:
-            return super().find_class(module, name)
-        if module in _state_module_names() and not name.startswith("__"):
-            found = super().find_class(module, name)
-            if isinstance(found, type):
-                return found
-        raise SnapshotUnusable(f"it names {module}.{name}, which is not state")
+    state.apart = {}
 
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """No collection runs meanwhile. Capturing and loading make millions of objects in one go
-    (pickle's memo holds what it wrote until the end; loading frees nothing), none of them
+    (the writer's memo holds what it wrote until the end; loading frees nothing), none of them
     garbage in a cycle: the cyclic collector would walk them again and again for nothing, which
     doubles the time of loading a large state and adds up to a quarter to capturing one."""
     collecting = gc.isenabled()
@@ -408,15 +532,3 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
-
-
-@contextmanager
-def _loading() -> Iterator[None]:
-    """Unpickling: any failure makes the snapshot unusable, and no collection runs meanwhile."""
-    with _collector_paused():
-        try:
-            yield
-        except SnapshotUnusable:
-            raise
-        except Exception as error:
-            raise SnapshotUnusable(f"it cannot be read ({type(error).__name__}: {error})") from None

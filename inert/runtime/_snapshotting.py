@@ -6,16 +6,32 @@ theirs at the same positions however they started; it is captured synchronously 
 changes at the next event) and written by a task of its own, a newer one replacing one not yet
 written. After a replay of at least ``every`` events a snapshot is written at once, before
 anything else runs, so that the next restart starts from it.
+
+A snapshot that cannot be used is reported once (a warning of the ``inert.snapshot`` logger,
+and ``refusal``) and replaced: by the snapshot the replay writes, or, where the replay is too
+short to write one, by none. A runtime never stops because of a snapshot.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import trio
 
 from ..log import Log, StoredSnapshot
-from ._snapshot import RuntimeState, SnapshotUnusable, capture, restore
+from ._snapshot import (
+    SNAPSHOT_KEY,
+    Binding,
+    RuntimeState,
+    SnapshotUnusable,
+    binding_of,
+    capture,
+    restore,
+)
+from ._state_codec import StateNotWritable
+
+LOGGER = logging.getLogger("inert.snapshot")
 
 
 class Snapshots:
@@ -28,7 +44,7 @@ class Snapshots:
         every: int | None,
         stamp: str,
         name: str,
-        state: Callable[[int], RuntimeState],
+        state: Callable[[int], tuple[RuntimeState, Binding]],
     ) -> None:
         self.every = every
         self._log = log
@@ -42,23 +58,47 @@ class Snapshots:
         self._written = trio.Event()
         self.captured: Callable[[], None] = lambda: None
         """Called after each capture, the runtime still held: the collector's business."""
+        self.refusal: str | None = None
+        """Why the snapshot found at the start was not used, if one was found and refused."""
 
     async def load(self) -> RuntimeState | None:
         """The state of the newest snapshot this runtime may start from, if there is one: none
-        when snapshots are off, none was written, or the one written is of other code or
-        configuration, or damaged (the log is the truth: replayed from the start, it makes the
-        next one)."""
+        when snapshots are off or none was written; none, reported, when the one written cannot
+        be used (of other code or configuration, damaged, unreadable, of another log or
+        position). The log is the truth: replayed from the start, it makes the next one."""
         if not self.every:
             return None
         snapshot = await self._log.read_snapshot(self._name)
         if snapshot is None:
             return None
         try:
-            state = restore(snapshot, stamp=self._stamp)
-        except SnapshotUnusable:
+            state = restore(snapshot, stamp=self._stamp, binding=await self._binding(snapshot))
+        except SnapshotUnusable as refusal:
+            self.refusal = str(refusal)
+            LOGGER.warning(
+                "snapshot %r of position %d not used: %s; replaying the log from the start",
+                self._name,
+                snapshot.position,
+                refusal,
+            )
             return None
         self._due = self._next_after(state.position)
         return state
+
+    async def _binding(self, snapshot: StoredSnapshot) -> Binding:
+        """What the log holds where the snapshot says it was taken."""
+        position = binding_of(snapshot).position
+        head = await self._log.head()
+        if position > head:
+            raise SnapshotUnusable(f"its position {position} is past the log's head ({head})")
+        found = await self._log.read(position, limit=1)
+        event_id = found[0].event_id if found and found[0].position == position else ""
+        return Binding(
+            log=self._log.identity,
+            position=position,
+            event_id=event_id,
+            key=self._log.key(SNAPSHOT_KEY),
+        )
 
     def heard(self, position: int) -> None:
         """The fold has reached ``position``: take a snapshot if one is due."""
@@ -71,9 +111,16 @@ class Snapshots:
     ) -> None:
         """Write a snapshot at once where the start replayed at least ``every`` events; then
         ``written``, the snapshot freed."""
-        if self.every and position - (restored_from or 0) >= self.every:
-            await self._log.write_snapshot(self._capture(position))
+        replayed = position - (restored_from or 0)
+        if not self.every or (replayed < self.every and self.refusal is None):
+            return
+        # A snapshot refused is replaced at once, so that it is refused (and reported) once.
+        snapshot = self._capture(position) if position > 0 else None
+        if snapshot is not None:
+            await self._log.write_snapshot(snapshot)
             written()
+        elif self.refusal is not None:
+            await self._log.delete_snapshot(self._name)
 
     async def write_taken(self, written: Callable[[], None]) -> None:
         """Write each snapshot taken (one taken while another is written replaces it), each
@@ -99,10 +146,17 @@ class Snapshots:
         while self._taken is not None or self._writing:
             await self._written.wait()
 
-    def _capture(self, position: int) -> StoredSnapshot:
+    def _capture(self, position: int) -> StoredSnapshot | None:
         self._due = self._next_after(position)
-        snapshot = capture(self._state(position), name=self._name, stamp=self._stamp)
-        self.captured()
+        state, binding = self._state(position)
+        try:
+            snapshot = capture(state, name=self._name, stamp=self._stamp, binding=binding)
+        except StateNotWritable as error:
+            # A snapshot is a cache: without it the next start replays more, nothing else.
+            LOGGER.error("no snapshot of position %d taken: %s", position, error)  # noqa: TRY400
+            return None
+        finally:
+            self.captured()
         return snapshot
 
     def _next_after(self, position: int) -> int:
