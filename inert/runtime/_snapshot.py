@@ -48,6 +48,7 @@ import gc
 import hashlib
 import hmac
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -70,7 +71,8 @@ from ..log._snapshots import SnapshotPayload, StoredSnapshot
 from ..projections import Projections
 from ._peers import Peers
 from ._retention import Retention, RetentionPlan
-from ._state_codec import Reader, StateUnreadable, Writer
+from ._state_codec import Reader, Writer
+from ._state_shapes import StateUnreadable
 from ._state_types import state_shapes
 
 SNAPSHOT_FORMAT = 3
@@ -83,6 +85,7 @@ _STATE_MODULES = (
     "inert.runtime._retention",
     "inert.runtime._snapshot",
     "inert.runtime._state_codec",
+    "inert.runtime._state_shapes",
     "inert.runtime._state_types",
 )
 # Modules of those packages that do I/O: nothing of them is state.
@@ -470,9 +473,21 @@ def restore(snapshot: StoredSnapshot, *, stamp: str, binding: Binding) -> Runtim
 
 def _read(data: bytes | memoryview, what: str) -> Any:
     try:
-        return Reader(state_shapes())(data)
+        return _reader()(data)
     except StateUnreadable as error:
         raise SnapshotUnusable(f"{what} cannot be read ({error})") from None
+
+
+def _reader() -> Reader:
+    """One reader for every state and payload of a thread: it holds nothing between two reads,
+    and making one costs about as much as reading a call's payload."""
+    reader: Reader | None = getattr(_READERS, "reader", None)
+    if reader is None:
+        reader = _READERS.reader = Reader(state_shapes())
+    return reader
+
+
+_READERS = threading.local()
 
 
 _STATE_FIELDS = (

@@ -29,7 +29,7 @@ from ._snapshot import (
     capture,
     restore,
 )
-from ._state_codec import StateNotWritable
+from ._state_shapes import StateNotWritable
 
 LOGGER = logging.getLogger("inert.snapshot")
 

@@ -4,271 +4,69 @@ list of types, never into anything the bytes name.
 A snapshot row is written by whoever can write the log's storage, and read by every runtime
 that opens the log: what it holds must not be able to choose code to run. So the state is
 written as MessagePack values (nil, booleans, integers, floats, strings, bytes, arrays, maps)
-and extension values of a few kinds this module defines: a tuple, a set, a date, an array of
-integers, a reference to a value met before, an event (through the log's own codec), and an
-object of one of the classes of a :class:`Shapes` list, by its index there. Loading makes an
-object of a listed class without calling it (``object.__new__``), sets the fields its shape
-declares and nothing else, and checks each value against the field's declared type; anything
-else (an index outside the list, a field too many or missing, a value of another type, a
-reference to a value not made yet, nesting past a bound) makes the state unreadable. A class
-with its own way of being written (a chain to flatten, an index to rebuild) says so in its
-shape, with functions of this package; the bytes only ever pick among the shapes.
+and a few extension values this module defines. A value of a kind MessagePack has no type for
+(a tuple, a set, a read-only or ordered map, a queue, an event, an object of one of the classes
+of a :class:`~._state_shapes.Shapes` list) is written as an array whose first item is a marker
+naming the kind (for an object, the class's index in the list), then its items or fields; a time,
+a duration and an array of integers are extension values of their own. Loading reads the whole
+state in one pass of MessagePack's reader, which hands each such array, once read, to the
+builder of its kind: an object is made by its shape's builder (see ``_state_shapes``), which
+checks each field against its declared type. Anything else (an index outside the list, a marker
+anywhere but first in an array, a value of another type, a reference to a value not made yet,
+nesting past a bound) makes the state unreadable.
 
 An object met a second time is written as a reference to the first, so that what the state
-shares (a turn's view, a response's end) is shared again once loaded, as it was.
+shares (a turn's view, a response's end) is shared again once loaded, as it was. References
+count values in the order their writing starts, which is the order their reading starts.
 """
 
 from __future__ import annotations
 
 import collections
 import datetime as dt
-import enum
 import sys
-import typing
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType, NoneType, UnionType
+from collections.abc import Callable
+from operator import attrgetter
+from types import MappingProxyType
 from typing import Any
 
-import attrs
 import msgpack
 
-from ..events import Event
 from ..events._codec import DEFAULT_CODEC
-from ..events._structure import interned, is_identity
+from ._state_shapes import UNSET, Shape, Shapes, StateNotWritable, StateUnreadable
 
 MAX_DEPTH = 64
-"""Nesting of extension values (objects, tuples, sets...) beyond which a state is unreadable:
-the deepest state inert writes nests about a dozen."""
+"""Nesting of marked values (objects, tuples, sets...) beyond which a state is unreadable: the
+deepest state inert writes nests about a dozen."""
 
-_REF = 0
-_TUPLE = 1
-_SET = 2
-_FROZENSET = 3
-_DATETIME = 5
-_TIMEDELTA = 6
-_PROXY = 7
-_ORDERED = 8
-_DEQUE = 9
-_ARRAY = 10
-_EVENT = 11
-_OBJECT = 12
-_UNSET = 13
+# Extension types.
+_START = 1
+_REF = 2
+_DATETIME = 3
+_TIMEDELTA = 4
+_ARRAY = 5
+_UNSET = 6
+
+# Kinds of marked arrays; an object's marker is its class's index after these.
+_TUPLE = 0
+_SET = 1
+_FROZENSET = 2
+_PROXY = 3
+_ORDERED = 4
+_DEQUE = 5
+_EVENT = 6
+_OBJECTS = 8
 
 _ARRAY_CODES = frozenset("bBhHiIlLqQ")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _NAIVE_EPOCH = dt.datetime(1970, 1, 1)
 _MICROSECOND = dt.timedelta(microseconds=1)
-
-
-class StateUnreadable(Exception):
-    """Bytes that are not a state of these shapes."""
-
-
-class StateNotWritable(Exception):
-    """A value in the state that no shape or kind of this module writes: a bug of inert."""
-
-
-Check = Callable[[object], bool] | None
-"""Whether a value is of a field's declared type (``None``: any value loading can make)."""
-
-
-@attrs.frozen
-class Shape:
-    """How objects of one class are written and made again.
-
-    ``fields`` names the values written, in order, with their declared types. ``dump`` gives
-    those values of an object (by default its attributes of those names) and ``load`` sets them
-    on an object made without calling its class (by default as attributes); both are
-    functions of this package. ``kind`` says how the object is made: ``"object"`` without
-    calling its class, ``"identity"`` through the identity tables, ``"tuple"`` a named tuple,
-    ``"enum"`` a member by its value.
-    """
-
-    cls: type
-    fields: tuple[tuple[str, Any], ...]
-    kind: str = "object"
-    dump: Callable[[Any], Sequence[Any]] | None = None
-    load: Callable[[Any, list[Any]], None] | None = None
-
-
-def object_shape(
-    cls: type,
-    types: Mapping[str, Any] | None = None,
-    *,
-    dump: Callable[[Any], Sequence[Any]] | None = None,
-    load: Callable[[Any, list[Any]], None] | None = None,
-) -> Shape:
-    """The shape of a class: an attrs class's fields and their types as declared, or, for any
-    other class, the attributes and types given."""
-    if types is None:
-        if not attrs.has(cls):
-            raise TypeError(f"{cls.__qualname__} is no attrs class: name its fields and types")
-        hints = typing.get_type_hints(cls)
-        types = {field.name: hints[field.name] for field in attrs.fields(cls)}
-    kind = "identity" if is_identity(cls) else "object"
-    return Shape(cls, tuple(types.items()), kind, dump, load)
-
-
-def tuple_shape(cls: type) -> Shape:
-    """The shape of a named tuple: its fields and their declared types."""
-    hints = typing.get_type_hints(cls)
-    names: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]
-    return Shape(cls, tuple((name, hints[name]) for name in names), "tuple")
-
-
-def enum_shape(cls: type[enum.Enum]) -> Shape:
-    """The shape of an enumeration: a member written as its value."""
-    return Shape(cls, (), "enum")
-
-
-class Shapes:
-    """The classes a state may hold, each by its index, and their compiled checks."""
-
-    def __init__(self, shapes: Iterable[Shape]) -> None:
-        self.shapes = tuple(shapes)
-        self.index = {shape.cls: code for code, shape in enumerate(self.shapes)}
-        if len(self.index) != len(self.shapes):
-            raise ValueError("a class is listed twice")
-        self._checks: list[tuple[Check, ...]] = [
-            tuple(self.check_of(kind) for _, kind in shape.fields) for shape in self.shapes
-        ]
-        self.names = [tuple(name for name, _ in shape.fields) for shape in self.shapes]
-        # MessagePack writes a bytearray as bytes: a field declared one is made one again.
-        self._mutable_bytes = [
-            tuple(at for at, (_, kind) in enumerate(shape.fields) if kind is bytearray)
-            for shape in self.shapes
-        ]
-
-    def describe(self) -> str:
-        """Every class and field with its declared type: part of a snapshot's stamp."""
-        return "\n".join(
-            f"{shape.kind} {shape.cls.__module__}.{shape.cls.__qualname__}"
-            + "".join(f" {name}:{kind}" for name, kind in shape.fields)
-            for shape in self.shapes
-        )
-
-    # --- checks ---
-
-    def check_of(self, kind: Any) -> Check:
-        """The check of a declared type (``None`` for one any value passes)."""
-        if kind is Any or kind is object:
-            return None
-        if isinstance(kind, typing.TypeVar):
-            return None if kind.__bound__ is None else self.check_of(kind.__bound__)
-        if kind is None or kind is NoneType:
-            return _is_none
-        if kind is float:
-            return _is_number
-        origin = typing.get_origin(kind)
-        if origin is None:
-            if isinstance(kind, type):
-                return _instance_of(kind)
-            raise TypeError(f"no check of {kind!r}")
-        arguments = typing.get_args(kind)
-        if origin is typing.Union or origin is UnionType:
-            return _any_of([self.check_of(argument) for argument in arguments])
-        if origin is typing.Literal:
-            allowed = frozenset(arguments)
-            return lambda value: type(value) in (str, int, bool) and value in allowed
-        if origin is tuple:
-            if arguments in (((),), ()):
-                return lambda value: value == () and type(value) is tuple
-            if len(arguments) == 2 and arguments[1] is Ellipsis:
-                return _items_of(tuple, self.check_of(arguments[0]))
-            return _fixed_tuple([self.check_of(argument) for argument in arguments])
-        if origin in (list, set, frozenset, collections.deque):
-            return _items_of(origin, self.check_of(arguments[0]))
-        if origin in (collections.abc.Sequence, collections.abc.Iterable):
-            return _items_of((list, tuple), self.check_of(arguments[0]))
-        if origin in (dict, collections.OrderedDict, collections.abc.Mapping):
-            container = (dict, MappingProxyType) if origin is collections.abc.Mapping else origin
-            return _entries_of(container, self.check_of(arguments[0]), self.check_of(arguments[1]))
-        if origin is array:
-            return _instance_of(array)
-        if isinstance(origin, type):
-            return _instance_of(origin)
-        raise TypeError(f"no check of {kind!r}")
-
-    def check_fields(self, code: int, values: list[Any]) -> None:
-        """Check an object's values against its fields' types (a field declared a bytearray
-        takes its bytes as one)."""
-        for at in self._mutable_bytes[code]:
-            if type(values[at]) is bytes:
-                values[at] = bytearray(values[at])
-        for check, value, name in zip(self._checks[code], values, self.names[code], strict=True):
-            if check is not None and value is not _UNSET_VALUE and not check(value):
-                shape = self.shapes[code]
-                raise StateUnreadable(
-                    f"a {shape.cls.__qualname__}'s {name} is a {type(value).__name__}, not"
-                    f" {_type_name(dict(shape.fields)[name])}"
-                )
-
-
-def _type_name(kind: Any) -> str:
-    return getattr(kind, "__qualname__", None) or str(kind)
-
-
-def _is_none(value: object) -> bool:
-    return value is None
-
-
-def _is_number(value: object) -> bool:
-    return type(value) is float or type(value) is int
-
-
-def _instance_of(cls: type) -> Callable[[object], bool]:
-    if cls in (int, str, bytes, bool):
-        return lambda value: type(value) is cls or (cls is int and type(value) is bool)
-    return lambda value: isinstance(value, cls)
-
-
-def _any_of(checks: list[Check]) -> Check:
-    if any(check is None for check in checks):
-        return None
-    actual = [check for check in checks if check is not None]
-    if len(actual) == 2:
-        first, second = actual
-        return lambda value: first(value) or second(value)
-    return lambda value: any(check(value) for check in actual)
-
-
-def _items_of(container: type | tuple[type, ...], item: Check) -> Callable[[object], bool]:
-    if item is None:
-        return lambda value: isinstance(value, container)
-    return lambda value: isinstance(value, container) and all(map(item, value))  # type: ignore[call-overload]
-
-
-def _fixed_tuple(items: list[Check]) -> Callable[[object], bool]:
-    def check(value: object) -> bool:
-        return (
-            type(value) is tuple
-            and len(value) == len(items)
-            and all(each is None or each(part) for each, part in zip(items, value, strict=True))
-        )
-
-    return check
-
-
-def _entries_of(container: Any, key: Check, item: Check) -> Callable[[object], bool]:
-    def check(value: object) -> bool:
-        if not isinstance(value, container):
-            return False
-        if key is not None and not all(map(key, value)):
-            return False
-        return item is None or all(map(item, value.values()))
-
-    return check
-
-
-class _Unset:
-    """A slot an object had not set: left unset when loaded."""
-
-    __slots__ = ()
-
-
-_UNSET_VALUE: Any = _Unset()
 _UNSET_EXTENSION = msgpack.ExtType(_UNSET, b"")
+
+
+def _marker(kind: int) -> msgpack.ExtType:
+    return msgpack.ExtType(_START, kind.to_bytes(2, "big"))
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -279,90 +77,102 @@ class Writer:
 
     def __init__(self, shapes: Shapes) -> None:
         self._shapes = shapes
+        markers = [_marker(kind) for kind in range(_OBJECTS + len(shapes.shapes))]
+        self._writers: dict[type, Callable[[Any], object]] = {
+            tuple: lambda value: [markers[_TUPLE], *value],
+            set: lambda value: [markers[_SET], *value],
+            frozenset: lambda value: [markers[_FROZENSET], *value],
+            MappingProxyType: lambda value: [markers[_PROXY], dict(value)],
+            collections.OrderedDict: lambda value: [markers[_ORDERED], dict(value)],
+            collections.deque: lambda value: [markers[_DEQUE], value.maxlen, list(value)],
+            dt.datetime: lambda value: msgpack.ExtType(
+                _DATETIME, msgpack.packb(_datetime_values(value))
+            ),
+            dt.timedelta: lambda value: msgpack.ExtType(
+                _TIMEDELTA, msgpack.packb([value.days, value.seconds, value.microseconds])
+            ),
+            array: lambda value: msgpack.ExtType(_ARRAY, _array_bytes(value)),
+            **dict.fromkeys(DEFAULT_CODEC.event_types.values(), _event_writer(markers[_EVENT])),
+            **{
+                shape.cls: _object_writer(shape, markers[_OBJECTS + code], shapes.attributes[code])
+                for code, shape in enumerate(shapes.shapes)
+            },
+        }
         self._memo: dict[int, int] = {}
+        # The reference to each value met again, made once: most are met many times.
+        self._references: dict[int, msgpack.ExtType] = {}
         self._kept: list[object] = []
-        self._packers: list[msgpack.Packer] = []
-        self._depth = 0
+        self._packer = msgpack.Packer(default=self._default, strict_types=True, use_bin_type=True)
 
     def __call__(self, value: object) -> bytes:
         """The bytes of one value, sharing what it shares; nothing kept afterwards."""
         try:
-            return self._pack(value)
+            packed: bytes = self._packer.pack(value)
+            return packed
         finally:
             self._memo.clear()
+            self._references.clear()
             self._kept.clear()
+            self._packer.reset()
 
-    def _pack(self, value: object) -> bytes:
-        depth = self._depth
-        if depth == len(self._packers):
-            self._packers.append(
-                msgpack.Packer(default=self._extension, strict_types=True, use_bin_type=True)
-            )
-        self._depth = depth + 1
-        try:
-            packed: bytes = self._packers[depth].pack(value)
-        finally:
-            self._depth = depth
-        return packed
-
-    def _extension(self, value: object) -> msgpack.ExtType:
-        if value is _UNSET_VALUE:
-            return _UNSET_EXTENSION
+    def _default(self, value: Any) -> object:
+        reference = self._references.get(id(value))
+        if reference is not None:
+            return reference
         memo = self._memo
         known = memo.get(id(value))
         if known is not None:
-            return msgpack.ExtType(_REF, _int_bytes(known))
+            reference = self._references[id(value)] = msgpack.ExtType(
+                _REF, known.to_bytes(4, "big")
+            )
+            return reference
+        if value is UNSET:
+            return _UNSET_EXTENSION
+        writer = self._writers.get(type(value))
+        if writer is None:
+            cls = type(value)
+            raise StateNotWritable(
+                f"a {cls.__module__}.{cls.__qualname__} is no state of a snapshot"
+            )
         memo[id(value)] = len(memo)
         # Held until the state is written, so that no id is taken by another object meanwhile.
         self._kept.append(value)
-        code, data = self._encode(value)
-        return msgpack.ExtType(code, data)
+        return writer(value)
 
-    def _encode(self, value: Any) -> tuple[int, bytes]:
-        cls = type(value)
-        code = self._shapes.index.get(cls)
-        if code is not None:
-            return _OBJECT, self._pack([code, *self._fields(code, value)])
-        if cls is tuple:
-            return _TUPLE, self._pack(list(value))
-        if cls is set or cls is frozenset:
-            return (_SET if cls is set else _FROZENSET), self._pack(list(value))
-        if cls is dt.datetime:
-            return _DATETIME, self._pack(_datetime_values(value))
-        if cls is dt.timedelta:
-            return _TIMEDELTA, self._pack([value.days, value.seconds, value.microseconds])
-        if cls is MappingProxyType:
-            return _PROXY, self._pack(dict(value))
-        if cls is collections.OrderedDict:
-            return _ORDERED, self._pack(dict(value))
-        if cls is collections.deque:
-            return _DEQUE, self._pack([value.maxlen, list(value)])
-        if cls is array:
-            return _ARRAY, self._pack(_array_values(value))
-        if isinstance(value, Event) and cls in DEFAULT_CODEC.event_types.values():
-            return _EVENT, self._pack(list(DEFAULT_CODEC.encode(value)))
-        raise StateNotWritable(f"a {cls.__module__}.{cls.__qualname__} is no state of a snapshot")
 
-    def _fields(self, code: int, value: object) -> Sequence[Any]:
-        shape = self._shapes.shapes[code]
-        if shape.kind == "enum":
-            return (value.value,)  # type: ignore[attr-defined]
-        if shape.kind == "tuple":
-            return value  # type: ignore[return-value]
-        if shape.dump is not None:
-            return shape.dump(value)
-        names = self._shapes.names[code]
-        attributes = getattr(value, "__dict__", None)
-        if attributes is not None and attributes.keys() != set(names):
+def _event_writer(marker: msgpack.ExtType) -> Callable[[Any], object]:
+    return lambda event: [marker, *DEFAULT_CODEC.encode(event)]
+
+
+def _object_writer(
+    shape: Shape, marker: msgpack.ExtType, attributes: frozenset[str] | None
+) -> Callable[[Any], object]:
+    """Writes an object of a shape: its marker, then its fields."""
+    if shape.kind == "enum":
+        return lambda member: [marker, member.value]
+    if shape.kind == "tuple":
+        return lambda value: [marker, *value]
+    dump = shape.dump
+    if dump is not None:
+        return lambda value: [marker, *dump(value)]
+    names = tuple(name for name, _ in shape.fields)
+    fields = attrgetter(*names) if len(names) > 1 else None
+
+    def write(value: Any) -> object:
+        if attributes is not None and value.__dict__.keys() != attributes:
             raise StateNotWritable(
-                f"a {type(value).__qualname__} has attributes {sorted(attributes)}, and its"
+                f"a {type(value).__qualname__} has attributes {sorted(value.__dict__)}, and its"
                 f" shape names {sorted(names)}"
             )
-        return [getattr(value, name, _UNSET_VALUE) for name in names]
+        if fields is not None:
+            try:
+                return [marker, *fields(value)]
+            except AttributeError:
+                pass
+        # A slot not set is written as such.
+        return [marker, *(getattr(value, name, UNSET) for name in names)]
 
-
-def _int_bytes(number: int) -> bytes:
-    return number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
+    return write
 
 
 def _datetime_values(value: dt.datetime) -> list[int | None]:
@@ -376,16 +186,25 @@ def _datetime_values(value: dt.datetime) -> list[int | None]:
     return [(value - _EPOCH) // _MICROSECOND, offset // _MICROSECOND]
 
 
-def _array_values(value: array[Any]) -> list[object]:
+def _array_bytes(value: array[Any]) -> bytes:
     if value.typecode not in _ARRAY_CODES:
         raise StateNotWritable(f"an array of {value.typecode!r}, which no snapshot writes")
     copy = array(value.typecode, value)
     if sys.byteorder == "big":
         copy.byteswap()
-    return [value.typecode, copy.tobytes()]
+    return value.typecode.encode() + copy.tobytes()
 
 
 # --- reading ---------------------------------------------------------------------------------
+
+
+class _Start:
+    """The marker of an array being read, one per kind: what its builder is."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
 
 
 class Reader:
@@ -393,136 +212,77 @@ class Reader:
 
     def __init__(self, shapes: Shapes) -> None:
         self._shapes = shapes
+        self._builders = shapes.builders
+        self._starts = {
+            kind.to_bytes(2, "big"): _Start(kind) for kind in range(_OBJECTS + len(shapes.shapes))
+        }
         self._made: list[Any] = []
-        self._depth = 0
+        # The reference numbers of the marked arrays being read, innermost last: arrays end in
+        # the reverse order they begin.
+        self._open: list[int] = []
 
     def __call__(self, data: bytes | memoryview) -> Any:
         """The value of the bytes; ``StateUnreadable`` if they are not one of these shapes."""
         try:
-            return self._unpack(data)
+            value = msgpack.unpackb(
+                data,
+                ext_hook=self._extension,
+                list_hook=self._array,
+                raw=False,
+                strict_map_key=False,
+                use_list=True,
+            )
+            if self._open:
+                raise StateUnreadable("a marker that begins no array")
         except StateUnreadable:
             raise
         except RecursionError:
             raise StateUnreadable("it nests too deep") from None
         except Exception as error:
             raise StateUnreadable(f"{type(error).__name__}: {error}") from None
+        else:
+            return value
         finally:
             self._made.clear()
-            self._depth = 0
-
-    def _unpack(self, data: bytes | memoryview) -> Any:
-        return msgpack.unpackb(
-            data,
-            ext_hook=self._extension,
-            raw=False,
-            strict_map_key=False,
-            use_list=True,
-        )
+            self._open.clear()
 
     def _extension(self, code: int, data: bytes) -> Any:
-        if code == _UNSET:
-            return _UNSET_VALUE
+        made = self._made
         if code == _REF:
             index = int.from_bytes(data, "big")
-            made = self._made
-            if not data or index >= len(made) or made[index] is _PENDING:
+            if index >= len(made) or made[index] is _PENDING or len(data) != 4:
                 raise StateUnreadable("a reference to a value not made before it")
             return made[index]
-        if self._depth >= MAX_DEPTH:
-            raise StateUnreadable(f"it nests deeper than {MAX_DEPTH}")
-        at = len(self._made)
-        self._made.append(_PENDING)
-        self._depth += 1
-        try:
-            value = self._decode(code, data)
-        finally:
-            self._depth -= 1
-        self._made[at] = value
+        if code == _START:
+            start = self._starts.get(data)
+            if start is None:
+                raise StateUnreadable("a marker of no kind a snapshot writes")
+            if len(self._open) >= MAX_DEPTH:
+                raise StateUnreadable(f"it nests deeper than {MAX_DEPTH}")
+            self._open.append(len(made))
+            made.append(_PENDING)
+            return start
+        if code == _UNSET:
+            return UNSET
+        value = _plain_extension(code, data)
+        made.append(value)
         return value
 
-    def _list(self, data: bytes) -> list[Any]:
-        values = self._unpack(data)
-        if type(values) is not list:
-            raise StateUnreadable(f"an array was expected, not a {type(values).__name__}")
-        return values
-
-    def _decode(self, code: int, data: bytes) -> Any:
-        if code == _OBJECT:
-            return self._object(self._list(data))
-        if code == _TUPLE:
-            return tuple(self._list(data))
-        if code == _SET:
-            return set(self._list(data))
-        if code == _FROZENSET:
-            return frozenset(self._list(data))
-        if code == _DATETIME:
-            return _datetime(self._list(data))
-        if code == _TIMEDELTA:
-            days, seconds, micros = _integers(self._list(data), 3)
-            return dt.timedelta(days=days, seconds=seconds, microseconds=micros)
-        if code == _PROXY:
-            return MappingProxyType(self._mapping(self._unpack(data)))
-        if code == _ORDERED:
-            return collections.OrderedDict(self._mapping(self._unpack(data)))
-        if code == _DEQUE:
-            maxlen, items = _pair(self._list(data))
-            if (maxlen is not None and type(maxlen) is not int) or type(items) is not list:
-                raise StateUnreadable("a queue that is not a bound and its items")
-            return collections.deque(items, maxlen)
-        if code == _ARRAY:
-            return _array(self._list(data))
-        if code == _EVENT:
-            tag, version, payload = _triple(self._list(data))
-            if type(tag) is not str or type(version) is not int or type(payload) is not bytes:
-                raise StateUnreadable("an event that is not a tag, a version and a payload")
-            return DEFAULT_CODEC.decode(tag, version, payload)
-        raise StateUnreadable(f"a value of kind {code}, which no snapshot writes")
-
-    def _mapping(self, value: Any) -> dict[Any, Any]:
-        if type(value) is not dict:
-            raise StateUnreadable(f"a map was expected, not a {type(value).__name__}")
+    def _array(self, values: list[Any]) -> Any:
+        if not values:
+            return values
+        start = values[0]
+        if type(start) is not _Start:
+            return values
+        index = self._open.pop()
+        kind = start.kind
+        value = (
+            self._builders[kind - _OBJECTS](values)
+            if kind >= _OBJECTS
+            else _container(kind, values)
+        )
+        self._made[index] = value
         return value
-
-    def _object(self, values: list[Any]) -> Any:
-        if not values or type(values[0]) is not int:
-            raise StateUnreadable("an object without its class")
-        code = values[0]
-        shapes = self._shapes
-        if not 0 <= code < len(shapes.shapes):
-            raise StateUnreadable(f"an object of class {code}, which no snapshot holds")
-        shape = shapes.shapes[code]
-        cls = shape.cls
-        fields = values[1:]
-        if shape.kind == "enum":
-            if len(fields) != 1:
-                raise StateUnreadable(f"a {cls.__qualname__} that is not one value")
-            member = cls._value2member_map_.get(fields[0])  # type: ignore[attr-defined]
-            if member is None:
-                raise StateUnreadable(f"no {cls.__qualname__} of that value")
-            return member
-        if len(fields) != len(shape.fields):
-            raise StateUnreadable(
-                f"a {cls.__qualname__} of {len(fields)} fields, not {len(shape.fields)}"
-            )
-        shapes.check_fields(code, fields)
-        if shape.kind == "tuple":
-            return tuple.__new__(cls, fields)
-        if shape.kind == "identity":
-            if _UNSET_VALUE in fields:
-                raise StateUnreadable(f"a {cls.__qualname__} without all its fields")
-            names = [name for name, _ in shape.fields]
-            return interned(
-                cls, tuple(fields), lambda: cls(**dict(zip(names, fields, strict=True)))
-            )
-        made: Any = object.__new__(cls)
-        if shape.load is not None:
-            shape.load(made, fields)
-        else:
-            setter = object.__setattr__
-            for (name, _), value in zip(shape.fields, fields, strict=True):
-                if value is not _UNSET_VALUE:
-                    setter(made, name, value)
-        return made
 
 
 class _Pending:
@@ -534,42 +294,63 @@ class _Pending:
 _PENDING: Any = _Pending()
 
 
-def _integers(values: list[Any], count: int) -> list[int]:
-    if len(values) != count or any(type(value) is not int for value in values):
-        raise StateUnreadable(f"{count} integers were expected")
-    return values
+def _container(kind: int, values: list[Any]) -> Any:
+    if kind == _TUPLE:
+        return tuple(values[1:])
+    if kind == _SET:
+        return set(values[1:])
+    if kind == _FROZENSET:
+        return frozenset(values[1:])
+    if kind in (_PROXY, _ORDERED):
+        if len(values) != 2 or type(values[1]) is not dict:
+            raise StateUnreadable("a map of a kind that holds no map")
+        return MappingProxyType(values[1]) if kind == _PROXY else collections.OrderedDict(values[1])
+    if kind == _DEQUE:
+        if len(values) != 3:
+            raise StateUnreadable("a queue that is not a bound and its items")
+        _, maxlen, items = values
+        if (maxlen is not None and type(maxlen) is not int) or type(items) is not list:
+            raise StateUnreadable("a queue that is not a bound and its items")
+        return collections.deque(items, maxlen)
+    if kind == _EVENT:
+        if len(values) != 4:
+            raise StateUnreadable("an event that is not a tag, a version and a payload")
+        _, tag, version, payload = values
+        if type(tag) is not str or type(version) is not int or type(payload) is not bytes:
+            raise StateUnreadable("an event that is not a tag, a version and a payload")
+        return DEFAULT_CODEC.decode(tag, version, payload)
+    raise StateUnreadable(f"a value of kind {kind}, which no snapshot writes")
 
 
-def _pair(values: list[Any]) -> tuple[Any, Any]:
-    if len(values) != 2:
+def _plain_extension(code: int, data: bytes) -> Any:
+    if code == _DATETIME:
+        micros, offset = _pair(msgpack.unpackb(data))
+        if type(micros) is not int or (offset is not None and type(offset) is not int):
+            raise StateUnreadable("a time that is not microseconds and an offset")
+        if offset is None:
+            return _NAIVE_EPOCH + dt.timedelta(microseconds=micros)
+        zone = dt.timezone(dt.timedelta(microseconds=offset))
+        return (_EPOCH + dt.timedelta(microseconds=micros)).astimezone(zone)
+    if code == _TIMEDELTA:
+        values = msgpack.unpackb(data)
+        if type(values) is not list or len(values) != 3 or any(type(v) is not int for v in values):
+            raise StateUnreadable("a duration that is not 3 integers")
+        return dt.timedelta(days=values[0], seconds=values[1], microseconds=values[2])
+    if code == _ARRAY:
+        typecode = chr(data[0]) if data else ""
+        if typecode not in _ARRAY_CODES:
+            raise StateUnreadable("an array that is not a type code and its bytes")
+        made = array(typecode)
+        if (len(data) - 1) % made.itemsize:
+            raise StateUnreadable("an array whose bytes are not whole items")
+        made.frombytes(data[1:])
+        if sys.byteorder == "big":
+            made.byteswap()
+        return made
+    raise StateUnreadable(f"a value of kind {code}, which no snapshot writes")
+
+
+def _pair(values: object) -> tuple[Any, Any]:
+    if type(values) is not list or len(values) != 2:
         raise StateUnreadable("a pair was expected")
     return values[0], values[1]
-
-
-def _triple(values: list[Any]) -> tuple[Any, Any, Any]:
-    if len(values) != 3:
-        raise StateUnreadable("three values were expected")
-    return values[0], values[1], values[2]
-
-
-def _datetime(values: list[Any]) -> dt.datetime:
-    micros, offset = _pair(values)
-    if type(micros) is not int or (offset is not None and type(offset) is not int):
-        raise StateUnreadable("a time that is not microseconds and an offset")
-    if offset is None:
-        return _NAIVE_EPOCH + dt.timedelta(microseconds=micros)
-    zone = dt.timezone(dt.timedelta(microseconds=offset))
-    return (_EPOCH + dt.timedelta(microseconds=micros)).astimezone(zone)
-
-
-def _array(values: list[Any]) -> array[Any]:
-    typecode, data = _pair(values)
-    if typecode not in _ARRAY_CODES or type(data) is not bytes:
-        raise StateUnreadable("an array that is not a type code and its bytes")
-    made = array(typecode)
-    if len(data) % made.itemsize:
-        raise StateUnreadable("an array whose bytes are not whole items")
-    made.frombytes(data)
-    if sys.byteorder == "big":
-        made.byteswap()
-    return made

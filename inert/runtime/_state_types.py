@@ -1,5 +1,6 @@
 """The classes a snapshot's state may hold, each with its fields and their types: the explicit
-list :mod:`inert.runtime._state_codec` reads a state by, and nothing else.
+list :mod:`inert.runtime._state_codec` reads a state by, and nothing else (see
+:mod:`inert.runtime._state_shapes`).
 
 attrs classes and named tuples declare their fields themselves; every other class of the state
 names here the attributes a snapshot keeps and the type of each, checked as the state is loaded.
@@ -48,6 +49,7 @@ from ..events import (
     TurnRef,
 )
 from ..events._by_turn import ByTurn
+from ..events._codec import DEFAULT_CODEC
 from ..projections import Projections
 from ..projections._audit import Audit, AuditEntry
 from ..projections._calls import Call, Step
@@ -59,7 +61,7 @@ from ..projections._rows import Dispatch, LedgerRow, Outcome
 from ..projections._status import Status, StatusCue
 from ._peers import Peers
 from ._retention import Retention, RetentionPlan
-from ._state_codec import (
+from ._state_shapes import (
     Shape,
     Shapes,
     StateNotWritable,
@@ -130,7 +132,8 @@ def _plan_fields(plan: RetentionPlan) -> list[Any]:
 def state_shapes() -> Shapes:
     """Every class a runtime's state may hold."""
     return Shapes(
-        [
+        extra_types=DEFAULT_CODEC.event_types.values(),
+        shapes=[
             *(
                 enum_shape(cls)
                 for cls in (
@@ -374,5 +377,5 @@ def state_shapes() -> Shapes:
                     "gained": list[TurnRef],
                 },
             ),
-        ]
+        ],
     )
