@@ -83,9 +83,16 @@ async def render(
 
 
 def _query(asked: list[tuple[str, str]], changes: dict[str, object]) -> str:
-    """The query of the address asked for, with ``changes`` in place of what it said."""
-    kept = [(name, value) for name, value in asked if name not in changes]
-    return urlencode([*kept, *((name, str(value)) for name, value in changes.items())])
+    """The query of the address asked for, with ``changes`` in place of what it said (in its
+    place, or at the end where it said nothing of it)."""
+    changed = {name: str(value) for name, value in changes.items()}
+    query: list[tuple[str, str]] = []
+    for name, value in asked:
+        if name not in changes:
+            query.append((name, value))
+        elif name in changed:
+            query.append((name, changed.pop(name)))
+    return urlencode([*query, *changed.items()])
 
 
 @frozen
