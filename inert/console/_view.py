@@ -304,8 +304,11 @@ class ConsoleView:
             self._sweep()
             return
         if isinstance(event, ResponseEnded):
+            ledger = self.projections.ledger
             for assembling in list(self._assembling.get(event.response, ())):
-                self._changed(assembling, recorded)
+                row = ledger.row(assembling)
+                if row is not None and stage_of(row) is not Stage.ASSEMBLING:
+                    self._changed(assembling, recorded)
             return
         key = None if event is None else call_of(event)
         if key is not None:
