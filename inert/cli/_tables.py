@@ -8,30 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 from attrs import frozen
 
 from ..events import (
     CallKey,
 )
+from ..events._identity import key_part
 from ..projections import JSON, Ledger, LedgerRow, Transition
 from ._common import KEY_FIELDS
 
 # --- showing keys and tables -----------------------------------------------------------------
-
-
-def key_part(value: str) -> str:
-    """An identity (or any text) as a person reads it here and on the console's pages: every
-    character but ASCII letters, digits and ``_.-~`` percent-encoded as its UTF-8 bytes (a lone
-    surrogate as the three bytes it would be), like stream names.
-
-    So a ``/`` inside an identity cannot be misread, and no format, bidirectional or other
-    invisible character can hide in one or reorder what is drawn around it: ``call_\u202egnp.exe``
-    reads ``call_%E2%80%AEgnp.exe``. ``urllib.parse.unquote(shown, errors="surrogatepass")``
-    gives the identity back.
-    """
-    return quote(value, safe="", errors="surrogatepass")
 
 
 SHORT_ID = 12

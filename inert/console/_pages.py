@@ -28,7 +28,7 @@ from attrs import frozen
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from ..cli._tables import key_part
+from ..events._identity import key_part
 from ._slices import Slices
 from ._view import STAGE_MARKS, Stage, shown_age, shown_text, shown_time
 

@@ -23,8 +23,8 @@ import trio
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from ..cli._tables import key_part
 from ..events import InertError, Phase, RefusedError
+from ..events._identity import key_part
 from ..projections import AuditEntry
 from ._auth import same_origin
 from ._feed import ACTIONS, control_event

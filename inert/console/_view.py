@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 
 from attrs import define, frozen
 
-from ..cli._tables import key_part
 from ..events import (
     CallKey,
     Phase,
@@ -35,6 +34,7 @@ from ..events import (
     TurnStarted,
     call_of,
 )
+from ..events._identity import key_part
 from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Projections
 
 

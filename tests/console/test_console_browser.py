@@ -28,7 +28,7 @@ from console_support import (
 from locations import ROOT
 
 from inert import Phase
-from inert.cli._tables import key_part
+from inert.events._identity import key_part
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

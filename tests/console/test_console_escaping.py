@@ -30,13 +30,13 @@ from hypothesis import strategies as st
 from starlette.types import Message, Scope
 
 from inert import CallKey, Runtime, ToolDeclaration, open_runtime
+from inert.cli import _tables as tables
 from inert.cli import main
-from inert.cli._tables import key_part
 from inert.console import Console
 from inert.console._pages import _ENVIRONMENT
 from inert.console._routes import MAX_ID_FIELD, typed_id
 from inert.console._view import shown_text
-from inert.events._identity import MAX_IDENTITY_LENGTH
+from inert.events._identity import MAX_IDENTITY_LENGTH, key_part
 
 FORMAT = [
     chr(code) for code in range(sys.maxunicode + 1) if unicodedata.category(chr(code)) == "Cf"
@@ -97,9 +97,10 @@ def assert_reads_as_bytes(page: str, ids: Iterable[str] = ()) -> None:
 
 
 def test_the_console_shows_ids_with_the_function_the_command_line_does() -> None:
-    """The pages' filter for ids is ``key_part`` itself, and ``typed_id`` undoes it for any
-    text (a lone surrogate included)."""
+    """The pages' filter for ids is the function ``inert ledger`` shows them with, and
+    ``typed_id`` undoes it for any text (a lone surrogate included)."""
     assert _ENVIRONMENT.filters["id"] is key_part
+    assert tables.key_part is key_part  # type: ignore[attr-defined]
     assert key_part("call_\u202egnp.exe") == "call_%E2%80%AEgnp.exe"
     assert key_part("\ud800") == "%ED%A0%80"
 

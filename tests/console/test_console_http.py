@@ -27,10 +27,10 @@ from console_support import (
 )
 
 from inert import Phase, Runtime, open_runtime
-from inert.cli._tables import key_part
 from inert.console import CONTENT_SECURITY_POLICY, ConsoleSettings
 from inert.console._view import RowFilter
 from inert.events import ConfigurationError, TraceContext
+from inert.events._identity import key_part
 
 PAGES = ["/", "/waiting", "/overview", "/audit", "/controls", "/static/console.js"]
 
