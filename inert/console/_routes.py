@@ -204,7 +204,9 @@ async def audit_entry(request: Request) -> Response:
         return await render(request, "error.html", {"message": "no such control"}, status_code=404)
     page = paging(request, len(entry.ended))
     # A call the ledger forgot is shown as such: ``None`` in its place.
-    ended = [console.feed.view.call(key) for key in entry.ended[page.offset :][: page.size]]
+    ended = [
+        console.feed.view.call(key) for key in entry.ended[page.offset : page.offset + page.size]
+    ]
     return await render(
         request, "audit_entry.html", {"entry": entry, "ended": ended, "paging": page}
     )
