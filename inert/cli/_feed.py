@@ -12,13 +12,14 @@ from attrs import frozen
 
 from ..adapters import PROVIDERS, OpenAIResponsesAdapter, StreamAdapter
 from ..events import CallOpened, Event, RefusedError, ResponseEnded, TurnRef
+from ..events._identity import key_part
 from ..runtime import Runtime
 from ..tracing import IncomingTrace, read_trace_headers
 from ._common import Progress, runtime_on, settle_within
 from ._execute import Recorder, execute_ready, execution_lines
 from ._operators import turn_rows
 from ._streams import StreamFile, UnreadableInput, read_stream, read_tools, stream_name
-from ._tables import LEDGER_HEADER, Keys, key_part, ledger_cells, text_table
+from ._tables import LEDGER_HEADER, Keys, ledger_cells, text_table
 
 # --- feed ------------------------------------------------------------------------------------
 

@@ -15,11 +15,12 @@ from ..events import (
     RefusedError,
     TurnRef,
 )
+from ..events._identity import key_part
 from ..projections import JSON, LedgerRow
 from ..runtime import Runtime
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
 from ._common import runtime_on, settle_within
-from ._tables import Keys, key_json, key_part
+from ._tables import Keys, key_json
 
 # --- cancel-turn -----------------------------------------------------------------------------
 

@@ -8,22 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 from attrs import frozen
 
 from ..events import (
     CallKey,
 )
+from ..events._identity import key_part
 from ..projections import JSON, Ledger, LedgerRow, Transition
 from ._common import KEY_FIELDS
 
 # --- showing keys and tables -----------------------------------------------------------------
-
-
-def key_part(value: str) -> str:
-    # Percent-encoded like stream names, so that a "/" inside an identity cannot be misread.
-    return quote(value, safe="")
 
 
 SHORT_ID = 12

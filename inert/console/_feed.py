@@ -9,6 +9,7 @@ audit records it exactly as for ``inert control``.
 
 from __future__ import annotations
 
+import bisect
 from datetime import datetime
 
 import trio
@@ -25,6 +26,7 @@ from ..log import Log
 from ..projections import AuditEntry
 from ..runtime._controls import give_control
 from ._settings import ConsoleSettings
+from ._slices import Slices
 from ._view import ConsoleView, Stage
 
 READ_PAGE = 1024
@@ -107,7 +109,7 @@ class LiveFeed:
         position = await give_control(self.log, event, self.settings.is_operator)
         with trio.move_on_after(self.settings.control_wait):
             await self.folded(position)
-            while event.STOPS and self._stopped_still_live(event):
+            while event.STOPS and await self._stopped_still_live(event):
                 await self._changed.wait()
         return self.entry(position) or AuditEntry(
             position=position,
@@ -118,27 +120,38 @@ class LiveFeed:
             recorded_at=self.now().isoformat(),
         )
 
-    def _stopped_still_live(self, event: OperatorControl) -> bool:
-        for stage in _LIVE:
-            for call in self.view.in_stage(stage):
-                key, row = call.key, call.row
-                match event:
-                    case ResponseQuarantined(response=response, tenant=tenant):
-                        hit = key.response == response and tenant in (None, key.tenant)
-                    case ToolDisabled(tool=tool, tenant=tenant):
-                        hit = row.tool == tool and tenant in (None, key.tenant)
-                    case TenantStopped(tenant=tenant):
-                        hit = key.tenant == tenant
-                    case _:
-                        hit = False
-                if hit:
-                    return True
+    async def _stopped_still_live(self, event: OperatorControl) -> bool:
+        """Whether a live call is one ``event`` stops (the live calls walked in slices)."""
+        ledger = self.view.projections.ledger
+        slices = Slices()
+        for key in self.view.stage_keys(*_LIVE):
+            row = ledger.row(key)
+            if row is None:
+                continue
+            match event:
+                case ResponseQuarantined(response=response, tenant=tenant):
+                    hit = key.response == response and tenant in (None, key.tenant)
+                case ToolDisabled(tool=tool, tenant=tenant):
+                    hit = row.tool == tool and tenant in (None, key.tenant)
+                case TenantStopped(tenant=tenant):
+                    hit = key.tenant == tenant
+                case _:
+                    hit = False
+            if hit:
+                return True
+            await slices.due()
         return False
 
     def entry(self, position: int) -> AuditEntry | None:
         """The audit entry (a control or a refusal) at a position of the log."""
         audit = self.view.projections.audit
-        for entry in audit.entries() + audit.refusals():
-            if entry.position == position:
-                return entry
+        # Both lists are in log order.
+        for entries in (audit.entries(), audit.refusals()):
+            index = bisect.bisect_left(entries, position, key=_position)
+            if index < len(entries) and entries[index].position == position:
+                return entries[index]
         return None
+
+
+def _position(entry: AuditEntry) -> int:
+    return entry.position

@@ -1,8 +1,19 @@
-"""The console's pages: Jinja2 templates, escaped everywhere, and the overview's chart.
+"""The console's pages: Jinja2 templates, escaped everywhere, drawn in slices; and the
+overview's chart.
 
 Every value a page shows goes through the templates' autoescaping (provider ids, tenants, tool
-names and reasons are whatever a stream or a person sent); a link to a call carries its key as
-one URL-safe word; the chart is SVG made here, its labels escaped the same way.
+names and reasons are whatever a stream or a person sent), and is shown as its characters are:
+an identity (tenant, conversation, turn, response, item, call, tool) as ``key_part`` shows it
+on the command line, percent-encoded but for letters, digits and ``_.-~``, so that no format
+or control character can hide in it or reorder what is drawn; free text (a reason, a detail,
+a principal) as written, but for each such character, escaped the same way. A link to a call
+carries its key as one URL-safe word; the chart is SVG made here, its labels escaped the same
+way.
+
+A page runs in the event loop that also answers every other request: a long list is drawn
+one page at a time (``Paging``), long walks and the drawing let the other requests in every
+``SLICE_SECONDS`` (``Slices``), and the pages that list calls take turns (``Console.drawing``),
+so that the controls never wait behind more than a slice of one of them.
 """
 
 from __future__ import annotations
@@ -10,13 +21,20 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import jinja2
 from attrs import frozen
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from ._view import STAGE_MARKS, Stage, shown_age, shown_time
+from ..events._identity import key_part
+from ._slices import Slices
+from ._view import STAGE_MARKS, Stage, shown_age, shown_text, shown_time
+
+MAX_PAGE = 1_000_000_000
+"""The last page number a request may ask for (a larger one asks for that one)."""
+
 
 _ENVIRONMENT = jinja2.Environment(
     loader=jinja2.PackageLoader("inert.console", "templates"),
@@ -24,22 +42,28 @@ _ENVIRONMENT = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
+    # The templates are the package's own: looking whether they changed on disk at every page
+    # (and every include) would cost a file system call each.
+    auto_reload=False,
 )
 _ENVIRONMENT.filters["time"] = shown_time
 _ENVIRONMENT.filters["age"] = shown_age
+_ENVIRONMENT.filters["id"] = key_part
+_ENVIRONMENT.filters["text"] = shown_text
 _ENVIRONMENT.globals["marks"] = STAGE_MARKS
 _ENVIRONMENT.globals["stage_class"] = lambda stage: "stage-" + stage.value.replace(" ", "-")
 
 
-def render(
+async def render(
     request: Request, template: str, context: dict[str, Any], *, status_code: int = 200
 ) -> HTMLResponse:
     """A page of the console, with what every page shows: who is asking, the form token,
-    the links' base and the log's time now."""
+    the links' base and the log's time now; drawn in slices."""
     console = request.app.state.console
     principal: str = request.scope["inert.console.principal"]
     now: datetime = console.feed.now()
-    page = _ENVIRONMENT.get_template(template).render(
+    asked = [(name, value) for name, value in request.query_params.multi_items()]
+    pieces = _ENVIRONMENT.get_template(template).generate(
         base=request.scope.get("root_path", ""),
         principal=principal,
         is_operator=console.settings.is_operator(principal),
@@ -47,9 +71,65 @@ def render(
         now=now,
         now_ms=int(now.timestamp() * 1000),
         position=console.feed.view.position,
+        query=lambda **changes: _query(asked, changes),
         **context,
     )
-    return HTMLResponse(page, status_code=status_code)
+    page: list[str] = []
+    slices = Slices()
+    for piece in pieces:
+        page.append(piece)
+        await slices.due()
+    return HTMLResponse("".join(page), status_code=status_code)
+
+
+def _query(asked: list[tuple[str, str]], changes: dict[str, object]) -> str:
+    """The query of the address asked for, with ``changes`` in place of what it said (in its
+    place, or at the end where it said nothing of it)."""
+    changed = {name: str(value) for name, value in changes.items()}
+    query: list[tuple[str, str]] = []
+    for name, value in asked:
+        if name not in changes:
+            query.append((name, value))
+        elif name in changed:
+            query.append((name, changed.pop(name)))
+    return urlencode([*query, *changed.items()])
+
+
+@frozen
+class Paging:
+    """One page of a long list: its number (from 1), its size, and how long the list is."""
+
+    name: str
+    """The query parameter that says which page."""
+    number: int
+    size: int
+    total: int
+
+    @property
+    def offset(self) -> int:
+        return (self.number - 1) * self.size
+
+    @property
+    def pages(self) -> int:
+        return max((self.total + self.size - 1) // self.size, 1)
+
+    def shown(self, count: int) -> tuple[int, int]:
+        """The places in the list (from 1) of the first and last of ``count`` shown."""
+        return (self.offset + 1, self.offset + count) if count else (0, 0)
+
+
+def page_number(request: Request, name: str = "page") -> int:
+    """The page a request asks for under ``name`` (the first where it says none, or nonsense)."""
+    try:
+        return min(max(int(request.query_params.get(name, "1")), 1), MAX_PAGE)
+    except ValueError:
+        return 1
+
+
+def paging(request: Request, total: int, *, name: str = "page") -> Paging:
+    """The page of a list of ``total`` a request asks for, the console's page size long."""
+    size: int = request.app.state.console.settings.page_size
+    return Paging(name=name, number=page_number(request, name), size=size, total=total)
 
 
 def ms(moment: datetime) -> int:

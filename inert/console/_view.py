@@ -12,10 +12,12 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import heapq
+import itertools
 import json
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import datetime, timedelta
 
 from attrs import define, frozen
@@ -24,12 +26,15 @@ from ..events import (
     CallKey,
     Phase,
     RecordedEvent,
+    ResponseEnded,
+    ResponseRef,
     TraceContext,
     TurnRef,
     TurnRetired,
     TurnStarted,
     call_of,
 )
+from ..events._identity import key_part
 from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Projections
 
 
@@ -139,6 +144,7 @@ class _Seen:
     stage: Stage | None
     since: datetime
     trace_id: str | None
+    tool: str
 
 
 @frozen(kw_only=True)
@@ -155,25 +161,31 @@ class CallView:
     trace_id: str | None
     sequence: int
 
+    @property
+    def reasons(self) -> str:
+        """The reasons its row gives, in one cell."""
+        return reasons(self.row)
+
     def json(self, now: datetime) -> dict[str, object]:
-        """The row as the live feed sends it: every cell as text or a number."""
+        """The row as the live feed sends it: every cell as the text a page shows (each id
+        escaped as ``key_part`` escapes it) or a number."""
         row = self.row
         return {
             "id": self.token,
             "sequence": self.sequence,
-            "tenant": row.tenant,
-            "conversation": row.conversation,
-            "turn": row.turn,
-            "response": row.response,
-            "item": row.item,
-            "call": row.call,
-            "tool": row.tool,
+            "tenant": key_part(row.tenant),
+            "conversation": key_part(row.conversation),
+            "turn": key_part(row.turn),
+            "response": key_part(row.response),
+            "item": key_part(row.item),
+            "call": key_part(row.call),
+            "tool": key_part(row.tool),
             "state": row.state.value,
             "stage": self.stage.value,
             "mark": STAGE_MARKS[self.stage],
             "fragments": row.fragments,
             "bytes": row.bytes,
-            "reasons": reasons(row),
+            "reasons": shown_text(reasons(row)),
             "first_seen": shown_time(self.first_seen),
             "first_ms": int(self.first_seen.timestamp() * 1000),
             "changed_at": shown_time(self.changed_at),
@@ -207,6 +219,17 @@ def reasons(row: LedgerRow) -> str:
     return ", ".join(dict.fromkeys(part for part in parts if part))
 
 
+def shown_text(text: str) -> str:
+    """Free text as written, but for every character that is not printable (Unicode's
+    categories C and Z but the space: format and bidirectional controls, control characters,
+    line separators, unassigned code points), which is escaped as ``key_part`` escapes it."""
+    if text.isprintable():
+        return text
+    return "".join(
+        character if character.isprintable() else key_part(character) for character in text
+    )
+
+
 def shown_time(moment: datetime) -> str:
     """A log time as the pages show it (UTC, to the millisecond)."""
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
@@ -232,7 +255,14 @@ SWEEP_EVERY = 4096
 
 
 class ConsoleView:
-    """The projections of a log and the console's notes of its calls, folded in log order."""
+    """The projections of a log and the console's notes of its calls, folded in log order.
+
+    Besides every call in the order it last changed, it keeps the calls of each stage in the
+    order they entered it, and the distinct tenants and tools: a page of a stage, or of the
+    ledger unfiltered, is found without walking every call. Where a page has to walk them (a
+    filter, a count, the overview), it walks a copy made at once (``newest_first``,
+    ``recent``), so that a caller may pause between steps while the view folds on.
+    """
 
     def __init__(self, *, ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
         self.projections = Projections(ledger_horizon=ledger_horizon)
@@ -240,6 +270,12 @@ class ConsoleView:
         # Every call with a row, the one changed last at the end, with the sequence of its
         # change: a page asks for what changed after the sequence it last had.
         self._order: OrderedDict[CallKey, int] = OrderedDict()
+        self._stages: dict[Stage, dict[CallKey, None]] = {stage: {} for stage in Stage}
+        # A call validated at its own end is ready once its response ends well, which is no
+        # event of the call's own: the assembling calls of each response are looked at again.
+        self._assembling: dict[ResponseRef, dict[CallKey, None]] = {}
+        self._tenants: Counter[str] = Counter()
+        self._tools: Counter[str] = Counter()
         self._turn_traces: dict[TurnRef, str] = {}
         self.sequence = 0
         self._folded = 0
@@ -267,34 +303,65 @@ class ConsoleView:
             self._turn_traces.pop(event.turn, None)
             self._sweep()
             return
-        key = None if event is None else call_of(event)
-        if key is None:
+        if isinstance(event, ResponseEnded):
+            ledger = self.projections.ledger
+            for assembling in list(self._assembling.get(event.response, ())):
+                row = ledger.row(assembling)
+                if row is not None and stage_of(row) is not Stage.ASSEMBLING:
+                    self._changed(assembling, recorded)
             return
+        key = None if event is None else call_of(event)
+        if key is not None:
+            self._changed(key, recorded)
+
+    def _changed(self, key: CallKey, recorded: RecordedEvent) -> None:
         row = self.projections.ledger.row(key)
         if row is None:
             return
         at = recorded.recorded_at
-        stage = stage_of(row)
         seen = self._seen.get(key)
         if seen is None:
             trace_id = self._turn_traces.get(key.turn_ref) or trace_id_of(recorded.trace)
-            seen = self._seen[key] = _Seen(at, at, stage, at, trace_id)
+            seen = self._seen[key] = _Seen(at, at, None, at, trace_id, row.tool)
+            self._tenants[key.tenant] += 1
+            self._tools[row.tool] += 1
         else:
             seen.changed = at
-            if seen.stage is not stage:
-                seen.stage, seen.since = stage, at
             if seen.trace_id is None:
                 seen.trace_id = trace_id_of(recorded.trace)
+        stage = stage_of(row)
+        if seen.stage is not stage:
+            self._leave_stage(key, seen)
+            self._stages[stage][key] = None
+            if stage is Stage.ASSEMBLING:
+                self._assembling.setdefault(key.response_ref, {})[key] = None
+            seen.stage, seen.since = stage, at
         self.sequence += 1
         self._order[key] = self.sequence
         self._order.move_to_end(key)
+
+    def _leave_stage(self, key: CallKey, seen: _Seen) -> None:
+        if seen.stage is None:
+            return
+        del self._stages[seen.stage][key]
+        if seen.stage is Stage.ASSEMBLING:
+            response = key.response_ref
+            calls = self._assembling[response]
+            del calls[key]
+            if not calls:
+                del self._assembling[response]
 
     def _sweep(self) -> None:
         """Forget the notes of calls the ledger no longer has a row of."""
         ledger = self.projections.ledger
         for key in [key for key in self._order if ledger.row(key) is None]:
             del self._order[key]
-            del self._seen[key]
+            seen = self._seen.pop(key)
+            self._leave_stage(key, seen)
+            for counts, value in ((self._tenants, key.tenant), (self._tools, seen.tool)):
+                counts[value] -= 1
+                if not counts[value]:
+                    del counts[value]
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -323,29 +390,24 @@ class ConsoleView:
             sequence=sequence,
         )
 
-    def _newest_first(self, shown: RowFilter) -> Iterator[tuple[CallKey, int]]:
+    def views(self, keys: Collection[CallKey]) -> CallViews:
+        """The calls of ``keys`` (a page of them), each made as it is read."""
+        return CallViews(self, keys)
+
+    def newest(self, *, offset: int, limit: int) -> list[CallKey]:
+        """Every call, the one changed last first: ``limit`` of them from ``offset``."""
         ledger = self.projections.ledger
-        for key, sequence in reversed(self._order.items()):
+        keys = (key for key in reversed(self._order) if ledger.row(key) is not None)
+        return list(itertools.islice(keys, offset, offset + limit))
+
+    def newest_first(self, shown: RowFilter) -> Iterator[CallKey]:
+        """The calls ``shown`` keeps, the one changed last first, walking a copy of the order
+        taken at the first step."""
+        ledger = self.projections.ledger
+        for key in reversed(list(self._order)):
             row = ledger.row(key)
             if row is not None and shown.keeps(row):
-                yield key, sequence
-
-    def page(self, shown: RowFilter, *, offset: int, limit: int) -> tuple[list[CallView], int]:
-        """The calls ``shown`` keeps, the one changed last first: ``limit`` of them from
-        ``offset``, and how many it keeps in all."""
-        views: list[CallView] = []
-        total = 0
-        for key, sequence in self._newest_first(shown):
-            if offset <= total < offset + limit:
-                view = self._view(key, sequence)
-                if view is not None:
-                    views.append(view)
-            total += 1
-        return views, total
-
-    def count(self, shown: RowFilter) -> int:
-        """How many calls ``shown`` keeps."""
-        return sum(1 for _ in self._newest_first(shown))
+                yield key
 
     def changed_after(self, sequence: int, shown: RowFilter, *, limit: int) -> list[CallView]:
         """The calls ``shown`` keeps that changed after ``sequence``, the one changed last
@@ -362,36 +424,61 @@ class ConsoleView:
                     views.append(view)
         return views
 
-    def in_stage(self, stage: Stage) -> list[CallView]:
-        """The calls in one stage, the one in it longest first."""
-        views = [
-            view
-            for key, sequence in self._order.items()
-            if self._seen[key].stage is stage
-            and (view := self._view(key, sequence)) is not None
-            and view.stage is stage
-        ]
-        views.sort(key=lambda view: view.stage_since)
-        return views
+    def count_in(self, *stages: Stage) -> int:
+        """How many calls are in these stages."""
+        return sum(len(self._stages[stage]) for stage in stages)
 
-    def overview(self, now: datetime, *, window: timedelta) -> dict[str, Counter[Stage]]:
-        """Per tenant, the calls that changed within ``window`` before ``now`` by stage."""
-        since = now - window
-        counts: dict[str, Counter[Stage]] = {}
-        for key in reversed(self._order):
-            seen = self._seen[key]
-            if seen.changed < since:
+    def in_stage(self, *stages: Stage, offset: int, limit: int) -> list[CallKey]:
+        """The calls in these stages, the one in its stage longest first: ``limit`` of them
+        from ``offset``."""
+        keys: Iterator[CallKey]
+        if len(stages) == 1:
+            keys = iter(self._stages[stages[0]])
+        else:
+            seen = self._seen
+            lists = (self._stages[stage] for stage in stages)
+            keys = heapq.merge(*lists, key=lambda key: seen[key].since)
+        return list(itertools.islice(keys, offset, offset + limit))
+
+    def stage_keys(self, *stages: Stage) -> list[CallKey]:
+        """A copy of the keys of the calls in these stages, to walk while the view folds on."""
+        return [key for stage in stages for key in self._stages[stage]]
+
+    def recent(self, since: datetime) -> Iterator[tuple[str, Stage]]:
+        """The tenant and stage of every call that changed at ``since`` or later, the one
+        changed last first, walking a copy of the order taken at the first step."""
+        seen = self._seen
+        for key in reversed(list(self._order)):
+            noted = seen.get(key)
+            if noted is None:
+                continue
+            if noted.changed < since:
                 break
-            if seen.stage is not None:
-                counts.setdefault(key.tenant, Counter())[seen.stage] += 1
-        return counts
+            if noted.stage is not None:
+                yield key.tenant, noted.stage
 
-    def values(self, column: str) -> list[str]:
-        """The distinct tenants or tools of the calls shown, sorted (for a filter's choices)."""
-        ledger = self.projections.ledger
-        found: set[str] = set()
-        for key in self._order:
-            row = ledger.row(key)
-            if row is not None:
-                found.add(row.tenant if column == "tenant" else row.tool)
-        return sorted(found)
+    def tenants(self, limit: int) -> list[str]:
+        """The first ``limit`` distinct tenants of the calls, sorted (for a filter's choices)."""
+        return heapq.nsmallest(limit, self._tenants)
+
+    def tools(self, limit: int) -> list[str]:
+        """The first ``limit`` distinct tools of the calls, sorted."""
+        return heapq.nsmallest(limit, self._tools)
+
+
+class CallViews:
+    """Calls a page lists, each made into a ``CallView`` as the page reads it (so that the
+    making is part of the drawing's slices); a call the ledger forgot meanwhile is left out."""
+
+    def __init__(self, view: ConsoleView, keys: Collection[CallKey]) -> None:
+        self._view = view
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[CallView]:
+        for key in self._keys:
+            shown = self._view.call(key)
+            if shown is not None:
+                yield shown

@@ -52,6 +52,19 @@ def _stream(kind: str, parts: tuple[str, ...]) -> str:
     return "/".join((kind, *(quote(part, safe="") for part in parts)))
 
 
+def key_part(value: str) -> str:
+    """An identity (or any text) as a person reads it, on the command line and on the console's
+    pages: every character but ASCII letters, digits and ``_.-~`` percent-encoded as its UTF-8
+    bytes (a lone surrogate as the three bytes it would be), as in stream names.
+
+    So a ``/`` inside an identity cannot be misread, and no format, bidirectional or other
+    invisible character can hide in one or reorder what is drawn around it: ``call_\\u202egnp.exe``
+    reads ``call_%E2%80%AEgnp.exe``. ``urllib.parse.unquote(shown, errors="surrogatepass")``
+    gives the identity back.
+    """
+    return quote(value, safe="", errors="surrogatepass")
+
+
 # Identities are dict keys on every hot path of the runtime: their hash is computed once, and
 # the turn and response of a call once per instance (the ones decoded events name, interned by
 # their fields). The hash is kept as a plain integer: attrs' cached hash is an integer subclass

@@ -28,6 +28,7 @@ from console_support import (
 from locations import ROOT
 
 from inert import Phase
+from inert.events._identity import key_part
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -187,8 +188,8 @@ def test_a_viewers_control_is_refused(lab: ConsoleLab, browser: WebDriver) -> No
 
 
 def test_a_hostile_provider_id_renders_as_text(lab: ConsoleLab, browser: WebDriver) -> None:
-    """A call id that is markup arrives by the live feed and after a reload as the same text,
-    and runs nothing."""
+    """A call id that is markup arrives by the live feed and after a reload as the text
+    ``inert ledger`` shows (percent-encoded), and runs nothing."""
     _sign_in(browser, lab, OPERATOR_TOKEN)
     _until(browser, lambda: browser.find_element(By.ID, "live").text == "live", "live feed")
     lab.feed(
@@ -196,13 +197,58 @@ def test_a_hostile_provider_id_renders_as_text(lab: ConsoleLab, browser: WebDriv
         start_turn=("acme", "t3"),
     )
     cells = 'td[data-col="call"]'
+    shown = key_part(HOSTILE_CALL)
     _until(
         browser,
-        lambda: HOSTILE_CALL in [c.text for c in browser.find_elements(By.CSS_SELECTOR, cells)],
+        lambda: shown in [c.text for c in browser.find_elements(By.CSS_SELECTOR, cells)],
         "the hostile id as text",
     )
     browser.refresh()
-    assert HOSTILE_CALL in [c.text for c in browser.find_elements(By.CSS_SELECTOR, cells)]
+    assert shown in [c.text for c in browser.find_elements(By.CSS_SELECTOR, cells)]
     assert not browser.find_elements(By.CSS_SELECTOR, "tbody script, tbody img")
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.dismiss()
+
+
+def test_an_id_with_a_bidirectional_override_reads_as_its_bytes(
+    lab: ConsoleLab, browser: WebDriver
+) -> None:
+    """Ids holding U+202E (which would draw ``call_exe.png`` for ``call_\\u202egnp.exe``) read
+    escaped in the live feed's row, after a reload, on the call's page and in the emergency
+    stop's question, where an operator decides."""
+    tenant, call = "umbrella\u202e", "call_\u202egnp.exe"
+    _sign_in(browser, lab, OPERATOR_TOKEN)
+    _until(browser, lambda: browser.find_element(By.ID, "live").text == "live", "live feed")
+    lab.feed(
+        opened(key(call, tenant=tenant, turn="t9", response="resp_9")), start_turn=(tenant, "t9")
+    )
+    row = 'tr[data-stage] td[data-col="call"]'
+    _until(
+        browser,
+        lambda: (
+            "call_%E2%80%AEgnp.exe" in [c.text for c in browser.find_elements(By.CSS_SELECTOR, row)]
+        ),
+        "the live row, escaped",
+    )
+    assert "umbrella%E2%80%AE" in [
+        c.text for c in browser.find_elements(By.CSS_SELECTOR, 'td[data-col="tenant"]')
+    ]
+    browser.refresh()
+    link = next(
+        a
+        for a in browser.find_elements(By.CSS_SELECTOR, 'td[data-col="call"] a')
+        if a.text == "call_%E2%80%AEgnp.exe"
+    )
+    link.click()
+    _until(browser, lambda: "Call call_%E2%80%AEgnp.exe" in _text(browser), "the call's page")
+    assert "\u202e" not in _text(browser)
+    browser.find_element(By.LINK_TEXT, "Stop its tenant…").click()
+    assert browser.find_element(By.ID, "target").get_attribute("value") == "umbrella%E2%80%AE"
+    browser.find_element(By.ID, "reason").send_keys("checking what it reads")
+    browser.find_element(By.ID, "give").click()
+    _until(browser, lambda: "Emergency stop of tenant" in _text(browser), "the question")
+    assert "Emergency stop of tenant umbrella%E2%80%AE?" in _text(browser)
+    assert browser.find_element(By.ID, "confirm-stop").text == "Stop tenant umbrella%E2%80%AE"
+    assert "1 call is live now" in _text(browser)
+    _shot(browser, "escaped-ids")
+    assert lab.phase(key(call, tenant=tenant, turn="t9", response="resp_9")) is Phase.COLLECTING

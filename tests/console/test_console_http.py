@@ -3,6 +3,7 @@ runtime's authorizer and audit, ids escaped, and never an argument value on a pa
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -29,6 +30,7 @@ from inert import Phase, Runtime, open_runtime
 from inert.console import CONTENT_SECURITY_POLICY, ConsoleSettings
 from inert.console._view import RowFilter
 from inert.events import ConfigurationError, TraceContext
+from inert.events._identity import key_part
 
 PAGES = ["/", "/waiting", "/overview", "/audit", "/controls", "/static/console.js"]
 
@@ -234,8 +236,9 @@ async def test_a_control_needs_a_reason_and_a_target() -> None:
 
 
 async def test_hostile_provider_ids_are_shown_as_text() -> None:
-    """A call id and a response id that are markup are escaped on the ledger, the call's page,
-    and the live feed's JSON; the call's link carries them as one URL-safe word."""
+    """A call id and a response id that are markup read as ``inert ledger`` shows them
+    (percent-encoded) on the ledger, the call's page and the live feed's JSON, never as markup;
+    the call's link carries them as one URL-safe word."""
     async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
         await start(runtime)
         hostile = key(HOSTILE_CALL, response=HOSTILE_RESPONSE)
@@ -244,16 +247,16 @@ async def test_hostile_provider_ids_are_shown_as_text() -> None:
         async with client_of(runtime.log) as (client, console):
             ledger = (await client.get("/")).text
             assert HOSTILE_CALL not in ledger
-            assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in ledger
+            assert "%3Cscript%3Ealert%28%22x%22%29%3C%2Fscript%3E" in ledger
             link = re.search(r'href="(/calls/[A-Za-z0-9_-]+)"', ledger)
             assert link is not None
             page = (await client.get(link[1])).text
             assert HOSTILE_CALL not in page
             assert HOSTILE_RESPONSE not in page
-            assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+            assert "%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E" in page
             assert (await client.get("/calls/not-a-key")).status_code == 404
             [call] = console.feed.view.changed_after(0, RowFilter(), limit=10)
-            assert call.json(console.feed.now())["call"] == HOSTILE_CALL
+            assert call.json(console.feed.now())["call"] == key_part(HOSTILE_CALL)
 
 
 async def test_no_argument_value_reaches_any_page() -> None:
@@ -334,8 +337,9 @@ async def test_the_ledger_filters_and_pages() -> None:
 
 
 async def test_the_overview_and_the_waiting_page() -> None:
-    """The overview charts the last hour's calls per tenant by stage (SVG, labels escaped); the
-    waiting page lists calls waiting for a person, ready and running, with their ages."""
+    """The overview charts the last hour's calls per tenant by stage (SVG, labels escaped as
+    ids are); the waiting page lists calls waiting for a person, ready and running, with their
+    ages."""
     async with open_runtime(log="memory://", tools=TOOLS) as runtime:
         await runtime.start_turn(
             tenant="<b>t</b>", conversation="c1", turn="t1", principal="user:alice"
@@ -346,10 +350,10 @@ async def test_the_overview_and_the_waiting_page() -> None:
         async with client_of(runtime.log) as (client, _):
             overview = (await client.get("/overview")).text
             assert "<svg" in overview
-            assert "&lt;b&gt;t&lt;/b&gt;" in overview
+            assert "%3Cb%3Et%3C%2Fb%3E" in overview
             assert "<b>t</b>" not in overview
             waiting = (await client.get("/waiting")).text
-            assert "Waiting for a person's confirmation (1)" in waiting
+            assert "Waiting for a person's confirmation (1)" in html.unescape(waiting)
             assert "data-first=" in waiting
 
 

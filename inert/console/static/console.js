@@ -1,5 +1,6 @@
 // The inert console's only script: ages that count up, and the ledger kept live by server-sent
-// events. Every value is set as text (textContent), never as markup.
+// events. Every value is set as text (textContent), never as markup, and arrives as the page
+// shows it: each id escaped by the server as the page's own cells are.
 "use strict";
 
 (function () {
@@ -46,8 +47,8 @@
     const tr = document.createElement("tr");
     tr.dataset.id = row.id;
     tr.append(
-      cell("stage"), cell("state"), cell("tenant", "id"), cell("turn", "id"), cell("tool"),
-      cell("call"), cell("fragments", "num"), cell("bytes", "num"), cell("reasons"),
+      cell("stage"), cell("state"), cell("tenant", "id"), cell("turn", "id"), cell("tool", "id"),
+      cell("call"), cell("fragments", "num"), cell("bytes", "num"), cell("reasons", "reason"),
       cell("first_seen"), cell("changed_at"), cell("age", "num"),
     );
     return tr;

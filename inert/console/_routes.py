@@ -1,0 +1,347 @@
+"""The console's pages, one handler each: what it reads of the view and which page of it.
+
+Every list a page shows is one page long (``Paging``, the console's page size), found without
+walking every call where the view keeps it in order (the ledger unfiltered, a stage), and
+walked in slices where it does not (a filter, the overview). A field that takes an identity
+(a filter, a control's target and tenant) takes it as the pages show it, percent-encoded
+(``typed_id``): what an operator copies from a page names the same call, response, tool or
+tenant, and text without ``%`` is taken as it is.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from itertools import islice
+from typing import Any
+from urllib.parse import unquote, urlencode
+
+import trio
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from ..events import InertError, Phase, RefusedError
+from ..events._identity import key_part
+from ..projections import AuditEntry
+from ._auth import same_origin
+from ._feed import ACTIONS, control_event
+from ._pages import Paging, chart, page_number, paging, render
+from ._slices import Slices, page_of
+from ._view import ConsoleView, RowFilter, Stage, key_of_token
+
+OVERVIEW_WINDOW = timedelta(hours=1)
+LIVE_BATCH_SECONDS = 0.2
+"""How long the live feed gathers changes before it sends them (a page redraws at most this
+often)."""
+KEEPALIVE_SECONDS = 15.0
+MAX_ID_FIELD = 8192
+"""The longest a field naming an identity may be, as the pages show it (an identity of 512
+characters, each up to 12 once percent-encoded, fits)."""
+MAX_REASON_FIELD = 1000
+FILTER_CHOICES = 500
+"""The most tenants and tools a filter offers to choose from."""
+
+_FILTERS = ("tenant", "turn", "state", "tool")
+_STATES = [phase.value for phase in Phase if phase is not Phase.ABSENT]
+_LIVE = (Stage.ASSEMBLING, Stage.WAITING, Stage.READY)
+_SECTIONS = (
+    ("waiting", "Waiting for a person's confirmation", "waiting for", (Stage.WAITING,)),
+    ("ready", "Ready, not yet claimed", "ready for", (Stage.READY,)),
+    (
+        "running",
+        "Running: dispatched, no outcome yet",
+        "running for",
+        (
+            Stage.RUNNING,
+            Stage.STOPPING,
+        ),
+    ),
+)
+"""The lists of the waiting page: the query parameter of each one's page, its title, what
+its age column says, and its stages."""
+
+
+def typed_id(text: str) -> str:
+    """The identity a field names, given as the pages show it (``key_part``'s inverse)."""
+    return unquote(text, errors="surrogatepass")
+
+
+def _view(request: Request) -> ConsoleView:
+    view: ConsoleView = request.app.state.console.feed.view
+    return view
+
+
+def _principal(request: Request) -> str:
+    principal: str = request.scope["inert.console.principal"]
+    return principal
+
+
+# --- the ledger and a call -----------------------------------------------------------------------
+
+
+def _row_filter(request: Request) -> RowFilter:
+    values = {name: typed_id(request.query_params.get(name) or "") or None for name in _FILTERS}
+    if values["state"] not in (None, *_STATES):
+        values["state"] = None
+    return RowFilter(**values)
+
+
+async def ledger(request: Request) -> Response:
+    view = _view(request)
+    shown = _row_filter(request)
+    size: int = request.app.state.console.settings.page_size
+    number = page_number(request)
+    offset = (number - 1) * size
+    if shown == RowFilter():
+        total, found = len(view), view.newest(offset=offset, limit=size)
+    else:
+        found, total = await page_of(view.newest_first(shown), offset=offset, limit=size)
+    calls = view.views(found)
+    page = Paging(name="page", number=number, size=size, total=total)
+    filters = {name: key_part(getattr(shown, name)) for name in _FILTERS if getattr(shown, name)}
+    return await render(
+        request,
+        "ledger.html",
+        {
+            "calls": calls,
+            "paging": page,
+            "filters": filters,
+            "live_query": urlencode({**filters, "after": view.sequence, "page": number}),
+            "states": _STATES,
+            "tenants": view.tenants(FILTER_CHOICES),
+            "tools": view.tools(FILTER_CHOICES),
+            "page_size": size,
+        },
+    )
+
+
+async def call(request: Request) -> Response:
+    console = request.app.state.console
+    key = key_of_token(request.path_params["token"])
+    shown = None if key is None else console.feed.view.call(key)
+    if key is None or shown is None:
+        return await render(request, "error.html", {"message": "no such call"}, status_code=404)
+    history = console.feed.view.projections.ledger.history(key)
+    page = paging(request, len(history))
+    trace_url = (
+        None
+        if shown.trace_id is None
+        else console.settings.trace_url.format(trace_id=shown.trace_id)
+    )
+    return await render(
+        request,
+        "call.html",
+        {
+            "call": shown,
+            "history": history[page.offset : page.offset + page.size],
+            "paging": page,
+            "trace_url": trace_url,
+        },
+    )
+
+
+async def waiting(request: Request) -> Response:
+    view = _view(request)
+    sections = []
+    for name, title, since_label, stages in _SECTIONS:
+        page = paging(request, view.count_in(*stages), name=name)
+        calls = view.views(view.in_stage(*stages, offset=page.offset, limit=page.size))
+        sections.append(
+            {"title": title, "since_label": since_label, "paging": page, "calls": calls}
+        )
+    return await render(request, "waiting.html", {"sections": sections})
+
+
+async def overview(request: Request) -> Response:
+    console = request.app.state.console
+    counts: dict[str, Counter[Stage]] = {}
+    slices = Slices()
+    for tenant, stage in console.feed.view.recent(console.feed.now() - OVERVIEW_WINDOW):
+        counts.setdefault(tenant, Counter())[stage] += 1
+        await slices.due()
+    rows, height, left_out = chart(counts)
+    totals = {stage: sum(stages.get(stage, 0) for stages in counts.values()) for stage in Stage}
+    tenants = sorted(counts)
+    page = paging(request, len(tenants))
+    shown = tenants[page.offset : page.offset + page.size]
+    return await render(
+        request,
+        "overview.html",
+        {
+            "counts": [(tenant, counts[tenant]) for tenant in shown],
+            "paging": page,
+            "bars": rows,
+            "height": height,
+            "left_out": left_out,
+            "stages": list(Stage),
+            "totals": totals,
+        },
+    )
+
+
+# --- the audit and the controls -------------------------------------------------------------------
+
+
+async def audit(request: Request) -> Response:
+    projection = _view(request).projections.audit
+    entries, refusals = projection.entries(), projection.refusals()
+    page = paging(request, len(entries) + len(refusals))
+    # Both lists are in log order: merged from their ends, the last first.
+    newest: Any = heapq.merge(
+        reversed(entries), reversed(refusals), key=lambda entry: -entry.position
+    )
+    shown: list[AuditEntry] = list(islice(newest, page.offset, page.offset + page.size))
+    return await render(request, "audit.html", {"entries": shown, "paging": page})
+
+
+async def audit_entry(request: Request) -> Response:
+    console = request.app.state.console
+    entry = console.feed.entry(request.path_params["position"])
+    if entry is None:
+        return await render(request, "error.html", {"message": "no such control"}, status_code=404)
+    page = paging(request, len(entry.ended))
+    # A call the ledger forgot is shown as such: ``None`` in its place.
+    ended = [
+        console.feed.view.call(key) for key in entry.ended[page.offset : page.offset + page.size]
+    ]
+    return await render(
+        request, "audit_entry.html", {"entry": entry, "ended": ended, "paging": page}
+    )
+
+
+def _field(form: Any, name: str, limit: int) -> str:
+    value = form.get(name)
+    if not isinstance(value, str):
+        return ""
+    return value.strip()[:limit]
+
+
+async def controls(request: Request) -> Response:
+    """The controls' form, and a control given; never taking turns with the pages that list
+    calls (an emergency stop waits for none of them)."""
+    console = request.app.state.console
+    principal = _principal(request)
+    if request.method == "GET":
+        asked = {
+            name: typed_id(request.query_params.get(name, "")[:MAX_ID_FIELD])
+            for name in ("target", "tenant")
+        }
+        asked["action"] = request.query_params.get("action", "")
+        return await render(
+            request, "controls.html", {"actions": ACTIONS, "asked": asked, "problem": None}
+        )
+    async with request.form(max_files=0, max_fields=16) as form:
+        if not same_origin(request) or not console.auth.csrf_ok(principal, form.get("csrf")):
+            return await render(
+                request,
+                "error.html",
+                {"message": "this form is not one the console gave you (CSRF check): reload it"},
+                status_code=403,
+            )
+        action = _field(form, "action", MAX_ID_FIELD)
+        target = typed_id(_field(form, "target", MAX_ID_FIELD))
+        tenant = typed_id(_field(form, "tenant", MAX_ID_FIELD)) or None
+        reason = _field(form, "reason", MAX_REASON_FIELD)
+        confirmed = _field(form, "confirmed", MAX_ID_FIELD) == "yes"
+    asked = {"action": action, "target": target, "tenant": tenant or ""}
+    problem = None
+    if action not in ACTIONS:
+        problem = "choose a control"
+    elif not target:
+        problem = "name the response, tool or tenant the control is for"
+    elif not reason:
+        problem = "say why: the reason is written to the audit"
+    if problem is not None:
+        return await render(
+            request,
+            "controls.html",
+            {"actions": ACTIONS, "asked": asked, "problem": problem, "reason": reason},
+            status_code=400,
+        )
+    if action == "stop-tenant" and not confirmed:
+        return await _confirm_stop(request, target, reason)
+    try:
+        event = control_event(
+            action,
+            target,
+            tenant=None if action in ("stop-tenant", "resume-tenant") else tenant,
+            operator=principal,
+            reason=reason,
+        )
+        entry = await console.feed.give(event)
+    except RefusedError as error:
+        return await render(
+            request,
+            "error.html",
+            {"message": f"refused: {error}. The attempt is written to the audit.", "audit": True},
+            status_code=403,
+        )
+    except (InertError, ValueError) as error:
+        return await render(request, "error.html", {"message": str(error)}, status_code=400)
+    base = request.scope.get("root_path", "")
+    return RedirectResponse(f"{base}/audit/{entry.position}", status_code=303)
+
+
+async def _confirm_stop(request: Request, tenant: str, reason: str) -> Response:
+    """The emergency stop's question: how many calls of the tenant it ends, and the first
+    page of them."""
+    view = _view(request)
+    size: int = request.app.state.console.settings.page_size
+    keys = (key for key in view.stage_keys(*_LIVE) if key.tenant == tenant)
+    found, total = await page_of(keys, offset=0, limit=size)
+    return await render(
+        request,
+        "confirm.html",
+        {"target": tenant, "reason": reason, "live": view.views(found), "total": total},
+    )
+
+
+# --- the live feed ------------------------------------------------------------------------------
+
+
+async def live(request: Request) -> Response:
+    """Server-sent events: the ledger rows a page shows that changed since it was drawn."""
+    console = request.app.state.console
+    shown = _row_filter(request)
+    try:
+        after = int(request.query_params.get("after", "0"))
+    except ValueError:
+        after = 0
+    limit = console.settings.page_size
+
+    async def count() -> int:
+        view = console.feed.view
+        if shown == RowFilter():
+            return len(view)
+        async with console.drawing:
+            return (await page_of(view.newest_first(shown), offset=0, limit=0))[1]
+
+    async def events() -> AsyncIterator[str]:
+        sequence = after
+        yield f"event: hello\ndata: {json.dumps({'sequence': console.feed.view.sequence})}\n\n"
+        while True:
+            with trio.move_on_after(KEEPALIVE_SECONDS) as waited:
+                await console.feed.changed_after(sequence)
+            if waited.cancelled_caught:
+                yield ": still here\n\n"
+                continue
+            await trio.sleep(LIVE_BATCH_SECONDS)
+            view = console.feed.view
+            now = console.feed.now()
+            changed = view.changed_after(sequence, shown, limit=limit)
+            sequence = view.sequence
+            if changed:
+                data = {
+                    "sequence": sequence,
+                    "position": view.position,
+                    "total": await count(),
+                    "rows": [call.json(now) for call in changed],
+                }
+                yield f"event: rows\ndata: {json.dumps(data)}\n\n"
+
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={"x-accel-buffering": "no"}
+    )
