@@ -68,7 +68,7 @@ async def cancel_turn_command(
         f" ({ended} had ended before)"
     )
     for key in cancelled:
-        print(f"  cancelled  {shown.show(key)}  {after[key].tool}")
+        print(f"  cancelled  {shown.show(key)}  {key_part(after[key].tool)}")
 
 
 # --- operators ---------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ async def confirm_command(
         return
     edited = "" if confirmed == digest else f" (edited; the model's were {digest})"
     print(
-        f"confirmed {Keys([key]).show(key)} ({pending.tool}) for {principal}: arguments"
+        f"confirmed {Keys([key]).show(key)} ({key_part(pending.tool)}) for {principal}: arguments"
         f" {confirmed}{edited}; the call is ready to run until"
         f" {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     )

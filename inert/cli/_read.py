@@ -14,6 +14,7 @@ from ..events import (
     RecordedEvent,
     call_of,
 )
+from ..events._identity import key_part, shown_text
 from ..log import open_log
 from ..projections import JSON, Projections
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
@@ -192,9 +193,9 @@ async def audit_command(url: str, *, as_json: bool) -> None:
             f"@{entry.position}",
             entry.recorded_at,
             entry.control.removeprefix("operator.") + (" (refused)" if entry.refused else ""),
-            ", ".join(f"{name} {value}" for name, value in entry.scope.items() if value),
-            entry.operator,
-            entry.reason,
+            ", ".join(f"{name} {key_part(value)}" for name, value in entry.scope.items() if value),
+            shown_text(entry.operator),
+            shown_text(entry.reason),
             "-" if entry.refused else str(len(entry.ended)),
         ]
         for entry in entries

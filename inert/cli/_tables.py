@@ -14,7 +14,7 @@ from attrs import frozen
 from ..events import (
     CallKey,
 )
-from ..events._identity import key_part
+from ..events._identity import key_part, shown_text
 from ..projections import JSON, Ledger, LedgerRow, Transition
 from ._common import KEY_FIELDS
 
@@ -159,13 +159,14 @@ LEDGER_HEADER = (
 
 
 def _cell(value: object) -> str:
-    return "-" if value is None or value == "" else str(value)
+    """A cell of text as a person reads it: hidden characters shown escaped (``shown_text``)."""
+    return "-" if value is None or value == "" else shown_text(str(value))
 
 
 def ledger_cells(keys: Keys, row: LedgerRow) -> list[str]:
     return [
         keys.show(row.key),
-        _cell(row.tool),
+        "-" if not row.tool else key_part(row.tool),
         row.state,
         str(row.fragments),
         str(row.bytes),
@@ -186,7 +187,7 @@ def _history_keys(ledger: Ledger) -> list[CallKey]:
 
 
 def _transition_cells(step: Transition) -> list[str]:
-    return [f"@{step.position}", step.event_type, _cell(step.state), step.detail]
+    return [f"@{step.position}", step.event_type, _cell(step.state), shown_text(step.detail)]
 
 
 def shown_time(moment: datetime) -> str:

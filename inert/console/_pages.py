@@ -28,9 +28,9 @@ from attrs import frozen
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from ..events._identity import key_part
+from ..events._identity import key_part, shown_text
 from ._slices import Slices
-from ._view import STAGE_MARKS, Stage, shown_age, shown_text, shown_time
+from ._view import STAGE_MARKS, Stage, shown_age, shown_time
 
 MAX_PAGE = 1_000_000_000
 """The last page number a request may ask for (a larger one asks for that one)."""

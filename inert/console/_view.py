@@ -34,7 +34,7 @@ from ..events import (
     TurnStarted,
     call_of,
 )
-from ..events._identity import key_part
+from ..events._identity import key_part, shown_text
 from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Projections
 
 
@@ -217,17 +217,6 @@ def reasons(row: LedgerRow) -> str:
     if row.validation not in (None, "ok", "ok, needs confirmation"):
         parts.append(row.validation)
     return ", ".join(dict.fromkeys(part for part in parts if part))
-
-
-def shown_text(text: str) -> str:
-    """Free text as written, but for every character that is not printable (Unicode's
-    categories C and Z but the space: format and bidirectional controls, control characters,
-    line separators, unassigned code points), which is escaped as ``key_part`` escapes it."""
-    if text.isprintable():
-        return text
-    return "".join(
-        character if character.isprintable() else key_part(character) for character in text
-    )
 
 
 def shown_time(moment: datetime) -> str:

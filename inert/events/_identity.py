@@ -65,6 +65,18 @@ def key_part(value: str) -> str:
     return quote(value, safe="", errors="surrogatepass")
 
 
+def shown_text(text: str) -> str:
+    """Free text (a reason, a detail, a principal) as written, but for every character that is
+    not printable (Unicode's categories C and Z but the space: format and bidirectional
+    controls, control characters, line separators, unassigned code points), which is escaped as
+    ``key_part`` escapes it."""
+    if text.isprintable():
+        return text
+    return "".join(
+        character if character.isprintable() else key_part(character) for character in text
+    )
+
+
 # Identities are dict keys on every hot path of the runtime: their hash is computed once, and
 # the turn and response of a call once per instance (the ones decoded events name, interned by
 # their fields). The hash is kept as a plain integer: attrs' cached hash is an integer subclass

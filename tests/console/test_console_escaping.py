@@ -35,8 +35,7 @@ from inert.cli import main
 from inert.console import Console
 from inert.console._pages import _ENVIRONMENT
 from inert.console._routes import MAX_ID_FIELD, typed_id
-from inert.console._view import shown_text
-from inert.events._identity import MAX_IDENTITY_LENGTH, key_part
+from inert.events._identity import MAX_IDENTITY_LENGTH, key_part, shown_text
 
 FORMAT = [
     chr(code) for code in range(sys.maxunicode + 1) if unicodedata.category(chr(code)) == "Cf"
