@@ -256,9 +256,7 @@ def test_an_edit_without_the_declarations_the_turn_offered_names_tools(
     argv = ["confirm", *call_options(url), "--arguments", str(edit)]
     other = tmp_path / "other.json"
     loose = {"strict": False}
-    other.write_text(
-        json.dumps([{"name": "get_weather", "input_schema": LOOSE, "x-inert": loose}])
-    )
+    other.write_text(json.dumps([{"name": "get_weather", "input_schema": LOOSE, "x-inert": loose}]))
     changed = tmp_path / "changed.json"
     changed.write_text(
         json.dumps([{"name": "get_country", "input_schema": LOOSE, "x-inert": loose}])
