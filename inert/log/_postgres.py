@@ -47,10 +47,19 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
+from ..events._identity import CallKey
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock
-from ._records import StoredRecord, plan_appends, redacted, with_checksum
-from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
+from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
+from ._snapshots import (
+    StoredSnapshot,
+    StreamRedactions,
+    judged_versions,
+    kept_payloads,
+    payload_streams,
+    redaction_takes,
+    snapshot_from_rows,
+)
 
 APPLICATION = "inert-log"
 SCHEMA_VERSION = 3
@@ -173,7 +182,10 @@ class _Statements:
     redact: str
     lock_snapshots: str
     redact_snapshots: str
-    redacted_streams: str
+    snapshot_first_versions: str
+    delete_snapshot_payloads_from: str
+    rows_at: str
+    redacted_rows: str
     delete_snapshot_payloads: str
     write_snapshot: str
     write_snapshot_payload: str
@@ -225,11 +237,16 @@ class _Statements:
             redact_snapshots=(
                 f"DELETE FROM {schema}.snapshot_payloads WHERE stream = %s AND first_version <= %s"
             ),
-            redacted_streams=(
-                f"SELECT s.name, max(e.version) FROM {schema}.streams AS s"
-                f" JOIN {schema}.events AS e ON e.stream_id = s.stream_id"
-                " WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL GROUP BY s.name"
+            snapshot_first_versions=(
+                f"SELECT DISTINCT first_version FROM {schema}.snapshot_payloads"
+                " WHERE stream = %s AND first_version <= %s"
             ),
+            delete_snapshot_payloads_from=(
+                f"DELETE FROM {schema}.snapshot_payloads"
+                " WHERE stream = %s AND first_version = ANY(%s)"
+            ),
+            rows_at=f"{select} WHERE s.name = %s AND e.version = ANY(%s)",
+            redacted_rows=f"{select} WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL",
             delete_snapshot_payloads=f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s",
             write_snapshot=(
                 f"INSERT INTO {schema}.snapshots VALUES (%s, %s, %s, %s, %s)"
@@ -680,13 +697,14 @@ class PostgresLog(GroupCommitLog[Connection]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
+        key: CallKey | None,
     ) -> int:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
         done = [
-            redacted(_row(values), self.codec)
-            for values in connection.execute(sql.to_redact, (stream, up_to_version))
-            if event_types is None or values[5] in event_types
+            redacted(row, self.codec)
+            for row in map(_row, connection.execute(sql.to_redact, (stream, up_to_version)))
+            if reached(row, self.codec, event_types, key)
         ]
         with connection.cursor() as cursor:
             cursor.executemany(
@@ -696,16 +714,47 @@ class PostgresLog(GroupCommitLog[Connection]):
                     for row in done
                 ],
             )
-        connection.execute(sql.redact_snapshots, (stream, up_to_version))
+        if key is None:
+            connection.execute(sql.redact_snapshots, (stream, up_to_version))
+            return len(done)
+        firsts = [
+            version
+            for (version,) in connection.execute(
+                sql.snapshot_first_versions, (stream, up_to_version)
+            )
+        ]
+        calls = self._calls_at(connection, stream, firsts)
+        doomed = [
+            version
+            for version in firsts
+            if redaction_takes(version, up_to_version, key, calls.get(version))
+        ]
+        connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
         return len(done)
+
+    def _calls_at(
+        self, connection: Connection, stream: str, versions: Sequence[int]
+    ) -> dict[int, CallKey | None]:
+        """The call of the stream's event at each of these versions, as far as its row tells."""
+        return {
+            row.version: call_of(row, self.codec)
+            for row in map(_row, connection.execute(self._sql.rows_at, (stream, list(versions))))
+        }
 
     def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
         sql = self._sql
         name = snapshot.name
         connection.execute(sql.lock_snapshots)
-        redacted: dict[str, int] = dict(
-            connection.execute(sql.redacted_streams, (list(payload_streams(snapshot)),))
-        )
+        found: dict[str, list[tuple[int, CallKey | None]]] = {}
+        for row in map(
+            _row, connection.execute(sql.redacted_rows, (list(payload_streams(snapshot)),))
+        ):
+            found.setdefault(row.stream, []).append((row.version, call_of(row, self.codec)))
+        highest = {stream: max(version for version, _ in seen) for stream, seen in found.items()}
+        redacted = {
+            stream: StreamRedactions(found[stream], self._calls_at(connection, stream, versions))
+            for stream, versions in judged_versions(snapshot, highest).items()
+        }
         connection.execute(sql.delete_snapshot_payloads, (name,))
         connection.execute(
             sql.write_snapshot,

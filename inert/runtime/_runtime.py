@@ -708,9 +708,9 @@ class Runtime:
             await self._retention_due.wait()
             self._retention_due = trio.Event()
             self._redacting = True
-            for stream, version, types in self._retention.take():
-                await self.log.redact(stream, version, event_types=types)
-                self._retention.made(stream, version)
+            for stream, version, types, key in self._retention.take():
+                await self.log.redact(stream, version, event_types=types, key=key)
+                self._retention.made(stream, version, key)
             self._redacting = False
             self._changed.set()
             self._changed = trio.Event()

@@ -107,16 +107,6 @@ def untouched(records: list[RecordedEvent], key: CallKey) -> bool:
     return bool(events) and not any(isinstance(recorded.event, Redacted) for recorded in events)
 
 
-def fragments_untouched(records: list[RecordedEvent], key: CallKey) -> bool:
-    """Whether the call's fragments are all there as they came (and there are some)."""
-    events = [
-        recorded
-        for recorded in sensitive(records, key)
-        if isinstance(recorded.kept, ArgumentsAppended)
-    ]
-    return bool(events) and not any(isinstance(recorded.event, Redacted) for recorded in events)
-
-
 async def read_all(log: Log) -> list[RecordedEvent]:
     return await log.read()
 
@@ -197,9 +187,9 @@ async def test_a_live_runtime_redacts_as_calls_finish() -> None:
         assert replayed(records).digest() == runtime.digest()
 
 
-async def test_a_response_with_a_live_call_keeps_every_fragment() -> None:
-    """A finished call's fragments stay while another call of its response is still live (its
-    validated arguments, once it ended unrun, do not)."""
+async def test_a_finished_calls_fragments_go_while_a_sibling_of_its_response_is_live() -> None:
+    """A call that ended has its fragments and arguments redacted at once, while another call
+    of its response, still live, keeps every byte of its own in the same stream."""
     finished, live = key_of("a", response="shared"), key_of("b", response="shared")
     async with running(MemoryStore(), Retention()) as runtime:
         await start(runtime)
@@ -208,7 +198,7 @@ async def test_a_response_with_a_live_call_keeps_every_fragment() -> None:
         await runtime.deny(finished, principal=PRINCIPAL)
         await runtime.settle()
         records = await read_all(runtime.log)
-        assert fragments_untouched(records, finished)
+        assert redacted(records, finished)
         assert untouched(records, live)
         await runtime.feed([*call_events(live)[2:], response_end(live)])
         await runtime.settle()
