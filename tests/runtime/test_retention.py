@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import pickle
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, closing
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from test_runtime import (
     PRINCIPAL,
     TOOLS,
@@ -18,10 +23,13 @@ from test_runtime import (
 )
 
 from inert import (
+    DEFAULT_LIMITS,
     ArgumentsAppended,
     CallEnded,
     CallKey,
+    CallLimits,
     ClaimRefused,
+    Event,
     Log,
     Phase,
     RecordedEvent,
@@ -30,10 +38,16 @@ from inert import (
     open_runtime,
     trio_clock,
 )
-from inert.events import CallValidated, ClaimRequested, Redacted
+from inert.actors import CallFold
+from inert.events import (
+    CallValidated,
+    ClaimRequested,
+    ExecutionCompleted,
+    Redacted,
+)
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.projections import Projections
-from inert.runtime._retention import FRAGMENT_TYPES
+from inert.runtime._retention import ARGUMENT_TYPES, FRAGMENT_TYPES, RetentionPlan
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
@@ -280,3 +294,191 @@ async def test_a_never_opened_call_with_redacted_fragments_still_answers_request
     async with running(store, Retention()) as runtime:
         with trio.fail_after(10), pytest.raises(ClaimRefused, match="unknown_turn"):
             await runtime.claim(stray, executor="worker")
+
+
+# --- a call's own fragments, whatever its siblings do -------------------------------------------
+
+
+async def _failed_beside_a_ready_sibling(store: MemoryStore) -> tuple[CallKey, CallKey]:
+    """A log in ``store`` (nothing redacted) where one call of a response failed (its arguments
+    cut short) while its sibling is ready, then ran; the two keys."""
+    failed, sibling = key_of("bad", response="shared"), key_of("good", response="shared")
+    async with running(store, KEEP_EVERYTHING) as runtime:
+        await start(runtime)
+        await runtime.feed(_interleaved(call_events(failed, b'{"city": "Atlantis", '), sibling))
+        await runtime.feed([response_end(sibling)])
+        await runtime.settle()
+        await runtime.execute(sibling, _succeed, name="worker")
+        await runtime.settle()
+    return failed, sibling
+
+
+def _interleaved(failing: list[Event], sibling: CallKey, parts: int = 2) -> list[Event]:
+    """The sibling opens before the failing call ends, and streams its fragments after."""
+    rest = call_events(sibling, parts=parts)
+    return [failing[0], rest[0], *failing[1:], *rest[1:]]
+
+
+async def test_the_plan_makes_an_ended_calls_own_fragments_due_and_the_response_once_settled() -> (
+    None
+):
+    """Folded event by event, the retention plan makes the failed call's fragment events due
+    alone (limited to its key, up to its last one) as it fails at its end event, nothing of its
+    sibling while that is live, the whole response's once the sibling's claim dispatches it,
+    and the sibling's arguments once its outcome is in; each is given once."""
+    store = MemoryStore()
+    failed, sibling = await _failed_beside_a_ready_sibling(store)
+    records = await read_all(MemoryLog(store))
+    stream = failed.response_ref.stream
+    last_of_failed = max(
+        recorded.version
+        for recorded in records
+        if recorded.event_type in FRAGMENT_TYPES and getattr(recorded.event, "key", None) == failed
+    )
+    fold, plan = CallFold(DEFAULT_LIMITS), RetentionPlan(Retention())
+    due: list[tuple[str, tuple[str, int, frozenset[str], CallKey | None]]] = []
+    for recorded in records:
+        fold.apply(recorded)
+        plan.heard(recorded, fold)
+        due += [(recorded.event_type, redaction) for redaction in plan.take()]
+    assert due == [
+        (CallEnded.TAG, (stream, last_of_failed, FRAGMENT_TYPES, failed)),
+        (ClaimRequested.TAG, (stream, len(sensitive_rows(records, stream)), FRAGMENT_TYPES, None)),
+        (ExecutionCompleted.TAG, (sibling.stream, 3, ARGUMENT_TYPES, None)),
+    ]
+
+
+def sensitive_rows(records: list[RecordedEvent], stream: str) -> list[RecordedEvent]:
+    """Every event of a stream, up to its last fragment event (a prefix redaction's reach)."""
+    last = max(r.version for r in records if r.stream == stream and r.event_type in FRAGMENT_TYPES)
+    return [r for r in records if r.stream == stream and r.version <= last]
+
+
+def test_a_call_redaction_under_way_is_still_due_in_a_snapshot_of_the_plan() -> None:
+    """A per-call redaction taken and not reported made is due again in the plan as a
+    snapshot holds it; once made, it is not."""
+    plan = RetentionPlan(Retention())
+    key = key_of("a")
+    plan._due_calls[key] = 7
+    [taken] = plan.take()
+    assert taken == (key.response_ref.stream, 7, FRAGMENT_TYPES, key)
+    assert not plan.pending
+    restored = pickle.loads(pickle.dumps(plan))
+    assert restored.take() == [taken]
+    plan.made(*taken[:2], key)
+    assert pickle.loads(pickle.dumps(plan)).take() == []
+
+
+async def test_on_sqlite_a_failed_calls_bytes_leave_the_rows_while_its_sibling_is_ready(
+    tmp_path: Path,
+) -> None:
+    """On SQLite, a call that fails has its fragments redacted in the log's rows at once: no
+    row of its response's stream holds a byte of its arguments, while its sibling, ready and
+    unclaimed, keeps every row of its own whole and runs with them."""
+    database = tmp_path / "retention.db"
+    url = f"sqlite:///{database}"
+    failed, sibling = key_of("bad", response="shared"), key_of("good", response="shared")
+    secret = b'{"city": "Atlantis", '
+    async with open_runtime(log=url, tools=TOOLS) as runtime:
+        await start(runtime)
+        await runtime.feed(_interleaved(call_events(failed, secret, parts=1), sibling, 1))
+        await runtime.feed([response_end(sibling)])
+        await runtime.settle()
+        assert runtime.phase(failed) is Phase.FAILED
+        assert runtime.projections.queue.ready() == [sibling]
+        rows = _rows_of(database, failed.response_ref.stream)
+        assert rows, "the response's stream has rows"
+        assert not any(payload is not None and b"Atlantis" in payload for _, payload, _ in rows)
+        fragments = [row for row in rows if row[0] == ArgumentsAppended.TAG]
+        assert sum(digest is not None for _, _, digest in fragments) == 1
+        assert [b"Paris" in (payload or b"") for _, payload, _ in fragments] == [False, True]
+        dispatch = await runtime.claim(sibling, executor="worker")
+        assert dict(dispatch.arguments) == {"city": "Paris"}
+
+
+def _rows_of(database: Path, stream: str) -> list[tuple[str, bytes | None, bytes | None]]:
+    """The event type, payload and redaction digest of each row of a stream, as stored."""
+    with closing(sqlite3.connect(database)) as connection:
+        return list(
+            connection.execute(
+                "SELECT e.event_type, e.payload, e.payload_digest FROM events AS e"
+                " JOIN streams AS s ON s.stream_id = e.stream_id WHERE s.name = ?"
+                " ORDER BY e.version",
+                (stream,),
+            )
+        )
+
+
+# --- ready calls nobody claims ------------------------------------------------------------------
+
+READY_FOR = CallLimits(ready_lifetime=timedelta(minutes=5))
+
+
+async def test_an_unclaimed_ready_call_expires_and_its_bytes_leave_the_log(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ready call nobody claims is cancelled ``ready_expired`` when its lifetime ends (not
+    before), its fragments and arguments are redacted, a claim then is refused, and a replay
+    of the redacted log reaches the same state."""
+    store = MemoryStore()
+    log = MemoryLog(store, clock=trio_clock())
+    key = key_of("late", response="r-late")
+    async with open_runtime(log=log, tools=TOOLS, limits=READY_FOR) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+        assert runtime.projections.queue.ready() == [key]
+        await trio.sleep(4 * 60)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.VALIDATED
+        assert untouched(await read_all(runtime.log), key)
+        await trio.sleep(60 + 1)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.CANCELLED
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.terminal_reason == "ready_expired"
+        assert runtime.projections.queue.ready() == []
+        assert any(
+            step.detail.startswith("ready until")
+            for step in runtime.projections.ledger.history(key)
+        )
+        records = await read_all(runtime.log)
+        assert redacted(records, key)
+        assert replayed(records).digest() == runtime.digest()
+        with pytest.raises(ClaimRefused, match="call_terminal"):
+            await runtime.claim(key, executor="worker")
+    await log.aclose()
+
+
+async def test_a_ready_call_that_expired_while_no_runtime_ran_is_cancelled_at_the_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ready call whose lifetime ended while its runtime was stopped is cancelled
+    ``ready_expired`` by the next runtime as it starts, and its bytes leave the log."""
+    store = MemoryStore()
+    clock = trio_clock()
+    key = key_of("left", response="r-left")
+    async with running_with(store, clock) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+    await trio.sleep(6 * 60)
+    async with running_with(store, clock) as runtime:
+        await runtime.settle()
+        await trio.sleep(1)
+        await runtime.settle()
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert (row.state, row.terminal_reason) == ("cancelled", "ready_expired")
+        assert redacted(await read_all(runtime.log), key)
+
+
+@asynccontextmanager
+async def running_with(store: MemoryStore, clock: Callable[[], datetime]) -> AsyncIterator[Runtime]:
+    """A runtime with the default retention and ``READY_FOR``, on a memory log in ``store``
+    reading ``clock`` (one clock for every runtime of a test: the log's times go on)."""
+    log = MemoryLog(store, clock=clock)
+    try:
+        async with open_runtime(log=log, tools=TOOLS, limits=READY_FOR) as runtime:
+            yield runtime
+    finally:
+        await log.aclose()
