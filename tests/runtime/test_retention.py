@@ -472,13 +472,36 @@ async def test_a_ready_call_that_expired_while_no_runtime_ran_is_cancelled_at_th
         assert redacted(await read_all(runtime.log), key)
 
 
+async def test_a_runtime_given_another_ready_lifetime_keeps_the_one_a_call_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Restarted with a longer ``ready_lifetime``, a runtime replays the log, and a call ready
+    before keeps the lifetime its ``CallReady`` recorded; a call made ready afterwards gets the
+    new one."""
+    store = MemoryStore()
+    clock = trio_clock()
+    before, after = key_of("before", response="r-before"), key_of("after", response="r-after")
+    async with running_with(store, clock) as runtime:
+        await start(runtime)
+        await ready_call(runtime, before)
+    longer = CallLimits(ready_lifetime=timedelta(hours=1))
+    async with running_with(store, clock, longer) as runtime:
+        await ready_call(runtime, after)
+        await trio.sleep(6 * 60)
+        await runtime.settle()
+        assert runtime.phase(before) is Phase.CANCELLED
+        assert runtime.phase(after) is Phase.VALIDATED
+
+
 @asynccontextmanager
-async def running_with(store: MemoryStore, clock: Callable[[], datetime]) -> AsyncIterator[Runtime]:
-    """A runtime with the default retention and ``READY_FOR``, on a memory log in ``store``
+async def running_with(
+    store: MemoryStore, clock: Callable[[], datetime], limits: CallLimits = READY_FOR
+) -> AsyncIterator[Runtime]:
+    """A runtime with the default retention and these limits, on a memory log in ``store``
     reading ``clock`` (one clock for every runtime of a test: the log's times go on)."""
     log = MemoryLog(store, clock=clock)
     try:
-        async with open_runtime(log=log, tools=TOOLS, limits=READY_FOR) as runtime:
+        async with open_runtime(log=log, tools=TOOLS, limits=limits) as runtime:
             yield runtime
     finally:
         await log.aclose()
