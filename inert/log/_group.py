@@ -90,7 +90,7 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         """Redact in ``connection``'s transaction; how many events were redacted."""
 
@@ -103,13 +103,15 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         self._check_accepting("nothing was redacted")
         return await trio.to_thread.run_sync(
             self._in_own_transaction,
             "redaction",
-            lambda connection: self._redact_in(connection, stream, up_to_version, event_types, key),
+            lambda connection: self._redact_in(
+                connection, stream, up_to_version, event_types, keys
+            ),
         )
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:

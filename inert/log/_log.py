@@ -204,11 +204,11 @@ class Log(abc.ABC):
         up_to_version: int,
         *,
         event_types: Collection[str] | None = None,
-        key: CallKey | None = None,
+        keys: Collection[CallKey] | None = None,
     ) -> int:
         """Redact the payloads of a stream up to a version (of those event types only, if given,
-        and of the events addressed to the call ``key`` only, if given), keeping length, digest
-        and the non-sensitive fields of the event types that name theirs.
+        and of the events addressed to those calls only, if given), keeping length, digest and
+        the non-sensitive fields of the event types that name theirs.
 
         Returns how many payloads this call redacted (already redacted ones don't count).
         """
@@ -221,7 +221,7 @@ class Log(abc.ABC):
                 stream,
                 up_to_version,
                 None if event_types is None else frozenset(event_types),
-                key,
+                None if keys is None else frozenset(keys),
             )
         finally:
             self._committed.forget()
@@ -320,7 +320,7 @@ class Log(abc.ABC):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int: ...
 
     @abc.abstractmethod
@@ -456,14 +456,14 @@ class MemoryLog(Log):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         await trio.lowlevel.checkpoint()
         store = self.store
         count = 0
         for position in store.streams.get(stream, [])[: max(up_to_version, 0)]:
             row = store.rows[position - 1]
-            if row.digest is None and reached(row, self.codec, event_types, key):
+            if row.digest is None and reached(row, self.codec, event_types, keys):
                 done = redacted(row, self.codec)
                 store.rows[position - 1] = store.by_id[row.event_id] = done
                 count += 1
@@ -475,8 +475,8 @@ class MemoryLog(Log):
                 or not redaction_takes(
                     payload.first_version,
                     up_to_version,
-                    key,
-                    None if key is None else self._call_at(stream, payload.first_version),
+                    keys,
+                    None if keys is None else self._call_at(stream, payload.first_version),
                 )
             )
             if len(kept) < len(snapshot.payloads):

@@ -697,14 +697,14 @@ class PostgresLog(GroupCommitLog[Connection]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
         done = [
             redacted(row, self.codec)
             for row in map(_row, connection.execute(sql.to_redact, (stream, up_to_version)))
-            if reached(row, self.codec, event_types, key)
+            if reached(row, self.codec, event_types, keys)
         ]
         with connection.cursor() as cursor:
             cursor.executemany(
@@ -714,7 +714,7 @@ class PostgresLog(GroupCommitLog[Connection]):
                     for row in done
                 ],
             )
-        if key is None:
+        if keys is None:
             connection.execute(sql.redact_snapshots, (stream, up_to_version))
             return len(done)
         firsts = [
@@ -727,7 +727,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         doomed = [
             version
             for version in firsts
-            if redaction_takes(version, up_to_version, key, calls.get(version))
+            if redaction_takes(version, up_to_version, keys, calls.get(version))
         ]
         connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
         return len(done)

@@ -197,13 +197,16 @@ def call_of(row: StoredRecord, codec: Codec) -> CallKey | None:
 
 
 def reached(
-    row: StoredRecord, codec: Codec, event_types: frozenset[str] | None, key: CallKey | None
+    row: StoredRecord,
+    codec: Codec,
+    event_types: frozenset[str] | None,
+    keys: frozenset[CallKey] | None,
 ) -> bool:
-    """Whether a redaction of those event types (``None``: all) and of that call's events
+    """Whether a redaction of those event types (``None``: all) and of those calls' events
     (``None``: every event's) reaches a row not redacted yet."""
     if event_types is not None and row.event_type not in event_types:
         return False
-    return key is None or call_of(row, codec) == key
+    return keys is None or call_of(row, codec) in keys
 
 
 def redacted(row: StoredRecord, codec: Codec) -> StoredRecord:

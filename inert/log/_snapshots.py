@@ -6,9 +6,9 @@ each write under their own name). What the state means is the runtime's business
 about argument payloads: **redaction is final**. A snapshot's payloads are stored apart, each under
 the stream whose events it holds bytes of, from a first version on, and each holds bytes of one
 call's events: the call of the event at its first version. Redacting a stream up to a version
-deletes the payloads stored under it from that version or before; redacting only one call's
-events of it (``redact(..., key=...)``) deletes only that call's payloads (and those whose first
-event no longer says its call). A snapshot written after a redaction stores no payload whose
+deletes the payloads stored under it from that version or before; redacting only some calls'
+events of it (``redact(..., keys=...)``) deletes only those calls' payloads (and those whose
+first event no longer says its call). A snapshot written after a redaction stores no payload whose
 call's events, from its first version on, include a redacted one (counting a redacted event
 that no longer says its call as everyone's). The log never holds a payload in a snapshot that
 it no longer holds in its events.
@@ -109,12 +109,15 @@ def kept_payloads(
 
 
 def redaction_takes(
-    first_version: int, up_to_version: int, key: CallKey | None, owner: CallKey | None
+    first_version: int,
+    up_to_version: int,
+    keys: frozenset[CallKey] | None,
+    owner: CallKey | None,
 ) -> bool:
-    """Whether a redaction of a stream up to ``up_to_version`` (of the call ``key``'s events
-    only, where given) deletes a payload stored under it from ``first_version``, whose first
-    event is of the call ``owner`` (``None``: none, or it no longer says)."""
-    return first_version <= up_to_version and (key is None or owner is None or owner == key)
+    """Whether a redaction of a stream up to ``up_to_version`` (of those calls' events only,
+    where given) deletes a payload stored under it from ``first_version``, whose first event
+    is of the call ``owner`` (``None``: none, or it no longer says)."""
+    return first_version <= up_to_version and (keys is None or owner is None or owner in keys)
 
 
 def judged_versions(snapshot: StoredSnapshot, highest: Mapping[str, int]) -> dict[str, list[int]]:

@@ -616,7 +616,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         rows = [
             row
@@ -627,7 +627,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
                     (stream, up_to_version),
                 ),
             )
-            if reached(row, self.codec, event_types, key)
+            if reached(row, self.codec, event_types, keys)
         ]
         done = [redacted(row, self.codec) for row in rows]
         connection.executemany(
@@ -638,7 +638,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
                 for row in done
             ],
         )
-        if key is None:
+        if keys is None:
             connection.execute(
                 "DELETE FROM snapshot_payloads WHERE stream = ? AND first_version <= ?",
                 (stream, up_to_version),
@@ -658,7 +658,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             [
                 (stream, version)
                 for version in firsts
-                if redaction_takes(version, up_to_version, key, calls.get(version))
+                if redaction_takes(version, up_to_version, keys, calls.get(version))
             ],
         )
         return len(done)

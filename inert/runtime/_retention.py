@@ -66,14 +66,18 @@ DEFAULT_RETENTION = Retention()
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
 
-Redaction = tuple[str, int, frozenset[str], CallKey | None]
+Redaction = tuple[str, int, frozenset[str], tuple[CallKey, ...] | None]
 """A redaction due: the stream, up to which version, of which event types and, where it is
-limited to one call's events, that call."""
+limited to some calls' events, those calls."""
 
 
 class RetentionPlan:
-    """Follows the log as the fold reads it and says which stream prefixes (or which call's
-    events of them) are due for redaction, each once, for the event types the policy names."""
+    """Follows the log as the fold reads it and says which stream prefixes (or which calls'
+    events of them) are due for redaction, each once, for the event types the policy names.
+
+    The calls of a response that ended while it still has live calls are redacted together,
+    one pass over the response's stream for all of them, however many end meanwhile.
+    """
 
     def __init__(self, policy: Retention) -> None:
         self.policy = policy
@@ -83,11 +87,13 @@ class RetentionPlan:
         # fragment event of it.
         self._fragments: dict[CallKey, int] = {}
         self._due: dict[str, tuple[int, frozenset[str]]] = {}
-        self._due_calls: dict[CallKey, int] = {}
+        # Per response stream, the calls whose own fragment events are due, each up to its
+        # last one.
+        self._due_calls: dict[str, dict[CallKey, int]] = {}
         # Taken, and not yet reported made: a snapshot holds them as due, so that a process
         # stopping between the two leaves them to the next one.
         self._making: dict[tuple[str, int], frozenset[str]] = {}
-        self._making_calls: dict[CallKey, int] = {}
+        self._making_calls: list[tuple[str, int, tuple[CallKey, ...]]] = []
 
     def __getstate__(self) -> dict[str, object]:
         due = {
@@ -95,17 +101,17 @@ class RetentionPlan:
             for (stream, version), types in self._making.items()
             if version > self._due.get(stream, (0, types))[0]
         }
-        calls = {
-            key: version
-            for key, version in self._making_calls.items()
-            if version > self._due_calls.get(key, 0)
-        }
+        calls = {stream: dict(keys) for stream, keys in self._due_calls.items()}
+        for stream, version, keys in self._making_calls:
+            for key in keys:
+                waiting = calls.setdefault(stream, {})
+                waiting[key] = max(version, waiting.get(key, 0))
         return {
             **self.__dict__,
             "_due": {**self._due, **due},
-            "_due_calls": {**self._due_calls, **calls},
+            "_due_calls": calls,
             "_making": {},
-            "_making_calls": {},
+            "_making_calls": [],
         }
 
     @property
@@ -144,11 +150,13 @@ class RetentionPlan:
         if not self.policy.fragments:
             return
         last = self._fragments.pop(key, None)
+        stream = key.response_ref.stream
         if fold.response_settled(key.response_ref):
-            # Every call of the response ended: its whole stream's fragments go at once.
-            self._make_due(key.response_ref.stream, FRAGMENT_TYPES)
+            # No call of the response is live: its whole stream's fragments go at once.
+            self._make_due(stream, FRAGMENT_TYPES)
         elif last is not None:
-            self._due_calls[key] = max(last, self._due_calls.get(key, 0))
+            waiting = self._due_calls.setdefault(stream, {})
+            waiting[key] = max(last, waiting.get(key, 0))
 
     def take(self) -> list[Redaction]:
         """The redactions due now; each is given once, and is still due in a snapshot until it
@@ -156,25 +164,22 @@ class RetentionPlan:
         due: list[Redaction] = [
             (stream, version, types, None) for stream, (version, types) in self._due.items()
         ]
-        due += [
-            (key.response_ref.stream, version, FRAGMENT_TYPES, key)
-            for key, version in self._due_calls.items()
-        ]
+        for stream, (version, types) in self._due.items():
+            self._making[stream, version] = types
+        for stream, calls in self._due_calls.items():
+            batch = (stream, max(calls.values()), tuple(calls))
+            self._making_calls.append(batch)
+            due.append((stream, batch[1], FRAGMENT_TYPES, batch[2]))
         self._due.clear()
         self._due_calls.clear()
-        for stream, version, types, key in due:
-            if key is None:
-                self._making[stream, version] = types
-            else:
-                self._making_calls[key] = version
         return due
 
-    def made(self, stream: str, version: int, key: CallKey | None = None) -> None:
+    def made(self, stream: str, version: int, keys: tuple[CallKey, ...] | None = None) -> None:
         """A redaction ``take`` gave is in the log."""
-        if key is None:
+        if keys is None:
             self._making.pop((stream, version), None)
-        elif self._making_calls.get(key) == version:
-            del self._making_calls[key]
+        elif (stream, version, keys) in self._making_calls:
+            self._making_calls.remove((stream, version, keys))
 
     def _make_due(self, stream: str, types: frozenset[str]) -> None:
         version = self._unredacted.pop(stream, None)

@@ -708,9 +708,9 @@ class Runtime:
             await self._retention_due.wait()
             self._retention_due = trio.Event()
             self._redacting = True
-            for stream, version, types, key in self._retention.take():
-                await self.log.redact(stream, version, event_types=types, key=key)
-                self._retention.made(stream, version, key)
+            for stream, version, types, keys in self._retention.take():
+                await self.log.redact(stream, version, event_types=types, keys=keys)
+                self._retention.made(stream, version, keys)
             self._redacting = False
             self._changed.set()
             self._changed = trio.Event()

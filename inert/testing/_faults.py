@@ -266,9 +266,9 @@ class FaultyLog(Log):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
-        return await self.inner._redact(stream, up_to_version, event_types, key)
+        return await self.inner._redact(stream, up_to_version, event_types, keys)
 
     async def _head(self) -> int:
         return await self.inner._head()

@@ -47,7 +47,7 @@ from inert.events import (
 )
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.projections import Projections
-from inert.runtime._retention import ARGUMENT_TYPES, FRAGMENT_TYPES, RetentionPlan
+from inert.runtime._retention import ARGUMENT_TYPES, FRAGMENT_TYPES, Redaction, RetentionPlan
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
@@ -336,13 +336,13 @@ async def test_the_plan_makes_an_ended_calls_own_fragments_due_and_the_response_
         if recorded.event_type in FRAGMENT_TYPES and getattr(recorded.event, "key", None) == failed
     )
     fold, plan = CallFold(DEFAULT_LIMITS), RetentionPlan(Retention())
-    due: list[tuple[str, tuple[str, int, frozenset[str], CallKey | None]]] = []
+    due: list[tuple[str, Redaction]] = []
     for recorded in records:
         fold.apply(recorded)
         plan.heard(recorded, fold)
         due += [(recorded.event_type, redaction) for redaction in plan.take()]
     assert due == [
-        (CallEnded.TAG, (stream, last_of_failed, FRAGMENT_TYPES, failed)),
+        (CallEnded.TAG, (stream, last_of_failed, FRAGMENT_TYPES, (failed,))),
         (ClaimRequested.TAG, (stream, len(sensitive_rows(records, stream)), FRAGMENT_TYPES, None)),
         (ExecutionCompleted.TAG, (sibling.stream, 3, ARGUMENT_TYPES, None)),
     ]
@@ -354,18 +354,19 @@ def sensitive_rows(records: list[RecordedEvent], stream: str) -> list[RecordedEv
     return [r for r in records if r.stream == stream and r.version <= last]
 
 
-def test_a_call_redaction_under_way_is_still_due_in_a_snapshot_of_the_plan() -> None:
-    """A per-call redaction taken and not reported made is due again in the plan as a
-    snapshot holds it; once made, it is not."""
+def test_calls_of_one_response_are_redacted_in_one_pass_still_due_in_a_snapshot() -> None:
+    """The calls of one response that ended since the last ``take`` are one redaction of its
+    stream, up to the last of their fragment events; taken and not reported made, it is due
+    again in the plan as a snapshot holds it; once made, it is not."""
     plan = RetentionPlan(Retention())
-    key = key_of("a")
-    plan._due_calls[key] = 7
+    first, second = key_of("a"), key_of("b")
+    plan._due_calls[first.response_ref.stream] = {first: 7, second: 4}
     [taken] = plan.take()
-    assert taken == (key.response_ref.stream, 7, FRAGMENT_TYPES, key)
+    assert taken == (first.response_ref.stream, 7, FRAGMENT_TYPES, (first, second))
     assert not plan.pending
     restored = pickle.loads(pickle.dumps(plan))
     assert restored.take() == [taken]
-    plan.made(*taken[:2], key)
+    plan.made(*taken[:2], taken[3])
     assert pickle.loads(pickle.dumps(plan)).take() == []
 
 

@@ -294,7 +294,7 @@ class _StopsWhileRedacting(MemoryLog):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
-        key: CallKey | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         await trio.sleep_forever()
         raise AssertionError("unreachable")

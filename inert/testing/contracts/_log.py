@@ -593,12 +593,12 @@ class LogContract:
     async def test_redact_limited_to_a_call_leaves_the_other_calls_of_its_stream(
         self, log: Log
     ) -> None:
-        """Redaction limited to one call's events (``key``) redacts those of the event types
+        """Redaction limited to some calls' events (``keys``) redacts those of the event types
         up to the version, and no other call's events of the stream nor any event of no call."""
         await log.append(_siblings())
         fragments = {ArgumentsAppended.TAG, CallEnded.TAG}
-        assert await log.redact("r", 6, event_types=fragments, key=_key("a")) == 2
-        assert await log.redact("r", 6, event_types=fragments, key=_key("a")) == 0
+        assert await log.redact("r", 6, event_types=fragments, keys=[_key("a")]) == 2
+        assert await log.redact("r", 6, event_types=fragments, keys=[_key("a")]) == 0
         events = [recorded.event for recorded in await log.read_stream("r")]
         assert [isinstance(event, Redacted) for event in events] == [
             False,
@@ -609,8 +609,9 @@ class LogContract:
             False,
             False,
         ]
-        assert await log.redact("r", 7, key=_key("b")) == 2
+        assert await log.redact("r", 7, keys=[_key("b"), _key("c")]) == 2
         assert isinstance((await log.read_stream("r"))[5].event, ResponseEnded)
+        assert await log.redact("r", 7, keys=[_key("a"), _key("b")]) == 2
 
     async def test_redacting_a_calls_events_deletes_only_that_calls_snapshot_payloads(
         self, log: Log
@@ -622,7 +623,7 @@ class LogContract:
         pairs: list[_Part] = [("a", "r", 1), ("b", "r", 3), ("c", "q"), ("late", "r", 7)]
         await log.write_snapshot(_snapshot("p1", *pairs))
         await log.write_snapshot(_snapshot("p2", ("a", "r", 1)))
-        await log.redact("r", 5, event_types={ArgumentsAppended.TAG}, key=_key("a"))
+        await log.redact("r", 5, event_types={ArgumentsAppended.TAG}, keys=[_key("a")])
         assert _payload_streams(await log.read_snapshot("p1")) == [
             ("b", "r"),
             ("c", "q"),
@@ -636,7 +637,7 @@ class LogContract:
         """After one call's events of a stream were redacted, a snapshot written stores no
         payload of that call from before, and every payload of the stream's other calls."""
         await log.append(_siblings())
-        await log.redact("r", 5, event_types={ArgumentsAppended.TAG}, key=_key("a"))
+        await log.redact("r", 5, event_types={ArgumentsAppended.TAG}, keys=[_key("a")])
         pairs: list[_Part] = [("a", "r", 1), ("b", "r", 3), ("c", "q")]
         await log.write_snapshot(_snapshot("", *pairs))
         assert _payload_streams(await log.read_snapshot("")) == [("b", "r"), ("c", "q")]
