@@ -179,6 +179,7 @@ class _Statements:
     head: str
     stream_version: str
     to_redact: str
+    to_redact_of_types: str
     redact: str
     lock_snapshots: str
     redact_snapshots: str
@@ -226,6 +227,12 @@ class _Statements:
             to_redact=(
                 f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
                 " ORDER BY e.position FOR UPDATE OF e"
+            ),
+            # Only the rows of the types asked for leave the server: a redaction limited to some
+            # calls is made for each batch of calls that end, over a stream of others' rows.
+            to_redact_of_types=(
+                f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
+                " AND e.event_type = ANY(%s) ORDER BY e.position FOR UPDATE OF e"
             ),
             redact=(
                 f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
@@ -701,9 +708,16 @@ class PostgresLog(GroupCommitLog[Connection]):
     ) -> int:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
+        selected = (
+            connection.execute(sql.to_redact, (stream, up_to_version))
+            if event_types is None
+            else connection.execute(
+                sql.to_redact_of_types, (stream, up_to_version, sorted(event_types))
+            )
+        )
         done = [
             redacted(row, self.codec)
-            for row in map(_row, connection.execute(sql.to_redact, (stream, up_to_version)))
+            for row in map(_row, selected)
             if reached(row, self.codec, event_types, keys)
         ]
         with connection.cursor() as cursor:
