@@ -82,10 +82,12 @@ class RetentionPlan:
     def __init__(self, policy: Retention) -> None:
         self.policy = policy
         self._types = policy.types()
+        # Per stream of arguments or edits, the last version holding an unredacted payload.
         self._unredacted: dict[str, int] = {}
-        # Per call, the last version of its response's stream that holds an unredacted
-        # fragment event of it.
-        self._fragments: dict[CallKey, int] = {}
+        # Per response stream, per call, the last version holding an unredacted fragment event
+        # of the call: one call's redaction leaves its siblings' entries as they are, so that
+        # what is due later never names rows redacted already.
+        self._fragments: dict[str, dict[CallKey, int]] = {}
         self._due: dict[str, tuple[int, frozenset[str]]] = {}
         # Per response stream, the calls whose own fragment events are due, each up to its
         # last one.
@@ -129,9 +131,10 @@ class RetentionPlan:
             # A confirmation holds arguments only where it edits them.
             and getattr(event, "arguments", b"") is not None
         ):
-            self._unredacted[recorded.stream] = recorded.version
             if recorded.event_type in FRAGMENT_TYPES:
-                self._fragments[_key_of(event)] = recorded.version
+                self._fragments.setdefault(recorded.stream, {})[_key_of(event)] = recorded.version
+            else:
+                self._unredacted[recorded.stream] = recorded.version
         key = getattr(recorded.kept, "key", None)
         if not isinstance(key, CallKey):
             return
@@ -149,12 +152,25 @@ class RetentionPlan:
             self._make_due(key.request_stream, EDIT_TYPES)
         if not self.policy.fragments:
             return
-        last = self._fragments.pop(key, None)
+        self._fragments_due(key, fold)
+
+    def _fragments_due(self, key: CallKey, fold: CallFold) -> None:
+        """The fragments of a call that is not live are due: its own events of its response's
+        stream, or, where no call of the response is live, what is left of the stream's (those
+        of calls the fold no longer knows included), at once."""
         stream = key.response_ref.stream
+        left = self._fragments.get(stream)
+        if left is None:
+            return
         if fold.response_settled(key.response_ref):
-            # No call of the response is live: its whole stream's fragments go at once.
-            self._make_due(stream, FRAGMENT_TYPES)
-        elif last is not None:
+            del self._fragments[stream]
+            version = max(*left.values(), self._due.get(stream, (0, FRAGMENT_TYPES))[0])
+            self._due[stream] = (version, FRAGMENT_TYPES)
+            return
+        last = left.pop(key, None)
+        if not left:
+            del self._fragments[stream]
+        if last is not None:
             waiting = self._due_calls.setdefault(stream, {})
             waiting[key] = max(last, waiting.get(key, 0))
 
