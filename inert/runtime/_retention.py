@@ -86,8 +86,9 @@ class RetentionPlan:
         self._unredacted: dict[str, int] = {}
         # Per response stream, per call, the last version holding an unredacted fragment event
         # of the call: one call's redaction leaves its siblings' entries as they are, so that
-        # what is due later never names rows redacted already.
-        self._fragments: dict[str, dict[CallKey, int]] = {}
+        # what is due later never names rows redacted already. Most responses have one call at
+        # a time: its entry is then the pair alone, a quarter of a dict's bytes.
+        self._fragments: dict[str, tuple[CallKey, int] | dict[CallKey, int]] = {}
         self._due: dict[str, tuple[int, frozenset[str]]] = {}
         # Per response stream, the calls whose own fragment events are due, each up to its
         # last one.
@@ -132,7 +133,7 @@ class RetentionPlan:
             and getattr(event, "arguments", b"") is not None
         ):
             if recorded.event_type in FRAGMENT_TYPES:
-                self._fragments.setdefault(recorded.stream, {})[_key_of(event)] = recorded.version
+                self._track(recorded.stream, _key_of(event), recorded.version)
             else:
                 self._unredacted[recorded.stream] = recorded.version
         key = getattr(recorded.kept, "key", None)
@@ -164,15 +165,39 @@ class RetentionPlan:
             return
         if fold.response_settled(key.response_ref):
             del self._fragments[stream]
-            version = max(*left.values(), self._due.get(stream, (0, FRAGMENT_TYPES))[0])
+            last = left[1] if isinstance(left, tuple) else max(left.values())
+            version = max(last, self._due.get(stream, (0, FRAGMENT_TYPES))[0])
             self._due[stream] = (version, FRAGMENT_TYPES)
             return
-        last = left.pop(key, None)
-        if not left:
-            del self._fragments[stream]
-        if last is not None:
+        found = self._untrack(stream, left, key)
+        if found is not None:
             waiting = self._due_calls.setdefault(stream, {})
-            waiting[key] = max(last, waiting.get(key, 0))
+            waiting[key] = max(found, waiting.get(key, 0))
+
+    def _track(self, stream: str, key: CallKey, version: int) -> None:
+        """The call has an unredacted fragment event at this version of the stream."""
+        left = self._fragments.get(stream)
+        if left is None or (isinstance(left, tuple) and left[0] == key):
+            self._fragments[stream] = (key, version)
+        elif isinstance(left, tuple):
+            self._fragments[stream] = {left[0]: left[1], key: version}
+        else:
+            left[key] = version
+
+    def _untrack(
+        self, stream: str, left: tuple[CallKey, int] | dict[CallKey, int], key: CallKey
+    ) -> int | None:
+        """The last version of the call's tracked fragment events, no longer tracked."""
+        if isinstance(left, tuple):
+            if left[0] != key:
+                return None
+            del self._fragments[stream]
+            return left[1]
+        found = left.pop(key, None)
+        if len(left) == 1:
+            [(other, version)] = left.items()
+            self._fragments[stream] = (other, version)
+        return found
 
     def take(self) -> list[Redaction]:
         """The redactions due now; each is given once, and is still due in a snapshot until it
