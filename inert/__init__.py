@@ -29,6 +29,7 @@ from .actors import (
     declaration_from_function,
     declarations_from_json,
 )
+from .adapters import ProtocolError
 from .events import (
     ArgumentsAppended,
     CallEnded,
@@ -121,6 +122,7 @@ __all__ = [
     "PendingConfirmation",
     "PermissionPolicy",
     "Phase",
+    "ProtocolError",
     "ReadyCall",
     "RecordedEvent",
     "RefusedError",

@@ -93,6 +93,7 @@ def limits_json(limits: CallLimits) -> dict[str, int]:
         "max_fragments": limits.max_fragments,
         "idle_timeout": int(limits.idle_timeout.total_seconds()),
         "confirmation_lifetime": int(limits.confirmation_lifetime.total_seconds()),
+        "ready_lifetime": int(limits.ready_lifetime.total_seconds()),
         "max_live_per_turn": limits.max_live_per_turn,
         "max_live_per_tenant": limits.max_live_per_tenant,
     }
@@ -109,6 +110,10 @@ def limits_from_json(value: dict[str, int]) -> CallLimits:
         max_fragments=value["max_fragments"],
         idle_timeout=timedelta(seconds=value["idle_timeout"]),
         confirmation_lifetime=timedelta(seconds=value["confirmation_lifetime"]),
+        # Logs recorded before ready calls had a lifetime hold none of rules 8.
+        ready_lifetime=timedelta(
+            seconds=value.get("ready_lifetime", CallLimits().ready_lifetime.total_seconds())
+        ),
         max_live_per_turn=value["max_live_per_turn"],
         max_live_per_tenant=value["max_live_per_tenant"],
     )
@@ -1230,6 +1235,54 @@ RECORDINGS.extend(
     )
     for recording in list(RECORDINGS)
 )
+
+
+@scenario(
+    "ready-call-expired",
+    limits=CallLimits(ready_lifetime=timedelta(minutes=5)),
+    redacted_too=True,
+)
+async def _ready_call_expired(lab: Lab) -> None:
+    """Rules 8: a ready call claimed within its lifetime (5 minutes) runs; one nobody claims is
+    cancelled ``ready_expired`` by its deadline, and a claim of it after that is refused; a
+    call confirmed for 2 minutes is cancelled ``confirmation_expired`` when that runs out."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        in_time, unclaimed = key_of("a"), key_of("b", response="r2")
+        confirmed = key_of("c", response="r3")
+        for key in (in_time, unclaimed):
+            await ready(runtime, key)
+        await ready(runtime, confirmed, EMAIL, tool="send_email")
+        pending = await runtime.pending_confirmation(confirmed)
+        assert pending is not None
+        await runtime.confirm(
+            confirmed,
+            principal=PRINCIPAL,
+            arguments_digest=pending.arguments_digest,
+            expires_in=timedelta(minutes=2),
+        )
+        await runtime.settle()
+        await trio.sleep(60)
+        dispatch = await runtime.claim(in_time, executor="worker")
+        await runtime.complete(dispatch)
+        await trio.sleep(5 * 60)
+        await runtime.settle()
+        await refused(runtime.claim(unclaimed, executor="worker"), ClaimRefused)
+
+
+@scenario("failed-beside-a-ready-sibling", redacted_too=True)
+async def _failed_beside_a_ready_sibling(lab: Lab) -> None:
+    """Two calls of one response: one fails at its end event (its arguments cut short) while
+    the other, opened before it ended, becomes ready and runs later. With retention on, the
+    failed call's fragments are redacted at its end, its sibling's once it ran."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        failed, sibling = key_of("a", response="shared"), key_of("b", response="shared")
+        failing, other = call_events(failed, b'{"city": "Atlan'), call_events(sibling)
+        await runtime.feed([failing[0], other[0], *failing[1:], *other[1:]])
+        await runtime.feed([response_end(sibling)])
+        await runtime.settle()
+        await run_ready(runtime)
 
 
 @scenario("ranges-redelivered-chunked-otherwise")

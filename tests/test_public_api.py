@@ -44,6 +44,7 @@ PUBLIC = [
     "PendingConfirmation",
     "PermissionPolicy",
     "Phase",
+    "ProtocolError",
     "ReadyCall",
     "RecordedEvent",
     "RefusedError",

@@ -18,7 +18,7 @@ import httpx
 import trio
 from attrs import define, field
 
-from inert import Event, Runtime, open_runtime
+from inert import Event, ProtocolError, Runtime, open_runtime
 
 from ._providers import Provider, ProviderError
 from ._tools import TOOLS, Toolbox
@@ -67,6 +67,10 @@ class Agent(AgentCore[Runtime]):
                         )
                     async for chunk in response.aiter_bytes():
                         await self._feed(adapter.feed(chunk))
+            except ProtocolError as refused:
+                # Nothing more of this stream can be read: what came before it still counts.
+                await self._feed(list(refused.events))
+                session.say("error", {"error": f"{provider.name}: {refused}"})
             except httpx.HTTPError as error:
                 failure = ProviderError(
                     f"the stream from {provider.name} broke: {type(error).__name__}"

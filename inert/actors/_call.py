@@ -26,6 +26,7 @@ from ..events import (
     CallDispatched,
     CallFailed,
     CallKey,
+    CallReady,
     CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
@@ -84,6 +85,9 @@ class CallLimits:
     max_fragments: int = field(default=10_000, validator=validators.ge(1))
     idle_timeout: timedelta = timedelta(seconds=60)
     confirmation_lifetime: timedelta = timedelta(minutes=10)
+    ready_lifetime: timedelta = timedelta(hours=1)
+    """How long a ready call may wait for a claim (rules 8 on): then it is cancelled
+    ``ready_expired``, and its arguments leave the log."""
     max_live_per_turn: int = field(default=64, validator=validators.ge(1))
     max_live_per_tenant: int = field(default=4096, validator=validators.ge(1))
 
@@ -263,6 +267,8 @@ class CallView:
     reason: str
     stop_requested: str
     """Why its executor was asked to stop a dispatched call, or empty."""
+    ready_expires: datetime | None
+    """Until when a ready call may be claimed, where its turn's rules bound it (rules 8 on)."""
 
     @property
     def terminal_phase(self) -> bool:
@@ -321,6 +327,9 @@ class CallView:
         if self.phase in (Phase.COLLECTING, Phase.TERMINAL_CANDIDATE) and not self.validating:
             assert self.last_activity is not None
             return self.last_activity + limits.idle_timeout
+        if self.phase is Phase.VALIDATED and self.ready_expires is not None:
+            # Ready (rules 8 on): nothing but its lifetime is left to wait for.
+            return self.ready_expires
         idle = None
         if awaiting_response:
             assert self.last_activity is not None
@@ -366,6 +375,7 @@ class CallState(CallView):
     claim_id: str = ""
     reason: str = ""
     stop_requested: str = ""
+    ready_expires: datetime | None = None
 
 
 def initial_state(key: CallKey) -> CallState:
@@ -445,6 +455,8 @@ def changes(state: CallView, decision: Decision) -> dict[str, object]:
             # From here on the expiry of the confirmation given (None: the turn's rules let it
             # be claimed however late), no longer that of the wait for one.
             return {"confirmed": True, "confirmation_expires": expires_at}
+        case CallReady(expires_at=expires_at):
+            return {"ready_expires": expires_at}
         case CallDispatched(claim_id=claim_id):
             return {**_ended(state, Phase.DISPATCHED, ""), "claim_id": claim_id}
         case CallCancelled(reason=reason):

@@ -87,11 +87,18 @@ Rules:
    rejected. A confirmation bounds the ready window (rules 4 on): a claim at or after the
    expiry of the confirmation given cancels the call (``confirmation_expired``) and is
    rejected, so that a confirmation meant for a minute never lets the call run an hour later.
+   A ready call has a lifetime (rules 8 on): the input that makes it ready (its validation, its
+   response's successful end, its confirmation, whichever comes last) records ``CallReady``
+   with the time it may be claimed until, the ready lifetime from that input's time and no
+   later than the confirmation's expiry; a claim at or after it cancels the call
+   (``ready_expired``, or ``confirmation_expired`` where the confirmation expired first) and is
+   rejected, so that a call nobody claimed never runs long after it was wanted.
    A claim of a call that repeats an action its tool runs once per intent is judged by rule 12.
 9. Deadlines. A call still collecting or waiting for its response (validated or not) is
    cancelled once the idle time has passed since its last ingress event (its opening, a
    fragment or its end event); a call waiting for confirmation is cancelled when the
-   confirmation lifetime ends (whichever comes first, for a call waiting for both). Both are
+   confirmation lifetime ends (whichever comes first, for a call waiting for both); a ready
+   call (rules 8 on) is cancelled when its ready lifetime ends (``ready_expired``). All are
    judged when a ``DeadlineReached`` request is in the log, at the time the log recorded it.
 10. Terminal is absorbing. Events addressed to a terminal call are rejected (``call_terminal``);
     events that merely concern it (its response, turn, tenant) are ignored, but for rule 11.

@@ -62,6 +62,7 @@ from ..events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallReady,
     CallValidated,
     ClaimRequested,
     ConfirmationDenied,
@@ -630,7 +631,12 @@ class CallFold:
             return []
         wanted = slot.next_expected()
         if wanted is not None:
-            if not _recorded_as(wanted, recorded_event, event):
+            if _lifetime_recorded(wanted, event):
+                # The lifetime a call was made ready for is the one its decision recorded,
+                # whatever ``ready_lifetime`` the runtime reading the log is given now.
+                assert isinstance(event, CallReady)
+                slot.ready_expires = event.expires_at
+            elif not _recorded_as(wanted, recorded_event, event):
                 raise ReplayDivergence(
                     key, recorded_event.position, _describe(wanted), _describe(event)
                 )
@@ -992,6 +998,17 @@ def _describe(event: Event) -> str:
 
 def _no_bytes(attribute: attrs.Attribute[object], value: object) -> bool:
     return not isinstance(value, bytes)
+
+
+def _lifetime_recorded(wanted: Event, event: Event) -> bool:
+    """Whether the decision found in the log is the ``CallReady`` wanted but for the lifetime
+    it records (made under another ``ready_lifetime``)."""
+    return (
+        type(wanted) is CallReady
+        and type(event) is CallReady
+        and wanted != event
+        and attrs.evolve(wanted, expires_at=event.expires_at) == event
+    )
 
 
 def _recorded_as(wanted: Event, recorded_event: RecordedEvent, event: Event) -> bool:

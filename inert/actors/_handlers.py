@@ -18,6 +18,7 @@ from ..events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallReady,
     CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
@@ -481,10 +482,27 @@ def response_ended_validated(judge: Judge, context: CallContext) -> tuple[Decisi
     if reason is not None:
         return judge.cancel(reason)
     if end.completed:
-        return NOTHING
+        state = judge.state
+        if state.awaiting_confirmation:
+            return NOTHING
+        return _ready(judge, context, _at(judge), state.confirmation_expires)
     event = _event(judge)
     assert isinstance(event, ResponseEnded)
     return _response_failed(judge, event)
+
+
+def _ready(
+    judge: Judge, context: CallContext, since: datetime, confirmation_expires: datetime | None
+) -> tuple[Decision, ...]:
+    """The decision that the call is ready, since ``since``, for the ready lifetime and no
+    longer than its confirmation lets it be claimed, in a turn of rules 8 on."""
+    turn = context.turn
+    if turn is None or turn.rules < 8 or judge.state.ready_expires is not None:
+        return NOTHING
+    expires_at = since + context.limits.ready_lifetime
+    if confirmation_expires is not None:
+        expires_at = min(expires_at, confirmation_expires)
+    return (CallReady(key=judge.state.key, cause=judge.cause, expires_at=expires_at),)
 
 
 def stream_lost_validated(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
@@ -550,15 +568,16 @@ def validation_outcome(judge: Judge, context: CallContext) -> tuple[Decision, ..
         ),
     )
     if result.needs_confirmation:
-        validated += (
-            CallAwaitingConfirmation(
-                key=key,
-                cause=judge.cause,
-                arguments_digest=request.arguments.digest,
-                expires_at=request.at + context.limits.confirmation_lifetime,
-            ),
+        awaiting = CallAwaitingConfirmation(
+            key=key,
+            cause=judge.cause,
+            arguments_digest=request.arguments.digest,
+            expires_at=request.at + context.limits.confirmation_lifetime,
         )
-    return validated
+        return (*validated, awaiting)
+    if awaits_response(judge.state, context.turn, context.response_end):
+        return validated
+    return validated + _ready(judge, context, request.at, None)
 
 
 def confirm(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
@@ -590,7 +609,7 @@ def confirm(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
         edited = _edit(judge, context, event, expires_at)
         if edited is not None:
             return edited
-    return (
+    confirmed: tuple[Decision, ...] = (
         CallConfirmed(
             key=state.key,
             cause=judge.cause,
@@ -599,6 +618,9 @@ def confirm(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
             expires_at=expires_at,
         ),
     )
+    if awaits_response(state, context.turn, context.response_end):
+        return confirmed
+    return confirmed + _ready(judge, context, at, expires_at)
 
 
 def _edit(
@@ -640,7 +662,7 @@ def _edit(
     )
 
 
-def edit_validated(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+def edit_validated(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     """The validation of a principal's edit at confirmation: the edited arguments replace the
     call's and the confirmation binds them, or the edit is refused and the call still waits."""
     outcome = judge.received
@@ -674,6 +696,10 @@ def edit_validated(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
             confirmation_event_id=edit.confirmation_event_id,
             expires_at=edit.expires_at,
         ),
+    ) + (
+        NOTHING
+        if awaits_response(state, context.turn, context.response_end)
+        else _ready(judge, context, request.at, edit.expires_at)
     )
 
 
@@ -706,6 +732,12 @@ def claim(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     if state.confirmed and expires is not None and expires <= _at(judge):
         return judge.cancel(CancelReason.CONFIRMATION_EXPIRED) + judge.reject(
             RejectReason.NOT_READY, "the confirmation expired before a claim"
+        )
+    ready_until = state.ready_expires
+    if ready_until is not None and ready_until <= _at(judge):
+        return judge.cancel(CancelReason.READY_EXPIRED) + judge.reject(
+            RejectReason.NOT_READY,
+            f"nobody claimed the call while it was ready, until {ready_until.isoformat()}",
         )
     if awaits_response(state, context.turn, context.response_end):
         return judge.reject(
@@ -743,6 +775,10 @@ def deadline_passed(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     expires = state.confirmation_expires
     if state.awaiting_confirmation and expires is not None and expires <= at:
         return judge.cancel(CancelReason.CONFIRMATION_EXPIRED)
+    if state.phase is Phase.VALIDATED and state.ready_expires is not None:
+        if state.confirmed and expires is not None and expires <= at:
+            return judge.cancel(CancelReason.CONFIRMATION_EXPIRED)
+        return judge.cancel(CancelReason.READY_EXPIRED)
     return judge.cancel(CancelReason.IDLE_TIMEOUT)
 
 

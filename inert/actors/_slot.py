@@ -88,6 +88,7 @@ class Later:
         "confirmed",
         "ended_at",
         "needs_confirmation",
+        "ready_expires",
         "reason",
         "recovering",
         "response_end",
@@ -134,6 +135,7 @@ class Slot(CallView):
     claim_id = _LaterField("")
     reason = _LaterField("")
     stop_requested = _LaterField("")
+    ready_expires = _LaterField[datetime | None](None)
     validation_context = _LaterField[CallContext | None](None)
     trusted_through = _LaterField(0)
     """Decisions caused at or before this position are taken as recorded: the call was
@@ -199,6 +201,7 @@ class Slot(CallView):
             claim_id=self.claim_id,
             reason=self.reason,
             stop_requested=self.stop_requested,
+            ready_expires=self.ready_expires,
         )
 
     def absorb(self, decision: Decision) -> None:

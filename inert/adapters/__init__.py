@@ -1,6 +1,6 @@
 """Provider streams to portable ingress events: sans-IO, importing only ``inert.events``."""
 
-from ._adapter import StreamAdapter, as_object, event_digest
+from ._adapter import ProtocolError, StreamAdapter, as_object, event_digest
 from ._anthropic import AnthropicAdapter
 from ._bedrock import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -26,6 +26,7 @@ __all__ = [
     "GeminiAdapter",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
+    "ProtocolError",
     "ResponseCalls",
     "ResumedCall",
     "SSEDecoder",

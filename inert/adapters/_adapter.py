@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..events import (
     Event,
+    InertError,
 )
 
 JSONObject = Mapping[str, Any]
@@ -23,6 +24,8 @@ class StreamAdapter(Protocol):
     ``feed`` takes the raw HTTP body as it comes off the wire, split anywhere; ``feed_event``
     takes one decoded event (the JSON object, or the event object of the provider's SDK);
     ``close`` says the body ended, and reports the responses it left unfinished as lost.
+    Bytes the reader refuses end the response being streamed as a protocol violation, or, where
+    no response is open to end, raise ``ProtocolError``: never are they passed over unsaid.
     """
 
     def feed(self, chunk: bytes | str) -> list[Event]: ...
@@ -67,3 +70,30 @@ class ProtocolBreak(Exception):
     """An event (or a frame) that does not have the shape its protocol gives it; the message
     says how, naming identities only, never a value of the arguments. The adapter catches it and
     ends the response being streamed as a protocol violation."""
+
+
+class ProtocolError(InertError, ValueError):
+    """The reader of a provider stream refused an event (longer than the adapter's event limit,
+    bytes that are not UTF-8, an event-stream frame whose framing fails) while no response was
+    open for it to end: before any response began, or after the last one ended. Nothing more of
+    the stream is read: every later ``feed`` or ``feed_event`` of the adapter raises it again,
+    and ``close`` ends the adapter.
+
+    ``events`` are the events the same call read before the refused one, whole: feed them
+    before giving up on the stream (a response may have ended in the same chunk).
+    """
+
+    def __init__(
+        self, protocol: str, detail: str, where: str, events: Sequence[Event] = ()
+    ) -> None:
+        super().__init__(
+            f"the {protocol} stream was refused {where}: {detail}; nothing more of it is read"
+        )
+        self.protocol = protocol
+        self.detail = detail
+        self.where = where
+        self.events: tuple[Event, ...] = tuple(events)
+
+    def again(self) -> ProtocolError:
+        """The same refusal for a later call, without the events already handed out."""
+        return ProtocolError(self.protocol, self.detail, self.where)

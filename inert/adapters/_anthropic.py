@@ -184,11 +184,8 @@ class AnthropicAdapter(SSEAdapter):
             ResponseEndReason.ERROR, TerminalRef(digest=event_digest(dict(event))), detail=detail
         )
 
-    def _violate(self, detail: str) -> list[Event]:
-        message = self._message
-        if message is None or message.ended:
-            return []
-        return message.violate(detail)
+    def _latest(self) -> ResponseCalls | None:
+        return self._message
 
 
 def _index(event: JSONObject) -> str:

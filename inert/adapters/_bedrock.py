@@ -12,7 +12,9 @@ On the wire each event is one message of the AWS event-stream framing: a prelude
 headers length, their CRC32), headers (``:message-type``, ``:event-type``, ``:exception-type``),
 a JSON payload and the CRC32 of the whole message. The decoder checks both checksums and the
 lengths; a frame that fails them ends the message as a protocol violation, and nothing after it
-is read (its framing can no longer be trusted). boto3 hands out the same events decoded, one
+is read (its framing can no longer be trusted): with no message open for it to end (before the
+first one, or after the last one's ``messageStop``) ``feed`` raises ``ProtocolError`` instead,
+and every later ``feed`` raises it again. boto3 hands out the same events decoded, one
 key each (``{"contentBlockDelta": {...}}``), which ``feed_event`` takes.
 
 Rules this adapter keeps:
@@ -37,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..events import Event, ResponseEndReason, TerminalRef, TurnRef
-from ._adapter import JSONObject, ProtocolBreak, as_object, event_digest
+from ._adapter import JSONObject, ProtocolBreak, ProtocolError, as_object, event_digest
 from ._calls import ResponseCalls
 from ._envelope import EnvelopeRefused, read_event_json
 
@@ -190,24 +192,37 @@ class BedrockAdapter:
         self._messages = 0
         self._started: set[str] = set()
         self._closed = False
+        self._refused: ProtocolError | None = None
 
     def feed(self, chunk: bytes | str) -> list[Event]:
         """Raw event-stream bytes, split anywhere."""
-        if self._closed:
-            raise ValueError("the stream was closed")
+        self._check_open()
         if isinstance(chunk, str):
             raise TypeError("a Bedrock stream is binary: feed bytes")
         events: list[Event] = []
         for headers, payload in self._frames.feed(chunk):
             events += self._frame(headers, payload)
-        if self._frames.broken is not None:
-            events += self._violate(self._frames.broken)
+        broken = self._frames.broken
+        if broken is not None:
+            # Where the next frame starts is unknown: nothing after this one can be read.
+            ended = self._violate(broken)
+            self._refused = ProtocolError("Bedrock", broken, self._where(ended=bool(ended)))
+            if not ended:
+                raise ProtocolError("Bedrock", broken, self._refused.where, events)
+            events += ended
         return events
+
+    def _where(self, *, ended: bool) -> str:
+        """Where in the stream its framing broke, for the error that says so."""
+        message = self._message
+        if message is None:
+            return "before any message began"
+        name = message.ref.response
+        return f"in message {name!r}" if ended else f"after message {name!r} ended"
 
     def feed_event(self, event: object) -> list[Event]:
         """One decoded event as boto3 gives it: ``{"<eventType>": {...}}``."""
-        if self._closed:
-            raise ValueError("the stream was closed")
+        self._check_open()
         decoded = as_object(event)
         if len(decoded) != 1:
             return self._violate("a decoded event without exactly one event type")
@@ -223,6 +238,12 @@ class BedrockAdapter:
         if message is not None and not message.ended:
             return message.lost(resumable=False)
         return []
+
+    def _check_open(self) -> None:
+        if self._refused is not None:
+            raise self._refused.again()
+        if self._closed:
+            raise ValueError("the stream was closed")
 
     def _frame(self, headers: Mapping[str, object], payload: bytes) -> list[Event]:
         kind = headers.get(":message-type")

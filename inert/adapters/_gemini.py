@@ -341,9 +341,11 @@ class GeminiAdapter(SSEAdapter):
             ResponseEndReason.ERROR, TerminalRef(digest=event_digest(dict(chunk))), str(status)
         )
 
+    def _latest(self) -> ResponseCalls | None:
+        return self._calls
+
     def _violate(self, detail: str) -> list[Event]:
-        calls = self._calls
-        if calls is None or calls.ended:
-            return []
-        self._partial = None
-        return calls.violate(detail)
+        ended = super()._violate(detail)
+        if ended:
+            self._partial = None
+        return ended

@@ -133,11 +133,8 @@ class OpenAIChatAdapter(SSEAdapter):
             return self._done()
         return None
 
-    def _violate(self, detail: str) -> list[Event]:
-        completion = self._open_completion()
-        if completion is None:
-            return []
-        return completion.calls.violate(detail)
+    def _latest(self) -> ResponseCalls | None:
+        return None if self._completion is None else self._completion.calls
 
     def _handle(self, payload: JSONObject) -> list[Event]:
         # openai-python raises for any payload with a truthy top-level "error".

@@ -258,11 +258,8 @@ class OpenAIResponsesAdapter(SSEAdapter):
             events += self._violate(str(problem))
         return events
 
-    def _violate(self, detail: str) -> list[Event]:
-        response = self._response
-        if response is None or response.calls.ended:
-            return []
-        return response.calls.violate(detail)
+    def _latest(self) -> ResponseCalls | None:
+        return None if self._response is None else self._response.calls
 
     def _owner(self, kind: str, payload: JSONObject, events: list[Event]) -> _Response | None:
         """The response an event belongs to, opening a new one where the event does."""

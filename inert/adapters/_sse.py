@@ -5,9 +5,13 @@ anywhere; the decoder keeps whatever is unfinished until the next chunk. Lines e
 or CR; a leading byte-order mark is dropped; ``:`` lines are comments; a blank line dispatches
 the event if it has data. At the end of the body an event with data but no blank line after it
 is handed out marked ``complete=False``: its payload may have been cut off, and the adapter
-decides (a payload that does not parse is then a lost connection, not a protocol error). Bytes
-that are not UTF-8 are refused, never replaced: the events before them are handed out, then a
-``refused`` event in place of the one they were in (dropped with the rest of that chunk).
+decides (a payload that does not parse is then a lost connection, not a protocol error).
+
+An event is refused, and a ``refused`` event handed out in its place, when it grows past
+``max_event_size`` characters (its lines with their line ends, comments included; the blank
+line that ends it is not counted), as soon as it does, or when its bytes are not UTF-8 (never
+replaced), at the first bad byte. The rest of a refused event is read past, not kept, up to the
+blank line that ends it; the events before and after it are handed out as they are.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ class SSEDecoder:
 
     Buffering is linear in what arrives: a line not ended yet is kept as its pieces, and only
     new text is searched for line endings. An event that grows past ``max_event_size``
-    characters is refused as soon as it does (a ``refused`` event in its place); the rest of it
-    is read past, not kept, up to the blank line that ends it.
+    characters, or holds bytes that are not UTF-8, is refused as soon as it does (a ``refused``
+    event in its place); the rest of it is read past, not kept, up to the blank line that ends
+    it.
     """
 
     def __init__(self, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
@@ -67,16 +72,18 @@ class SSEDecoder:
             raise ValueError("the event stream was closed")
         if not isinstance(chunk, bytes):
             return self._lines(chunk)
-        try:
-            text = self._text.decode(chunk)
-        except UnicodeDecodeError as error:
-            # What came before the bad bytes is whole text: its events stand.
-            valid = bytes(error.object[: error.start]).decode("utf-8")
-            self._text.reset()
-            events = self._lines(valid)
-            self._forget_event()
-            return [*events, ServerSentEvent(event="", data="", refused=_NOT_UTF8)]
-        return self._lines(text)
+        events: list[ServerSentEvent] = []
+        while True:
+            try:
+                return events + self._lines(self._text.decode(chunk))
+            except UnicodeDecodeError as error:
+                # What came before the bad bytes is whole text: its events stand. The bad
+                # bytes belong to the event they are in, which is refused; what follows them
+                # is read on, past the rest of that event.
+                events += self._lines(bytes(error.object[: error.start]).decode("utf-8"))
+                self._text.reset()
+                events += self._bad_bytes()
+                chunk = bytes(error.object[error.end :])
 
     def close(self) -> list[ServerSentEvent]:
         """The end of the body: the last unfinished event, if it has data (``complete=False``)."""
@@ -134,7 +141,7 @@ class SSEDecoder:
             if not self._refusing:
                 self._pieces.append(rest)
                 if self._size + self._piece_size > self._max:
-                    events.append(self._refuse())
+                    events.append(self._refuse(f"an event longer than {self._max} characters"))
         return events
 
     def _line_ended(self, last: str) -> ServerSentEvent | None:
@@ -149,18 +156,30 @@ class SSEDecoder:
                 self._refusing = False
                 self._forget_event()
             return None
+        if size == 0:
+            # The blank line ends the event: it is no part of its size, and a refusal here
+            # would read past the next event as the rest of this one.
+            return self._line(line)
         self._size += size + 1
         if self._size > self._max:
-            return self._refuse()
+            return self._refuse(f"an event longer than {self._max} characters")
         return self._line(line)
 
-    def _refuse(self) -> ServerSentEvent:
+    def _bad_bytes(self) -> list[ServerSentEvent]:
+        """Bytes that are not UTF-8 arrived on the line being read."""
+        self._started = True
+        self._after_cr = False
+        # They are part of the line: it is not the blank line that would end the event.
+        self._piece_size += 1
+        if self._refusing:
+            return []
+        return [self._refuse(_NOT_UTF8)]
+
+    def _refuse(self, why: str) -> ServerSentEvent:
         self._forget_event()
         self._pieces = []
         self._refusing = True
-        return ServerSentEvent(
-            event="", data="", refused=f"an event longer than {self._max} characters"
-        )
+        return ServerSentEvent(event="", data="", refused=why)
 
     def _forget_event(self) -> None:
         self._event = ""

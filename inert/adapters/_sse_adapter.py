@@ -1,8 +1,13 @@
 """The one base of the adapters whose wire is SSE with one JSON object per event (OpenAI
 Responses, OpenAI Chat Completions, Anthropic Messages, Gemini): feeding raw chunks or decoded
 events, decoding each event's data, and the end of the body, alike for all. The protocol's own
-rules are the subclass's: what an event means, how a violation ends its response, what a body
-that ends early leaves unfinished, and the few events a protocol sends that are not JSON."""
+rules are the subclass's: what an event means, which response an event ends, what a body that
+ends early leaves unfinished, and the few events a protocol sends that are not JSON.
+
+An event the SSE reader refuses (past ``max_event_size``, or not UTF-8) ends the response being
+streamed as a protocol violation; with no response open to end (before the first one began, or
+after the last one ended) it raises ``ProtocolError`` instead, and nothing more is read: an
+event refused unsaid would leave the caller reading a stream it can learn nothing from."""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ import json
 from collections.abc import Mapping
 
 from ..events import Event
-from ._adapter import JSONObject, as_object
+from ._adapter import JSONObject, ProtocolError, as_object
+from ._calls import ResponseCalls
 from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
 
@@ -25,6 +31,7 @@ class SSEAdapter(abc.ABC):
     def __init__(self, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
         self._decoder = SSEDecoder(max_event_size=max_event_size)
         self._closed = False
+        self._refused: ProtocolError | None = None
 
     def feed(self, chunk: bytes | str) -> list[Event]:
         """Raw body bytes (or text) as they come off the wire, split anywhere."""
@@ -42,23 +49,47 @@ class SSEAdapter(abc.ABC):
         """The body ended: what it left unfinished is lost."""
         if self._closed:
             return []
-        events = self._read(self._decoder.close())
+        events = [] if self._refused is not None else self._read(self._decoder.close())
         self._closed = True
         return events + self._unfinished()
 
     def _check_open(self) -> None:
+        if self._refused is not None:
+            raise self._refused.again()
         if self._closed:
             raise ValueError(f"the {self.PROTOCOL} stream was closed")
 
     def _read(self, sent: list[ServerSentEvent]) -> list[Event]:
         events: list[Event] = []
         for message in sent:
-            events += self._event_of(message)
+            if message.refused:
+                events += self._refuse(message.refused, events)
+            else:
+                events += self._event_of(message)
         return events
 
+    def _refuse(self, detail: str, before: list[Event]) -> list[Event]:
+        """The reader refused an event: the open response ends, or the stream is refused."""
+        ended = self._violate(detail)
+        if ended:
+            return ended
+        latest = self._latest()
+        where = (
+            "before any response began"
+            if latest is None
+            else f"after response {latest.ref.response!r} ended"
+        )
+        self._refused = ProtocolError(self.PROTOCOL, detail, where)
+        raise ProtocolError(self.PROTOCOL, detail, where, before)
+
+    def _violate(self, detail: str) -> list[Event]:
+        """End the response being streamed as a protocol violation (nothing, if none is open)."""
+        latest = self._latest()
+        if latest is None or latest.ended:
+            return []
+        return latest.violate(detail)
+
     def _event_of(self, message: ServerSentEvent) -> list[Event]:
-        if message.refused:
-            return self._violate(message.refused)
         special = self._not_json(message)
         if special is not None:
             return special
@@ -85,8 +116,8 @@ class SSEAdapter(abc.ABC):
         its response as a violation (a ``ProtocolBreak`` raised inside is caught here)."""
 
     @abc.abstractmethod
-    def _violate(self, detail: str) -> list[Event]:
-        """End the response being streamed as a protocol violation."""
+    def _latest(self) -> ResponseCalls | None:
+        """The calls of the response streamed last (open or ended), or None before any."""
 
     @abc.abstractmethod
     def _unfinished(self) -> list[Event]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 from attrs import frozen
 
-from ..adapters import PROVIDERS, OpenAIResponsesAdapter, StreamAdapter
+from ..adapters import PROVIDERS, OpenAIResponsesAdapter, ProtocolError, StreamAdapter
 from ..events import CallOpened, Event, RefusedError, ResponseEnded, TurnRef
 from ..events._identity import key_part
 from ..runtime import Runtime
@@ -80,10 +80,7 @@ def _adapt(runtime: Runtime, request: FeedRequest, stream: StreamFile) -> list[E
         events += adapter.resume(
             response.response, after_sequence=last, calls=runtime.resumable_calls(response)
         )
-    read = _read_through(adapter, request, stream)
-    if not read:
-        raise _no_stream(request, stream)
-    return events + read
+    return events + _read_all(adapter, request, stream)
 
 
 def _adapter(request: FeedRequest, stream: StreamFile) -> StreamAdapter:
@@ -93,13 +90,31 @@ def _adapter(request: FeedRequest, stream: StreamFile) -> StreamAdapter:
     return factory(request.turn, response=stream_name(request.provider, stream), resumable=True)
 
 
-def _no_stream(request: FeedRequest, stream: StreamFile) -> UnreadableInput:
+def _no_stream(request: FeedRequest, stream: StreamFile, why: str = "") -> UnreadableInput:
     # A wrong file or a wrong --provider: a turn started for it would stay empty.
     likely = _reads_as(request, stream)
     hint = "is --provider right?" if likely is None else f"it reads as --provider {likely}"
+    said = f" ({why})" if why else ""
     return UnreadableInput(
-        f"{request.stream} holds no event of a {request.provider} stream: nothing was fed ({hint})"
+        f"{request.stream} holds no event of a {request.provider} stream{said}: nothing was fed"
+        f" ({hint})"
     )
+
+
+class _NothingRead(UnreadableInput):
+    """The adapter refused the stream before it read any event of it."""
+
+
+def _read_all(adapter: StreamAdapter, request: FeedRequest, stream: StreamFile) -> list[Event]:
+    """What the adapter makes of the whole stream file; a file of which it reads nothing is
+    no stream of the provider's."""
+    try:
+        read = _read_through(adapter, request, stream)
+    except _NothingRead as refused:
+        raise _no_stream(request, stream, str(refused)) from None
+    if not read:
+        raise _no_stream(request, stream)
+    return read
 
 
 def _reads_as(request: FeedRequest, stream: StreamFile) -> str | None:
@@ -126,6 +141,13 @@ def _read_through(adapter: StreamAdapter, request: FeedRequest, stream: StreamFi
         for event in stream.events:
             events += adapter.feed_event(event)
         events += adapter.close()
+    except ProtocolError as refused:
+        if not events and not refused.events:
+            raise _NothingRead(refused.detail) from None
+        raise UnreadableInput(
+            f"{request.stream} is not a {request.provider} stream past its first events:"
+            f" {refused}; nothing was fed"
+        ) from None
     except (TypeError, ValueError) as error:
         raise UnreadableInput(
             f"{request.stream} is not a {request.provider} stream: {error}"
@@ -139,10 +161,8 @@ async def feed_command(request: FeedRequest) -> None:
     # Before a log is opened (or created). A Responses file may continue a stream the log
     # holds as lost, which only its resumed adapter reads: it is judged once resumed.
     adapter = _adapter(request, stream)
-    if not isinstance(adapter, OpenAIResponsesAdapter) and not _read_through(
-        adapter, request, stream
-    ):
-        raise _no_stream(request, stream)
+    if not isinstance(adapter, OpenAIResponsesAdapter):
+        _read_all(adapter, request, stream)
     # Feeding starts the turn: the log is created if need be.
     async with runtime_on(request.log, create=True, tools=declarations) as runtime:
         await settle_within(runtime)

@@ -60,15 +60,15 @@ def _confirm_arguments(confirm: argparse.ArgumentParser) -> None:
         "--arguments",
         metavar="FILE",
         help="confirm these arguments instead (a JSON object, from FILE or - for standard"
-        " input): the edit is validated like the model's, against --tools, and only it runs if"
-        " it passes",
+        " input): the edit is validated like the model's, against the declaration the turn"
+        " offered, which --tools must hold, and only it runs if it passes",
     )
     confirm.add_argument(
         "--tools",
         metavar="TOOLS.json",
         type=path_argument,
         help="the tool declarations the turn offered, in any provider's format: what validates"
-        " an edit given with --arguments",
+        " an edit given with --arguments (needed with it)",
     )
     confirm.add_argument(
         "--expires-in",

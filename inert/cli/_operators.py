@@ -12,12 +12,13 @@ from datetime import timedelta
 from ..actors import TERMINAL_PHASES, ToolDeclaration
 from ..events import (
     CallKey,
+    ConfigurationError,
     RefusedError,
     TurnRef,
 )
 from ..events._identity import key_part
 from ..projections import JSON, LedgerRow
-from ..runtime import Runtime
+from ..runtime import PendingConfirmation, Runtime
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
 from ._common import runtime_on, settle_within
 from ._tables import Keys, key_json
@@ -162,6 +163,32 @@ def _call_of_turn(runtime: Runtime, turn: TurnRef, call_id: str, response: str |
     return keys[0]
 
 
+def _check_edit_declared(
+    pending: PendingConfirmation, tools: Sequence[ToolDeclaration] | None
+) -> None:
+    """An edit is validated against the declaration the turn offered, which only ``--tools``
+    can give this command: without it the edit could only fail as an unknown tool."""
+    offered = f"{pending.tool!r} (declaration {pending.tool_digest[:19]}...)"
+    if not tools:
+        raise ConfigurationError(
+            "--arguments needs --tools: the TOOLS.json of the declarations the turn offered,"
+            f" which validate the edit; it must hold the declaration of {offered}"
+        )
+    if any(declaration.digest == pending.tool_digest for declaration in tools):
+        return
+    named = [declaration for declaration in tools if declaration.name == pending.tool]
+    if named:
+        raise ConfigurationError(
+            f"--tools declares {pending.tool!r} otherwise than the turn offered it"
+            f" ({named[0].digest[:19]}..., the turn offered {pending.tool_digest[:19]}...):"
+            " give the declarations the turn was started with"
+        )
+    raise ConfigurationError(
+        f"--tools does not declare {offered}, the tool the turn offered for this call: give"
+        " the declarations the turn was started with"
+    )
+
+
 async def confirm_command(
     url: str,
     turn: TurnRef,
@@ -183,6 +210,8 @@ async def confirm_command(
             row = runtime.projections.ledger.row(key)
             state = "unknown" if row is None else row.state
             raise RefusedError(f"call {key.stream!r} is not waiting for a confirmation ({state})")
+        if edit is not None:
+            _check_edit_declared(pending, tools)
         # A digest given is the one the person was shown: the confirmation binds that one, and
         # the call's actor refuses it if the arguments are not those.
         digest = arguments_digest or pending.arguments_digest

@@ -54,6 +54,8 @@ class CancelReason(enum.StrEnum):
     DUPLICATE_OF = "duplicate_of"
     """A call identical to one dispatched already (same tool, same canonical arguments) in the
     scope its tool asks for (``IntentScope``): the cancellation names the earlier call."""
+    READY_EXPIRED = "ready_expired"
+    """A ready call nobody claimed within its ready lifetime (``CallLimits.ready_lifetime``)."""
 
 
 class FailReason(enum.StrEnum):
@@ -137,7 +139,7 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 7
+RULES_VERSION = 8
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
@@ -150,9 +152,11 @@ quarantined, its tool disabled or its tenant stopped gets one stop request
 intent (``OfferedTool.one_action_per_intent``): a claim of a call identical to one dispatched
 already in its scope cancels it ``duplicate_of``. 7: a terminal candidate is validated at
 its own end event, without waiting for its response's end; it can be claimed only once the
-response ended successfully, and fails if the response ends any other way. A turn is judged by
-the rules it was started under, so that a log written before a rule existed replays to the
-decisions it holds."""
+response ended successfully, and fails if the response ends any other way. 8: a ready call
+has a lifetime (``CallLimits.ready_lifetime``, recorded in its ``CallReady``): a claim at or
+after its end no longer dispatches it, and a deadline then cancels it ``ready_expired``. A turn
+is judged by the rules it was started under, so that a log written before a rule existed
+replays to the decisions it holds."""
 
 
 def _judged_by_the_first_rules(fields: dict[str, Any]) -> dict[str, Any]:
@@ -651,6 +655,19 @@ class CallConfirmed(Event):
     expires_at: datetime | None = None
 
 
+@event_type("decision.ready")
+@frozen(kw_only=True)
+class CallReady(Event):
+    """The call can be claimed now (validated, confirmed where its tool needs it, its response
+    ended successfully), until ``expires_at``: a claim at or after it cancels the call
+    (``ready_expired``, or ``confirmation_expired`` where the confirmation's own expiry came
+    first), and so does the deadline the runtime sets for it (rules 8 on)."""
+
+    key: CallKey
+    cause: int = field(validator=_positive)
+    expires_at: datetime
+
+
 @event_type("decision.dispatched")
 @frozen(kw_only=True)
 class CallDispatched(Event):
@@ -834,7 +851,7 @@ TRANSITION_TYPES = (
 )
 """The decisions that move a call along its states."""
 
-DECISION_TYPES = (*TRANSITION_TYPES, EditRefused, CallStopRequested, EventRejected)
+DECISION_TYPES = (*TRANSITION_TYPES, CallReady, EditRefused, CallStopRequested, EventRejected)
 """Everything a call's actor writes to the call's stream."""
 
 CONTROL_TYPES: tuple[type[OperatorControl], ...] = (

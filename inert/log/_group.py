@@ -20,6 +20,7 @@ import trio
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
+from ..events._identity import CallKey
 from ._log import Clock, Log
 from ._records import PendingRecord, StoredRecord
 from ._snapshots import StoredSnapshot
@@ -89,6 +90,7 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         """Redact in ``connection``'s transaction; how many events were redacted."""
 
@@ -101,13 +103,19 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         """Delete the snapshot of a name, and its payloads, in ``connection``'s transaction."""
 
     async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         self._check_accepting("nothing was redacted")
         return await trio.to_thread.run_sync(
             self._in_own_transaction,
             "redaction",
-            lambda connection: self._redact_in(connection, stream, up_to_version, event_types),
+            lambda connection: self._redact_in(
+                connection, stream, up_to_version, event_types, keys
+            ),
         )
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:

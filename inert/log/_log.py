@@ -60,21 +60,31 @@ import trio
 from ..events._base import Event, registered_event_types
 from ..events._codec import DEFAULT_CODEC, Codec
 from ..events._errors import InertError, LogError
+from ..events._identity import CallKey
 from ..events._recorded import RecordedEvent
 from ..events._times import datetime_to_micros
 from ._records import (
     NewEvent,
     PendingRecord,
     StoredRecord,
+    call_of,
     check_expected_versions,
     check_page,
     check_stream_page,
     decode_records,
     encode_batch,
     plan_appends,
+    reached,
     redacted,
 )
-from ._snapshots import StoredSnapshot, kept_payloads, payload_streams
+from ._snapshots import (
+    StoredSnapshot,
+    StreamRedactions,
+    judged_versions,
+    kept_payloads,
+    payload_streams,
+    redaction_takes,
+)
 
 Clock = Callable[[], datetime]
 
@@ -219,10 +229,16 @@ class Log(abc.ABC):
         return Subscription(self, max(from_position, 1))
 
     async def redact(
-        self, stream: str, up_to_version: int, *, event_types: Collection[str] | None = None
+        self,
+        stream: str,
+        up_to_version: int,
+        *,
+        event_types: Collection[str] | None = None,
+        keys: Collection[CallKey] | None = None,
     ) -> int:
-        """Redact the payloads of a stream up to a version (of those event types only, if given),
-        keeping length, digest and the non-sensitive fields of the event types that name theirs.
+        """Redact the payloads of a stream up to a version (of those event types only, if given,
+        and of the events addressed to those calls only, if given), keeping length, digest and
+        the non-sensitive fields of the event types that name theirs.
 
         Returns how many payloads this call redacted (already redacted ones don't count).
         """
@@ -232,7 +248,10 @@ class Log(abc.ABC):
         self._committed.forget()
         try:
             return await self._redact(
-                stream, up_to_version, None if event_types is None else frozenset(event_types)
+                stream,
+                up_to_version,
+                None if event_types is None else frozenset(event_types),
+                None if keys is None else frozenset(keys),
             )
         finally:
             self._committed.forget()
@@ -339,7 +358,11 @@ class Log(abc.ABC):
 
     @abc.abstractmethod
     async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int: ...
 
     @abc.abstractmethod
@@ -478,38 +501,62 @@ class MemoryLog(Log):
         return [self.store.rows[position - 1] for position in positions]
 
     async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         await trio.lowlevel.checkpoint()
+        store = self.store
         count = 0
-        for position in self.store.streams.get(stream, [])[: max(up_to_version, 0)]:
-            row = self.store.rows[position - 1]
-            if row.digest is None and (event_types is None or row.event_type in event_types):
+        for position in store.streams.get(stream, [])[: max(up_to_version, 0)]:
+            row = store.rows[position - 1]
+            if row.digest is None and reached(row, self.codec, event_types, keys):
                 done = redacted(row, self.codec)
-                self.store.rows[position - 1] = self.store.by_id[row.event_id] = done
+                store.rows[position - 1] = store.by_id[row.event_id] = done
                 count += 1
-        snapshots = self.store.snapshots
-        for name, snapshot in list(snapshots.items()):
-            kept = tuple(payload for _, payload in kept_payloads(snapshot, {stream: up_to_version}))
+        for name, snapshot in list(store.snapshots.items()):
+            kept = tuple(
+                payload
+                for payload in snapshot.payloads
+                if payload.stream != stream
+                or not redaction_takes(
+                    payload.first_version,
+                    up_to_version,
+                    keys,
+                    None if keys is None else self._call_at(stream, payload.first_version),
+                )
+            )
             if len(kept) < len(snapshot.payloads):
-                snapshots[name] = attrs.evolve(snapshot, payloads=kept)
+                store.snapshots[name] = attrs.evolve(snapshot, payloads=kept)
         return count
+
+    def _call_at(self, stream: str, version: int) -> CallKey | None:
+        """The call of a stream's event at a version, as far as its row tells."""
+        positions = self.store.streams.get(stream, ())
+        if not 0 < version <= len(positions):
+            return None
+        return call_of(self.store.rows[positions[version - 1] - 1], self.codec)
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await trio.lowlevel.checkpoint()
         store = self.store
-        redacted = {
-            stream: max(versions)
-            for stream in payload_streams(snapshot)
-            if (
-                versions := [
-                    version
-                    for version, position in enumerate(store.streams.get(stream, ()), 1)
-                    if store.rows[position - 1].digest is not None
-                ]
-            )
-        }
-        kept = tuple(payload for _, payload in kept_payloads(snapshot, redacted))
+        judged: dict[str, StreamRedactions] = {}
+        for stream in payload_streams(snapshot):
+            positions = store.streams.get(stream, ())
+            rows = [store.rows[position - 1] for position in positions]
+            found = [
+                (row.version, call_of(row, self.codec)) for row in rows if row.digest is not None
+            ]
+            if found:
+                judged[stream] = StreamRedactions(found, {})
+        for stream, versions in judged_versions(
+            snapshot, {stream: redactions.highest for stream, redactions in judged.items()}
+        ).items():
+            calls = {version: self._call_at(stream, version) for version in versions}
+            judged[stream] = StreamRedactions(judged[stream].redacted, calls)
+        kept = tuple(payload for _, payload in kept_payloads(snapshot, judged))
         store.snapshots[snapshot.name] = attrs.evolve(snapshot, payloads=kept)
 
     async def _delete_snapshot(self, name: str) -> None:

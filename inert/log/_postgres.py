@@ -47,10 +47,19 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
+from ..events._identity import CallKey
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, new_identity, new_secret
-from ._records import StoredRecord, plan_appends, redacted, with_checksum
-from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
+from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
+from ._snapshots import (
+    StoredSnapshot,
+    StreamRedactions,
+    judged_versions,
+    kept_payloads,
+    payload_streams,
+    redaction_takes,
+    snapshot_from_rows,
+)
 
 APPLICATION = "inert-log"
 SCHEMA_VERSION = 4
@@ -186,10 +195,14 @@ class _Statements:
     head: str
     stream_version: str
     to_redact: str
+    to_redact_of_types: str
     redact: str
     lock_snapshots: str
     redact_snapshots: str
-    redacted_streams: str
+    snapshot_first_versions: str
+    delete_snapshot_payloads_from: str
+    rows_at: str
+    redacted_rows: str
     delete_snapshot_payloads: str
     delete_snapshot: str
     write_snapshot: str
@@ -232,6 +245,12 @@ class _Statements:
                 f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
                 " ORDER BY e.position FOR UPDATE OF e"
             ),
+            # Only the rows of the types asked for leave the server: a redaction limited to some
+            # calls is made for each batch of calls that end, over a stream of others' rows.
+            to_redact_of_types=(
+                f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
+                " AND e.event_type = ANY(%s) ORDER BY e.position FOR UPDATE OF e"
+            ),
             redact=(
                 f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
                 " payload_digest = %s, checksum = %s WHERE position = %s"
@@ -242,11 +261,16 @@ class _Statements:
             redact_snapshots=(
                 f"DELETE FROM {schema}.snapshot_payloads WHERE stream = %s AND first_version <= %s"
             ),
-            redacted_streams=(
-                f"SELECT s.name, max(e.version) FROM {schema}.streams AS s"
-                f" JOIN {schema}.events AS e ON e.stream_id = s.stream_id"
-                " WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL GROUP BY s.name"
+            snapshot_first_versions=(
+                f"SELECT DISTINCT first_version FROM {schema}.snapshot_payloads"
+                " WHERE stream = %s AND first_version <= %s"
             ),
+            delete_snapshot_payloads_from=(
+                f"DELETE FROM {schema}.snapshot_payloads"
+                " WHERE stream = %s AND first_version = ANY(%s)"
+            ),
+            rows_at=f"{select} WHERE s.name = %s AND e.version = ANY(%s)",
+            redacted_rows=f"{select} WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL",
             delete_snapshot_payloads=f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s",
             delete_snapshot=f"DELETE FROM {schema}.snapshots WHERE name = %s",
             write_snapshot=(
@@ -703,13 +727,21 @@ class PostgresLog(GroupCommitLog[Connection]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
+        selected = (
+            connection.execute(sql.to_redact, (stream, up_to_version))
+            if event_types is None
+            else connection.execute(
+                sql.to_redact_of_types, (stream, up_to_version, sorted(event_types))
+            )
+        )
         done = [
-            redacted(_row(values), self.codec)
-            for values in connection.execute(sql.to_redact, (stream, up_to_version))
-            if event_types is None or values[5] in event_types
+            redacted(row, self.codec)
+            for row in map(_row, selected)
+            if reached(row, self.codec, event_types, keys)
         ]
         with connection.cursor() as cursor:
             cursor.executemany(
@@ -719,22 +751,47 @@ class PostgresLog(GroupCommitLog[Connection]):
                     for row in done
                 ],
             )
-        connection.execute(sql.redact_snapshots, (stream, up_to_version))
+        if keys is None:
+            connection.execute(sql.redact_snapshots, (stream, up_to_version))
+            return len(done)
+        firsts = [
+            version
+            for (version,) in connection.execute(
+                sql.snapshot_first_versions, (stream, up_to_version)
+            )
+        ]
+        calls = self._calls_at(connection, stream, firsts)
+        doomed = [
+            version
+            for version in firsts
+            if redaction_takes(version, up_to_version, keys, calls.get(version))
+        ]
+        connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
         return len(done)
 
-    def _delete_snapshot_in(self, connection: Connection, name: str) -> None:
-        sql = self._sql
-        connection.execute(sql.lock_snapshots)
-        connection.execute(sql.delete_snapshot_payloads, (name,))
-        connection.execute(sql.delete_snapshot, (name,))
+    def _calls_at(
+        self, connection: Connection, stream: str, versions: Sequence[int]
+    ) -> dict[int, CallKey | None]:
+        """The call of the stream's event at each of these versions, as far as its row tells."""
+        return {
+            row.version: call_of(row, self.codec)
+            for row in map(_row, connection.execute(self._sql.rows_at, (stream, list(versions))))
+        }
 
     def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
         sql = self._sql
         name = snapshot.name
         connection.execute(sql.lock_snapshots)
-        redacted: dict[str, int] = dict(
-            connection.execute(sql.redacted_streams, (list(payload_streams(snapshot)),))
-        )
+        found: dict[str, list[tuple[int, CallKey | None]]] = {}
+        for row in map(
+            _row, connection.execute(sql.redacted_rows, (list(payload_streams(snapshot)),))
+        ):
+            found.setdefault(row.stream, []).append((row.version, call_of(row, self.codec)))
+        highest = {stream: max(version for version, _ in seen) for stream, seen in found.items()}
+        redacted = {
+            stream: StreamRedactions(found[stream], self._calls_at(connection, stream, versions))
+            for stream, versions in judged_versions(snapshot, highest).items()
+        }
         connection.execute(sql.delete_snapshot_payloads, (name,))
         connection.execute(
             sql.write_snapshot,

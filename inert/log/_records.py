@@ -21,6 +21,7 @@ from attrs import field, frozen, validators
 from ..events._base import Event, TraceContext, registered_event_types
 from ..events._codec import Codec
 from ..events._errors import ConflictError, DuplicateEventError, InertError, LogDamaged, LogError
+from ..events._identity import CallKey
 from ..events._recorded import RecordedEvent, Redacted, recorded_event_maker, without_sensitive
 from ..events._structure import GIVE_UP
 
@@ -184,6 +185,28 @@ def redaction(codec: Codec, event_type: str, schema_version: int, payload: bytes
         without_sensitive(codec.decode(event_type, schema_version, payload))
     )
     return Redaction(version, remains, digest)
+
+
+def call_of(row: StoredRecord, codec: Codec) -> CallKey | None:
+    """The call a row's event is addressed to, as far as the row still tells: ``None`` for an
+    event that names none, or one redacted without remains (nothing of it is left to say)."""
+    if row.payload is None:
+        return None
+    key = getattr(codec.decode(row.event_type, row.schema_version, row.payload), "key", None)
+    return key if isinstance(key, CallKey) else None
+
+
+def reached(
+    row: StoredRecord,
+    codec: Codec,
+    event_types: frozenset[str] | None,
+    keys: frozenset[CallKey] | None,
+) -> bool:
+    """Whether a redaction of those event types (``None``: all) and of those calls' events
+    (``None``: every event's) reaches a row not redacted yet."""
+    if event_types is not None and row.event_type not in event_types:
+        return False
+    return keys is None or call_of(row, codec) in keys
 
 
 def redacted(row: StoredRecord, codec: Codec) -> StoredRecord:

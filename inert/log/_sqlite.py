@@ -30,11 +30,20 @@ import trio
 
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
+from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, WalEraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, new_identity, new_secret
-from ._records import StoredRecord, plan_appends, redacted, with_checksum
-from ._snapshots import StoredSnapshot, kept_payloads, payload_streams, snapshot_from_rows
+from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
+from ._snapshots import (
+    StoredSnapshot,
+    StreamRedactions,
+    judged_versions,
+    kept_payloads,
+    payload_streams,
+    redaction_takes,
+    snapshot_from_rows,
+)
 
 APPLICATION_ID = 0x696E7274  # "inrt"
 SCHEMA_VERSION = 4
@@ -637,9 +646,13 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         return problems
 
     async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
-        done = await super()._redact(stream, up_to_version, event_types)
+        done = await super()._redact(stream, up_to_version, event_types, keys)
         self._eraser.redacted()
         return done
 
@@ -652,14 +665,23 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         stream: str,
         up_to_version: int,
         event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
+        # Only the rows of the types asked for leave the database: a redaction limited to some
+        # calls is made for each batch of calls that end, over a stream of others' rows.
+        types = sorted(event_types) if event_types is not None else []
+        of_types = f" AND e.event_type IN ({','.join('?' * len(types))})" if types else ""
         rows = [
-            _row(values)
-            for values in connection.execute(
-                f"{_SELECT} WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL",
-                (stream, up_to_version),
+            row
+            for row in map(
+                _row,
+                connection.execute(
+                    f"{_SELECT} WHERE s.name = ? AND e.version <= ? AND e.payload_digest IS NULL"
+                    + of_types,
+                    (stream, up_to_version, *types),
+                ),
             )
-            if event_types is None or values[5] in event_types
+            if reached(row, self.codec, event_types, keys)
         ]
         done = [redacted(row, self.codec) for row in rows]
         connection.executemany(
@@ -670,9 +692,28 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
                 for row in done
             ],
         )
-        connection.execute(
-            "DELETE FROM snapshot_payloads WHERE stream = ? AND first_version <= ?",
-            (stream, up_to_version),
+        if keys is None:
+            connection.execute(
+                "DELETE FROM snapshot_payloads WHERE stream = ? AND first_version <= ?",
+                (stream, up_to_version),
+            )
+            return len(done)
+        firsts = [
+            version
+            for (version,) in connection.execute(
+                "SELECT DISTINCT first_version FROM snapshot_payloads"
+                " WHERE stream = ? AND first_version <= ?",
+                (stream, up_to_version),
+            )
+        ]
+        calls = self._calls_at(connection, stream, firsts)
+        connection.executemany(
+            "DELETE FROM snapshot_payloads WHERE stream = ? AND first_version = ?",
+            [
+                (stream, version)
+                for version in firsts
+                if redaction_takes(version, up_to_version, keys, calls.get(version))
+            ],
         )
         return len(done)
 
@@ -680,20 +721,34 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         connection.execute("DELETE FROM snapshot_payloads WHERE name = ?", (name,))
         connection.execute("DELETE FROM snapshots WHERE name = ?", (name,))
 
+    def _calls_at(
+        self, connection: sqlite3.Connection, stream: str, versions: Sequence[int]
+    ) -> dict[int, CallKey | None]:
+        """The call of the stream's event at each of these versions, as far as its row tells."""
+        calls: dict[int, CallKey | None] = {}
+        for chunk in _chunks(versions):
+            marks = ",".join("?" * len(chunk))
+            for values in connection.execute(
+                f"{_SELECT} WHERE s.name = ? AND e.version IN ({marks})", (stream, *chunk)
+            ):
+                row = _row(values)
+                calls[row.version] = call_of(row, self.codec)
+        return calls
+
     def _write_snapshot_in(self, connection: sqlite3.Connection, snapshot: StoredSnapshot) -> None:
-        redacted: dict[str, int] = {}
+        found: dict[str, list[tuple[int, CallKey | None]]] = {}
         for chunk in _chunks(sorted(payload_streams(snapshot))):
             marks = ",".join("?" * len(chunk))
-            redacted.update(
-                (name, version)
-                for name, version in connection.execute(
-                    f"SELECT s.name, max(e.version) FROM streams AS s"
-                    " JOIN events AS e ON e.stream_id = s.stream_id"
-                    f" WHERE s.name IN ({marks}) AND e.payload_digest IS NOT NULL"
-                    " GROUP BY s.name",
-                    chunk,
-                )
-            )
+            for values in connection.execute(
+                f"{_SELECT} WHERE s.name IN ({marks}) AND e.payload_digest IS NOT NULL", chunk
+            ):
+                row = _row(values)
+                found.setdefault(row.stream, []).append((row.version, call_of(row, self.codec)))
+        highest = {stream: max(version for version, _ in seen) for stream, seen in found.items()}
+        redacted = {
+            stream: StreamRedactions(found[stream], self._calls_at(connection, stream, versions))
+            for stream, versions in judged_versions(snapshot, highest).items()
+        }
         name = snapshot.name
         connection.execute("DELETE FROM snapshot_payloads WHERE name = ?", (name,))
         connection.execute(

@@ -33,6 +33,7 @@ from ..events import (
     CallCollecting,
     CallEnded,
     CallKey,
+    CallReady,
     CallStopRequested,
     EditRefused,
     Event,
@@ -164,6 +165,8 @@ class Ledger(Routed):
             return (self._rejected,)
         if issubclass(kind, CallStopRequested):
             return (self._stop_requested,)
+        if issubclass(kind, CallReady):
+            return (self._ready,)
         if issubclass(kind, EditRefused):
             return (self._edit_refused,)
         if issubclass(kind, EventsDiscarded):
@@ -296,6 +299,10 @@ class Ledger(Routed):
     def _edit_refused(self, recorded: RecordedEvent, event: EditRefused) -> None:
         call = self._calls.get(event.key) or self._call(event.key)
         _record(call, recorded, call.state, edit_refused_detail(event))
+
+    def _ready(self, recorded: RecordedEvent, event: CallReady) -> None:
+        call = self._calls.get(event.key) or self._call(event.key)
+        _record(call, recorded, call.state, f"ready until {event.expires_at.isoformat()}")
 
     def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
         call = self._calls.get(event.key) or self._call(event.key)

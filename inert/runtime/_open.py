@@ -168,6 +168,7 @@ async def _running(runtime: Runtime, collector: CollectorSettings | None) -> Asy
     if collector is not None:
         _collector.freeze(collector)
     await runtime._router.catch_up()
+    await runtime._redact_caught_up()
     snapshot_written = _collector.after_snapshot(collector)
     runtime._snapshots.captured = _collector.after_capture(collector)
     await runtime._snapshots.after_replay(

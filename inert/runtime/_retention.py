@@ -1,14 +1,18 @@
-"""Retention: argument payloads leave the log once nothing can need them again.
+"""Retention: argument payloads leave the log as soon as nothing can need them again.
 
 The policy (:class:`Retention`, on by default):
 
-- **Fragments.** The payloads of a response's ``ArgumentsAppended`` and ``CallEnded`` events
-  are redacted once no call seen in that response is live: each one is dispatched, cancelled or
-  failed, so its fragments can never be assembled or parsed again.
+- **Fragments.** The payloads of a call's ``ArgumentsAppended`` and ``CallEnded`` events are
+  redacted once the call is no longer live (dispatched, cancelled or failed): its fragments can
+  never be assembled or parsed again. Its siblings (the other calls of its provider response)
+  share the response's stream, so only the call's own events of it are redacted (by their key):
+  a sibling still collecting, waiting for its response's end or ready keeps every byte of its
+  own. Once no call seen in the response is live, the payloads of every fragment event of the
+  response's stream are redacted (those of calls the fold no longer knows included).
 - **Arguments.** The arguments of a call's ``CallValidated``, and those a principal gave with a
   confirmation (an edit, ``ConfirmationGiven.arguments``), are redacted once the call's outcome
   is recorded (completed, failed, stopped, or unknown after a restart), or once the call ended
-  without being dispatched.
+  without being dispatched (failed, denied, cancelled, a ready call whose lifetime ended).
 
 Redaction keeps every envelope, the length and SHA-256 digest of each payload, and every other
 field of those events (identities, sequences, counts, digests, reasons); the ending decisions
@@ -16,8 +20,9 @@ carry the counts and sizes of what their call received. The ledger, the dispatch
 status, the audit and their state digest are the same on a replay of the redacted log. Ledger
 rows of finished calls age out separately, after the runtime's ``ledger_horizon``.
 
-Redaction only ever reaches versions of a stream the fold has seen, so a live call never loses
-a payload it has not been decided on. Pure: the runtime does the writing.
+Redaction only ever reaches versions of a stream the fold has seen, and only events of calls
+that are no longer live, so a live call never loses a payload it has not been decided on.
+Pure: the runtime does the writing.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class Retention:
     """What the runtime redacts from the log, and when (see :mod:`inert.runtime._retention`)."""
 
     fragments: bool = True
-    """Redact fragment payloads once no call of their response is live."""
+    """Redact a call's fragment payloads once it is no longer live."""
     arguments: bool = True
     """Redact validated arguments once the call's outcome is recorded or it ended unrun."""
 
@@ -61,18 +66,37 @@ DEFAULT_RETENTION = Retention()
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
 
+Redaction = tuple[str, int, frozenset[str], tuple[CallKey, ...] | None]
+"""A redaction due: the stream, up to which version, of which event types and, where it is
+limited to some calls' events, those calls."""
+
+
 class RetentionPlan:
-    """Follows the log as the fold reads it and says which stream prefixes are due for
-    redaction, each once, for the event types the policy names."""
+    """Follows the log as the fold reads it and says which stream prefixes (or which calls'
+    events of them) are due for redaction, each once, for the event types the policy names.
+
+    The calls of a response that ended while it still has live calls are redacted together,
+    one pass over the response's stream for all of them, however many end meanwhile.
+    """
 
     def __init__(self, policy: Retention) -> None:
         self.policy = policy
         self._types = policy.types()
+        # Per stream of arguments or edits, the last version holding an unredacted payload.
         self._unredacted: dict[str, int] = {}
+        # Per response stream, per call, the last version holding an unredacted fragment event
+        # of the call: one call's redaction leaves its siblings' entries as they are, so that
+        # what is due later never names rows redacted already. Most responses have one call at
+        # a time: its entry is then the pair alone, a quarter of a dict's bytes.
+        self._fragments: dict[str, tuple[CallKey, int] | dict[CallKey, int]] = {}
         self._due: dict[str, tuple[int, frozenset[str]]] = {}
+        # Per response stream, the calls whose own fragment events are due, each up to its
+        # last one.
+        self._due_calls: dict[str, dict[CallKey, int]] = {}
         # Taken, and not yet reported made: a snapshot holds them as due, so that a process
         # stopping between the two leaves them to the next one.
         self._making: dict[tuple[str, int], frozenset[str]] = {}
+        self._making_calls: list[tuple[str, int, tuple[CallKey, ...]]] = []
 
     def kept(self) -> dict[str, object]:
         """What a snapshot keeps of the plan: its attributes, with the redactions taken and not
@@ -82,23 +106,38 @@ class RetentionPlan:
             for (stream, version), types in self._making.items()
             if version > self._due.get(stream, (0, types))[0]
         }
-        return {**self.__dict__, "_due": {**self._due, **due}, "_making": {}}
+        calls = {stream: dict(keys) for stream, keys in self._due_calls.items()}
+        for stream, version, keys in self._making_calls:
+            for key in keys:
+                waiting = calls.setdefault(stream, {})
+                waiting[key] = max(version, waiting.get(key, 0))
+        return {
+            **self.__dict__,
+            "_due": {**self._due, **due},
+            "_due_calls": calls,
+            "_making": {},
+            "_making_calls": [],
+        }
 
     @property
     def pending(self) -> bool:
-        return bool(self._due)
+        return bool(self._due or self._due_calls)
 
     def heard(self, recorded: RecordedEvent, fold: CallFold) -> None:
         """Note one recorded event, after the fold has applied it."""
         if not self._types:
             return
+        event = recorded.event
         if (
             recorded.event_type in self._types
-            and not isinstance(recorded.event, Redacted)
+            and not isinstance(event, Redacted)
             # A confirmation holds arguments only where it edits them.
-            and getattr(recorded.event, "arguments", b"") is not None
+            and getattr(event, "arguments", b"") is not None
         ):
-            self._unredacted[recorded.stream] = recorded.version
+            if recorded.event_type in FRAGMENT_TYPES:
+                self._track(recorded.stream, _key_of(event), recorded.version)
+            else:
+                self._unredacted[recorded.stream] = recorded.version
         key = getattr(recorded.kept, "key", None)
         if not isinstance(key, CallKey):
             return
@@ -114,23 +153,84 @@ class RetentionPlan:
         ):
             self._make_due(key.stream, ARGUMENT_TYPES)
             self._make_due(key.request_stream, EDIT_TYPES)
-        if self.policy.fragments and fold.response_settled(key.response_ref):
-            self._make_due(key.response_ref.stream, FRAGMENT_TYPES)
+        if not self.policy.fragments:
+            return
+        self._fragments_due(key, fold)
 
-    def take(self) -> list[tuple[str, int, frozenset[str]]]:
-        """The redactions due now (stream, up to version, event types); each is given once,
-        and is still due in a snapshot until it is reported ``made``."""
-        due = [(stream, version, types) for stream, (version, types) in self._due.items()]
-        self._due.clear()
-        for stream, version, types in due:
+    def _fragments_due(self, key: CallKey, fold: CallFold) -> None:
+        """The fragments of a call that is not live are due: its own events of its response's
+        stream, or, where no call of the response is live, what is left of the stream's (those
+        of calls the fold no longer knows included), at once."""
+        stream = key.response_ref.stream
+        left = self._fragments.get(stream)
+        if left is None:
+            return
+        if fold.response_settled(key.response_ref):
+            del self._fragments[stream]
+            last = left[1] if isinstance(left, tuple) else max(left.values())
+            version = max(last, self._due.get(stream, (0, FRAGMENT_TYPES))[0])
+            self._due[stream] = (version, FRAGMENT_TYPES)
+            return
+        found = self._untrack(stream, left, key)
+        if found is not None:
+            waiting = self._due_calls.setdefault(stream, {})
+            waiting[key] = max(found, waiting.get(key, 0))
+
+    def _track(self, stream: str, key: CallKey, version: int) -> None:
+        """The call has an unredacted fragment event at this version of the stream."""
+        left = self._fragments.get(stream)
+        if left is None or (isinstance(left, tuple) and left[0] == key):
+            self._fragments[stream] = (key, version)
+        elif isinstance(left, tuple):
+            self._fragments[stream] = {left[0]: left[1], key: version}
+        else:
+            left[key] = version
+
+    def _untrack(
+        self, stream: str, left: tuple[CallKey, int] | dict[CallKey, int], key: CallKey
+    ) -> int | None:
+        """The last version of the call's tracked fragment events, no longer tracked."""
+        if isinstance(left, tuple):
+            if left[0] != key:
+                return None
+            del self._fragments[stream]
+            return left[1]
+        found = left.pop(key, None)
+        if len(left) == 1:
+            [(other, version)] = left.items()
+            self._fragments[stream] = (other, version)
+        return found
+
+    def take(self) -> list[Redaction]:
+        """The redactions due now; each is given once, and is still due in a snapshot until it
+        is reported ``made``."""
+        due: list[Redaction] = [
+            (stream, version, types, None) for stream, (version, types) in self._due.items()
+        ]
+        for stream, (version, types) in self._due.items():
             self._making[stream, version] = types
+        for stream, calls in self._due_calls.items():
+            batch = (stream, max(calls.values()), tuple(calls))
+            self._making_calls.append(batch)
+            due.append((stream, batch[1], FRAGMENT_TYPES, batch[2]))
+        self._due.clear()
+        self._due_calls.clear()
         return due
 
-    def made(self, stream: str, version: int) -> None:
+    def made(self, stream: str, version: int, keys: tuple[CallKey, ...] | None = None) -> None:
         """A redaction ``take`` gave is in the log."""
-        self._making.pop((stream, version), None)
+        if keys is None:
+            self._making.pop((stream, version), None)
+        elif (stream, version, keys) in self._making_calls:
+            self._making_calls.remove((stream, version, keys))
 
     def _make_due(self, stream: str, types: frozenset[str]) -> None:
         version = self._unredacted.pop(stream, None)
         if version is not None:
             self._due[stream] = (version, types)
+
+
+def _key_of(event: object) -> CallKey:
+    key = getattr(event, "key", None)
+    assert isinstance(key, CallKey)
+    return key

@@ -718,12 +718,26 @@ class Runtime:
             await self._retention_due.wait()
             self._retention_due = trio.Event()
             self._redacting = True
-            for stream, version, types in self._retention.take():
-                await self.log.redact(stream, version, event_types=types)
-                self._retention.made(stream, version)
+            await self._redact_due()
             self._redacting = False
             self._changed.set()
             self._changed = trio.Event()
+
+    async def _redact_caught_up(self) -> None:
+        """Make the redactions found due by the replay before anything else runs.
+
+        A restart from a snapshot finds due again what the stopped process made after taking
+        it (the snapshot cannot know), which a replay from the start does not: made while the
+        runtime serves, those redactions would interleave otherwise with what it does, and the
+        two restarts would write different logs.
+        """
+        self._retention_due = trio.Event()
+        await self._redact_due()
+
+    async def _redact_due(self) -> None:
+        for stream, version, types, keys in self._retention.take():
+            await self.log.redact(stream, version, event_types=types, keys=keys)
+            self._retention.made(stream, version, keys)
 
     async def _retained(self) -> None:
         """Until no redaction is due or running."""

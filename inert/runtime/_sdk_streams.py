@@ -24,6 +24,7 @@ from ..adapters import (
     AnthropicAdapter,
     OpenAIChatAdapter,
     OpenAIResponsesAdapter,
+    ProtocolError,
     StreamAdapter,
     as_object,
 )
@@ -74,7 +75,9 @@ def feed_stream(
     ``ChatCompletionChunk`` ``OpenAIChatAdapter``, an ``anthropic`` message stream event
     ``AnthropicAdapter``; decoded JSON objects of those shapes are read alike. A first event of
     none of them raises ``ValueError``, and an event the adapter cannot read raises its
-    ``TypeError`` or ``ValueError``: no event is passed over. A stream of another protocol, or an
+    ``TypeError`` or ``ValueError``: no event is passed over. An adapter that refuses the
+    stream raises ``ProtocolError`` (a ``ValueError``): the events it read before are fed, then
+    the feed ends as below. A stream of another protocol, or an
     OpenAI Responses stream in background mode (``resumable=True``), needs its adapter given.
     Pass ``turn`` or ``adapter``, not both (``TypeError``).
 
@@ -160,7 +163,13 @@ class StreamFeed(Generic[T]):
             await self._abandon(error)
             raise
         try:
-            await self._feed(self._adapter_for(event).feed_event(event))
+            try:
+                events = self._adapter_for(event).feed_event(event)
+            except ProtocolError as refused:
+                # What the adapter read before it refused the stream is whole: fed first.
+                await self._feed(list(refused.events))
+                raise
+            await self._feed(events)
         except BaseException as error:
             await self._abandon(error)
             raise

@@ -116,8 +116,11 @@ _PLAN = {
     "policy": Retention,
     "_types": frozenset[str],
     "_unredacted": dict[str, int],
+    "_fragments": dict[str, tuple[CallKey, int] | dict[CallKey, int]],
     "_due": dict[str, tuple[int, frozenset[str]]],
+    "_due_calls": dict[str, dict[CallKey, int]],
     "_making": dict[tuple[str, int], frozenset[str]],
+    "_making_calls": list[tuple[str, int, tuple[CallKey, ...]]],
 }
 
 
@@ -202,6 +205,7 @@ def state_shapes() -> Shapes:
                     "ended_at": int | None,
                     "needs_confirmation": bool,
                     "reason": str,
+                    "ready_expires": datetime | None,
                     "recovering": bool,
                     "response_end": ResponseEnd | None,
                     "skipped": int,

@@ -1,4 +1,4 @@
-"""The invariants of the contract (I1-I12), checked over a log, one event at a time.
+"""The invariants of the contract (I1-I13), checked over a log, one event at a time.
 
 The checker is an independent model of what the log must show: it never asks the decider or
 the projections what they think, so that a bug in either (or one planted on purpose) cannot
@@ -34,7 +34,11 @@ may claim given everything before it:
 - I12: in a turn of rules 6 on, a call of a tool that runs one action per intent is never
   dispatched after a call of the same tool name and arguments digest, in the tool's scope (the
   turn, or the conversation), whose own tool asked for it too, while that call's turn was not
-  retired; and a ``duplicate_of`` cancellation names such a call, dispatched before it.
+  retired; and a ``duplicate_of`` cancellation names such a call, dispatched before it;
+- I13: in a turn of rules 8 on, a ready call's lifetime counts from when it became ready (its
+  own end event, the first successful end of its response after it, its confirmation, whichever
+  came last): an expired call never dispatches (no dispatch answers a claim made at or after
+  the lifetime's end), and no ``ready`` decision lets it be claimed later than that.
 
 I8 (a replay gives the live state) needs the runtime's views; the simulator checks it. On a
 log whose argument payloads retention redacted, I4 checks sequences and order only (the
@@ -66,6 +70,7 @@ from ..events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallReady,
     CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
@@ -102,7 +107,7 @@ from ..events import (
 
 @frozen(kw_only=True)
 class Violation:
-    """One broken invariant: which (``I1``..``I12``, ``crash``, ``nondeterminism``, or
+    """One broken invariant: which (``I1``..``I13``, ``crash``, ``nondeterminism``, or
     ``tool_error`` for a tool's own code that raised), for which call key (its stream name, or
     empty), at which log position (0 where none), and how."""
 
@@ -227,7 +232,7 @@ def strict_json_object(data: bytes) -> dict[str, Any] | None:
 
 
 class InvariantChecker:
-    """Checks I1-I7 and I9-I12 over a log fed to it in position order (``observe``).
+    """Checks I1-I7 and I9-I13 over a log fed to it in position order (``observe``).
 
     ``tools``: the declarations the runtime was given (their digests tell which calls need a
     confirmation and what size each allows); ``limits``: the runtime's limits.
@@ -248,6 +253,7 @@ class InvariantChecker:
         self._turns: dict[TurnRef, _Turn] = {}
         self._latest: dict[tuple[str, str], TurnRef] = {}
         self._response_ends: dict[ResponseRef, list[tuple[int, ResponseEndReason]]] = {}
+        self._response_end_times: dict[int, datetime] = {}
         self._controls: list[tuple[int, Event]] = []
         self._requests: dict[int, _Input] = {}
         self._used_confirmations: set[str] = set()
@@ -299,6 +305,7 @@ class InvariantChecker:
                 self._retired.add(turn)
             case ResponseEnded(response=response, reason=reason):
                 self._response_ends.setdefault(response, []).append((position, reason))
+                self._response_end_times[position] = recorded.recorded_at
                 self._response_turns.setdefault(
                     (response.tenant, response.response), response.turn_ref
                 )
@@ -350,6 +357,8 @@ class InvariantChecker:
                 self._call(key).awaiting = event
             case CallConfirmed(key=key):
                 self._confirmed(self._call(key), event, position)
+            case CallReady(key=key, expires_at=expires_at):
+                self._ready(self._call(key), expires_at, position)
             case CallDispatched(key=key):
                 self._dispatched(self._call(key), event, position)
             case CallCancelled(key=key, cause=cause, duplicate_of=earlier) if earlier is not None:
@@ -713,6 +722,8 @@ class InvariantChecker:
             )
         self._check_wanted(call, claim, position)
         self._check_intent(call, position)
+        if request is not None:
+            self._check_ready_in_time(call, request, position)
 
     def _ended_well_before(self, call: _Call, claim: int) -> str | None:
         """What keeps the call from having ended and its response from having ended well
@@ -723,6 +734,54 @@ class InvariantChecker:
         if end is None:
             return "its own end event never arrived before the claim"
         return self._response_problem(call, end.position, claim)
+
+    # --- I13: a ready call's lifetime ---
+
+    def _ready_until(self, call: _Call, before: int) -> datetime | None:
+        """When the lifetime of a call of a turn of rules 8 on, ready before ``before``, ends:
+        the ready lifetime from when it became ready (its own end event, the first successful
+        end of its response after it, its confirmation where it has one, whichever came last);
+        None where its turn's rules bound no lifetime or it was not ready."""
+        turn = self._turns.get(call.key.turn_ref)
+        if turn is None or turn.rules < 8 or call.opened is None:
+            return None
+        end = _own_end(call, before)
+        if end is None:
+            return None
+        ends = [
+            (at, reason)
+            for at, reason in self._response_ends.get(call.key.response_ref, ())
+            if end.position < at < before
+        ]
+        if not ends or ends[0][1] is not ResponseEndReason.COMPLETED:
+            return None
+        since = max(end.at, self._response_end_times[ends[0][0]])
+        given = self._requests.get(call.confirmed[0].cause) if call.confirmed else None
+        if given is not None:
+            since = max(since, given.at)
+        return since + self._limits.ready_lifetime
+
+    def _ready(self, call: _Call, expires_at: datetime, position: int) -> None:
+        until = self._ready_until(call, position)
+        if until is None:
+            self._violate("I13", call.key, "recorded ready, yet it was not ready", position)
+        elif expires_at > until:
+            self._violate(
+                "I13",
+                call.key,
+                f"recorded ready until {expires_at}, past the end of its lifetime ({until})",
+                position,
+            )
+
+    def _check_ready_in_time(self, call: _Call, claim: _Input, position: int) -> None:
+        until = self._ready_until(call, claim.position)
+        if until is not None and claim.at >= until:
+            self._violate(
+                "I13",
+                call.key,
+                f"dispatched for a claim at {claim.at}, after its ready lifetime ended ({until})",
+                position,
+            )
 
     # --- I12: one action per intent ---
 

@@ -46,7 +46,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from ..events import LogError, RecordedEvent
+from ..events import CallKey, LogError, RecordedEvent
 from ..log import Log, MemoryStore, StoredSnapshot, Subscription
 from ..log._records import PendingRecord, StoredRecord
 
@@ -272,9 +272,13 @@ class FaultyLog(Log):
         return await self.inner._read_stream_rows(stream, from_version)
 
     async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
-        return await self.inner._redact(stream, up_to_version, event_types)
+        return await self.inner._redact(stream, up_to_version, event_types, keys)
 
     async def _head(self) -> int:
         return await self.inner._head()

@@ -99,9 +99,20 @@ def _accept_stale_confirmation() -> Any:
     return _table_row(Phase.VALIDATED, ConfirmationGiven, stale_accepted)
 
 
-def _claim_after_confirmation_expired() -> Any:
-    """A claim after the confirmation given expired is judged as if it came just before."""
+@contextmanager
+def _claim_after_confirmation_expired() -> Iterator[None]:
+    """A claim after the confirmation given expired is judged as if it came just before, and
+    no deadline ends the call when it expires."""
+    original_deadline = _call.CallView.deadline
     original = _decider.TABLE[(Phase.VALIDATED, ClaimRequested)]
+
+    def deadline_past_confirmation(
+        state: Any, limits: Any = _call.DEFAULT_LIMITS, *, awaiting_response: bool = False
+    ) -> Any:
+        due = original_deadline(state, limits, awaiting_response=awaiting_response)
+        if state.confirmed and due is not None and due == state.confirmation_expires:
+            return None
+        return due
 
     def expiry_ignored(judge: Any, context: _call.CallContext) -> Any:
         state, received = judge.state, judge.received
@@ -111,7 +122,40 @@ def _claim_after_confirmation_expired() -> Any:
             judge = type(judge)(state, earlier, judge.cause)
         return original(judge, context)
 
-    return _table_row(Phase.VALIDATED, ClaimRequested, expiry_ignored)
+    with (
+        _replaced(_call.CallView, "deadline", deadline_past_confirmation),
+        _table_row(Phase.VALIDATED, ClaimRequested, expiry_ignored),
+    ):
+        yield
+
+
+@contextmanager
+def _ready_calls_never_expire() -> Iterator[None]:
+    """A ready call's lifetime is ignored: no deadline ends it, and a claim after it is judged
+    as if it came just before."""
+    original_deadline = _call.CallView.deadline
+    original_claim = _decider.TABLE[(Phase.VALIDATED, ClaimRequested)]
+
+    def deadline_without_lifetime(
+        state: Any, limits: Any = _call.DEFAULT_LIMITS, *, awaiting_response: bool = False
+    ) -> Any:
+        if state.phase is Phase.VALIDATED and state.ready_expires is not None:
+            return None
+        return original_deadline(state, limits, awaiting_response=awaiting_response)
+
+    def expiry_ignored(judge: Any, context: _call.CallContext) -> Any:
+        state, received = judge.state, judge.received
+        until = state.ready_expires
+        if until is not None and received.at >= until:
+            earlier = received._replace(at=until - timedelta(microseconds=1))
+            judge = type(judge)(state, earlier, judge.cause)
+        return original_claim(judge, context)
+
+    with (
+        _replaced(_call.CallView, "deadline", deadline_without_lifetime),
+        _table_row(Phase.VALIDATED, ClaimRequested, expiry_ignored),
+    ):
+        yield
 
 
 @contextmanager
@@ -179,6 +223,7 @@ PLANTS: dict[str, Callable[[], Any]] = {
     "dispatch_before_response_end": _dispatch_before_response_end,
     "accept_stale_confirmation": _accept_stale_confirmation,
     "claim_after_confirmation_expired": _claim_after_confirmation_expired,
+    "ready_calls_never_expire": _ready_calls_never_expire,
     "dispatch_repeated_intent": _dispatch_repeated_intent,
     "redispatch_unknown_outcome": _redispatch_unknown_outcome,
     "never_stop_a_running_call": _never_stop_a_running_call,

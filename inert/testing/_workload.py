@@ -127,10 +127,12 @@ SIMULATION_LIMITS = CallLimits(
     arguments=ArgumentLimits(max_bytes=2048),
     idle_timeout=timedelta(seconds=30),
     confirmation_lifetime=timedelta(seconds=20),
+    ready_lifetime=timedelta(seconds=1.5),
     max_live_per_turn=4,
 )
 """Limits small enough that a simulation reaches them: 2 KiB of arguments, 30 s of idleness,
-20 s to confirm, 4 calls alive in a turn (a response that passes it opens no call any more)."""
+20 s to confirm, 1.5 s to claim a ready call (a busy executor claims up to 2 s late), 4 calls
+alive in a turn (a response that passes it opens no call any more)."""
 
 VALIDATION_TIMEOUT = 0.1
 

@@ -50,6 +50,7 @@ from inert.events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallReady,
     CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
@@ -103,6 +104,7 @@ DecisionEvent = (
     | CallValidated
     | CallAwaitingConfirmation
     | CallConfirmed
+    | CallReady
     | CallDispatched
     | CallCancelled
     | CallFailed
@@ -1890,3 +1892,172 @@ def test_rules_7_every_input_to_a_call_waiting_for_its_response(input_type: type
         assert isinstance(decision, DecisionEvent)
         assert decision.key == KEY
         assert decision.cause == received.position
+
+
+# --- rules 8: a ready call's lifetime ---------------------------------------------------------
+
+RULES_8 = context(rules=8)
+
+
+def ready(call: Call, *, needs_confirmation: bool = False) -> CallReady:
+    """A call of a rules 8 turn made ready by its response's successful end (confirmed first
+    where it needs it); the ``CallReady`` that says until when."""
+    early(call, needs_confirmation=needs_confirmation)
+    if needs_confirmation:
+        call.send(confirmation())
+    return one(end_response(call), CallReady)
+
+
+def test_rules_8_the_responses_successful_end_records_until_when_the_call_is_ready() -> None:
+    """The end that makes a validated call ready records ``CallReady``, caused by it, for the
+    ready lifetime from its time; the call's deadline is then that time, and nothing else."""
+    call = Call(RULES_8)
+    made = ready(call)
+    at = T0 + timedelta(seconds=call.position)
+    assert made == CallReady(
+        key=KEY, cause=call.position, expires_at=at + call.context.limits.ready_lifetime
+    )
+    assert call.state.ready_expires == made.expires_at
+    assert call.state.deadline(call.context.limits) == made.expires_at
+
+
+def test_rules_8_a_claim_within_the_lifetime_dispatches_and_one_after_it_cancels() -> None:
+    """A claim just before the end of the lifetime dispatches; one at it cancels the call
+    ``ready_expired`` and is rejected, and nothing dispatches it afterwards."""
+    early_claim = Call(RULES_8)
+    made = ready(early_claim)
+    just_before = made.expires_at - timedelta(microseconds=1)
+    assert kinds(early_claim.send(claim(), at=just_before)) == tags(CallDispatched)
+    late = Call(RULES_8)
+    made = ready(late)
+    decisions = late.send(claim(), at=made.expires_at)
+    assert kinds(decisions) == tags(CallCancelled, EventRejected)
+    assert cancellation(decisions).reason is CancelReason.READY_EXPIRED
+    refused = one(decisions, EventRejected)
+    assert refused.reason is RejectReason.NOT_READY
+    assert made.expires_at.isoformat() in refused.detail
+    assert rejection(late.send(claim("claim-2"))).reason is RejectReason.CALL_TERMINAL
+
+
+def test_rules_8_the_deadline_cancels_an_unclaimed_ready_call_once_it_is_due() -> None:
+    """A deadline before the end of the lifetime is refused; one at or after it cancels the
+    call ``ready_expired``."""
+    call = Call(RULES_8)
+    made = ready(call)
+    refused = call.send(deadline(), at=made.expires_at - timedelta(seconds=1))
+    assert rejection(refused).reason is RejectReason.NOT_READY
+    expired = call.send(deadline(), at=made.expires_at + timedelta(seconds=3))
+    assert cancellation(expired).reason is CancelReason.READY_EXPIRED
+
+
+def test_rules_8_a_confirmed_call_is_ready_no_longer_than_its_confirmation() -> None:
+    """Confirmed, a call is ready for the ready lifetime from its response's end and never
+    past the confirmation's own expiry; past that expiry a deadline or a claim cancels it
+    ``confirmation_expired``."""
+    limits = CallLimits(ready_lifetime=timedelta(days=30))
+    call = Call(context(rules=8, limits=limits))
+    made = ready(call, needs_confirmation=True)
+    expires = confirmation().expires_at
+    assert made.expires_at == expires
+    assert cancellation(call.send(deadline(), at=expires)).reason is (
+        CancelReason.CONFIRMATION_EXPIRED
+    )
+    claimed = Call(context(rules=8, limits=limits))
+    ready(claimed, needs_confirmation=True)
+    late = claimed.send(claim(), at=expires)
+    assert cancellation(late).reason is CancelReason.CONFIRMATION_EXPIRED
+
+
+def test_rules_8_a_confirmation_after_the_responses_end_makes_the_call_ready() -> None:
+    """A call waiting for confirmation when its response ended is ready once confirmed: the
+    confirmation records ``CallReady`` from its own time; a shorter confirmation bounds it."""
+    call = Call(RULES_8)
+    early(call, needs_confirmation=True)
+    assert end_response(call) == ()
+    given_at = T0 + timedelta(minutes=3)
+    decisions = call.send(confirmation(expires_at=given_at + timedelta(minutes=1)), at=given_at)
+    assert kinds(decisions) == tags(CallConfirmed, CallReady)
+    assert one(decisions, CallReady).expires_at == given_at + timedelta(minutes=1)
+    longer = Call(RULES_8)
+    early(longer, needs_confirmation=True)
+    end_response(longer)
+    decisions = longer.send(confirmation(), at=given_at)
+    assert one(decisions, CallReady).expires_at == (given_at + longer.context.limits.ready_lifetime)
+
+
+def test_rules_8_an_edit_confirmed_after_the_responses_end_makes_the_call_ready() -> None:
+    """A principal's edit validated at confirmation, the response ended already, confirms
+    the call and makes it ready from the confirmation's time."""
+    call = Call(RULES_8)
+    early(call, needs_confirmation=True)
+    end_response(call)
+    given_at = T0 + timedelta(minutes=4)
+    asked = call.send(confirmation(arguments=b'{"city": "Lisbon"}'), at=given_at)
+    assert requested(asked).edit is not None
+    decisions = call.answer()
+    assert kinds(decisions) == tags(CallValidated, CallConfirmed, CallReady)
+    assert one(decisions, CallReady).expires_at == given_at + call.context.limits.ready_lifetime
+
+
+def test_rules_8_a_call_validated_after_its_response_ended_is_ready_at_once() -> None:
+    """A call whose validation answers once its response ended well is ready with the
+    validation's answer, for the lifetime from the input that asked for it."""
+    call = Call(RULES_8)
+    collecting(call)
+    call.send(ended())
+    asked_at = T0 + timedelta(seconds=call.position)
+    call.context = call.context._replace(response_end=ResponseEnd(call.position + 1, True))
+    decisions = call.answer()
+    assert kinds(decisions) == tags(CallValidated, CallReady)
+    assert one(decisions, CallReady).expires_at == asked_at + call.context.limits.ready_lifetime
+
+
+def test_rules_8_no_call_is_ready_before_its_response_ended_well_nor_twice() -> None:
+    """Validated while its response is open, a call records no ``CallReady``; a failed end
+    fails it; a later end of the response records no second one."""
+    call = Call(RULES_8)
+    early(call)
+    assert call.state.ready_expires is None
+    failing = Call(RULES_8)
+    early(failing)
+    assert failure(end_response(failing, ResponseEndReason.ERROR)).reason is (
+        FailReason.RESPONSE_FAILED
+    )
+    again = Call(RULES_8)
+    ready(again)
+    assert again.send(response_ended()) == ()
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["ready", "expired"])
+@pytest.mark.parametrize(
+    "input_type",
+    [input_type for input_type in INPUT_TYPES if input_type is not ValidationOutcome],
+    ids=lambda input_type: input_type.__name__,
+)
+def test_rules_8_every_input_to_a_ready_call(input_type: type, expired: bool) -> None:
+    """Every input a ready call may get, before or after its lifetime ended, is in the table,
+    decides with the call's key and the input's cause, and none dispatches an expired call."""
+    call = Call(RULES_8)
+    made = ready(call)
+    at = made.expires_at if expired else made.expires_at - timedelta(minutes=1)
+    event = sample(input_type)
+    assert not isinstance(event, ValidationOutcome)
+    received = call.input(event, at=at)
+    decisions = decide(call.state, received, call.context)
+    for decision in recorded(decisions):
+        assert isinstance(decision, DecisionEvent)
+        assert decision.key == KEY
+        assert decision.cause == received.position
+    if expired:
+        assert not any(isinstance(decision, CallDispatched) for decision in decisions)
+    if expired and input_type in (ClaimRequested, DeadlineReached):
+        assert cancellation(decisions).reason is CancelReason.READY_EXPIRED
+
+
+def test_rules_7_a_ready_call_records_no_lifetime() -> None:
+    """A turn of rules 7 records no ``CallReady``, and a claim however late dispatches."""
+    call = Call(RULES_7)
+    early(call)
+    assert end_response(call) == ()
+    assert call.state.deadline(call.context.limits) is None
+    assert kinds(call.send(claim(), at=T0 + timedelta(days=365))) == tags(CallDispatched)

@@ -42,6 +42,7 @@ from inert.events import (
     CallFailed,
     CallKey,
     CallOpened,
+    CallReady,
     CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
@@ -134,6 +135,7 @@ def stream_of(event: Event) -> str:
             | CallValidated()
             | CallAwaitingConfirmation()
             | CallConfirmed()
+            | CallReady()
             | CallDispatched()
             | CallCancelled()
             | CallFailed()
@@ -430,7 +432,9 @@ def whole_life(actors: Actors) -> dict[str, CallKey]:
 
 
 def test_replay_of_a_complete_log_gives_the_same_states_and_no_work() -> None:
-    """Replay of a complete log gives the live states, no work, and nothing to write after."""
+    """Replay of a complete log gives the live states, no work, and nothing to write after but
+    the deadlines: a collecting call's idleness, a confirmation awaited, a ready call's
+    lifetime."""
     actors = Actors()
     keys = whole_life(actors)
     fold = replay(actors.log.records)
@@ -452,7 +456,7 @@ def test_replay_of_a_complete_log_gives_the_same_states_and_no_work() -> None:
         for key, record in fold.records.items()
         if (deadline := record.state.deadline(LIMITS)) is not None
     ]
-    assert {item.key for item in work} == {keys["waiting"], keys["collecting"]}
+    assert {item.key for item in work} == {keys["waiting"], keys["collecting"], keys["confirmed"]}
 
 
 def test_a_collecting_call_keeps_no_record_of_its_later_fields() -> None:
@@ -1300,7 +1304,7 @@ def test_rules_7_a_call_is_validated_at_its_end_and_ready_at_its_responses_end()
     ready, with an idle deadline; the response's successful end gives no work and makes it
     ready, without a deadline, and a claim then dispatches it."""
     actors = Actors()
-    actors.turn()
+    actors.turn(rules=7)
     actors.collect()
     end_position = actors.log.position + 1
     work = actors.end()
@@ -1326,7 +1330,7 @@ def test_rules_7_a_response_end_held_behind_a_validation_is_decided_after_it() -
     read back: a successful end makes it ready, a failed end fails it, as live so on replay."""
     for reason, ready in ((ResponseEndReason.COMPLETED, True), (ResponseEndReason.ERROR, False)):
         actors = Actors()
-        actors.turn()
+        actors.turn(rules=7)
         actors.collect()
         actors.end()
         assert actors.end_response(reason=reason) == []
@@ -1342,7 +1346,7 @@ def test_rules_7_only_an_end_of_the_response_after_the_calls_own_counts() -> Non
     """An end of the response before the call's own end event does not make it ready (nor fail
     it once it is validated); the next end after it does, on replay as live."""
     actors = Actors()
-    actors.turn()
+    actors.turn(rules=7)
     actors.end_response(key=attrs.evolve(KEY, call="call_other", item="item-other"))
     actors.collect()
     actors.end()
@@ -1358,3 +1362,119 @@ def test_rules_7_only_an_end_of_the_response_after_the_calls_own_counts() -> Non
     assert actors.fold.ready(KEY)
     assert replay(actors.log.records).ready(KEY)
     assert [type(event) for event in appended(actors.claim(KEY, "claim-2"))] == [CallDispatched]
+
+
+# --- rules 8: a ready call's lifetime ----------------------------------------------------------
+
+
+def test_rules_8_a_call_ready_at_its_responses_end_records_its_lifetime_and_a_deadline() -> None:
+    """The response's successful end makes a validated call ready: ``CallReady`` records the
+    end of its lifetime (the end's time plus ``ready_lifetime``), and its deadline is that
+    time; a replay makes the same decision and finds the same deadline."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.validate(KEY)
+    ended_at = T0 + timedelta(minutes=5)
+    work = actors.end_response(at=ended_at)
+    expires = ended_at + LIMITS.ready_lifetime
+    assert appended(work) == [CallReady(key=KEY, cause=actors.log.position - 1, expires_at=expires)]
+    assert ScheduleDeadline(key=KEY, at=expires) in work
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    assert actors.fold.ready(KEY)
+    assert actors.fold.deadline(slot) == expires
+    replayed = replay(actors.log.records)
+    state = replayed.state(KEY)
+    assert state is not None
+    assert state.snapshot() == slot.snapshot()
+    assert replayed.deadline(state) == expires
+
+
+def test_rules_8_an_unclaimed_ready_call_is_cancelled_when_its_lifetime_ends() -> None:
+    """A deadline before the end of the lifetime changes nothing; one at it cancels the call
+    ``ready_expired``, and a claim after that is refused as for any ended call."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.validate(KEY)
+    actors.end_response(at=T0 + timedelta(minutes=5))
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    expires = actors.fold.deadline(slot)
+    assert expires is not None
+    early = appended(actors.feed(DeadlineReached(key=KEY), at=expires - timedelta(seconds=1)))
+    assert [type(event) for event in early] == [EventRejected]
+    expired = appended(actors.feed(DeadlineReached(key=KEY), at=expires))
+    assert [(type(event), getattr(event, "reason", None)) for event in expired] == [
+        (CallCancelled, CancelReason.READY_EXPIRED)
+    ]
+    refused = appended(actors.claim())
+    assert [(type(event), getattr(event, "reason", None)) for event in refused] == [
+        (EventRejected, RejectReason.CALL_TERMINAL)
+    ]
+    assert replay(actors.log.records).state(KEY) is not None
+
+
+def test_rules_8_a_claim_after_the_lifetime_cancels_the_call_even_before_its_deadline() -> None:
+    """A claim at or after the end of the lifetime, before any deadline was judged, cancels
+    the call ``ready_expired`` and is rejected: an expired call never dispatches."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.validate(KEY)
+    actors.end_response(at=T0 + timedelta(minutes=5))
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    expires = actors.fold.deadline(slot)
+    assert expires is not None
+    work = actors.feed(ClaimRequested(key=KEY, claim_id="late", executor="w"), at=expires)
+    decisions = appended(work)
+    assert [type(event) for event in decisions] == [CallCancelled, EventRejected]
+    cancelled = decisions[0]
+    assert isinstance(cancelled, CallCancelled)
+    assert cancelled.reason is CancelReason.READY_EXPIRED
+
+
+def test_rules_8_a_confirmed_call_is_ready_no_longer_than_its_confirmation() -> None:
+    """A call that needs a confirmation is ready once confirmed, for the ready lifetime but no
+    longer than the confirmation lets it be claimed; a deadline then cancels it
+    ``confirmation_expired``."""
+    actors = Actors()
+    actors.turn()
+    actors.collect()
+    actors.end()
+    actors.validate(KEY, ValidationResult(needs_confirmation=True))
+    actors.end_response()
+    given_at = T0 + timedelta(minutes=2)
+    confirmation = attrs.evolve(confirmation_of(KEY), expires_at=given_at + timedelta(minutes=3))
+    work = actors.feed(confirmation, at=given_at)
+    [confirmed, ready] = appended(work)
+    assert isinstance(confirmed, CallConfirmed)
+    assert ready == CallReady(
+        key=KEY, cause=actors.log.position - 2, expires_at=confirmation.expires_at
+    )
+    expired = appended(actors.feed(DeadlineReached(key=KEY), at=confirmation.expires_at))
+    assert [getattr(event, "reason", None) for event in expired] == [
+        CancelReason.CONFIRMATION_EXPIRED
+    ]
+
+
+def test_rules_7_a_ready_call_has_no_lifetime() -> None:
+    """In a turn of rules 7 nothing bounds how long a ready call waits: no ``CallReady``, no
+    deadline, and a claim a day later dispatches it."""
+    actors = Actors()
+    actors.turn(rules=7)
+    actors.collect()
+    actors.end()
+    actors.validate(KEY)
+    assert appended(actors.end_response()) == []
+    slot = actors.fold.state(KEY)
+    assert slot is not None
+    assert actors.fold.deadline(slot) is None
+    late = ClaimRequested(key=KEY, claim_id="claim-1", executor="w")
+    work = actors.feed(late, at=T0 + timedelta(days=1))
+    assert [type(event) for event in appended(work)] == [CallDispatched]

@@ -23,7 +23,12 @@ from inert import (
     TextReceived,
     TurnRef,
 )
-from inert.adapters import BedrockAdapter, EventStreamDecoder, event_stream_message
+from inert.adapters import (
+    BedrockAdapter,
+    EventStreamDecoder,
+    ProtocolError,
+    event_stream_message,
+)
 from inert.testing.contracts import (
     AdapterContract,
     End,
@@ -91,7 +96,9 @@ def test_the_decoder_reads_headers_and_payload_of_each_message() -> None:
 
 @pytest.mark.parametrize("damage", ["prelude checksum", "message checksum", "impossible length"])
 def test_a_damaged_frame_ends_the_message_as_a_violation_and_stops_reading(damage: str) -> None:
-    """A frame whose checksums or lengths fail cannot be trusted, nor anything after it."""
+    """A frame whose checksums or lengths fail cannot be trusted, nor anything after it: its
+    message ends as a violation, and a later feed raises the refusal again instead of reading
+    on."""
     good = frames(MESSAGE_START, tool_start(0, "t1"))
     bad = bytearray(frames(tool_input(0, "{}")))
     if damage == "prelude checksum":
@@ -101,7 +108,10 @@ def test_a_damaged_frame_ends_the_message_as_a_violation_and_stops_reading(damag
     else:
         bad[0:4] = struct.pack(">I", 3)
     adapter = BedrockAdapter(turn_ref(), response="req-1")
-    events = adapter.feed(good + bytes(bad)) + adapter.feed(frames(message_stop()))
+    events = adapter.feed(good + bytes(bad))
+    with pytest.raises(ProtocolError, match="nothing more of it is read"):
+        adapter.feed(frames(message_stop()))
+    assert adapter.close() == []
     assert kinds(events) == ["CallOpened", "ResponseEnded"]
     ended = events[-1]
     assert isinstance(ended, ResponseEnded)

@@ -121,3 +121,41 @@ def test_any_split_of_a_captured_stream_gives_the_same_events(
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=40)))
     chunks = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     assert decode(*chunks) == decode(body)
+
+
+NOT_UTF8 = ServerSentEvent(event="", data="", refused="an event whose bytes are not UTF-8")
+
+
+def test_bytes_around_bad_ones_are_never_joined_into_an_event() -> None:
+    """What came before bytes that are not UTF-8 and what comes after them are one refused
+    event, never a line pieced together from both; the events after it are read whole."""
+    assert decode(b'data: {"a":', b"\xff1}\n\ndata: 2\n\n") == [
+        NOT_UTF8,
+        ServerSentEvent("message", "2"),
+    ]
+    assert decode(b'data: {"a":\xffzz\n\ndata: 9\n\n', b"1}\n\n") == [
+        NOT_UTF8,
+        ServerSentEvent("message", "9"),
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    bad=st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf0\x28\x8c\x28", b"\x80\x80"]),
+    place=st.integers(0, 12),
+    data=st.data(),
+)
+def test_an_event_with_bad_bytes_is_one_refusal_however_split(
+    bad: bytes, place: int, data: st.DataObject
+) -> None:
+    """Bad bytes anywhere in an event (its first byte included), the body split anywhere:
+    the event before is read, the damaged one is one refusal, the one after is read whole."""
+    damaged = b'data: {"a": 1}\n'
+    body = b"data: 1\n\n" + damaged[:place] + bad + damaged[place:] + b"\ndata: 2\n\n"
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=12)))
+    chunks = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert decode(*chunks) == [
+        ServerSentEvent("message", "1"),
+        NOT_UTF8,
+        ServerSentEvent("message", "2"),
+    ]

@@ -306,13 +306,15 @@ def test_ledger_history_lists_each_calls_transitions(
         "decision.collecting",
         "decision.terminal_candidate",
         "decision.validated",
+        "decision.ready",
         "decision.rejected",
         "decision.dispatched",
         "outcome.completed",
         "decision.rejected",
     ]
-    assert "duplicate" in first["history"][3]["detail"]
-    assert "call_terminal" in first["history"][6]["detail"]
+    assert first["history"][3]["detail"].startswith("ready until ")
+    assert "duplicate" in first["history"][4]["detail"]
+    assert "call_terminal" in first["history"][7]["detail"]
     repeated = next(entry for entry in entries if entry["item"] == "fc_2" and entry["turn"] == "t8")
     assert repeated["history"][-2]["detail"] == "duplicate_of call/acme/c8/t8/resp_8/fc_1/call_1"
 

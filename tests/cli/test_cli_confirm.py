@@ -234,10 +234,41 @@ def test_arguments_from_standard_input_that_do_not_parse_are_refused(
     (exit 1, the reason named) and the call still waits for a confirmation."""
     url = fed(tmp_path, capsys)
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"[1, 2")))
-    status, _, err = run(capsys, ["confirm", *call_options(url), "--arguments", "-"])
+    tools = ["--tools", str(tmp_path / "tools.json")]
+    status, _, err = run(capsys, ["confirm", *call_options(url), "--arguments", "-", *tools])
     assert status == 1
     assert "malformed_arguments" in err
     assert ledger(capsys, url)[COUNTRY_CALL]["dispatch"] == "await_confirmation"
     status, _, err = run(capsys, ["confirm", *call_options(url), "--arguments", str(tmp_path)])
     assert status == 1
     assert "cannot read" in err
+
+
+def test_an_edit_without_the_declarations_the_turn_offered_names_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--arguments`` without ``--tools``, or with a TOOLS.json that lacks the declaration the
+    turn offered (or declares the tool otherwise), exits 1 naming ``--tools``, the tool and its
+    digest, and records nothing: the call still waits for a confirmation."""
+    url = fed(tmp_path, capsys)
+    edit = tmp_path / "edit.json"
+    edit.write_text('{"city": "Lisbon"}')
+    argv = ["confirm", *call_options(url), "--arguments", str(edit)]
+    other = tmp_path / "other.json"
+    loose = {"strict": False}
+    other.write_text(json.dumps([{"name": "get_weather", "input_schema": LOOSE, "x-inert": loose}]))
+    changed = tmp_path / "changed.json"
+    changed.write_text(
+        json.dumps([{"name": "get_country", "input_schema": LOOSE, "x-inert": loose}])
+    )
+    for extra, said in (
+        ([], "--arguments needs --tools"),
+        (["--tools", str(other)], "--tools does not declare 'get_country'"),
+        (["--tools", str(changed)], "--tools declares 'get_country' otherwise"),
+    ):
+        status, _, err = run(capsys, [*argv, *extra])
+        assert status == 1, err
+        assert said in err
+        assert "sha256:" in err
+        assert "is not registered" not in err
+        assert ledger(capsys, url)[COUNTRY_CALL]["dispatch"] == "await_confirmation"

@@ -294,3 +294,22 @@ def test_the_caller_s_trace_context_is_stored_beside_the_turn_and_its_events(
     status, _, err = run(capsys, [*argv, "--traceparent", "not-a-traceparent"])
     assert status == 0
     assert "traceparent refused" in err
+
+
+def test_a_stream_the_adapter_refuses_part_way_feeds_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorded stream whose event after the completion's end is refused (bytes that are not
+    UTF-8, with no response open to end) is one error naming the refusal; nothing is fed, and
+    the log is not even created."""
+    stream = tmp_path / "refused.sse"
+    stream.write_bytes(CHAT.read_bytes() + b"data: \xff\n\n")
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    tools = str(tools_file(tmp_path, CHAT_TOOLS))
+    argv = ["feed", str(stream), "--provider", "openai-chat", "--log", url, "--tools", tools]
+    status, _, err = run(capsys, argv)
+    assert status == 1
+    assert "past its first events" in err
+    assert "not UTF-8" in err
+    assert "nothing was fed" in err
+    assert not (tmp_path / "feed.db").exists()

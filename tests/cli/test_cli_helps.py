@@ -247,7 +247,7 @@ def test_a_long_read_shows_how_far_it_is_on_a_terminal(
     drawn = stderr_a_terminal(monkeypatch)
     status, out, err = run(capsys, [command, "--log", url])
     assert (status, err) == (0, "")
-    assert re.search(rf"{command} ━+ 114 of 114 100%", drawn.getvalue())
+    assert re.search(rf"{command} ━+ 122 of 122 100%", drawn.getvalue())
     assert drawn.getvalue().endswith(ERASED)
     assert "\x1b" not in out
 

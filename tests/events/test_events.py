@@ -71,6 +71,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "decision.validated": (inert.events.CallValidated, 2),
     "decision.awaiting_confirmation": (inert.events.CallAwaitingConfirmation, 1),
     "decision.confirmed": (inert.events.CallConfirmed, 2),
+    "decision.ready": (inert.events.CallReady, 1),
     "decision.dispatched": (inert.events.CallDispatched, 1),
     "decision.cancelled": (inert.events.CallCancelled, 2),
     "decision.failed": (inert.events.CallFailed, 1),

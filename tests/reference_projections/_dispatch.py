@@ -6,8 +6,8 @@ executors to find work, never a permission: a claim still goes through the call'
 checks everything again in log order. Calls waiting for confirmation are kept apart, in the order
 they started waiting, so that a person can be asked about them.
 
-When a turn is retired, the queue forgets which of the turn's calls ended; its ready and waiting
-calls are live and stay.
+When a turn is retired, the queue forgets which of the turn's calls ended and what its responses'
+ends said of them; its ready and waiting calls are live and stay.
 """
 
 from __future__ import annotations
@@ -88,8 +88,16 @@ class DispatchQueue:
         if event is None:
             return
         if isinstance(event, TurnRetired):
-            self._ended = {key for key in self._ended if key.turn_ref != event.turn}
-            self._rules_7.discard(event.turn)
+            turn = event.turn
+            self._ended = {key for key in self._ended if key.turn_ref != turn}
+            self._rules_7.discard(turn)
+            # As the ledger does: what the turn's responses said of its calls is forgotten, so
+            # a call still waiting for its response's end (the runtime retires no turn with
+            # one) waits for good.
+            self._own_ends = {key for key in self._own_ends if key.turn_ref != turn}
+            self._ends_seen = {
+                key: ended for key, ended in self._ends_seen.items() if key.turn_ref != turn
+            }
             return
         if isinstance(event, TurnStarted):
             if event.rules >= 7:

@@ -31,6 +31,7 @@ from inert.events import (
     CallEnded,
     CallFailed,
     CallKey,
+    CallReady,
     CallStopRequested,
     CallTerminalCandidate,
     CallValidated,
@@ -295,6 +296,10 @@ class Ledger:
             self._discarded(event, recorded)
         elif isinstance(event, CallStopRequested):
             self._stop_requested(event, recorded)
+        elif isinstance(event, CallReady):
+            row = self._rows.get(event.key)
+            detail = f"ready until {event.expires_at.isoformat()}"
+            self._record(event.key, recorded, None if row is None else row.state, detail)
         elif isinstance(event, EditRefused):
             row = self._rows.get(event.key)
             why = f"{event.reason.value}: {event.detail}" if event.detail else event.reason.value

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import pickle
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, closing
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from test_runtime import (
     PRINCIPAL,
     TOOLS,
@@ -18,10 +23,13 @@ from test_runtime import (
 )
 
 from inert import (
+    DEFAULT_LIMITS,
     ArgumentsAppended,
     CallEnded,
     CallKey,
+    CallLimits,
     ClaimRefused,
+    Event,
     Log,
     Phase,
     RecordedEvent,
@@ -30,10 +38,16 @@ from inert import (
     open_runtime,
     trio_clock,
 )
-from inert.events import CallValidated, ClaimRequested, Redacted
+from inert.actors import CallFold
+from inert.events import (
+    CallValidated,
+    ClaimRequested,
+    ExecutionCompleted,
+    Redacted,
+)
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.projections import Projections
-from inert.runtime._retention import FRAGMENT_TYPES
+from inert.runtime._retention import ARGUMENT_TYPES, FRAGMENT_TYPES, Redaction, RetentionPlan
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
@@ -104,16 +118,6 @@ def redacted(records: list[RecordedEvent], key: CallKey) -> bool:
 
 def untouched(records: list[RecordedEvent], key: CallKey) -> bool:
     events = sensitive(records, key)
-    return bool(events) and not any(isinstance(recorded.event, Redacted) for recorded in events)
-
-
-def fragments_untouched(records: list[RecordedEvent], key: CallKey) -> bool:
-    """Whether the call's fragments are all there as they came (and there are some)."""
-    events = [
-        recorded
-        for recorded in sensitive(records, key)
-        if isinstance(recorded.kept, ArgumentsAppended)
-    ]
     return bool(events) and not any(isinstance(recorded.event, Redacted) for recorded in events)
 
 
@@ -197,9 +201,9 @@ async def test_a_live_runtime_redacts_as_calls_finish() -> None:
         assert replayed(records).digest() == runtime.digest()
 
 
-async def test_a_response_with_a_live_call_keeps_every_fragment() -> None:
-    """A finished call's fragments stay while another call of its response is still live (its
-    validated arguments, once it ended unrun, do not)."""
+async def test_a_finished_calls_fragments_go_while_a_sibling_of_its_response_is_live() -> None:
+    """A call that ended has its fragments and arguments redacted at once, while another call
+    of its response, still live, keeps every byte of its own in the same stream."""
     finished, live = key_of("a", response="shared"), key_of("b", response="shared")
     async with running(MemoryStore(), Retention()) as runtime:
         await start(runtime)
@@ -208,7 +212,7 @@ async def test_a_response_with_a_live_call_keeps_every_fragment() -> None:
         await runtime.deny(finished, principal=PRINCIPAL)
         await runtime.settle()
         records = await read_all(runtime.log)
-        assert fragments_untouched(records, finished)
+        assert redacted(records, finished)
         assert untouched(records, live)
         await runtime.feed([*call_events(live)[2:], response_end(live)])
         await runtime.settle()
@@ -290,3 +294,215 @@ async def test_a_never_opened_call_with_redacted_fragments_still_answers_request
     async with running(store, Retention()) as runtime:
         with trio.fail_after(10), pytest.raises(ClaimRefused, match="unknown_turn"):
             await runtime.claim(stray, executor="worker")
+
+
+# --- a call's own fragments, whatever its siblings do -------------------------------------------
+
+
+async def _failed_beside_a_ready_sibling(store: MemoryStore) -> tuple[CallKey, CallKey]:
+    """A log in ``store`` (nothing redacted) where one call of a response failed (its arguments
+    cut short) while its sibling is ready, then ran; the two keys."""
+    failed, sibling = key_of("bad", response="shared"), key_of("good", response="shared")
+    async with running(store, KEEP_EVERYTHING) as runtime:
+        await start(runtime)
+        await runtime.feed(_interleaved(call_events(failed, b'{"city": "Atlantis", '), sibling))
+        await runtime.feed([response_end(sibling)])
+        await runtime.settle()
+        await runtime.execute(sibling, _succeed, name="worker")
+        await runtime.settle()
+    return failed, sibling
+
+
+def _interleaved(failing: list[Event], sibling: CallKey, parts: int = 2) -> list[Event]:
+    """The sibling opens before the failing call ends, and streams its fragments after."""
+    rest = call_events(sibling, parts=parts)
+    return [failing[0], rest[0], *failing[1:], *rest[1:]]
+
+
+async def test_the_plan_makes_an_ended_calls_own_fragments_due_and_the_response_once_settled() -> (
+    None
+):
+    """Folded event by event, the retention plan makes the failed call's fragment events due
+    alone (limited to its key, up to its last one) as it fails at its end event, nothing of its
+    sibling while that is live, the whole response's once the sibling's claim dispatches it,
+    and the sibling's arguments once its outcome is in; each is given once."""
+    store = MemoryStore()
+    failed, sibling = await _failed_beside_a_ready_sibling(store)
+    records = await read_all(MemoryLog(store))
+    stream = failed.response_ref.stream
+    last_of_failed = max(
+        recorded.version
+        for recorded in records
+        if recorded.event_type in FRAGMENT_TYPES and getattr(recorded.event, "key", None) == failed
+    )
+    fold, plan = CallFold(DEFAULT_LIMITS), RetentionPlan(Retention())
+    due: list[tuple[str, Redaction]] = []
+    for recorded in records:
+        fold.apply(recorded)
+        plan.heard(recorded, fold)
+        due += [(recorded.event_type, redaction) for redaction in plan.take()]
+    assert due == [
+        (CallEnded.TAG, (stream, last_of_failed, FRAGMENT_TYPES, (failed,))),
+        (ClaimRequested.TAG, (stream, len(sensitive_rows(records, stream)), FRAGMENT_TYPES, None)),
+        (ExecutionCompleted.TAG, (sibling.stream, 3, ARGUMENT_TYPES, None)),
+    ]
+
+
+def sensitive_rows(records: list[RecordedEvent], stream: str) -> list[RecordedEvent]:
+    """Every event of a stream, up to its last fragment event (a prefix redaction's reach)."""
+    last = max(r.version for r in records if r.stream == stream and r.event_type in FRAGMENT_TYPES)
+    return [r for r in records if r.stream == stream and r.version <= last]
+
+
+def test_calls_of_one_response_are_redacted_in_one_pass_still_due_in_a_snapshot() -> None:
+    """The calls of one response that ended since the last ``take`` are one redaction of its
+    stream, up to the last of their fragment events; taken and not reported made, it is due
+    again in the plan as a snapshot holds it; once made, it is not."""
+    plan = RetentionPlan(Retention())
+    first, second = key_of("a"), key_of("b")
+    plan._due_calls[first.response_ref.stream] = {first: 7, second: 4}
+    [taken] = plan.take()
+    assert taken == (first.response_ref.stream, 7, FRAGMENT_TYPES, (first, second))
+    assert not plan.pending
+    restored = pickle.loads(pickle.dumps(plan))
+    assert restored.take() == [taken]
+    plan.made(*taken[:2], taken[3])
+    assert pickle.loads(pickle.dumps(plan)).take() == []
+
+
+async def test_on_sqlite_a_failed_calls_bytes_leave_the_rows_while_its_sibling_is_ready(
+    tmp_path: Path,
+) -> None:
+    """On SQLite, a call that fails has its fragments redacted in the log's rows at once: no
+    row of its response's stream holds a byte of its arguments, while its sibling, ready and
+    unclaimed, keeps every row of its own whole and runs with them."""
+    database = tmp_path / "retention.db"
+    url = f"sqlite:///{database}"
+    failed, sibling = key_of("bad", response="shared"), key_of("good", response="shared")
+    secret = b'{"city": "Atlantis", '
+    async with open_runtime(log=url, tools=TOOLS) as runtime:
+        await start(runtime)
+        await runtime.feed(_interleaved(call_events(failed, secret, parts=1), sibling, 1))
+        await runtime.feed([response_end(sibling)])
+        await runtime.settle()
+        assert runtime.phase(failed) is Phase.FAILED
+        assert runtime.projections.queue.ready() == [sibling]
+        rows = _rows_of(database, failed.response_ref.stream)
+        assert rows, "the response's stream has rows"
+        assert not any(payload is not None and b"Atlantis" in payload for _, payload, _ in rows)
+        fragments = [row for row in rows if row[0] == ArgumentsAppended.TAG]
+        assert sum(digest is not None for _, _, digest in fragments) == 1
+        assert [b"Paris" in (payload or b"") for _, payload, _ in fragments] == [False, True]
+        dispatch = await runtime.claim(sibling, executor="worker")
+        assert dict(dispatch.arguments) == {"city": "Paris"}
+
+
+def _rows_of(database: Path, stream: str) -> list[tuple[str, bytes | None, bytes | None]]:
+    """The event type, payload and redaction digest of each row of a stream, as stored."""
+    with closing(sqlite3.connect(database)) as connection:
+        return list(
+            connection.execute(
+                "SELECT e.event_type, e.payload, e.payload_digest FROM events AS e"
+                " JOIN streams AS s ON s.stream_id = e.stream_id WHERE s.name = ?"
+                " ORDER BY e.version",
+                (stream,),
+            )
+        )
+
+
+# --- ready calls nobody claims ------------------------------------------------------------------
+
+READY_FOR = CallLimits(ready_lifetime=timedelta(minutes=5))
+
+
+async def test_an_unclaimed_ready_call_expires_and_its_bytes_leave_the_log(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ready call nobody claims is cancelled ``ready_expired`` when its lifetime ends (not
+    before), its fragments and arguments are redacted, a claim then is refused, and a replay
+    of the redacted log reaches the same state."""
+    store = MemoryStore()
+    log = MemoryLog(store, clock=trio_clock())
+    key = key_of("late", response="r-late")
+    async with open_runtime(log=log, tools=TOOLS, limits=READY_FOR) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+        assert runtime.projections.queue.ready() == [key]
+        await trio.sleep(4 * 60)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.VALIDATED
+        assert untouched(await read_all(runtime.log), key)
+        await trio.sleep(60 + 1)
+        await runtime.settle()
+        assert runtime.phase(key) is Phase.CANCELLED
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.terminal_reason == "ready_expired"
+        assert runtime.projections.queue.ready() == []
+        assert any(
+            step.detail.startswith("ready until")
+            for step in runtime.projections.ledger.history(key)
+        )
+        records = await read_all(runtime.log)
+        assert redacted(records, key)
+        assert replayed(records).digest() == runtime.digest()
+        with pytest.raises(ClaimRefused, match="call_terminal"):
+            await runtime.claim(key, executor="worker")
+    await log.aclose()
+
+
+async def test_a_ready_call_that_expired_while_no_runtime_ran_is_cancelled_at_the_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ready call whose lifetime ended while its runtime was stopped is cancelled
+    ``ready_expired`` by the next runtime as it starts, and its bytes leave the log."""
+    store = MemoryStore()
+    clock = trio_clock()
+    key = key_of("left", response="r-left")
+    async with running_with(store, clock) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+    await trio.sleep(6 * 60)
+    async with running_with(store, clock) as runtime:
+        await runtime.settle()
+        await trio.sleep(1)
+        await runtime.settle()
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert (row.state, row.terminal_reason) == ("cancelled", "ready_expired")
+        assert redacted(await read_all(runtime.log), key)
+
+
+async def test_a_runtime_given_another_ready_lifetime_keeps_the_one_a_call_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Restarted with a longer ``ready_lifetime``, a runtime replays the log, and a call ready
+    before keeps the lifetime its ``CallReady`` recorded; a call made ready afterwards gets the
+    new one."""
+    store = MemoryStore()
+    clock = trio_clock()
+    before, after = key_of("before", response="r-before"), key_of("after", response="r-after")
+    async with running_with(store, clock) as runtime:
+        await start(runtime)
+        await ready_call(runtime, before)
+    longer = CallLimits(ready_lifetime=timedelta(hours=1))
+    async with running_with(store, clock, longer) as runtime:
+        await ready_call(runtime, after)
+        await trio.sleep(6 * 60)
+        await runtime.settle()
+        assert runtime.phase(before) is Phase.CANCELLED
+        assert runtime.phase(after) is Phase.VALIDATED
+
+
+@asynccontextmanager
+async def running_with(
+    store: MemoryStore, clock: Callable[[], datetime], limits: CallLimits = READY_FOR
+) -> AsyncIterator[Runtime]:
+    """A runtime with the default retention and these limits, on a memory log in ``store``
+    reading ``clock`` (one clock for every runtime of a test: the log's times go on)."""
+    log = MemoryLog(store, clock=clock)
+    try:
+        async with open_runtime(log=log, tools=TOOLS, limits=limits) as runtime:
+            yield runtime
+    finally:
+        await log.aclose()

@@ -21,6 +21,7 @@ from inert import (
     Event,
     LedgerRow,
     Phase,
+    ProtocolError,
     Runtime,
     ToolDeclaration,
     TurnRef,
@@ -321,6 +322,42 @@ async def test_an_adapter_given_is_used_and_ended_as_its_protocol_says() -> None
         turn = await open_turn(runtime)
         chunks = replayed(chat_chunks())
         await feed_stream(runtime, chunks, adapter=OpenAIChatAdapter(turn)).run()
+        assert await run_ready(runtime) == ["get_country", "get_product_name"]
+
+
+class RawBody:
+    """An adapter of a stream that yields the raw body in chunks, each fed as wire bytes."""
+
+    def __init__(self, adapter: OpenAIChatAdapter) -> None:
+        self.adapter = adapter
+
+    def feed(self, chunk: bytes | str) -> list[Event]:
+        return self.adapter.feed(chunk)
+
+    def feed_event(self, event: object) -> list[Event]:
+        assert isinstance(event, bytes)
+        return self.adapter.feed(event)
+
+    def close(self) -> list[Event]:
+        return self.adapter.close()
+
+
+async def test_a_refused_stream_feeds_what_came_before_and_raises() -> None:
+    """An adapter that refuses the stream (an event past its limit after the completion
+    ended) raises ``ProtocolError`` out of the feed at once, after feeding the events it read
+    before in the same chunk: the completed calls run, none is lost."""
+    oversized = b"data: " + b"x" * 70_000 + b"\n\n"
+
+    async def body() -> AsyncIterator[bytes]:
+        yield CHAT + oversized
+        yield CHAT
+
+    async with open_runtime(log="memory://", tools=declarations()) as runtime:
+        turn = await open_turn(runtime)
+        adapter = RawBody(OpenAIChatAdapter(turn, max_event_size=65_536))
+        with pytest.raises(ProtocolError, match=r"after response 'chatcmpl-.*' ended.* 65536"):
+            await feed_stream(runtime, body(), adapter=adapter).run()
+        assert not any(lost(row) for row in await rows(runtime))
         assert await run_ready(runtime) == ["get_country", "get_product_name"]
 
 

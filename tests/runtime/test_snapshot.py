@@ -167,11 +167,12 @@ def _effective(plan: RetentionPlan, log: Sequence[RecordedEvent]) -> set[tuple[s
     due = plan.take()
     return {
         (r.stream, r.version, r.event_type)
-        for stream, version, types in due
+        for stream, version, types, keys in due
         for r in log
         if r.stream == stream
         and r.version <= version
         and r.event_type in types
+        and (keys is None or getattr(r.event, "key", None) in keys)
         and not isinstance(r.event, Redacted)
     }
 

@@ -24,6 +24,7 @@ from test_runtime import (
 )
 
 from inert import (
+    CallKey,
     CallLimits,
     CollectorSettings,
     ConfigurationError,
@@ -289,7 +290,11 @@ class _StopsWhileRedacting(MemoryLog):
     snapshot_written = trio.Event()
 
     async def _redact(
-        self, stream: str, up_to_version: int, event_types: frozenset[str] | None
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
     ) -> int:
         await trio.sleep_forever()
         raise AssertionError("unreachable")

@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from datetime import timedelta
 
+import attrs
 import pytest
 from conftest import RUN_COUNTS
 
@@ -29,6 +30,7 @@ from inert.events import (
     CallCollecting,
     CallConfirmed,
     CallDispatched,
+    CallReady,
     CallValidated,
     ClaimRequested,
     ConfirmationGiven,
@@ -68,6 +70,7 @@ EXPECTED = {
     "dispatch_before_response_end": {"I1"},
     "accept_stale_confirmation": {"I6"},
     "claim_after_confirmation_expired": {"I6"},
+    "ready_calls_never_expire": {"I13"},
     "dispatch_repeated_intent": {"I12"},
     "redispatch_unknown_outcome": {"I2", "I7"},
     "never_stop_a_running_call": {"I11"},
@@ -224,11 +227,16 @@ def _call_events(key: CallKey, tool: str, data: bytes) -> list[Event]:
     ]
 
 
+LIMITS = attrs.evolve(SIMULATION_LIMITS, ready_lifetime=timedelta(hours=1))
+"""The simulation's limits with a ready lifetime that a test running in real time never
+outlives."""
+
+
 async def _validated_log(tool: str = "get_weather", data: bytes = b'{"city": "Oslo"}') -> MemoryLog:
     """A memory log holding one call validated by a real runtime, still open for forgeries."""
     log = MemoryLog()
     async with open_runtime(
-        log=log, tools=[tool.declaration for tool in DEMO_TOOLS], limits=SIMULATION_LIMITS
+        log=log, tools=[tool.declaration for tool in DEMO_TOOLS], limits=LIMITS
     ) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c", turn="t1", principal="user:a")
         await runtime.feed(_call_events(KEY, tool, data))
@@ -241,16 +249,15 @@ async def _forge(log: MemoryLog, *events: tuple[str, Event]) -> list[int]:
 
 
 async def _found(log: MemoryLog) -> set[str]:
-    checker = check_log(
-        await log.read(1), [tool.declaration for tool in DEMO_TOOLS], SIMULATION_LIMITS
-    )
+    checker = check_log(await log.read(1), [tool.declaration for tool in DEMO_TOOLS], LIMITS)
     return {violation.invariant for violation in checker.violations}
 
 
 async def test_the_checker_passes_a_log_the_runtime_wrote() -> None:
     """A call validated and dispatched by the runtime itself breaks no invariant."""
     log = await _validated_log()
-    async with open_runtime(log=log, tools=[tool.declaration for tool in DEMO_TOOLS]) as runtime:
+    tools = [tool.declaration for tool in DEMO_TOOLS]
+    async with open_runtime(log=log, tools=tools, limits=LIMITS) as runtime:
         await runtime.complete(await runtime.claim(KEY, executor="e"))
         await runtime.settle()
     assert await _found(MemoryLog(log.store)) == set()
@@ -360,6 +367,29 @@ async def test_the_checker_finds_a_stale_confirmation_accepted() -> None:
         ),
     )
     assert "I6" in await _found(log)
+
+
+async def test_the_checker_finds_a_dispatch_after_the_ready_lifetime_ended() -> None:
+    """A ready call dispatched for a claim made once its ready lifetime had ended, or a
+    ``ready`` decision that lets it be claimed past that end, breaks I13."""
+    log = await _validated_log()
+    records = await log.read(1)
+    [ready] = [r.event for r in records if isinstance(r.event, CallReady)]
+    assert ready.expires_at <= records[-1].recorded_at + LIMITS.ready_lifetime
+    assert "I13" not in await _found(log)
+    late = MemoryLog(log.store, clock=lambda: ready.expires_at + timedelta(seconds=1))
+    [claim] = await _forge(
+        late, (KEY.request_stream, ClaimRequested(key=KEY, claim_id="c", executor="e"))
+    )
+    await _forge(
+        late, (KEY.stream, CallDispatched(key=KEY, cause=claim, claim_id="c", executor="e"))
+    )
+    assert "I13" in await _found(late)
+    forged = await _validated_log()
+    [end] = [r for r in await forged.read(1) if isinstance(r.event, ResponseEnded)]
+    later = attrs.evolve(ready, expires_at=end.recorded_at + LIMITS.ready_lifetime * 2)
+    await _forge(forged, (KEY.stream, later))
+    assert "I13" in await _found(forged)
 
 
 async def test_the_checker_finds_a_request_never_answered() -> None:

@@ -18,6 +18,8 @@ from inert import (
     TraceContext,
     open_runtime,
 )
+from inert.log import MemoryLog, MemoryStore
+from inert.testing.contracts import TickingClock
 from inert.tracing import IncomingTrace, read_trace_headers
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -133,10 +135,11 @@ EVENTS = [
 
 
 async def decisions_under(headers: list[tuple[object, object]]) -> tuple[str, object]:
-    """Feed the same events, each under its own headers; the digest and the call's phase."""
-    async with open_runtime(
-        log="memory://", tools=[ToolDeclaration(name="get_weather")]
-    ) as runtime:
+    """Feed the same events, each under its own headers; the digest and the call's phase.
+    The log's clock starts at the same instant in every run: the digest names the time until
+    which the call is ready."""
+    log = MemoryLog(MemoryStore(), clock=TickingClock())
+    async with open_runtime(log=log, tools=[ToolDeclaration(name="get_weather")]) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
         for event, (traceparent, tracestate) in zip(EVENTS, headers, strict=True):
             trace = read_trace_headers(traceparent, tracestate).context

@@ -27,6 +27,7 @@ import trio
 
 from ...events import (
     ArgumentsAppended,
+    CallEnded,
     CallKey,
     CallOpened,
     ConfirmationGiven,
@@ -35,6 +36,9 @@ from ...events import (
     LogError,
     RecordedEvent,
     Redacted,
+    ResponseEnded,
+    ResponseEndReason,
+    TerminalRef,
     TraceContext,
 )
 from ...log import NO_STREAM, Log, NewEvent, SnapshotPayload, StoredSnapshot
@@ -98,6 +102,28 @@ def _snapshot(name: str, *parts: _Part, state: bytes = b"state") -> StoredSnapsh
             for part in parts
         ),
     )
+
+
+def _siblings() -> list[NewEvent]:
+    """Two calls of one response interleaved in its stream ``r`` (versions: a opens, a's
+    fragment, b opens, b's fragment, a's second fragment, the response ends, a's end event)."""
+    a, b = _key("a"), _key("b")
+    response = a.response_ref
+    events = [
+        CallOpened(key=a, tool="lookup", sequence=0),
+        _fragment(b'{"a": ', "a", 1),
+        CallOpened(key=b, tool="lookup", sequence=0),
+        _fragment(b'{"b": 2}', "b", 1),
+        _fragment(b"1}", "a", 2),
+        ResponseEnded(
+            response=response, reason=ResponseEndReason.COMPLETED, terminal=TerminalRef(digest="e")
+        ),
+        CallEnded(key=a, terminal=TerminalRef(sequence=3), final_arguments=b'{"a": 1}'),
+    ]
+    return [
+        NewEvent(stream="r", event_id=f"sibling-{index}", event=event)
+        for index, event in enumerate(events)
+    ]
 
 
 def _payload_streams(stored: StoredSnapshot | None) -> list[tuple[str, str]]:
@@ -590,6 +616,58 @@ class LogContract:
         assert stored is not None
         assert stored.state == b"after"
         assert stored.intact()
+
+    async def test_redact_limited_to_a_call_leaves_the_other_calls_of_its_stream(
+        self, log: Log
+    ) -> None:
+        """Redaction limited to some calls' events (``keys``) redacts those of the event types
+        up to the version, and no other call's events of the stream nor any event of no call."""
+        await log.append(_siblings())
+        fragments = {ArgumentsAppended.TAG, CallEnded.TAG}
+        assert await log.redact("r", 6, event_types=fragments, keys=[_key("a")]) == 2
+        assert await log.redact("r", 6, event_types=fragments, keys=[_key("a")]) == 0
+        events = [recorded.event for recorded in await log.read_stream("r")]
+        assert [isinstance(event, Redacted) for event in events] == [
+            False,
+            True,
+            False,
+            False,
+            True,
+            False,
+            False,
+        ]
+        assert await log.redact("r", 7, keys=[_key("b"), _key("c")]) == 2
+        assert isinstance((await log.read_stream("r"))[5].event, ResponseEnded)
+        assert await log.redact("r", 7, keys=[_key("a"), _key("b")]) == 2
+
+    async def test_redacting_a_calls_events_deletes_only_that_calls_snapshot_payloads(
+        self, log: Log
+    ) -> None:
+        """A payload holds bytes of the call of the event at its first version: redacting that
+        call's events deletes it (from a version the redaction reaches), under every name, and
+        leaves the payloads of the stream's other calls, and those of a version past it."""
+        await log.append(_siblings())
+        pairs: list[_Part] = [("a", "r", 1), ("b", "r", 3), ("c", "q"), ("late", "r", 7)]
+        await log.write_snapshot(_snapshot("p1", *pairs))
+        await log.write_snapshot(_snapshot("p2", ("a", "r", 1)))
+        await log.redact("r", 5, event_types={ArgumentsAppended.TAG}, keys=[_key("a")])
+        assert _payload_streams(await log.read_snapshot("p1")) == [
+            ("b", "r"),
+            ("c", "q"),
+            ("late", "r"),
+        ]
+        assert _payload_streams(await log.read_snapshot("p2")) == []
+
+    async def test_a_snapshot_written_after_a_calls_redaction_keeps_the_other_calls_payloads(
+        self, log: Log
+    ) -> None:
+        """After one call's events of a stream were redacted, a snapshot written stores no
+        payload of that call from before, and every payload of the stream's other calls."""
+        await log.append(_siblings())
+        await log.redact("r", 5, event_types={ArgumentsAppended.TAG}, keys=[_key("a")])
+        pairs: list[_Part] = [("a", "r", 1), ("b", "r", 3), ("c", "q")]
+        await log.write_snapshot(_snapshot("", *pairs))
+        assert _payload_streams(await log.read_snapshot("")) == [("b", "r"), ("c", "q")]
 
     async def test_a_snapshot_survives_reopening_the_log(self, open_log: OpenLog) -> None:
         """A log closed and opened again holds its snapshots and what redaction left of them."""
