@@ -158,6 +158,7 @@ from ._call import (
     evolve,
 )
 from ._handlers import (
+    NO_ARGUMENT_TEXT,
     Handler,
     Judge,
     before_open,
@@ -318,7 +319,9 @@ def decide(
     else:
         assert state.validating is not None
         cause = state.validating.cause
-    return handler(Judge(state, received, cause), context)
+    turn = context.turn
+    bounded = turn is not None and turn.rules >= NO_ARGUMENT_TEXT
+    return handler(Judge(state, received, cause, bounded=bounded), context)
 
 
 def step(

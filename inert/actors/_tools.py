@@ -29,6 +29,7 @@ from attrs import field, frozen, validators
 from ..events import CallKey, ConfigurationError, FailReason, IntentScope, OfferedTool
 from ._arguments import ParsedArguments, canonical_json
 from ._call import ValidationRequested, ValidationResult, Validator
+from ._places import MAX_DETAIL_LENGTH, MAX_IDENTIFIER_LENGTH, SchemaPlaces, bounded, is_identifier
 
 
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -36,14 +37,33 @@ def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 class FieldProblem(ValueError):
-    """One problem a business validator found: where (a JSON pointer) and what kind, no value.
+    """One problem a business validator found: where (a JSON pointer into the arguments, RFC
+    6901: ``""`` or ``"/items/0/sku"``) and what kind (an identifier: an ASCII letter or ``_``,
+    then letters, digits and ``_ . : -``, at most 64 characters), no value.
 
-    A validator raises one, or an ``ExceptionGroup`` of them, one per problem; only the paths
-    and kinds are recorded.
+    A validator raises one, or an ``ExceptionGroup`` of them, one per problem. The path is
+    recorded as every path into the arguments is (``inert.actors._places``: the schema's
+    declared names, indexes, the positions of other names), the kind as it is. A kind that is
+    not an identifier, or a path that is not a pointer, is refused where the problem is made
+    (``ConfigurationError``): raised in a validator, it fails the call ``validator_error``.
     """
 
     def __init__(self, path: str, kind: str) -> None:
-        super().__init__(f"{path} {kind}")
+        if not isinstance(path, str) or (path and not path.startswith("/")):
+            raise ConfigurationError(
+                "a FieldProblem's path is a JSON pointer into the arguments ('' or '/a/0'),"
+                f" not a {type(path).__name__} that starts otherwise"
+            )
+        if not isinstance(kind, str) or not is_identifier(kind):
+            length = len(kind) if isinstance(kind, str) else 0
+            raise ConfigurationError(
+                "a FieldProblem's kind is an identifier (an ASCII letter or _, then letters,"
+                f" digits and _ . : -, at most {MAX_IDENTIFIER_LENGTH} characters), not a"
+                f" {type(kind).__name__} of {length} characters that is not one: it is recorded"
+                " in the log, which keeps no values"
+            )
+        # The message is the kind alone: a path may hold names the model wrote.
+        super().__init__(kind)
         self.path = path
         self.kind = kind
 
@@ -156,6 +176,7 @@ class ToolRegistry:
     ) -> None:
         self._by_digest: dict[str, ToolDeclaration] = {}
         self._schemas: dict[str, jsonschema_rs.Validator | None] = {}
+        self._places: dict[str, SchemaPlaces] = {}
         self._latest: dict[str, ToolDeclaration] = {}
         self._check = check
         for declaration in declarations:
@@ -169,6 +190,7 @@ class ToolRegistry:
         offered = declaration.offered()
         if offered.digest not in self._by_digest:
             self._schemas[offered.digest] = compile_schema(declaration)
+            self._places[offered.digest] = SchemaPlaces(_thawed(declaration.parameters))
         self._by_digest[offered.digest] = declaration
         self._latest[declaration.name] = declaration
         return offered
@@ -213,7 +235,8 @@ class ToolRegistry:
                 detail=f"{size} canonical bytes, tool {declaration.name!r} allows"
                 f" {declaration.max_bytes}",
             )
-        problems = schema_problems(self._schemas[request.tool.digest], request.arguments)
+        digest = request.tool.digest
+        problems = schema_problems(self._schemas[digest], request.arguments, self._places[digest])
         if problems:
             return ValidationResult(failure=FailReason.SCHEMA_INVALID, detail=problems)
         if declaration.validator is None and declaration.policy is None and self._check is None:
@@ -225,19 +248,24 @@ class ToolRegistry:
     ) -> ValidationResult:
         """The business validator, the permission policy and the check, of a call whose
         arguments fit its declaration."""
-        refused = await _business_and_permission(declaration, request)
+        places = self._places[request.tool.digest]
+        refused = await _business_and_permission(declaration, request, places)
         if refused is not None:
             return refused
         if self._check is None:
             return ValidationResult(needs_confirmation=declaration.needs_confirmation)
         result = await self._check(request)
         if result.accepted and declaration.needs_confirmation:
-            return ValidationResult(needs_confirmation=True, detail=result.detail)
-        return result
+            return ValidationResult(needs_confirmation=True, detail=bounded(result.detail))
+        return ValidationResult(
+            failure=result.failure,
+            detail=bounded(result.detail),
+            needs_confirmation=result.needs_confirmation,
+        )
 
 
 async def _business_and_permission(
-    declaration: ToolDeclaration, request: ValidationRequested
+    declaration: ToolDeclaration, request: ValidationRequested, places: SchemaPlaces
 ) -> ValidationResult | None:
     """The declaration's business validator, then its permission policy, each once; None when
     both let the call through."""
@@ -254,12 +282,12 @@ async def _business_and_permission(
         try:
             await declaration.validator(call)
         except FieldProblem as problem:
-            return _business_invalid([problem])
+            return _business_invalid([problem], places, call.arguments)
         except ExceptionGroup as group:
             leaves = _problems(group)
             if leaves is None:
                 return _validator_error(group)
-            return _business_invalid(leaves)
+            return _business_invalid(leaves, places, call.arguments)
         except Exception as error:
             return _validator_error(error)
     if declaration.policy is not None:
@@ -290,16 +318,34 @@ def _problems(group: BaseExceptionGroup[Exception]) -> list[FieldProblem] | None
     return found
 
 
-def _business_invalid(problems: list[FieldProblem]) -> ValidationResult:
-    detail = _listed([f"{problem.path} {problem.kind}" for problem in problems])
+def _business_invalid(
+    problems: list[FieldProblem], places: SchemaPlaces, arguments: Mapping[str, Any]
+) -> ValidationResult:
+    shown = (
+        f"{places.pointer_path(arguments, problem.path)} {problem.kind}"
+        for problem in problems[:MAX_REPORTED_PROBLEMS]
+    )
+    detail = _listed(shown, len(problems))
     return ValidationResult(failure=FailReason.BUSINESS_INVALID, detail=detail)
 
 
-def _listed(problems: list[str]) -> str:
-    """The first problems, and how many more there were."""
-    shown = "; ".join(problems[:MAX_REPORTED_PROBLEMS])
-    more = len(problems) - MAX_REPORTED_PROBLEMS
-    return f"{shown}; and {more} more" if more > 0 else shown
+def _listed(shown: Iterable[str], count: int) -> str:
+    """The first problems (at most ``MAX_REPORTED_PROBLEMS``, in ``MAX_DETAIL_LENGTH``
+    characters), and how many more there were."""
+    listed: list[str] = []
+    length = 0
+    for problem in shown:
+        if len(listed) == MAX_REPORTED_PROBLEMS:
+            break
+        more = count - len(listed) - 1
+        room = length + len(problem) + (2 if listed else 0)
+        if room + (len(f"; and {more} more") if more else 0) > MAX_DETAIL_LENGTH and listed:
+            break
+        listed.append(problem)
+        length = room
+    more = count - len(listed)
+    text = "; ".join(listed)
+    return bounded(f"{text}; and {more} more" if more > 0 else text)
 
 
 def _validator_error(error: BaseException) -> ValidationResult:
@@ -386,15 +432,46 @@ def _loose_objects(schema: object, pointer: str) -> list[str]:
     return found
 
 
-def schema_problems(schema: jsonschema_rs.Validator | None, arguments: ParsedArguments) -> str:
-    """Where and how the arguments break the schema, as ``path kind`` pairs: never a value."""
+def schema_problems(
+    schema: jsonschema_rs.Validator | None, arguments: ParsedArguments, places: SchemaPlaces
+) -> str:
+    """Where and how the arguments break the schema, as ``path kind`` pairs: never a value,
+    never a name of the arguments the schema does not declare (``places``). A required
+    property that is absent is named (the schema's name); a property nobody declared, by its
+    position."""
     if schema is None:
         return ""
-    found = []
-    for error in schema.iter_errors(json.loads(arguments.canonical)):
-        path = "/" + "/".join(str(step) for step in error.instance_path)
-        found.append(f"{path} {_snake(type(error.kind).__name__)}")
-    return _listed(found)
+    value = arguments.value
+    problems = _schema_errors(schema.iter_errors(json.loads(arguments.canonical)))
+    count = 0
+    shown: list[str] = []
+    for steps, kind, missing in problems:
+        count += 1
+        if len(shown) < MAX_REPORTED_PROBLEMS:
+            shown.append(f"{places.path(value, steps, missing=missing)} {kind}")
+    return _listed(shown, count)
+
+
+def _schema_errors(
+    errors: Iterable[jsonschema_rs.ValidationError],
+) -> Iterable[tuple[list[str | int], str, str]]:
+    """Each problem as the steps of its place, its kind and, for a required property, its name:
+    a property not allowed is a problem of its own, at that property."""
+    for error in errors:
+        kind = error.kind
+        name = _snake(type(kind).__name__)
+        steps = list(error.instance_path)
+        if isinstance(
+            kind,
+            jsonschema_rs.ValidationErrorKind.AdditionalProperties
+            | jsonschema_rs.ValidationErrorKind.UnevaluatedProperties,
+        ):
+            for unexpected in kind.unexpected:
+                yield [*steps, unexpected], name, ""
+        elif isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+            yield steps, name, str(kind.property)
+        else:
+            yield steps, name, ""
 
 
 def _snake(name: str) -> str:
