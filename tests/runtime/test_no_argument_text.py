@@ -25,10 +25,13 @@ from inert import (
     CallLimits,
     CallOpened,
     CallUnderValidation,
+    ConfigurationError,
     ConfirmationRefused,
+    Dispatch,
     FieldProblem,
     ResponseEnded,
     ResponseEndReason,
+    Runtime,
     TerminalRef,
     ToolDeclaration,
     declarations_from_json,
@@ -37,7 +40,7 @@ from inert import (
 from inert.actors._places import MAX_DETAIL_LENGTH
 from inert.cli import main
 from inert.console._view import key_token
-from inert.events import CallFailed, EditRefused, EventRejected
+from inert.events import CallFailed, EditRefused, EventRejected, ExecutionFailed
 
 RECORD_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -329,3 +332,48 @@ def test_no_canary_of_the_arguments_reaches_any_surface(
     assert seen.leaks() == {}
     assert max(map(len, seen.details)) <= MAX_DETAIL_LENGTH
     assert any("<key #" in detail for detail in seen.details)
+
+
+async def _dispatched(runtime: Runtime, call: str) -> Dispatch:
+    key = _call(int(call))
+    await runtime.feed(_events(key, "anything", b'{"CANARY-KEY-60": "CANARY-VAL-60"}'))
+    await runtime.settle()
+    return await runtime.claim(key, executor="worker")
+
+
+async def _errors(runtime: Runtime) -> list[str]:
+    return [
+        recorded.event.error
+        for recorded in await runtime.log.read(0)
+        if isinstance(recorded.event, ExecutionFailed)
+    ]
+
+
+async def test_fail_records_an_identifier_and_refuses_a_message() -> None:
+    """The error an executor reports is an identifier, recorded as it is; a message (which may
+    quote the arguments) is refused before anything is recorded, and the executor may report
+    again; an exception whose type's name is no identifier of the log's (70 characters) is
+    recorded as ``Exception``."""
+    long_named = type("Failure" * 10, (Exception,), {})
+
+    async def breaks(dispatch: Dispatch) -> None:
+        raise long_named(dict(dispatch.arguments))
+
+    tenant, conversation, turn = TURN
+    async with open_runtime(log="memory://", tools=_declarations()) as runtime:
+        await runtime.start_turn(
+            tenant=tenant, conversation=conversation, turn=turn, principal=PRINCIPAL
+        )
+        dispatch = await _dispatched(runtime, "1")
+        for message in [f"cannot take {dict(dispatch.arguments)}", "a" * 65, "naïve"]:
+            with pytest.raises(ConfigurationError, match="identifier") as refused:
+                await runtime.fail(dispatch, message)
+            assert CANARY not in str(refused.value)
+        assert await _errors(runtime) == []
+        await runtime.fail(dispatch, "lookup.unavailable")
+        await runtime.feed(_events(_call(2), "anything", b"{}"))
+        await runtime.settle()
+        with pytest.raises(long_named):
+            await runtime.execute(_call(2), breaks, name="worker")
+        await runtime.settle()
+        assert await _errors(runtime) == ["lookup.unavailable", "Exception"]
