@@ -96,7 +96,8 @@ class ParsedArguments:
 
 @frozen(kw_only=True)
 class RejectedArguments:
-    """Arguments that broke a rule: which one, and where (a path, never a value)."""
+    """Arguments that broke a rule: which one, and where (a path of array indexes and the
+    positions of names, never a value nor a name)."""
 
     problem: ArgumentProblem
     path: str = "$"

@@ -37,6 +37,7 @@ from inert import (
     declarations_from_json,
     open_runtime,
 )
+from inert.actors import ArgumentProblem
 from inert.actors._places import MAX_DETAIL_LENGTH
 from inert.cli import main
 from inert.console._view import key_token
@@ -310,6 +311,11 @@ def _rows(path: Path, seen: Seen) -> None:
                 for value in row:
                     text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
                     seen.add(f"rows of {table}", text)
+
+
+def test_the_canaries_go_through_every_refusal_of_the_parse() -> None:
+    """Every problem the strict parse can find has a case with canaries in its names."""
+    assert {case.code for case in CANARY_CASES} == {problem.value for problem in ArgumentProblem}
 
 
 @pytest.mark.slow(seconds=20)
