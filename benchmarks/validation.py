@@ -28,7 +28,7 @@ import jsonschema
 from inert import ArgumentLimits, ToolDeclaration
 from inert.actors import ParsedArguments, parse_arguments
 from inert.actors._places import SchemaPlaces
-from inert.actors._tools import compile_schema, schema_problems
+from inert.actors._schemas import compile_schema, schema_problems
 
 SMALL_SCHEMA: dict[str, Any] = {
     "type": "object",

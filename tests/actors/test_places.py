@@ -37,7 +37,7 @@ from inert.actors._places import (
     is_identifier,
     unoffered_tool,
 )
-from inert.actors._tools import compile_schema, schema_problems
+from inert.actors._schemas import compile_schema, schema_problems
 from inert.events import FailReason
 
 KEY = CallKey(tenant="acme", conversation="c1", turn="t1", response="r1", item="i1", call="call_1")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from inert import ToolDeclaration
-from inert.actors._tools import compile_schema
+from inert.actors._schemas import compile_schema
 from inert.cli import main
 from inert.testing import SimulatedTool, ToolSuite
 
