@@ -318,7 +318,7 @@ def test_the_canaries_go_through_every_refusal_of_the_parse() -> None:
     assert {case.code for case in CANARY_CASES} == {problem.value for problem in ArgumentProblem}
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=5)
 def test_no_canary_of_the_arguments_reaches_any_surface(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
