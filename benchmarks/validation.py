@@ -27,7 +27,8 @@ import jsonschema
 
 from inert import ArgumentLimits, ToolDeclaration
 from inert.actors import ParsedArguments, parse_arguments
-from inert.actors._tools import compile_schema, schema_problems
+from inert.actors._places import SchemaPlaces
+from inert.actors._schemas import compile_schema, schema_problems
 
 SMALL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -95,10 +96,11 @@ def large_arguments(size: int = 256 * 1024) -> bytes:
 
 def inert_side(schema: dict[str, Any], limits: ArgumentLimits) -> Callable[[bytes], None]:
     compiled = compile_schema(ToolDeclaration(name="bench", parameters=schema))
+    places = SchemaPlaces(schema)
 
     def run(data: bytes) -> None:
         parsed = parse_arguments(data, limits)
-        if not isinstance(parsed, ParsedArguments) or schema_problems(compiled, parsed):
+        if not isinstance(parsed, ParsedArguments) or schema_problems(compiled, parsed, places):
             raise RuntimeError("inert refused arguments that are valid")
 
     return run

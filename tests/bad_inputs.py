@@ -9,6 +9,8 @@ the kind of the schema problem (``schema_invalid``).
 
 from __future__ import annotations
 
+import json
+
 from attrs import frozen
 
 DEPTH = 64
@@ -290,7 +292,100 @@ def _cases() -> list[BadInput]:
     return cases
 
 
-CORPUS: list[BadInput] = _cases()
+CANARY = "ANARY"
+"""What every canary of ``CANARY_CASES`` and ``HOSTILE_KEYS`` holds, escaped or not
+(``"\\u0043ANARY"`` is read as ``"CANARY"``): no detail, page, span or row may."""
+
+HOSTILE_KEYS: list[str] = [
+    # Names a model may write as the members of a map-typed parameter (headers, labels,
+    # metadata), prompt-injected or not: each would be a secret in a path that showed it.
+    "Authorization: Bearer sk-CANARY-KEY-100",
+    "CANARY-KEY-101",
+    "x-api-key CANARY-KEY-102",
+    '"quoted" CANARY-KEY-103',
+    "CANARY-KEY-104/with~slashes~1and~0tildes",
+    "<script>CANARY-KEY-105</script>",
+    "CANARY-KEY-106\nwith a line break",
+    "\u0441\u0435\u043a\u0440\u0435\u0442 CANARY-KEY-107",
+    "\U0001f511 CANARY-KEY-108",
+    "CANARY-KEY-109 " * 40,
+    "$.CANARY-KEY-110",
+    ".<key #1> CANARY-KEY-111",
+    "items[0] CANARY-KEY-112",
+    "",
+    "0",
+]
+
+
+def _canary_cases() -> list[BadInput]:
+    """Refused arguments whose names and values hold canaries (``CANARY``), one per way the
+    strict parse refuses them, each the whole argument bytes of one call."""
+    cases: list[BadInput] = []
+
+    def add(name: str, data: bytes | str, code: str) -> None:
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+        cases.append(BadInput(f"canary: {name}", raw, code))
+
+    add("a NUL in a name", '{"h": {"CANARY-KEY-1\\u0000": "CANARY-VAL-1"}}', "nul_character")
+    add(
+        "a NUL in a value under canary names",
+        '{"CANARY-KEY-2": {"CANARY-KEY-3": ["CANARY-VAL-2\\u0000"]}}',
+        "nul_character",
+    )
+    add("a NUL in an escaped name", '{"\\u0043ANARY-KEY-4\\u0000": 1}', "nul_character")
+    add("a lone surrogate in a name", '{"CANARY-KEY-5\\ud800": 1}', "invalid_unicode")
+    add("a noncharacter in a name", '{"CANARY-KEY-6\\uffff": 1}', "invalid_unicode")
+    add(
+        "a noncharacter in a value under a canary name",
+        '{"CANARY-KEY-7": "\\ufdd0CANARY-VAL-7"}',
+        "invalid_unicode",
+    )
+    add("an over-long name", '{"' + "CANARY-KEY-8-" * 6000 + '": 1}', "string_too_long")
+    add(
+        "an over-long value in an array under canary names",
+        '{"CANARY-KEY-9": [{"CANARY-KEY-10": "' + "CANARY-VAL-9 " * 6000 + '"}]}',
+        "string_too_long",
+    )
+    add(
+        "1,001 canary names",
+        "{" + ", ".join(f'"CANARY-KEY-11-{n}": {n}' for n in range(1001)) + "}",
+        "too_many_keys",
+    )
+    add("a canary name twice", '{"CANARY-KEY-12": 1, "CANARY-KEY-12": 2}', "duplicate_key")
+    add(
+        "a canary name twice, once escaped",
+        '{"CANARY-KEY-13": 1, "\\u0043ANARY-KEY-13": 2}',
+        "duplicate_key",
+    )
+    add("NaN under a canary name", '{"CANARY-KEY-14": [NaN]}', "non_finite_number")
+    add("2^53 under a canary name", '{"CANARY-KEY-15": 9007199254740992}', "number_too_large")
+    add(
+        "canary names nested past the depth",
+        '{"CANARY-KEY-16": ' + '{"CANARY-KEY-16": ' * DEPTH + "1" + "}" * DEPTH + "}",
+        "too_deep",
+    )
+    add("bytes that are not UTF-8 in a name", b'{"CANARY-KEY-17\xff": 1}', "invalid_utf8")
+    add("a trailing comma after canaries", '{"CANARY-KEY-18": "CANARY-VAL-18",}', "syntax")
+    add("a raw control character in a name", b'{"CANARY-KEY-19\x01": 1}', "syntax")
+    add("a canary array for arguments", '["CANARY-VAL-20", {"CANARY-KEY-20": 1}]', "not_an_object")
+    add("a byte order mark before canaries", b'\xef\xbb\xbf{"CANARY-KEY-21": 1}', "bom")
+    add(
+        "canary arguments past 256 KiB",
+        '{"CANARY-KEY-22": "' + "CANARY-VAL-22" * 21_000 + '"}',
+        "too_large",
+    )
+    for index, hostile in enumerate(HOSTILE_KEYS):
+        add(
+            f"hostile name {index} with a NUL in its value",
+            json.dumps({"headers": {hostile: "CANARY-VAL-23\u0000"}}),
+            "nul_character",
+        )
+    return cases
+
+
+CANARY_CASES: list[BadInput] = _canary_cases()
+
+CORPUS: list[BadInput] = _cases() + CANARY_CASES
 
 SCHEMA_CASES: list[tuple[str, bytes, str]] = [
     # (name, arguments, the kind of the schema problem) against CONTACT_SCHEMA.

@@ -1285,6 +1285,61 @@ async def _failed_beside_a_ready_sibling(lab: Lab) -> None:
         await run_ready(runtime)
 
 
+HEADERS = ToolDeclaration(
+    name="set_headers",
+    parameters={
+        "type": "object",
+        "properties": {
+            "url": {"type": "string"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+)
+SECRET_NAME = "Authorization: Bearer sk-golden"
+
+
+@scenario("argument-text-kept-out")
+async def _argument_text(lab: Lab) -> None:
+    """Names the model wrote never reach a detail (rules 9): a NUL, a lone surrogate and an
+    over-long name refused by the parse, a map's name and an undeclared one refused by the
+    schema, a tool the turn did not offer and an edit refused at confirmation, each named by
+    positions, declared names and digests; a valid call runs."""
+    secret = json.dumps(SECRET_NAME)[1:-1]
+    refused_by_the_parse = {
+        "nul": f'{{"url": "u", "headers": {{"{secret}\\u0000": "v"}}}}',
+        "surrogate": f'{{"url": "u", "headers": {{"{secret}\\ud800": "v"}}}}',
+        "long": f'{{"url": "u", "headers": {{"{secret * 3000}": "v"}}}}',
+    }
+    async with lab.runtime(tools=[*TOOLS, HEADERS]) as runtime:
+        await start(runtime)
+        for name, data in refused_by_the_parse.items():
+            await runtime.feed(call_events(key_of(name), data.encode(), tool=HEADERS.name))
+        schema = json.dumps({"headers": {SECRET_NAME: 7}, SECRET_NAME: 1}).encode()
+        await runtime.feed(call_events(key_of("schema"), schema, tool=HEADERS.name))
+        await runtime.feed(call_events(key_of("unoffered"), WEATHER, tool=SECRET_NAME))
+        good = key_of("good")
+        await runtime.feed([*call_events(good), response_end(good)])
+        email = key_of("email", response="r2")
+        await ready(runtime, email, EMAIL, tool="send_email")
+        pending = await runtime.pending_confirmation(email)
+        assert pending is not None
+        for edit in (f'{{"to": "x", "{secret}\\u0000": 1}}'.encode(), {SECRET_NAME: "x"}):
+            await refused(
+                runtime.confirm(
+                    email,
+                    principal=PRINCIPAL,
+                    arguments_digest=pending.arguments_digest,
+                    arguments=edit,
+                ),
+                ConfirmationRefused,
+            )
+        await runtime.deny(email, principal=PRINCIPAL)
+        await runtime.settle()
+        await run_ready(runtime)
+
+
 @scenario("ranges-redelivered-chunked-otherwise")
 async def _redelivered(lab: Lab) -> None:
     """A call's bytes arrive in three fragments, then again as one and as a range across two:

@@ -21,7 +21,12 @@ stable problem code and checked in this order:
   more than ``max_object_keys`` names is ``too_many_keys``;
 - a top-level value that is not an object is ``not_an_object``.
 
-Problems name a path into the arguments (``$.items[3]``) where there is one, never a value.
+Problems name a path into the arguments where there is one, never a value nor a name the
+arguments hold: the parser runs before any schema, so its paths are made of array indexes and
+the positions of names in their objects as written, counted from 1 (``$.<key #2>[3]``; see
+``inert.actors._places``), and a name refused itself (a NUL in it, too long) is said to be one
+(``in the name``). ``described_by_earlier_rules`` gives the detail turns judged by rules before
+8 recorded, which named the names themselves: a replay of their logs must decide the same.
 
 The canonical form is RFC 8785 (JSON Canonicalization Scheme): names sorted by UTF-16 code
 units, no whitespace, numbers as ECMAScript prints them, strings with the minimal escapes, UTF-8.
@@ -40,6 +45,8 @@ from types import MappingProxyType
 from typing import Any
 
 from attrs import field, frozen, validators
+
+from ._places import Index, Position, Step, argument_path
 
 MAX_SAFE_INTEGER = 2**53 - 1
 _BOM = b"\xef\xbb\xbf"
@@ -89,7 +96,8 @@ class ParsedArguments:
 
 @frozen(kw_only=True)
 class RejectedArguments:
-    """Arguments that broke a rule: which one, and where (a path, never a value)."""
+    """Arguments that broke a rule: which one, and where (a path of array indexes and the
+    positions of names, never a value nor a name)."""
 
     problem: ArgumentProblem
     path: str = "$"
@@ -101,19 +109,31 @@ class RejectedArguments:
 
 
 class _Refused(Exception):
-    def __init__(self, problem: ArgumentProblem, path: str = "$", detail: str = "") -> None:
+    def __init__(self, problem: ArgumentProblem, detail: str = "") -> None:
         super().__init__(problem.value)
         self.problem = problem
         self.detail = detail
-        self.root = path
-        self.within: list[str] = []
-        """The steps from ``root`` down to the value refused, innermost first: added as the
-        refusal leaves each level, so that no path is written for values that pass."""
+        self.in_name = False
+        """The value refused is a name of an object, not a value."""
+        self.within: list[tuple[Step, str | None]] = []
+        """The steps from the top down to the value refused, innermost first, each with the
+        name it passes (the earlier rules' paths show it): added as the refusal leaves each
+        level, so that no path is written for values that pass."""
 
-    @property
-    def rejection(self) -> RejectedArguments:
-        path = self.root + "".join(reversed(self.within))
-        return RejectedArguments(problem=self.problem, path=path, detail=self.detail)
+    def rejection(self, *, names_shown: bool) -> RejectedArguments:
+        steps = list(reversed(self.within))
+        if names_shown:
+            path = "$" + "".join(
+                argument_path([step])[1:] if name is None else _step_to(name)
+                for step, name in steps
+            )
+            return RejectedArguments(problem=self.problem, path=path, detail=self.detail)
+        detail = self.detail
+        if self.in_name:
+            detail = f"in the name, {detail}" if detail else "in the name"
+        return RejectedArguments(
+            problem=self.problem, path=argument_path(step for step, _ in steps), detail=detail
+        )
 
 
 def _depth_exceeds(text: str, max_depth: int) -> bool:
@@ -229,12 +249,16 @@ class _Freezer:
                     detail=f"{len(value)} names, the limit is {limits.max_object_keys}",
                 )
             frozen_items = {}
-            for name, item in value.items():
+            for position, (name, item) in enumerate(value.items(), start=1):
                 try:
-                    _check_string(name, limits)
+                    try:
+                        _check_string(name, limits)
+                    except _Refused as refused:
+                        refused.in_name = True
+                        raise
                     frozen_items[name] = self.freeze(item)
                 except _Refused as refused:
-                    refused.within.append(_step_to(name))
+                    refused.within.append((Position(position), name))
                     raise
                 if self.plain and not name.isascii() and max(name) > "\uffff":
                     self.plain = False
@@ -245,7 +269,7 @@ class _Freezer:
                 try:
                     items.append(self.freeze(item))
                 except _Refused as refused:
-                    refused.within.append(f"[{index}]")
+                    refused.within.append((Index(index), None))
                     raise
             return tuple(items)
         if kind is str:
@@ -264,7 +288,20 @@ def parse_arguments(
     data: bytes, limits: ArgumentLimits | None = None
 ) -> ParsedArguments | RejectedArguments:
     """Parse the assembled argument bytes of one call, once, by the rules of this module."""
-    limits = limits or ArgumentLimits()
+    return _parsed(data, limits or ArgumentLimits(), names_shown=False)
+
+
+def described_by_earlier_rules(data: bytes, limits: ArgumentLimits) -> str:
+    """The detail of refused arguments as a turn judged by rules before 8 recorded it: its
+    path named each name of the arguments on the way (``$["a b"].c``), as they were written."""
+    rejected = _parsed(data, limits, names_shown=True)
+    assert isinstance(rejected, RejectedArguments)
+    return rejected.describe()
+
+
+def _parsed(
+    data: bytes, limits: ArgumentLimits, *, names_shown: bool
+) -> ParsedArguments | RejectedArguments:
     if len(data) > limits.max_bytes:
         return RejectedArguments(
             problem=ArgumentProblem.TOO_LARGE,
@@ -291,7 +328,7 @@ def parse_arguments(
         freezer = _Freezer(limits)
         frozen_value = freezer.freeze(value)
     except _Refused as refused:
-        return refused.rejection
+        return refused.rejection(names_shown=names_shown)
     except json.JSONDecodeError as error:
         return RejectedArguments(
             problem=ArgumentProblem.SYNTAX, detail=f"{error.msg} at character {error.pos}"

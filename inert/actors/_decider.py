@@ -125,6 +125,12 @@ Rules:
     then it waits, and the inputs of its call after it wait behind it, in order. So a claim
     never races a dispatch decided and not yet written, and a replay in which the earlier
     call takes its decisions as recorded decides the same.
+13. No argument text (rules 9 on). No detail holds text the model wrote: refused arguments and
+    refused edits name the place by indexes and the positions of names (``$.<key #2>[0]``,
+    ``inert.actors._places``), a tool the turn did not offer is named by its length and digest
+    in the opening decision and the failure, and every detail is cut to 200 characters (a
+    validation's detail, read back on replay, is cut again to the same). A turn of earlier
+    rules records the details it always did.
 
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``. Beside this module: the call's state, its inputs and its decisions
@@ -165,6 +171,7 @@ from ._call import (
     evolve,
 )
 from ._handlers import (
+    NO_ARGUMENT_TEXT,
     Handler,
     Judge,
     before_open,
@@ -325,7 +332,9 @@ def decide(
     else:
         assert state.validating is not None
         cause = state.validating.cause
-    return handler(Judge(state, received, cause), context)
+    turn = context.turn
+    bounded = turn is not None and turn.rules >= NO_ARGUMENT_TEXT
+    return handler(Judge(state, received, cause, bounded=bounded), context)
 
 
 def step(

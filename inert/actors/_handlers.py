@@ -42,6 +42,7 @@ from ._arguments import (
     ParsedArguments,
     RejectedArguments,
     arguments_digest,
+    described_by_earlier_rules,
     parse_arguments,
 )
 from ._buffer import Buffer, Fit
@@ -63,15 +64,35 @@ from ._call import (
     ValidationRequested,
     awaits_response,
 )
+from ._places import bounded, unoffered_tool
+
+NO_ARGUMENT_TEXT = 9
+"""The first rules under which no detail holds text of the arguments, nor the name of a tool
+the turn did not offer, and every detail is bounded (``inert.actors._places``)."""
 
 
 class Judge:
-    """Builds the decisions of one input: each one names the call and the input's position."""
+    """Builds the decisions of one input: each one names the call and the input's position.
 
-    def __init__(self, state: CallView, received: Input | ValidationOutcome, cause: int) -> None:
+    ``bounded``: the call's turn is judged by rules 9 on, under which every detail is cut to
+    ``MAX_DETAIL_LENGTH`` characters.
+    """
+
+    def __init__(
+        self,
+        state: CallView,
+        received: Input | ValidationOutcome,
+        cause: int,
+        *,
+        bounded: bool = True,
+    ) -> None:
         self.state = state
         self.received = received
         self.cause = cause
+        self.bounded = bounded
+
+    def _detail(self, detail: str) -> str:
+        return bounded(detail) if self.bounded else detail
 
     def cancel(
         self, reason: CancelReason, *, duplicate_of: CallKey | None = None
@@ -95,7 +116,7 @@ class Judge:
                 key=self.state.key,
                 cause=self.cause,
                 reason=reason,
-                detail=detail,
+                detail=self._detail(detail),
                 fragments=fragments,
                 size=size,
             ),
@@ -132,7 +153,7 @@ class Judge:
                 cause=self.cause,
                 confirmation_event_id=confirmation_event_id,
                 reason=reason,
-                detail=detail,
+                detail=self._detail(detail),
                 size=size,
             ),
         )
@@ -146,7 +167,7 @@ class Judge:
                 rejected_event_id=self.received.event_id,
                 rejected_type=self.received.event.TAG,
                 reason=reason,
-                detail=detail,
+                detail=self._detail(detail),
             ),
         )
 
@@ -193,8 +214,14 @@ def open_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     event = _event(judge)
     assert isinstance(event, CallOpened)
     assert context.turn is not None
+    offered = event.tool in context.turn.tools
+    hidden = not offered and context.turn.rules >= NO_ARGUMENT_TEXT
     opened: tuple[Decision, ...] = (
-        CallCollecting(key=judge.state.key, cause=judge.cause, tool=event.tool),
+        CallCollecting(
+            key=judge.state.key,
+            cause=judge.cause,
+            tool=unoffered_tool(event.tool) if hidden else event.tool,
+        ),
         Opened(sequence=event.sequence, at=_at(judge)),
     )
     if context.response_elsewhere and context.turn.rules >= 2:
@@ -209,7 +236,11 @@ def open_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
             f"an earlier call of the provider response {judge.state.key.response!r} passed a"
             " limit on live calls: it opens no call any more",
         )
-    if event.tool not in context.turn.tools:
+    if hidden:
+        return opened + judge.fail(
+            FailReason.UNKNOWN_TOOL, f"the turn did not offer the tool {unoffered_tool(event.tool)}"
+        )
+    if not offered:
         return opened + judge.fail(
             FailReason.UNKNOWN_TOOL, f"the turn did not offer a tool named {event.tool!r}"
         )
@@ -274,11 +305,17 @@ def wanted(handler: Handler, *, answer: bool = False) -> Handler:
     return checked
 
 
-def reopen(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
+def reopen(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     event = _event(judge)
     assert isinstance(event, CallOpened)
     if event.tool == judge.state.tool:
         return judge.reject(RejectReason.DUPLICATE, "the call is open already")
+    turn = context.turn
+    if turn is not None and turn.rules >= NO_ARGUMENT_TEXT and event.tool not in turn.tools:
+        return judge.fail(
+            FailReason.IDENTITY_CONFLICT,
+            f"opened again as {unoffered_tool(event.tool)}, it was {judge.state.tool!r}",
+        )
     return judge.fail(
         FailReason.IDENTITY_CONFLICT,
         f"opened again as {event.tool!r}, it was {judge.state.tool!r}",
@@ -402,12 +439,7 @@ def end_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
         data = event.final_arguments
     parsed = parse_arguments(data, context.limits.arguments)
     if isinstance(parsed, RejectedArguments):
-        reason = (
-            FailReason.TOO_LARGE
-            if parsed.problem is ArgumentProblem.TOO_LARGE
-            else FailReason.MALFORMED_ARGUMENTS
-        )
-        return judge.fail(reason, parsed.describe())
+        return judge.fail(_refusal(parsed), _described(parsed, data, context))
     candidate: tuple[Decision, ...] = (
         ArgumentsParsed(arguments=parsed, terminal=event.terminal, at=_at(judge)),
         CallTerminalCandidate(
@@ -424,6 +456,21 @@ def end_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     if turn.rules < 7:
         return candidate
     return (*candidate, _validation(judge, context, parsed))
+
+
+def _refusal(parsed: RejectedArguments) -> FailReason:
+    if parsed.problem is ArgumentProblem.TOO_LARGE:
+        return FailReason.TOO_LARGE
+    return FailReason.MALFORMED_ARGUMENTS
+
+
+def _described(parsed: RejectedArguments, data: bytes, context: CallContext) -> str:
+    """The detail of refused arguments: under earlier rules the path named the names of the
+    arguments, which a replay of a turn judged by them must repeat."""
+    turn = context.turn
+    if turn is not None and turn.rules < NO_ARGUMENT_TEXT:
+        return described_by_earlier_rules(data, context.limits.arguments)
+    return parsed.describe()
 
 
 def end_again(judge: Judge, _: CallContext) -> tuple[Decision, ...]:
@@ -636,12 +683,12 @@ def _edit(
     size = len(event.arguments)
     parsed = parse_arguments(event.arguments, context.limits.arguments)
     if isinstance(parsed, RejectedArguments):
-        reason = (
-            FailReason.TOO_LARGE
-            if parsed.problem is ArgumentProblem.TOO_LARGE
-            else FailReason.MALFORMED_ARGUMENTS
+        return judge.refuse_edit(
+            judge.received.event_id,
+            _refusal(parsed),
+            _described(parsed, event.arguments, context),
+            size,
         )
-        return judge.refuse_edit(judge.received.event_id, reason, parsed.describe(), size)
     if parsed.digest == state.arguments_digest:
         return None
     return (

@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import inspect
-import json
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -27,8 +26,10 @@ import jsonschema_rs
 from attrs import field, frozen, validators
 
 from ..events import CallKey, ConfigurationError, FailReason, IntentScope, OfferedTool
-from ._arguments import ParsedArguments, canonical_json
+from ._arguments import canonical_json
 from ._call import ValidationRequested, ValidationResult, Validator
+from ._places import MAX_IDENTIFIER_LENGTH, SchemaPlaces, bounded, is_identifier
+from ._schemas import MAX_REPORTED_PROBLEMS, _listed, _thawed, compile_schema, schema_problems
 
 
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -36,14 +37,33 @@ def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 class FieldProblem(ValueError):
-    """One problem a business validator found: where (a JSON pointer) and what kind, no value.
+    """One problem a business validator found: where (a JSON pointer into the arguments, RFC
+    6901: ``""`` or ``"/items/0/sku"``) and what kind (an identifier: an ASCII letter or ``_``,
+    then letters, digits and ``_ . : -``, at most 64 characters), no value.
 
-    A validator raises one, or an ``ExceptionGroup`` of them, one per problem; only the paths
-    and kinds are recorded.
+    A validator raises one, or an ``ExceptionGroup`` of them, one per problem. The path is
+    recorded as every path into the arguments is (``inert.actors._places``: the schema's
+    declared names, indexes, the positions of other names), the kind as it is. A kind that is
+    not an identifier, or a path that is not a pointer, is refused where the problem is made
+    (``ConfigurationError``): raised in a validator, it fails the call ``validator_error``.
     """
 
     def __init__(self, path: str, kind: str) -> None:
-        super().__init__(f"{path} {kind}")
+        if not isinstance(path, str) or (path and not path.startswith("/")):
+            raise ConfigurationError(
+                "a FieldProblem's path is a JSON pointer into the arguments ('' or '/a/0'),"
+                f" not a {type(path).__name__} that starts otherwise"
+            )
+        if not isinstance(kind, str) or not is_identifier(kind):
+            length = len(kind) if isinstance(kind, str) else 0
+            raise ConfigurationError(
+                "a FieldProblem's kind is an identifier (an ASCII letter or _, then letters,"
+                f" digits and _ . : -, at most {MAX_IDENTIFIER_LENGTH} characters), not a"
+                f" {type(kind).__name__} of {length} characters that is not one: it is recorded"
+                " in the log, which keeps no values"
+            )
+        # The message is the kind alone: a path may hold names the model wrote.
+        super().__init__(kind)
         self.path = path
         self.kind = kind
 
@@ -156,6 +176,7 @@ class ToolRegistry:
     ) -> None:
         self._by_digest: dict[str, ToolDeclaration] = {}
         self._schemas: dict[str, jsonschema_rs.Validator | None] = {}
+        self._places: dict[str, SchemaPlaces] = {}
         self._latest: dict[str, ToolDeclaration] = {}
         self._check = check
         for declaration in declarations:
@@ -169,6 +190,7 @@ class ToolRegistry:
         offered = declaration.offered()
         if offered.digest not in self._by_digest:
             self._schemas[offered.digest] = compile_schema(declaration)
+            self._places[offered.digest] = SchemaPlaces(_thawed(declaration.parameters))
         self._by_digest[offered.digest] = declaration
         self._latest[declaration.name] = declaration
         return offered
@@ -213,7 +235,8 @@ class ToolRegistry:
                 detail=f"{size} canonical bytes, tool {declaration.name!r} allows"
                 f" {declaration.max_bytes}",
             )
-        problems = schema_problems(self._schemas[request.tool.digest], request.arguments)
+        digest = request.tool.digest
+        problems = schema_problems(self._schemas[digest], request.arguments, self._places[digest])
         if problems:
             return ValidationResult(failure=FailReason.SCHEMA_INVALID, detail=problems)
         if declaration.validator is None and declaration.policy is None and self._check is None:
@@ -225,19 +248,24 @@ class ToolRegistry:
     ) -> ValidationResult:
         """The business validator, the permission policy and the check, of a call whose
         arguments fit its declaration."""
-        refused = await _business_and_permission(declaration, request)
+        places = self._places[request.tool.digest]
+        refused = await _business_and_permission(declaration, request, places)
         if refused is not None:
             return refused
         if self._check is None:
             return ValidationResult(needs_confirmation=declaration.needs_confirmation)
         result = await self._check(request)
         if result.accepted and declaration.needs_confirmation:
-            return ValidationResult(needs_confirmation=True, detail=result.detail)
-        return result
+            return ValidationResult(needs_confirmation=True, detail=bounded(result.detail))
+        return ValidationResult(
+            failure=result.failure,
+            detail=bounded(result.detail),
+            needs_confirmation=result.needs_confirmation,
+        )
 
 
 async def _business_and_permission(
-    declaration: ToolDeclaration, request: ValidationRequested
+    declaration: ToolDeclaration, request: ValidationRequested, places: SchemaPlaces
 ) -> ValidationResult | None:
     """The declaration's business validator, then its permission policy, each once; None when
     both let the call through."""
@@ -254,12 +282,12 @@ async def _business_and_permission(
         try:
             await declaration.validator(call)
         except FieldProblem as problem:
-            return _business_invalid([problem])
+            return _business_invalid([problem], places, call.arguments)
         except ExceptionGroup as group:
             leaves = _problems(group)
             if leaves is None:
                 return _validator_error(group)
-            return _business_invalid(leaves)
+            return _business_invalid(leaves, places, call.arguments)
         except Exception as error:
             return _validator_error(error)
     if declaration.policy is not None:
@@ -290,123 +318,20 @@ def _problems(group: BaseExceptionGroup[Exception]) -> list[FieldProblem] | None
     return found
 
 
-def _business_invalid(problems: list[FieldProblem]) -> ValidationResult:
-    detail = _listed([f"{problem.path} {problem.kind}" for problem in problems])
+def _business_invalid(
+    problems: list[FieldProblem], places: SchemaPlaces, arguments: Mapping[str, Any]
+) -> ValidationResult:
+    shown = (
+        f"{places.pointer_path(arguments, problem.path)} {problem.kind}"
+        for problem in problems[:MAX_REPORTED_PROBLEMS]
+    )
+    detail = _listed(shown, len(problems))
     return ValidationResult(failure=FailReason.BUSINESS_INVALID, detail=detail)
-
-
-def _listed(problems: list[str]) -> str:
-    """The first problems, and how many more there were."""
-    shown = "; ".join(problems[:MAX_REPORTED_PROBLEMS])
-    more = len(problems) - MAX_REPORTED_PROBLEMS
-    return f"{shown}; and {more} more" if more > 0 else shown
 
 
 def _validator_error(error: BaseException) -> ValidationResult:
     # Only the exception's type: its message may quote the arguments.
     return ValidationResult(failure=FailReason.VALIDATOR_ERROR, detail=type(error).__name__)
-
-
-MAX_REPORTED_PROBLEMS = 8
-"""Schema problems named in a failed call's detail; the count of the rest follows them."""
-
-
-def compile_schema(declaration: ToolDeclaration) -> jsonschema_rs.Validator | None:
-    """The declaration's JSON Schema compiled once, with formats asserted, remote references
-    refused and regular expressions matched in linear time; None for a tool without one."""
-    if not declaration.parameters:
-        return None
-    if declaration.strict:
-        loose = _loose_objects(declaration.parameters, "")
-        if loose:
-            raise ConfigurationError(
-                f"the parameters of tool {declaration.name!r} let the model add properties"
-                f" nobody declared (at {', '.join(loose[:3])}): set additionalProperties: false"
-                ' there, or register the tool with strict=False (x-inert: {"strict": false})'
-            )
-    try:
-        return jsonschema_rs.validator_for(
-            _thawed(declaration.parameters),
-            validate_formats=True,
-            pattern_options=jsonschema_rs.RegexOptions(),
-            offline=True,
-        )
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as error:
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ConfigurationError(
-            f"the parameters of tool {declaration.name!r} are not a JSON Schema inert can"
-            f" use: {first}"
-        ) from None
-
-
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_ONES = (
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
-    "unevaluatedItems",
-    "propertyNames",
-)
-_OBJECT_KEYWORDS = ("properties", "patternProperties", "required")
-
-
-def _loose_objects(schema: object, pointer: str) -> list[str]:
-    """JSON pointers of the object schemas that let unknown properties through."""
-    if not isinstance(schema, Mapping):
-        return []
-    found: list[str] = []
-    kind = schema.get("type")
-    is_object = kind == "object" or (isinstance(kind, list | tuple) and "object" in kind)
-    # An object schema is loose when nothing says what other properties may be: neither
-    # additionalProperties nor unevaluatedProperties, or only ``true``. A schema for them (a map
-    # of strings, say) is a declaration too.
-    if (is_object or any(keyword in schema for keyword in _OBJECT_KEYWORDS)) and all(
-        schema.get(keyword, True) is True
-        for keyword in ("additionalProperties", "unevaluatedProperties")
-    ):
-        found.append(pointer or "/")
-    for keyword in _SCHEMA_MAPS:
-        inner = schema.get(keyword)
-        if isinstance(inner, Mapping):
-            for name, sub in inner.items():
-                found += _loose_objects(sub, f"{pointer}/{keyword}/{name}")
-    for keyword in (*_SCHEMA_LISTS, "items"):
-        inner = schema.get(keyword)
-        if isinstance(inner, list | tuple):
-            for index, sub in enumerate(inner):
-                found += _loose_objects(sub, f"{pointer}/{keyword}/{index}")
-    for keyword in _SCHEMA_ONES:
-        found += _loose_objects(schema.get(keyword), f"{pointer}/{keyword}")
-    return found
-
-
-def schema_problems(schema: jsonschema_rs.Validator | None, arguments: ParsedArguments) -> str:
-    """Where and how the arguments break the schema, as ``path kind`` pairs: never a value."""
-    if schema is None:
-        return ""
-    found = []
-    for error in schema.iter_errors(json.loads(arguments.canonical)):
-        path = "/" + "/".join(str(step) for step in error.instance_path)
-        found.append(f"{path} {_snake(type(error.kind).__name__)}")
-    return _listed(found)
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
-
-
-def _thawed(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _thawed(inner) for key, inner in value.items()}
-    if isinstance(value, list | tuple):
-        return [_thawed(inner) for inner in value]
-    return value
 
 
 def declaration_from_function(

@@ -139,7 +139,7 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 8
+RULES_VERSION = 9
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
@@ -154,9 +154,12 @@ already in its scope cancels it ``duplicate_of``. 7: a terminal candidate is val
 its own end event, without waiting for its response's end; it can be claimed only once the
 response ended successfully, and fails if the response ends any other way. 8: a ready call
 has a lifetime (``CallLimits.ready_lifetime``, recorded in its ``CallReady``): a claim at or
-after its end no longer dispatches it, and a deadline then cancels it ``ready_expired``. A turn
-is judged by the rules it was started under, so that a log written before a rule existed
-replays to the decisions it holds."""
+after its end no longer dispatches it, and a deadline then cancels it ``ready_expired``. 9: no
+detail holds text of the arguments: refused arguments (and a refused edit) name a place by
+array indexes and the positions of names, never a name; a tool the turn did not offer is named
+by its length and a digest, in the call's opening decision and its failure, never by its text;
+every detail of a decision is at most 200 characters. A turn is judged by the rules it was
+started under, so that a log written before a rule existed replays to the decisions it holds."""
 
 
 def _judged_by_the_first_rules(fields: dict[str, Any]) -> dict[str, Any]:

@@ -778,6 +778,12 @@ class PostgresLog(GroupCommitLog[Connection]):
             for row in map(_row, connection.execute(self._sql.rows_at, (stream, list(versions))))
         }
 
+    def _delete_snapshot_in(self, connection: Connection, name: str) -> None:
+        sql = self._sql
+        connection.execute(sql.lock_snapshots)
+        connection.execute(sql.delete_snapshot_payloads, (name,))
+        connection.execute(sql.delete_snapshot, (name,))
+
     def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
         sql = self._sql
         name = snapshot.name

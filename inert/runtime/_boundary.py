@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import trio
 from attrs import field, frozen
 
+from ..actors._places import is_identifier
 from ..events import (
     CallKey,
     CancelReason,
@@ -180,7 +181,9 @@ async def execute_with(
     try:
         stopped = await run(dispatch, executor)
     except Exception as error:
-        await runtime.fail(dispatch, type(error).__name__)
+        name = type(error).__name__
+        # A class name is an identifier of Python's, not always of the log's (ASCII, 64 long).
+        await runtime.fail(dispatch, name if is_identifier(name) else "Exception")
         raise
     if stopped:
         await runtime.stopped(dispatch)

@@ -143,7 +143,7 @@ async def open_runtime(
         runtime.operators = authorizer
         provider = tracer_provider if tracer_provider is not None else global_tracer_provider()
         if provider is not None:
-            runtime.spans = CallSpans(provider.get_tracer("inert"))
+            runtime.spans = CallSpans(provider.get_tracer("inert"), offered=runtime._offered_tools)
         async with _run(runtime, collector) as running:
             yield running
 

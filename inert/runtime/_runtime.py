@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,6 +36,7 @@ from ..actors import (
 from ..actors._arguments import ParsedArguments
 from ..actors._call import refused_whatever_comes
 from ..actors._fold import ResumedState
+from ..actors._places import MAX_IDENTIFIER_LENGTH, is_identifier
 from ..adapters import ResumedCall
 from ..events import (
     OUTCOME_TYPES,
@@ -46,6 +47,7 @@ from ..events import (
     CancelReason,
     ClaimRefused,
     ClaimRequested,
+    ConfigurationError,
     ConfirmationDenied,
     ConfirmationGiven,
     ConfirmationRefused,
@@ -592,6 +594,12 @@ class Runtime:
         """The calls that may be claimed, each once, as they become ready."""
         return ReadyCalls(self)
 
+    def _offered_tools(self, turn: TurnRef) -> Collection[str]:
+        """The names of the tools the turn offered, as the runtime knows it now (none for a
+        turn it does not know)."""
+        view = self._fold.scope.turn(turn)
+        return () if view is None else view.tools
+
     def ready_call(self, key: CallKey) -> ReadyCall | None:
         """The call as an executor may claim it (the digest of the arguments that would run
         included), or ``None`` while it is not ready."""
@@ -654,7 +662,17 @@ class Runtime:
         )
 
     async def fail(self, dispatch: Dispatch, error: str = "") -> None:
-        """Record that the executor's run of the call failed (``error`` must hold no values)."""
+        """Record that the executor's run of the call failed: ``error`` is empty or an
+        identifier (an ASCII letter or ``_``, then letters, digits and ``_ . : -``, at most 64
+        characters; an exception type's name, say), recorded as it is. Anything else is refused
+        with a ``ConfigurationError`` before anything is recorded: an error's message may hold
+        argument values, which the log never keeps."""
+        if error and not is_identifier(error):
+            raise ConfigurationError(
+                "the error given to fail() is an identifier (an ASCII letter or _, then letters,"
+                f" digits and _ . : -, at most {MAX_IDENTIFIER_LENGTH} characters), not a text"
+                f" of {len(error)} characters: the log keeps no values; nothing was recorded"
+            )
         await self._report(
             dispatch, ExecutionFailed(key=dispatch.key, claim_id=dispatch.claim_id, error=error)
         )

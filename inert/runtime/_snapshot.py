@@ -88,8 +88,9 @@ _STATE_MODULES = (
     "inert.runtime._state_shapes",
     "inert.runtime._state_types",
 )
-# Modules of those packages that do I/O: nothing of them is state.
-_NOT_STATE = frozenset({"inert.actors._router", "inert.actors._tools"})
+# Modules of those packages whose objects are never state: the router (I/O), the declarations
+# and their schemas (a validation's answer is recorded, and read back as recorded).
+_NOT_STATE = frozenset({"inert.actors._router", "inert.actors._tools", "inert.actors._schemas"})
 _MAGIC = "inert snapshot"
 SNAPSHOT_KEY = "snapshot"
 """The purpose the log's key for snapshot digests is derived for (``Log.key``)."""

@@ -57,7 +57,7 @@ import jsonschema_rs
 from attrs import define, field, frozen
 
 from ..actors import CallLimits, ToolDeclaration
-from ..actors._tools import compile_schema
+from ..actors._schemas import compile_schema
 from ..events import (
     CONTROL_TYPES,
     ArgumentsAppended,

@@ -22,7 +22,7 @@ from typing import Any
 import jsonschema_rs
 
 from ..actors import ToolDeclaration
-from ..actors._tools import _thawed, compile_schema
+from ..actors._schemas import _thawed, compile_schema
 from ..events import ConfigurationError
 
 VALID = 6

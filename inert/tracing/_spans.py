@@ -5,7 +5,10 @@ call, from its opening to its end (cancelled, failed, or its outcome reported), 
 trace contexts of the ingress events that drove it (at most ``max_links``); under the call,
 spans for its validation, its wait for confirmation and its dispatch; a span for each operator
 control. Times are the times the log recorded. Attributes are identities, tool names, states,
-reasons, counts and sizes: never an argument value, never a raw ``tracestate``.
+reasons, counts and sizes: never an argument value, never a raw ``tracestate``. A call's span
+is named by its tool (``inert.call get_weather``) only where its turn offered that tool; any
+other is ``inert.call``, its tool shown by length and digest (the name a model sends is its own
+text, of any length).
 
 Spans correlate and nothing else: they are made after the decisions, from the log, and never
 while the log is replayed (the runtime feeds this only once it is live).
@@ -13,12 +16,14 @@ while the log is replayed (the runtime feeds this only once it is live).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from datetime import datetime
 
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from ..actors._places import unoffered_tool
 from ..events import (
     CONTROL_TYPES,
     OUTCOME_TYPES,
@@ -101,11 +106,23 @@ def _key_attributes(key: CallKey) -> dict[str, str]:
 
 
 class CallSpans:
-    """Turns and calls as spans, from the recorded events of a live runtime."""
+    """Turns and calls as spans, from the recorded events of a live runtime.
 
-    def __init__(self, tracer: Tracer, *, max_links: int = DEFAULT_MAX_LINKS) -> None:
+    ``offered`` gives the names of the tools a turn offered (empty for a turn not known): a
+    call's span is named by its tool only where its turn offered it. Without it no tool is
+    known to be offered.
+    """
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        *,
+        max_links: int = DEFAULT_MAX_LINKS,
+        offered: Callable[[TurnRef], Collection[str]] | None = None,
+    ) -> None:
         self._tracer = tracer
         self._max_links = max_links
+        self._offered = offered
         self._turns: dict[TurnRef, Span] = {}
         self._calls: dict[CallKey, Span] = {}
         self._phases: dict[CallKey, tuple[str, Span]] = {}
@@ -288,15 +305,23 @@ class CallSpans:
         if call is not None:
             call.add_link(remote)
 
+    def _named(self, key: CallKey, tool: str) -> tuple[str, str]:
+        """The name of a call's span and the tool it shows: the tool's name only where the
+        call's turn offered it."""
+        if self._offered is not None and tool in self._offered(key.turn_ref):
+            return f"inert.call {tool}", tool
+        return "inert.call", unoffered_tool(tool)
+
     def _start_call(self, key: CallKey, tool: str, at: int) -> None:
         turn = self._turns.get(key.turn_ref)
         parent = trace.set_span_in_context(turn) if turn is not None else None
+        name, shown = self._named(key, tool)
         self._calls[key] = self._tracer.start_span(
-            f"inert.call {tool}",
+            name,
             context=parent,
             start_time=at,
             links=[Link(context) for context in self._links.get(key, [])],
-            attributes={**_key_attributes(key), "gen_ai.tool.name": tool},
+            attributes={**_key_attributes(key), "gen_ai.tool.name": shown},
         )
 
     def _phase(
@@ -328,13 +353,14 @@ class CallSpans:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
         else:
             parent = None
+        name, shown = self._named(key, tool)
         span = self._calls[key] = self._tracer.start_span(
-            f"inert.call {tool}",
+            name,
             context=parent,
             start_time=at,
             attributes={
                 **_key_attributes(key),
-                "gen_ai.tool.name": tool,
+                "gen_ai.tool.name": shown,
                 "inert.call.resumed": True,
             },
         )

@@ -93,7 +93,7 @@ def test_string_and_key_limits_name_the_path_not_the_value() -> None:
     limits = ArgumentLimits(max_string_length=8, max_object_keys=2)
     long_string = parse_arguments(b'{"items":[{"note":"secret-value"}]}', limits)
     assert isinstance(long_string, RejectedArguments)
-    assert (long_string.problem, long_string.path) == (P.STRING_TOO_LONG, "$.items[0].note")
+    assert (long_string.problem, long_string.path) == (P.STRING_TOO_LONG, "$.<key #1>[0].<key #1>")
     assert "secret" not in long_string.describe()
     many = parse_arguments(b'{"a":1,"b":2,"c":3}', limits)
     assert isinstance(many, RejectedArguments)
@@ -228,16 +228,17 @@ def test_names_beyond_the_basic_plane_sort_by_utf16_code_units_once_parsed() -> 
 @pytest.mark.parametrize(
     ("text", "path", "problem"),
     [
-        ('{"a b": [{"x": "\\u0000"}]}', '$["a b"][0].x', P.NUL_CHARACTER),
-        ('{"o": {"k\\u0000": 1}}', '$.o["k\\u0000"]', P.NUL_CHARACTER),
-        ('{"l": [1, [2, "\\ud800"]]}', "$.l[1][1]", P.INVALID_UNICODE),
+        ('{"a b": [{"x": "\\u0000"}]}', "$.<key #1>[0].<key #1>", P.NUL_CHARACTER),
+        ('{"o": {"k\\u0000": 1}}', "$.<key #1>.<key #1>", P.NUL_CHARACTER),
+        ('{"l": [1, [2, "\\ud800"]]}', "$.<key #1>[1][1]", P.INVALID_UNICODE),
+        ('{"a": 1, "b": {"c": 2, "d": "\\u0000"}}', "$.<key #2>.<key #2>", P.NUL_CHARACTER),
         ('{"x": 1}', "$", None),
     ],
 )
 def test_a_refusal_names_the_path_to_the_value(
     text: str, path: str, problem: ArgumentProblem | None
 ) -> None:
-    """The path of a refusal steps through names (quoted where not identifiers) and indexes."""
+    """The path of a refusal steps through the positions of names, as written, and indexes."""
     result = parse_arguments(text.encode())
     if problem is None:
         assert isinstance(result, ParsedArguments)

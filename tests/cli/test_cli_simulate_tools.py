@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from inert import ToolDeclaration
-from inert.actors._tools import compile_schema
+from inert.actors._schemas import compile_schema
 from inert.cli import main
 from inert.testing import SimulatedTool, ToolSuite
 
@@ -274,7 +274,7 @@ def test_a_runtime_that_skips_the_schema_is_caught(
         TOOLS = [transfer]
         """
     )
-    monkeypatch.setattr("inert.actors._tools.schema_problems", lambda schema, arguments: "")
+    monkeypatch.setattr("inert.actors._tools.schema_problems", lambda *_: "")
     status, out, _ = run(capsys, ["simulate", "--tools", f"{name}:TOOLS", "--keys", "30"])
     assert status == 1
     assert "validated, yet its arguments break its tool's schema" in out

@@ -76,7 +76,7 @@ async def workload(runtime: Runtime, first: int, turns: int) -> None:
         await runtime.settle()
         dispatch = await runtime.claim(ready, executor="worker")
         if number % 2:
-            await runtime.fail(dispatch, "the weather service is down")
+            await runtime.fail(dispatch, "WeatherServiceDown")
         else:
             await runtime.complete(dispatch)
         if number % 3 == 0:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
@@ -48,6 +47,8 @@ from inert.events import (
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.projections import Projections
 from inert.runtime._retention import ARGUMENT_TYPES, FRAGMENT_TYPES, Redaction, RetentionPlan
+from inert.runtime._state_codec import Reader, Writer
+from inert.runtime._state_types import state_shapes
 
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
@@ -364,10 +365,17 @@ def test_calls_of_one_response_are_redacted_in_one_pass_still_due_in_a_snapshot(
     [taken] = plan.take()
     assert taken == (first.response_ref.stream, 7, FRAGMENT_TYPES, (first, second))
     assert not plan.pending
-    restored = pickle.loads(pickle.dumps(plan))
+    restored = _as_snapshotted(plan)
     assert restored.take() == [taken]
     plan.made(*taken[:2], taken[3])
-    assert pickle.loads(pickle.dumps(plan)).take() == []
+    assert _as_snapshotted(plan).take() == []
+
+
+def _as_snapshotted(plan: RetentionPlan) -> RetentionPlan:
+    """The plan as a snapshot keeps it and a restart loads it."""
+    shapes = state_shapes()
+    restored: RetentionPlan = Reader(shapes)(Writer(shapes)(plan))
+    return restored
 
 
 async def test_on_sqlite_a_failed_calls_bytes_leave_the_rows_while_its_sibling_is_ready(

@@ -28,7 +28,9 @@ from inert import (
     open_runtime,
     trio_clock,
 )
-from inert.log import MemoryLog
+from inert.actors._places import unoffered_tool
+from inert.events import TurnStarted
+from inert.log import MemoryLog, NewEvent
 from inert.tracing import read_trace_headers
 
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -170,6 +172,30 @@ async def test_a_call_dispatched_after_a_restart_gets_its_spans_in_its_turn_s_tr
     assert dispatch_span.parent.span_id == call_span.context.span_id
     assert dispatch.trace is not None
     assert f"{call_span.context.span_id:016x}" in dispatch.trace.traceparent
+
+
+@pytest.mark.parametrize("rules", [7, 8])
+async def test_a_tool_the_turn_did_not_offer_never_names_a_span(rules: int) -> None:
+    """A call of a name the turn did not offer (under any rules) gets a span named
+    ``inert.call``, its tool shown by length and digest; an offered tool names its span."""
+    tracer_provider, exporter = provider()
+    made_up = "CANARY-TOOL " * 50
+    send = ToolDeclaration(name="send")
+    log = MemoryLog(clock=trio_clock())
+    turn = key("call_1").turn_ref
+    started = TurnStarted(turn=turn, principal="alice", tools=(send.offered(),), rules=rules)
+    await log.append([NewEvent(stream=turn.stream, event=started)])
+    async with open_runtime(log=log, tools=[send], tracer_provider=tracer_provider) as runtime:
+        await runtime.feed(stream(key("call_1"), made_up) + stream(key("call_2"), "send"))
+        await runtime.settle()
+    spans = exporter.get_finished_spans()
+    assert all("CANARY" not in span.name for span in spans)
+    assert all("CANARY" not in str(span.attributes) for span in spans)
+    [unoffered] = named(spans, "inert.call")
+    assert unoffered.attributes is not None
+    assert unoffered.attributes["gen_ai.tool.name"] == unoffered_tool(made_up)
+    assert unoffered.attributes["inert.terminal_reason"] == "unknown_tool"
+    assert len(named(spans, "inert.call send")) == 1
 
 
 async def test_a_control_span_names_its_operator_and_the_calls_it_ended() -> None:
