@@ -174,6 +174,9 @@ class Model:
     needs_confirmation: bool = False
     confirmed: bool = False
     expires: datetime | None = None
+    """Until when a confirmation may be given (the awaiting decision's expiry)."""
+    confirmed_until: datetime | None = None
+    """Until when a confirmed call may be claimed (the confirmation's own expiry, rules 4)."""
     dispatches: int = 0
     saw_unwanted: bool = False
 
@@ -184,6 +187,10 @@ class Model:
     @property
     def ready(self) -> bool:
         return self.phase == "validated" and (self.confirmed or not self.needs_confirmation)
+
+    def lapsed(self, at: datetime) -> bool:
+        """Whether a confirmed call's confirmation has expired by ``at``."""
+        return self.confirmed_until is not None and at >= self.confirmed_until
 
 
 def wanted(context: CallContext) -> bool:
@@ -389,9 +396,13 @@ class DeciderMachine(RuleBasedStateMachine):
                     assert model.last_activity is not None
                     assert at >= model.last_activity + LIMITS.idle_timeout
                 case CallCancelled(reason=CancelReason.CONFIRMATION_EXPIRED):
-                    assert model.awaiting
-                    assert model.expires is not None
-                    assert at >= model.expires
+                    # Awaiting past the time to confirm, or confirmed and claimed (or reached by
+                    # its deadline) past the confirmation's own expiry.
+                    if model.awaiting:
+                        assert model.expires is not None
+                        assert at >= model.expires
+                    else:
+                        assert model.lapsed(at)
                 case CallCancelled(reason=CancelReason.CONNECTION_LOST):
                     assert isinstance(event, StreamLost)
                     assert not event.resumable
@@ -474,7 +485,13 @@ class DeciderMachine(RuleBasedStateMachine):
             case ResponseEnded() if model.phase == "collecting":
                 assert isinstance(only(decisions), CallFailed)
             case ClaimRequested() if model.phase == "validated":
-                if model.ready:
+                if model.ready and model.lapsed(at):
+                    # Cancelled, and the claim refused with it.
+                    assert [getattr(d, "reason", None) for d in recorded(decisions)] == [
+                        CancelReason.CONFIRMATION_EXPIRED,
+                        RejectReason.NOT_READY,
+                    ]
+                elif model.ready:
                     dispatched = only(decisions)
                     assert isinstance(dispatched, CallDispatched)
                     assert dispatched.claim_id == event.claim_id
@@ -567,6 +584,10 @@ class DeciderMachine(RuleBasedStateMachine):
                     model.expires = expires_at
                 case CallConfirmed():
                     model.confirmed = True
+                    if isinstance(received, Input) and isinstance(
+                        received.event, ConfirmationGiven
+                    ):
+                        model.confirmed_until = received.event.expires_at
                 case CallDispatched():
                     model.dispatches += 1
                 case _:
