@@ -3,8 +3,10 @@
 A quadratic step anywhere on the path (copying the buffer on every fragment, rescanning what
 was received, joining strings over and over) makes eight times the deltas cost sixty-four times
 the time; linear work costs eight times. The test runs the path at 32 Ki and at 256 Ki deltas
-and requires less than sixteen times: a wide margin for a noisy machine, and far below what any
-quadratic step would cost. The clock is the process's CPU time, not the wall.
+and requires less than thirty-two times: a wide margin for a machine whose other processes
+slow this one's CPU time too (seen: 17.5 times under a load of five on two cores, 9 times
+alone), and half of what any quadratic step would cost. The clock is the process's CPU time,
+not the wall.
 """
 
 from __future__ import annotations
@@ -86,8 +88,8 @@ def assemble(events: list[Event]) -> tuple[CallState, float]:
 
 @pytest.mark.slow(seconds=20)
 def test_a_256_kib_argument_of_one_character_deltas_assembles_in_linear_time() -> None:
-    """Eight times the one-character deltas cost well under sixteen times the CPU time, in the
-    adapter and in the call's decider alike, and the call is whole at its end."""
+    """Eight times the one-character deltas cost well under thirty-two times the CPU time, in
+    the adapter and in the call's decider alike, and the call is whole at its end."""
     small_body, small_size = chat_body(32 * 1024)
     large_body, large_size = chat_body(256 * 1024)
     small_events, small_adapter = adapt(small_body)
@@ -100,5 +102,5 @@ def test_a_256_kib_argument_of_one_character_deltas_assembles_in_linear_time() -
     assert large_state.fragments == large_size
     assert small_state.phase is Phase.TERMINAL_CANDIDATE
     assert small_size * 8 == large_size
-    assert large_adapter < 16 * small_adapter, (small_adapter, large_adapter)
-    assert large_decider < 16 * small_decider, (small_decider, large_decider)
+    assert large_adapter < 32 * small_adapter, (small_adapter, large_adapter)
+    assert large_decider < 32 * small_decider, (small_decider, large_decider)
