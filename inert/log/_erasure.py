@@ -1,50 +1,65 @@
-"""Redacted bytes out of an SQLite log's files, not only out of its rows.
+"""Redacted bytes out of a log's files, not only out of its rows.
 
-A redaction rewrites rows; SQLite keeps what it rewrote in two places the rows no longer show.
-Free space in the database file keeps the old cells unless ``secure_delete`` is on (every
-connection of the log sets it: SQLite then zeroes what a delete or an update frees). The
-write-ahead log keeps the frames of every page written since its last reset, the original
-fragments among them, until the log wraps after a checkpoint; so after redactions commit, the
-eraser checkpoints the write-ahead log into the database file and truncates it to nothing.
+A redaction rewrites rows; the database keeps what it rewrote in places the rows no longer show,
+which a backend clears with one step after redactions (its ``attempt``):
 
-A checkpoint that truncates cannot finish while another connection reads an older state of the
-file (a console, ``inert ledger --follow``, another process): the eraser tries again, backing off,
-for ``timeout`` seconds, then reports once (a warning of the ``inert.log`` logger and the log's
-``storage_problems``) and keeps trying every second until it succeeds. Redactions that come while
-it works are erased by its next checkpoint.
+- SQLite keeps the frames of every page written since the write-ahead log's last reset, the
+  original fragments among them, until the log wraps after a checkpoint (free space in the
+  database file is zeroed as it is freed: every connection sets ``secure_delete``). The step
+  checkpoints the write-ahead log into the database file and truncates it to nothing.
+- PostgreSQL keeps old row versions until vacuumed, and their bytes until overwritten; the
+  payloads retention redacts are sealed under keys that their redaction destroys (see
+  ``_sealing``), so what is left to clear is the destroyed keys' bytes in the table of keys. The
+  step rewrites that table (``VACUUM FULL``), leaving no page that held one.
+
+A step that cannot finish now (a reader of an older state of the SQLite file; a lock on the
+table of keys held by an append) is tried again, backing off, for ``timeout`` seconds, then
+reported once (a warning of the ``inert.log`` logger, and the log's ``storage_problems``) and
+tried every second until it succeeds. Redactions that come while it works are cleared by its
+next step.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
+from collections.abc import Callable
 
 import trio
 
 LOGGER = logging.getLogger("inert.log")
 
 DEFAULT_ERASE_TIMEOUT = 10.0
-"""Seconds a truncating checkpoint is tried again while readers hold the write-ahead log,
-before it is reported."""
+"""Seconds the step after a redaction is tried again while something holds it off, before it is
+reported."""
 
 _FIRST_WAIT = 0.01
 _LONGEST_WAIT = 1.0
 
 
-class WalEraser:
-    """Checkpoints and truncates one SQLite file's write-ahead log after redactions."""
+class Eraser:
+    """Runs a backend's erasing step after redactions, coalesced, retried, reported."""
 
-    def __init__(self, path: str, *, timeout: float = DEFAULT_ERASE_TIMEOUT) -> None:
-        self.path = path
+    def __init__(
+        self,
+        attempt: Callable[[], bool],
+        *,
+        holds: str,
+        timeout: float = DEFAULT_ERASE_TIMEOUT,
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``attempt`` erases once and says whether it could (blocking: run in a thread);
+        ``holds`` names where the bytes stay until it can, for the report."""
+        self.attempt = attempt
+        self.holds = holds
         self.timeout = timeout
+        self.close = close
         self._due = False
         self._running = False
         self._wake = trio.Event()
         self._done = trio.Event()
-        self._connection: sqlite3.Connection | None = None
         self.problem: str | None = None
-        """What keeps redacted bytes in the write-ahead log now, if anything does."""
+        """What keeps redacted bytes in the storage now, if anything does."""
 
     def redacted(self) -> None:
         """Redactions committed: their old bytes are to be erased."""
@@ -74,47 +89,30 @@ class WalEraser:
                     await self._erase()
                 finally:
                     self._running = False
-                    self._done.set()
-                    self._done = trio.Event()
+                    self._signal()
         finally:
             self.close()
 
-    def checkpoint(self) -> bool:
-        """Checkpoint and truncate the write-ahead log once; whether it could (blocking)."""
-        connection = self._connection
-        if connection is None:
-            # A busy handler of its own, short: waiting is the eraser's business, not SQLite's.
-            connection = self._connection = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=0.05
-            )
-        try:
-            (busy, _, _) = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        except sqlite3.OperationalError:
-            return False
-        return not busy
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+    def _signal(self) -> None:
+        self._done.set()
+        self._done = trio.Event()
 
     async def _erase(self) -> None:
         started = time.monotonic()
         wait = _FIRST_WAIT
         reported = False
-        while not await trio.to_thread.run_sync(self.checkpoint):
+        while not await trio.to_thread.run_sync(self.attempt):
             waited = time.monotonic() - started
             if waited >= self.timeout and not reported:
                 reported = True
                 self.problem = (
-                    f"redacted bytes stay in {self.path}-wal: another connection has read it"
-                    f" for {waited:.1f} s; they are erased at the first checkpoint it allows"
+                    f"redacted bytes stay in {self.holds}: held off for {waited:.1f} s; they"
+                    " are erased at the first try that can finish"
                 )
                 LOGGER.warning("%s", self.problem)
-                self._done.set()
-                self._done = trio.Event()
+                self._signal()
             await trio.sleep(wait)
             wait = min(wait * 2, _LONGEST_WAIT)
         if reported:
-            LOGGER.warning("redacted bytes erased from %s-wal", self.path)
+            LOGGER.warning("redacted bytes erased from %s", self.holds)
         self.problem = None

@@ -46,11 +46,13 @@ import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..events._codec import Codec
-from ..events._errors import ConfigurationError, InertError, LogError
+from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
 from ..events._identity import CallKey
+from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, new_identity, new_secret
 from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
+from ._sealing import key_name, new_key, seal, sealed_types, unseal
 from ._snapshots import (
     StoredSnapshot,
     StreamRedactions,
@@ -62,7 +64,7 @@ from ._snapshots import (
 )
 
 APPLICATION = "inert-log"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 Connection = psycopg.Connection[tuple[Any, ...]]
 Migration = Callable[[Connection, str], None]
 """A step from schema version N to N + 1, given a connection in a transaction and the schema."""
@@ -72,6 +74,9 @@ DEFAULT_SCHEMA = "inert"
 DEFAULT_MAX_BATCH_EVENTS = 4096
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_CONNECT_TIMEOUT = 10
+_VACUUM_LOCK_WAIT_MS = 100
+"""How long the rewrite of the table of keys waits for its lock before it gives up and tries
+again later: appends that seal queue behind it meanwhile."""
 STALLED_TRANSACTION_TIMEOUT = 10.0
 """Seconds a transaction of this log may wait on its process before the server ends it: a
 writer that stalls (or loses its network) while it holds the head's lock holds up every
@@ -136,10 +141,33 @@ CREATE TABLE {schema}.events (
     traceparent text,
     tracestate text,
     checksum bigint NOT NULL,
+    key_id bigint,
     UNIQUE (stream_id, version)
 );
 INSERT INTO {schema}.head (position) VALUES (0);
-{_snapshot_sql(schema)}"""
+{_snapshot_sql(schema)}
+{_keys_sql(schema)}
+ALTER TABLE {schema}.snapshot_payloads ADD COLUMN key_id bigint;"""
+
+
+def _keys_sql(schema: str) -> str:
+    # A row sealed under a key names it; the index finds what a key still seals when a
+    # redaction asks whether it may go.
+    return f"""
+CREATE TABLE {schema}.payload_keys (
+    key_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    key bytea NOT NULL
+);
+CREATE INDEX ON {schema}.events (key_id) WHERE key_id IS NOT NULL;
+"""
+
+
+def _add_keys(connection: Connection, schema: str) -> None:
+    # Rows written before are left as they are: sealing starts with the rows written after.
+    connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN key_id bigint")
+    connection.execute(f"ALTER TABLE {schema}.snapshot_payloads ADD COLUMN key_id bigint")
+    connection.execute(_keys_sql(schema))
 
 
 def _add_snapshots(connection: Connection, schema: str) -> None:
@@ -149,7 +177,14 @@ def _add_snapshots(connection: Connection, schema: str) -> None:
 def _add_checksums(connection: Connection, schema: str) -> None:
     # The rows are taken as they are: nothing older can tell whether one was damaged before.
     connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN checksum bigint NOT NULL DEFAULT 0")
-    select = _Statements.of(schema).read
+    # The rows as schema 2 held them: nothing sealed yet, no table of keys.
+    select = (
+        "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
+        " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
+        f" e.tracestate FROM {schema}.events AS e"
+        f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
+        " WHERE e.position >= %s ORDER BY e.position LIMIT %s"
+    )
     position = 1
     while rows := connection.execute(select, (position, 4096)).fetchall():
         with connection.cursor() as cursor:
@@ -160,7 +195,6 @@ def _add_checksums(connection: Connection, schema: str) -> None:
         position = rows[-1][0] + 1
 
 
-# Steps from schema version N to N + 1.
 def _add_identity(connection: Connection, schema: str) -> None:
     connection.execute(
         f"ALTER TABLE {schema}.inert_meta ADD COLUMN identity text, ADD COLUMN secret bytea"
@@ -175,7 +209,12 @@ def _add_identity(connection: Connection, schema: str) -> None:
     )
 
 
-MIGRATIONS: dict[int, Migration] = {1: _add_snapshots, 2: _add_checksums, 3: _add_identity}
+MIGRATIONS: dict[int, Migration] = {
+    1: _add_snapshots,
+    2: _add_checksums,
+    3: _add_identity,
+    4: _add_keys,
+}
 
 
 @attrs.frozen
@@ -208,14 +247,21 @@ class _Statements:
     write_snapshot: str
     write_snapshot_payload: str
     read_snapshot: str
+    keys: str
+    insert_keys: str
+    lock_keys: str
+    delete_keys: str
+    snapshot_keys: str
 
     @classmethod
     def of(cls, schema: str) -> _Statements:
+        # A row's columns, then the key its payload is sealed under (see ``_open``).
         select = (
             "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
             " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
-            f" e.tracestate, e.checksum FROM {schema}.events AS e"
+            f" e.tracestate, e.checksum, e.key_id, k.key FROM {schema}.events AS e"
             f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
+            f" LEFT JOIN {schema}.payload_keys AS k ON k.key_id = e.key_id"
         )
         return cls(
             select=select,
@@ -253,13 +299,14 @@ class _Statements:
             ),
             redact=(
                 f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
-                " payload_digest = %s, checksum = %s WHERE position = %s"
+                " payload_digest = %s, checksum = %s, key_id = NULL WHERE position = %s"
             ),
             # Taken by redactions and snapshot writes, and by nothing else: one that waits for
             # the other then sees what it committed (a payload to delete, or a redacted stream).
             lock_snapshots=f"LOCK TABLE {schema}.snapshot_payloads IN SHARE ROW EXCLUSIVE MODE",
             redact_snapshots=(
                 f"DELETE FROM {schema}.snapshot_payloads WHERE stream = %s AND first_version <= %s"
+                " RETURNING key_id"
             ),
             snapshot_first_versions=(
                 f"SELECT DISTINCT first_version FROM {schema}.snapshot_payloads"
@@ -267,11 +314,13 @@ class _Statements:
             ),
             delete_snapshot_payloads_from=(
                 f"DELETE FROM {schema}.snapshot_payloads"
-                " WHERE stream = %s AND first_version = ANY(%s)"
+                " WHERE stream = %s AND first_version = ANY(%s) RETURNING key_id"
             ),
             rows_at=f"{select} WHERE s.name = %s AND e.version = ANY(%s)",
             redacted_rows=f"{select} WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL",
-            delete_snapshot_payloads=f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s",
+            delete_snapshot_payloads=(
+                f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s RETURNING key_id"
+            ),
             delete_snapshot=f"DELETE FROM {schema}.snapshots WHERE name = %s",
             write_snapshot=(
                 f"INSERT INTO {schema}.snapshots VALUES (%s, %s, %s, %s, %s)"
@@ -279,14 +328,42 @@ class _Statements:
                 " stamp = excluded.stamp, state = excluded.state, digest = excluded.digest"
             ),
             write_snapshot_payload=(
-                f"INSERT INTO {schema}.snapshot_payloads VALUES (%s, %s, %s, %s, %s, %s)"
+                f"INSERT INTO {schema}.snapshot_payloads VALUES (%s, %s, %s, %s, %s, %s, %s)"
             ),
-            # One statement, so that it sees one snapshot whole even while a write replaces it.
+            # One statement, so that it sees one snapshot whole even while a write replaces it;
+            # a payload whose key is gone is redacted, and left out.
             read_snapshot=(
-                f"SELECT 0, position, stamp, digest, 0, state FROM {schema}.snapshots"
-                " WHERE name = %s UNION ALL"
-                " SELECT 1, ordinal, part, stream, first_version, data"
-                f" FROM {schema}.snapshot_payloads WHERE name = %s ORDER BY 1, 2"
+                f"SELECT 0, position, stamp, digest, 0, state, NULL::bigint, NULL::bytea"
+                f" FROM {schema}.snapshots WHERE name = %s UNION ALL"
+                " SELECT 1, p.ordinal, p.part, p.stream, p.first_version, p.data, p.key_id,"
+                f" k.key FROM {schema}.snapshot_payloads AS p"
+                f" LEFT JOIN {schema}.payload_keys AS k ON k.key_id = p.key_id"
+                " WHERE p.name = %s ORDER BY 1, 2"
+            ),
+            # Shared: a redaction that would destroy one waits for the appends sealing with it.
+            keys=(
+                f"SELECT name, key_id, key FROM {schema}.payload_keys WHERE name = ANY(%s)"
+                " FOR SHARE"
+            ),
+            insert_keys=(
+                f"INSERT INTO {schema}.payload_keys (name, key)"
+                " SELECT * FROM unnest(%s::text[], %s::bytea[])"
+                " ON CONFLICT (name) DO NOTHING RETURNING name, key_id, key"
+            ),
+            lock_keys=(
+                f"SELECT key_id FROM {schema}.payload_keys WHERE key_id = ANY(%s) FOR UPDATE"
+            ),
+            # A key goes with the last payload it seals, in a row or a snapshot.
+            delete_keys=(
+                f"DELETE FROM {schema}.payload_keys AS k WHERE k.key_id = ANY(%s)"
+                f" AND NOT EXISTS (SELECT 1 FROM {schema}.events AS e"
+                " WHERE e.key_id = k.key_id AND e.payload_digest IS NULL)"
+                f" AND NOT EXISTS (SELECT 1 FROM {schema}.snapshot_payloads AS p"
+                " WHERE p.key_id = k.key_id) RETURNING k.key_id"
+            ),
+            snapshot_keys=(
+                f"SELECT DISTINCT key_id FROM {schema}.snapshot_payloads"
+                " WHERE name = %s AND key_id IS NOT NULL"
             ),
         )
 
@@ -305,6 +382,7 @@ _EVENT_COLUMN_TYPES = [
     "text",
     "text",
     "int8",
+    "int8",
 ]
 
 
@@ -314,7 +392,30 @@ def _reason(error: psycopg.Error) -> str:
 
 
 def _row(values: Sequence[Any]) -> StoredRecord:
-    return StoredRecord(*values)
+    """The row of a ``select``: its payload opened where it is sealed."""
+    if values[13] is None:
+        return StoredRecord(*values[:13])
+    row = StoredRecord(*values[:13])
+    key, sealed = values[14], row.payload
+    if key is None or sealed is None:
+        raise LogDamaged(row.position, "the key its payload is sealed under was destroyed")
+    return row._replace(
+        payload=unseal(bytes(key), bytes(sealed), row.event_id.encode(), row.position)
+    )
+
+
+def _opened_payload(row: Sequence[Any], position: int) -> Sequence[Any] | None:
+    """A row of ``read_snapshot`` as ``snapshot_from_rows`` reads it: a payload opened where it
+    is sealed; one whose key was destroyed (its bytes redacted since) left out as ``None``."""
+    *columns, key_id, key = row
+    if key_id is None:
+        return columns
+    if key is None:
+        return None
+    columns[5] = unseal(
+        bytes(key), bytes(columns[5]), columns[2].encode(), position, "a payload of its snapshot"
+    )
+    return columns
 
 
 def public_url(conninfo: str) -> str:
@@ -355,6 +456,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         group_commit: bool = True,
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
         codec: Codec | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -374,6 +476,10 @@ class PostgresLog(GroupCommitLog[Connection]):
             raise ConfigurationError(
                 f"poll_interval must be a positive, finite number of seconds, not {poll_interval}"
             )
+        if not 0 <= erase_timeout < math.inf:
+            raise ConfigurationError(
+                f"erase_timeout must be a finite number of seconds >= 0, not {erase_timeout}"
+            )
         self.url = public_url(conninfo)
         try:
             settings = conninfo_to_dict(conninfo)
@@ -390,11 +496,20 @@ class PostgresLog(GroupCommitLog[Connection]):
         self.schema = schema
         self.poll_interval = poll_interval
         self._sql = _Statements.of(schema)
+        self._sealed = sealed_types()
         self._channel = f"inert_log_{schema}"
         self._writer: Connection | None = None
         self._writer_pid = 0
         self._reader: Connection | None = None
         self._reader_lock = trio.Lock()
+        self._vacuumer: Connection | None = None
+        self._keys_destroyed = False
+        self._eraser = Eraser(
+            self._vacuum_keys,
+            holds=f"the pages of {schema}.payload_keys (appends hold the table)",
+            timeout=erase_timeout,
+            close=self._close_vacuumer,
+        )
 
     @property
     def name(self) -> str:
@@ -410,6 +525,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         group_commit: bool = True,
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
         codec: Codec | None = None,
         clock: Clock | None = None,
     ) -> AsyncIterator[PostgresLog]:
@@ -422,12 +538,13 @@ class PostgresLog(GroupCommitLog[Connection]):
             group_commit=group_commit,
             max_batch_events=max_batch_events,
             poll_interval=poll_interval,
+            erase_timeout=erase_timeout,
             codec=codec,
             clock=clock,
         )
         await trio.to_thread.run_sync(log._connect)
         try:
-            async with log._running(log._listen_loop):
+            async with log._running(log._listen_loop, log._eraser.run):
                 yield log
         finally:
             log._mark_closed()
@@ -466,6 +583,27 @@ class PostgresLog(GroupCommitLog[Connection]):
                 raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"cannot set up a connection to {self.url}: {_reason(error)}") from None
         return connection
+
+    def _vacuum_keys(self) -> bool:
+        """Rewrite the table of keys, leaving no page that held a destroyed one, once; whether
+        it could (it waits a moment at most for the appends holding the table)."""
+        connection = self._vacuumer
+        try:
+            if connection is None or connection.closed:
+                connection = self._vacuumer = self._open_connection(autocommit=True)
+                connection.execute(f"SET lock_timeout = {_VACUUM_LOCK_WAIT_MS}")
+            connection.execute(f"VACUUM (FULL) {self.schema}.payload_keys")
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
+            return False
+        except (psycopg.Error, InertError, _ConnectionLost):
+            self._close_vacuumer()
+            return False
+        return True
+
+    def _close_vacuumer(self) -> None:
+        if self._vacuumer is not None:
+            self._vacuumer.close()
+            self._vacuumer = None
 
     def _connect(self) -> None:
         try:
@@ -642,10 +780,30 @@ class PostgresLog(GroupCommitLog[Connection]):
                     sql.insert_streams, (new, [touched[name] for name in new])
                 ).fetchall()
             )
+        calls = {
+            record.event_id: record.call
+            for request in group
+            for record in request.records
+            if record.call is not None
+        }
+        sealing = {
+            row.position: key_name(row.event_type, calls[row.event_id])
+            for row in plan.rows
+            if row.event_type in self._sealed and row.event_id in calls and row.payload
+        }
+        keys = self._keys(connection, set(sealing.values())) if sealing else {}
         with connection.cursor() as cursor, cursor.copy(sql.insert_events) as copy:
             copy.set_types(_EVENT_COLUMN_TYPES)
             for row in plan.rows:
-                copy.write_row((*row[:2], stream_ids[row.stream], *row[3:]))
+                name = sealing.get(row.position)
+                if name is None:
+                    copy.write_row((*row[:2], stream_ids[row.stream], *row[3:], None))
+                    continue
+                key_id, key = keys[name]
+                sealed = seal(key, row.payload or b"", row.event_id.encode())
+                copy.write_row(
+                    (*row[:2], stream_ids[row.stream], *row[3:7], sealed, *row[8:], key_id)
+                )
         finish: list[tuple[str, tuple[object, ...]]] = []
         old = [name for name in touched if name not in new]
         if old:
@@ -654,6 +812,30 @@ class PostgresLog(GroupCommitLog[Connection]):
             )
         finish.append((sql.set_head, (plan.head, self._channel)))
         return CommittedGroup(plan.outcomes, plan.rows), finish
+
+    def _keys(self, connection: Connection, names: set[str]) -> dict[str, tuple[int, bytes]]:
+        """The keys of these names, each made where there is none (in ``connection``'s
+        transaction, locked for sharing: a redaction cannot destroy one before it commits)."""
+        sql = self._sql
+        found = {
+            name: (key_id, bytes(key))
+            for name, key_id, key in connection.execute(sql.keys, (sorted(names),))
+        }
+        missing = sorted(names - found.keys())
+        if missing:
+            made = [new_key() for _ in missing]
+            found.update(
+                (name, (key_id, bytes(key)))
+                for name, key_id, key in connection.execute(sql.insert_keys, (missing, made))
+            )
+            # Made meanwhile by another writer (a snapshot's): taken as it is.
+            raced = sorted(names - found.keys())
+            if raced:
+                found.update(
+                    (name, (key_id, bytes(key)))
+                    for name, key_id, key in connection.execute(sql.keys, (raced,))
+                )
+        return found
 
     # --- reads (worker thread, one reader connection) ---
 
@@ -694,6 +876,38 @@ class PostgresLog(GroupCommitLog[Connection]):
     async def _stream_version(self, stream: str) -> int:
         rows = await self._query(self._sql.stream_version, (stream,))
         return int(rows[0][0]) if rows else 0
+
+    async def erased(self) -> bool:
+        return await self._eraser.erased()
+
+    async def _redact(
+        self,
+        stream: str,
+        up_to_version: int,
+        event_types: frozenset[str] | None,
+        keys: frozenset[CallKey] | None,
+    ) -> int:
+        try:
+            return await super()._redact(stream, up_to_version, event_types, keys)
+        finally:
+            self._erase_destroyed_keys()
+
+    async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        try:
+            await super()._write_snapshot(snapshot)
+        finally:
+            self._erase_destroyed_keys()
+
+    async def _delete_snapshot(self, name: str) -> None:
+        try:
+            await super()._delete_snapshot(name)
+        finally:
+            self._erase_destroyed_keys()
+
+    def _erase_destroyed_keys(self) -> None:
+        if self._keys_destroyed:
+            self._keys_destroyed = False
+            self._eraser.redacted()
 
     async def _storage_problems(self) -> list[str]:
         schema = self.schema
@@ -738,11 +952,14 @@ class PostgresLog(GroupCommitLog[Connection]):
                 sql.to_redact_of_types, (stream, up_to_version, sorted(event_types))
             )
         )
-        done = [
-            redacted(row, self.codec)
-            for row in map(_row, selected)
-            if reached(row, self.codec, event_types, keys)
-        ]
+        sealed_by: set[int] = set()
+        done = []
+        for values in selected:
+            row = _row(values)
+            if reached(row, self.codec, event_types, keys):
+                done.append(redacted(row, self.codec))
+                if values[13] is not None:
+                    sealed_by.add(values[13])
         with connection.cursor() as cursor:
             cursor.executemany(
                 sql.redact,
@@ -752,22 +969,37 @@ class PostgresLog(GroupCommitLog[Connection]):
                 ],
             )
         if keys is None:
-            connection.execute(sql.redact_snapshots, (stream, up_to_version))
-            return len(done)
-        firsts = [
-            version
-            for (version,) in connection.execute(
-                sql.snapshot_first_versions, (stream, up_to_version)
-            )
-        ]
-        calls = self._calls_at(connection, stream, firsts)
-        doomed = [
-            version
-            for version in firsts
-            if redaction_takes(version, up_to_version, keys, calls.get(version))
-        ]
-        connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
+            deleted = connection.execute(sql.redact_snapshots, (stream, up_to_version))
+        else:
+            firsts = [
+                version
+                for (version,) in connection.execute(
+                    sql.snapshot_first_versions, (stream, up_to_version)
+                )
+            ]
+            calls = self._calls_at(connection, stream, firsts)
+            doomed = [
+                version
+                for version in firsts
+                if redaction_takes(version, up_to_version, keys, calls.get(version))
+            ]
+            deleted = connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
+        sealed_by.update(key_id for (key_id,) in deleted if key_id is not None)
+        self._destroy_keys(connection, sealed_by)
         return len(done)
+
+    def _destroy_keys(self, connection: Connection, key_ids: set[int]) -> None:
+        """Destroy those of these keys that seal nothing unredacted any more: every copy of
+        what they sealed, in any page, log or replica, is then ciphertext nothing opens."""
+        if not key_ids:
+            return
+        sql = self._sql
+        ordered = sorted(key_ids)
+        # Taken first, so that an append sealing with one of them commits before the check.
+        connection.execute(sql.lock_keys, (ordered,))
+        if connection.execute(sql.delete_keys, (ordered,)).fetchall():
+            # Told to the eraser once the transaction is done, from the Trio thread.
+            self._keys_destroyed = True
 
     def _calls_at(
         self, connection: Connection, stream: str, versions: Sequence[int]
@@ -781,8 +1013,9 @@ class PostgresLog(GroupCommitLog[Connection]):
     def _delete_snapshot_in(self, connection: Connection, name: str) -> None:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
-        connection.execute(sql.delete_snapshot_payloads, (name,))
+        deleted = connection.execute(sql.delete_snapshot_payloads, (name,)).fetchall()
         connection.execute(sql.delete_snapshot, (name,))
+        self._destroy_keys(connection, {key_id for (key_id,) in deleted if key_id is not None})
 
     def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
         sql = self._sql
@@ -798,19 +1031,31 @@ class PostgresLog(GroupCommitLog[Connection]):
             stream: StreamRedactions(found[stream], self._calls_at(connection, stream, versions))
             for stream, versions in judged_versions(snapshot, highest).items()
         }
-        connection.execute(sql.delete_snapshot_payloads, (name,))
+        deleted = connection.execute(sql.delete_snapshot_payloads, (name,)).fetchall()
         connection.execute(
             sql.write_snapshot,
             (name, snapshot.position, snapshot.stamp, snapshot.state, snapshot.digest),
         )
+        # Each payload sealed under the key of its part: the call's key of those bytes, which
+        # their redaction destroys. Payloads are read twice rather than held all at once.
+        keys = self._keys(connection, {p.part for _, p in kept_payloads(snapshot, redacted)})
         with connection.cursor() as cursor:
             cursor.executemany(
                 sql.write_snapshot_payload,
                 (
-                    (name, ordinal, p.part, p.stream, p.first_version, p.data)
+                    (
+                        name,
+                        ordinal,
+                        p.part,
+                        p.stream,
+                        p.first_version,
+                        seal(keys[p.part][1], p.data, p.part.encode()),
+                        keys[p.part][0],
+                    )
                     for ordinal, p in kept_payloads(snapshot, redacted)
                 ),
             )
+        self._destroy_keys(connection, {key_id for (key_id,) in deleted if key_id is not None})
 
     def _in_own_transaction(self, what: str, work: Callable[[Connection], _T]) -> _T:
         return self._with_reconnection(
@@ -833,7 +1078,12 @@ class PostgresLog(GroupCommitLog[Connection]):
             connection.close()
 
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
-        return snapshot_from_rows(name, await self._query(self._sql.read_snapshot, (name, name)))
+        rows = await self._query(self._sql.read_snapshot, (name, name))
+        position = rows[0][1] if rows else 0
+        opened = [
+            columns for row in rows if (columns := _opened_payload(row, position)) is not None
+        ]
+        return snapshot_from_rows(name, opened)
 
     # --- notifications ---
 

@@ -77,6 +77,9 @@ class PendingRecord(NamedTuple):
     payload: bytes
     traceparent: str | None
     tracestate: str | None
+    call: str | None = None
+    """The stream of the call whose argument bytes the payload holds (an event of a type that
+    names ``SENSITIVE`` fields), for a backend that seals them by call."""
 
 
 class StoredRecord(NamedTuple):
@@ -228,6 +231,7 @@ def encode_batch(codec: Codec, events: Iterable[NewEvent]) -> list[PendingRecord
             raise LogError(f"append takes NewEvent values, not {type(new).__name__}")
         tag, version, payload = codec.encode(new.event)
         trace = new.trace
+        key = getattr(new.event, "key", None) if new.event.SENSITIVE else None
         records.append(
             PendingRecord(
                 new.event_id,
@@ -237,6 +241,7 @@ def encode_batch(codec: Codec, events: Iterable[NewEvent]) -> list[PendingRecord
                 payload,
                 trace.traceparent if trace else None,
                 trace.tracestate if trace else None,
+                key.stream if isinstance(key, CallKey) else None,
             )
         )
     return records

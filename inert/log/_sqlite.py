@@ -31,7 +31,7 @@ import trio
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
 from ..events._identity import CallKey
-from ._erasure import DEFAULT_ERASE_TIMEOUT, WalEraser
+from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, new_identity, new_secret
 from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
@@ -282,7 +282,13 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # is in no committed row.
         self._stream_names: dict[int, str] = {}
         self._stream_names_capacity = min(max(stream_cache_size, 1), _READ_STREAM_NAMES)
-        self._eraser = WalEraser(self.path, timeout=erase_timeout)
+        self._checkpointer: sqlite3.Connection | None = None
+        self._eraser = Eraser(
+            self._checkpoint,
+            holds=f"{self.path}-wal (another connection reads it)",
+            timeout=erase_timeout,
+            close=self._close_checkpointer,
+        )
 
     @property
     def name(self) -> str:
@@ -374,7 +380,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             self._reader = self._open_connection()
             # After an unclean stop the write-ahead log may hold redacted bytes: erased before
             # anything else, where no other process reads it now.
-            self._eraser.checkpoint()
+            self._checkpoint()
         except sqlite3.Error as error:
             self._disconnect()
             raise LogError(f"cannot open SQLite log {self.path!r}: {error}") from error
@@ -404,7 +410,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # log that can no longer be written keeps its connections open until the process ends.
         keep = self._no_longer_writable() is not None
         if not keep:
-            self._eraser.close()
+            self._close_checkpointer()
         for connection in (self._reader, self._writer):
             if connection is not None:
                 if keep:
@@ -412,6 +418,32 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
                 else:
                     connection.close()
         self._reader = self._writer = None
+
+    def _checkpoint(self) -> bool:
+        """Checkpoint the write-ahead log into the file and truncate it, once; whether it
+        could (not while another connection reads an older state of the file, nor once the
+        file can no longer be written: see ``_check_writable``)."""
+        if self._no_longer_writable() is not None:
+            return False
+        connection = self._checkpointer
+        if connection is None:
+            # A busy handler of its own, short: waiting is the eraser's business, not SQLite's.
+            connection = self._checkpointer = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0.05
+            )
+        try:
+            (busy, _, _) = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.OperationalError:
+            return False
+        return not busy
+
+    def _close_checkpointer(self) -> None:
+        if self._checkpointer is not None:
+            if self._no_longer_writable() is not None:
+                _abandon(self._checkpointer)
+            else:
+                self._checkpointer.close()
+            self._checkpointer = None
 
     def _prepare_schema(self, connection: sqlite3.Connection) -> None:
         connection.execute("BEGIN IMMEDIATE")

@@ -41,7 +41,7 @@ _SQLITE_OPTIONS = {
     "poll_interval",
     "erase_timeout",
 }
-_POSTGRES_OPTIONS = {"schema", "group_commit", "max_batch_events", "poll_interval"}
+_POSTGRES_OPTIONS = {"schema", "group_commit", "max_batch_events", "poll_interval", "erase_timeout"}
 
 
 def _flag(name: str, value: str) -> bool:
@@ -89,6 +89,8 @@ async def _open_postgres(
         settings["max_batch_events"] = _number("max_batch_events", options["max_batch_events"], int)
     if "poll_interval" in options:
         settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
+    if "erase_timeout" in options:
+        settings["erase_timeout"] = _number("erase_timeout", options["erase_timeout"], float)
     async with PostgresLog.open(conninfo, **settings, codec=codec, clock=clock) as log:
         yield log
 

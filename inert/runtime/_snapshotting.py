@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import trio
 
+from ..events import LogDamaged
 from ..log import Log, StoredSnapshot
 from ._snapshot import (
     SNAPSHOT_KEY,
@@ -68,17 +69,19 @@ class Snapshots:
         position). The log is the truth: replayed from the start, it makes the next one."""
         if not self.every:
             return None
-        snapshot = await self._log.read_snapshot(self._name)
-        if snapshot is None:
-            return None
+        snapshot: StoredSnapshot | None = None
         try:
+            snapshot = await self._log.read_snapshot(self._name)
+            if snapshot is None:
+                return None
             state = restore(snapshot, stamp=self._stamp, binding=await self._binding(snapshot))
-        except SnapshotUnusable as refusal:
+        except (SnapshotUnusable, LogDamaged) as refusal:
+            # A payload that does not open, say: the log itself is checked by the replay.
             self.refusal = str(refusal)
             LOGGER.warning(
-                "snapshot %r of position %d not used: %s; replaying the log from the start",
+                "snapshot %r%s not used: %s; replaying the log from the start",
                 self._name,
-                snapshot.position,
+                "" if snapshot is None else f" of position {snapshot.position}",
                 refusal,
             )
             return None

@@ -19,6 +19,7 @@ from postgres_support import connect, fresh_schema, log_url, server_url
 from inert import (
     ArgumentsAppended,
     CallKey,
+    CallOpened,
     ConfigurationError,
     LogDamaged,
     LogError,
@@ -33,6 +34,12 @@ KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", ca
 
 def new(event_id: str, stream: str = "s") -> NewEvent:
     return NewEvent(stream=stream, event_id=event_id, event=ArgumentsAppended(key=KEY, data=b"{}"))
+
+
+def unsealed(event_id: str, stream: str = "s") -> NewEvent:
+    """An event whose payload no log seals (it holds no argument bytes): one an older schema
+    could hold as a newer one does."""
+    return NewEvent(stream=stream, event_id=event_id, event=CallOpened(key=KEY, tool="t"))
 
 
 def shape(events: list[RecordedEvent]) -> list[tuple[int, str]]:
@@ -482,7 +489,8 @@ async def test_a_schema_1_log_is_upgraded_to_store_snapshots(schema: str) -> Non
     """A log of schema version 1 (no snapshot tables) opens, keeps its events and stores a
     snapshot."""
     async with PostgresLog.open(server_url(), schema=schema) as log:
-        await log.append([new("e1")])
+        await log.append([unsealed("e1")])
+    _as_schema_4(schema)
     query(f"DROP TABLE {schema}.snapshot_payloads, {schema}.snapshots")
     query(f"ALTER TABLE {schema}.events DROP COLUMN checksum")
     query(f"ALTER TABLE {schema}.inert_meta DROP COLUMN identity, DROP COLUMN secret")
@@ -506,7 +514,8 @@ async def test_a_schema_2_log_is_upgraded_to_checksummed_rows(schema: str) -> No
     """A log of schema version 2 (rows without checksums) opens with a checksum made for every
     row it holds, reads back whole, and its rows damaged later are refused by position."""
     async with PostgresLog.open(server_url(), schema=schema) as log:
-        await log.append([new(f"e{number}") for number in range(1, 6)])
+        await log.append([unsealed(f"e{number}") for number in range(1, 6)])
+    _as_schema_4(schema)
     query(f"ALTER TABLE {schema}.events DROP COLUMN checksum")
     query(f"ALTER TABLE {schema}.inert_meta DROP COLUMN identity, DROP COLUMN secret")
     query(f"UPDATE {schema}.inert_meta SET schema_version = 2")
@@ -524,7 +533,8 @@ async def test_a_schema_3_log_is_given_an_identity_and_a_secret(schema: str) -> 
     """A log of schema version 3 opens with an identity and a secret made for it, which it
     keeps from then on."""
     async with PostgresLog.open(server_url(), schema=schema) as log:
-        await log.append([new("e1")])
+        await log.append([unsealed("e1")])
+    _as_schema_4(schema)
     query(f"ALTER TABLE {schema}.inert_meta DROP COLUMN identity, DROP COLUMN secret")
     query(f"UPDATE {schema}.inert_meta SET schema_version = 3")
     async with PostgresLog.open(server_url(), schema=schema) as log:
@@ -533,6 +543,33 @@ async def test_a_schema_3_log_is_given_an_identity_and_a_secret(schema: str) -> 
     assert identity.startswith("log-")
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert (log.identity, log.key("snapshot")) == (identity, key)
+
+
+def _as_schema_4(schema: str) -> None:
+    """The schema's tables as log schema 4 made them: payloads unsealed, no table of keys."""
+    query(f"DROP TABLE {schema}.payload_keys")
+    query(f"ALTER TABLE {schema}.events DROP COLUMN key_id")
+    query(f"ALTER TABLE {schema}.snapshot_payloads DROP COLUMN key_id")
+    query(f"UPDATE {schema}.inert_meta SET schema_version = 4")
+
+
+async def test_a_schema_4_log_seals_the_rows_it_writes_from_then_on(schema: str) -> None:
+    """A log of schema version 4 opens: its rows stay as written and read back; a fragment
+    written after is sealed, and reads back."""
+    key = CallKey(tenant="t", conversation="c", turn="u", response="r", item="i", call="a")
+    fragment = ArgumentsAppended(key=key, data=b'{"pin": "4821"}', offset=0)
+    stream = key.response_ref.stream
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([unsealed("e1")])
+    _as_schema_4(schema)
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([NewEvent(stream=stream, event=fragment, event_id="f1")])
+        assert [e.event_id for e in await log.read()] == ["e1", "f1"]
+        assert (await log.read())[1].event == fragment
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(_postgres.SCHEMA_VERSION,)]
+    [(sealed, key_id)] = query(f"SELECT payload, key_id FROM {schema}.events WHERE event_id = 'f1'")
+    assert key_id is not None
+    assert b"4821" not in bytes(sealed)
 
 
 async def test_an_older_schema_without_a_migration_is_refused(
