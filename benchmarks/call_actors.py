@@ -70,6 +70,7 @@ import argparse
 import gc
 import json
 import math
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -82,6 +83,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -116,6 +118,7 @@ from inert import (
     open_runtime,
 )
 from inert.actors import CallFold
+from inert.actors._call import DIGEST_KEY
 from inert.events import CallCollecting, CallValidated
 from inert.log import NewEvent, SQLiteLog, new_event_id
 from inert.projections import Projections
@@ -1198,12 +1201,12 @@ def _unit_arguments(call: int) -> list[bytes]:
     return [text[start : start + step] for start in range(0, len(text), step)]
 
 
-async def record_unit(*, finished: bool = True) -> list[RecordedEvent]:
+async def record_unit(*, finished: bool = True, log_url: str = "memory://") -> list[RecordedEvent]:
     """The events a real runtime writes for one turn of four calls, claimed and completed (or,
     not ``finished``, left ready to claim); with retention off, so that the fragments and
     arguments are there to copy."""
     async with (
-        open_log("memory://") as log,
+        open_log(log_url) as log,
         open_runtime(log=log, tools=[TOOL], retention=KEEP_PAYLOADS) as runtime,
     ):
         await runtime.start_turn(
@@ -1261,6 +1264,34 @@ async def record_unit(*, finished: bool = True) -> list[RecordedEvent]:
     if forbidden:
         raise RuntimeError(f"replay: the recorded unit holds {forbidden}, which name event ids")
     return unit
+
+
+def record_unit_for(path: Path, *, finished: bool = True) -> list[RecordedEvent]:
+    """The unit as the log at ``path`` (made here, empty) would record it: recorded in a copy
+    of that log, which shares its secret, so that copies appended to it carry digests keyed
+    by its key (a replay of them decides as they say)."""
+    trio.run(_create, path)
+    scratch = path.with_name(path.name + ".unit")
+    shutil.copyfile(path, scratch)
+    try:
+        return trio.run(partial(record_unit, finished=finished, log_url=sqlite_url(scratch)))
+    finally:
+        _remove_database(scratch)
+
+
+async def _create(path: Path) -> None:
+    async with SQLiteLog.open(path):
+        pass
+
+
+def digest_key_of(path: Path) -> bytes:
+    """The key of the arguments digests of the log at ``path``."""
+    return trio.run(_digest_key_of, path)
+
+
+async def _digest_key_of(path: Path) -> bytes:
+    async with SQLiteLog.open(path) as log:
+        return log.key(DIGEST_KEY)
 
 
 Identity = TypeVar("Identity", CallKey, TurnRef, ResponseRef)
@@ -1394,7 +1425,7 @@ async def _inert_replay(path: Path, events: int, unit: int, fold_too: bool) -> f
 
 async def _replayed(path: Path, events: int, unit: int, fold_too: bool) -> float:
     async with SQLiteLog.open(path) as log:
-        fold = CallFold(live=False)
+        fold = CallFold(live=False, digest_key=log.key(DIGEST_KEY))
         projections = Projections()
         count = 0
         position = 1
@@ -1478,11 +1509,11 @@ def unpack_floor_case(source: Path, events: int) -> Callable[[Path], float]:
 
 
 def prepare_replay(directory: Path, events: int) -> tuple[list[Timed], dict[str, Any]]:
-    unit = trio.run(record_unit)
+    inert_path = directory / "replay-inert.db"
+    unit = record_unit_for(inert_path)
     kinds: dict[str, int] = {}
     for recorded in unit:
         kinds[recorded.event_type] = kinds.get(recorded.event_type, 0) + 1
-    inert_path = directory / "replay-inert.db"
     eventsourcing_path = directory / "replay-eventsourcing.db"
     started = time.perf_counter()
     trio.run(build_replay_log, inert_path, events, unit)

@@ -24,6 +24,7 @@ import argparse
 import gc
 import json
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections import deque
@@ -33,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import trio
 
 from benchmarks.append_throughput import machine_facts
-from benchmarks.call_actors import UNIT_CALLS, Relabel, record_unit, rss_bytes
+from benchmarks.call_actors import UNIT_CALLS, Relabel, digest_key_of, record_unit_for, rss_bytes
 from inert import Event, RecordedEvent, TurnRef
 from inert.actors import CallFold
 from inert.events import TurnRetired
@@ -85,10 +85,12 @@ def retirement(turn: TurnRef, position: int, at: datetime) -> RecordedEvent:
     )
 
 
-def measure(unit: Sequence[RecordedEvent], calls: int, retire: bool) -> dict[str, Any]:
+def measure(
+    unit: Sequence[RecordedEvent], digest_key: bytes, calls: int, retire: bool
+) -> dict[str, Any]:
     """Fold ``calls`` calls; memory after a fifth of them and after all."""
     copies = calls // UNIT_CALLS
-    fold = CallFold(live=False)
+    fold = CallFold(live=False, digest_key=digest_key)
     projections = Projections(ledger_horizon=timedelta(seconds=HORIZON_UNITS))
     # The turns not retired yet: the benchmark's own memory must not grow either.
     turns: deque[TurnRef] = deque()
@@ -139,9 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--without", type=int, default=40_000, help="calls without it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    unit = trio.run(record_unit)
-    without = measure(unit, args.without, retire=False)
-    retired = measure(unit, args.calls, retire=True)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "unit.db"
+        unit = record_unit_for(path)
+        digest_key = digest_key_of(path)
+    without = measure(unit, digest_key, args.without, retire=False)
+    retired = measure(unit, digest_key, args.calls, retire=True)
     met = all(
         retired[measure_name] <= TARGET_GROWTH_BYTES
         for measure_name in ("rss_growth_per_call", "traced_growth_per_call")

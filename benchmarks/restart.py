@@ -42,7 +42,7 @@ from benchmarks.call_actors import (
     UNIT_CALLS,
     Relabel,
     limits_for,
-    record_unit,
+    record_unit_for,
     sqlite_url,
 )
 from inert import Event, RecordedEvent, TurnRef, open_runtime
@@ -139,9 +139,9 @@ async def _read_snapshot(path: Path) -> float:
 
 
 def measure(events: int, live: int, runs: int, every: int, directory: Path) -> dict[str, Any]:
-    finished = trio.run(record_unit)
-    ready = trio.run(lambda: record_unit(finished=False))
     path = directory / "restart.db"
+    finished = record_unit_for(path)
+    ready = record_unit_for(path, finished=False)
     head = trio.run(build_log, path, events, live, finished, ready)
     url = sqlite_url(path)
     first = trio.run(_restart, url, every, live)

@@ -5,6 +5,9 @@ tenant ``acme``, conversation ``c1``, turn ``t1``, response ``resp_1``, item ``f
 from __future__ import annotations
 
 from inert import CallKey
+from inert.actors._arguments import arguments_digest
+from inert.actors._call import DIGEST_KEY
+from inert.log import Log, open_log
 
 
 def call_key(
@@ -25,3 +28,15 @@ def call_key(
         item=item,
         call=call,
     )
+
+
+def digest_in(log: Log, canonical: bytes) -> str:
+    """The digest a call of a turn of this log's rules (10 on) gives the canonical arguments:
+    keyed by the log."""
+    return arguments_digest(canonical, log.key(DIGEST_KEY))
+
+
+async def digest_in_log(url: str, canonical: bytes) -> str:
+    """``digest_in`` for the log at ``url``, opened for it."""
+    async with open_log(url, create=False) as log:
+        return digest_in(log, canonical)

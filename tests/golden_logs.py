@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import re
 import sys
@@ -61,6 +62,7 @@ from inert import (
     open_runtime,
 )
 from inert.actors import CallFold, ValidationRequested
+from inert.actors._call import DIGEST_KEY
 from inert.adapters import (
     PROVIDERS,
     StreamAdapter,
@@ -204,7 +206,7 @@ def replay(records: Iterable[StoredRecord], limits: CallLimits) -> Replayed:
     """Decode every row, fold the calls (raising ``ReplayDivergence`` where a recorded decision
     is not the one the decider makes) and the projections; every row's checksum and position
     is checked first (``LogDamaged``)."""
-    fold = CallFold(limits)
+    fold = CallFold(limits, digest_key=GOLDEN_DIGEST_KEY)
     projections = Projections()
     for position, row in enumerate(records, 1):
         check_page([row], position)
@@ -277,13 +279,27 @@ REDACT = Retention()
 check that a redacted log still replays to its digest."""
 
 
+GOLDEN_SECRET = hashlib.sha256(b"inert golden logs").digest()
+"""The secret of every golden log's store: a turn of rules 10 on keys its digests by the log,
+so that its replay, by a fold or a runtime, needs the log's key (test data, never a real log's)."""
+
+
+def golden_store() -> MemoryStore:
+    """An empty store with the golden logs' identity and secret."""
+    return MemoryStore(identity="log-golden", secret=GOLDEN_SECRET)
+
+
+GOLDEN_DIGEST_KEY = MemoryLog(golden_store()).key(DIGEST_KEY)
+"""The key of the golden logs' arguments digests."""
+
+
 @define
 class Lab:
     """Runtimes on one memory store, for one scenario, and the digest the last one reached."""
 
     limits: CallLimits
     retention: Retention
-    store: MemoryStore = field(factory=MemoryStore)
+    store: MemoryStore = field(factory=golden_store)
     live_digest: str = ""
 
     @asynccontextmanager
@@ -1336,6 +1352,31 @@ async def _argument_text(lab: Lab) -> None:
                 ConfirmationRefused,
             )
         await runtime.deny(email, principal=PRINCIPAL)
+        await runtime.settle()
+        await run_ready(runtime)
+
+
+@scenario("keyed-digests", redacted_too=True)
+async def _keyed_digests(lab: Lab) -> None:
+    """Digests keyed by the log (rules 10): a call's arguments digest, shown at confirmation and
+    bound by it, an edit's, a tool the turn did not offer, and (redacted) each payload's digest
+    are HMACs under the log's keys; the calls run."""
+    async with lab.runtime() as runtime:
+        await start(runtime)
+        await runtime.feed(call_events(key_of("unoffered"), WEATHER, tool="get_wether"))
+        good = key_of("good")
+        await runtime.feed([*call_events(good), response_end(good)])
+        email = key_of("email", response="r2")
+        await ready(runtime, email, EMAIL, tool="send_email")
+        pending = await runtime.pending_confirmation(email)
+        assert pending is not None
+        assert pending.arguments_digest.startswith("hmac-sha256:")
+        await runtime.confirm(
+            email,
+            principal=PRINCIPAL,
+            arguments_digest=pending.arguments_digest,
+            arguments={"to": "carol@example.com", "body": "noon?"},
+        )
         await runtime.settle()
         await run_ready(runtime)
 

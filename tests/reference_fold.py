@@ -18,6 +18,7 @@ from attrs import define, field, frozen
 from inert.actors._arguments import ParsedArguments, parse_arguments
 from inert.actors._call import (
     DEFAULT_LIMITS,
+    KEYED_DIGESTS,
     CallContext,
     CallLimits,
     CallState,
@@ -321,9 +322,15 @@ class CallFold:
     """Folds the log into the state of every call and says what the actors must do."""
 
     def __init__(
-        self, limits: CallLimits = DEFAULT_LIMITS, *, live: bool = False, process: str | None = None
+        self,
+        limits: CallLimits = DEFAULT_LIMITS,
+        *,
+        live: bool = False,
+        process: str | None = None,
+        digest_key: bytes = b"",
     ) -> None:
         self.limits = limits
+        self.digest_key = digest_key
         self.live = live
         self.process = process
         self._leases: dict[TurnRef, tuple[str, int]] = {}
@@ -493,13 +500,18 @@ class CallFold:
                 return _members(index.by_tenant, tenant)
         return ()
 
+    def _digest_key(self, turn: TurnView | None) -> bytes:
+        return self.digest_key if turn is not None and turn.rules >= KEYED_DIGESTS else b""
+
     def _context(self, record: CallRecord, event: Event, version: int | None = None) -> CallContext:
         # The record's key, not the event's: what it derives (its turn) is cached on it.
         key = record.state.key
         turn = self.scope.turn(key.turn_ref)
+        digest_key = self._digest_key(turn)
         if not isinstance(event, CallOpened):
             return CallContext(
                 turn=turn,
+                digest_key=digest_key,
                 blocked=self.scope.blocked(key, record.state.tool),
                 limits=self.limits,
                 running=self._running(key),
@@ -516,6 +528,7 @@ class CallFold:
             in_tenant = len(self._index.by_tenant.get(key.tenant, ())) - live
         return CallContext(
             turn=turn,
+            digest_key=digest_key,
             blocked=self.scope.blocked(key, record.state.tool or event.tool),
             limits=self.limits,
             live_in_turn=in_turn,
@@ -687,7 +700,11 @@ class CallFold:
             if record.degraded and isinstance(event, CallValidated) and event.arguments:
                 # The validated arguments are recorded whole: what was lost can no longer
                 # matter.
-                parsed = parse_arguments(event.arguments, self.limits.arguments)
+                parsed = parse_arguments(
+                    event.arguments,
+                    self.limits.arguments,
+                    digest_key=self._digest_key(self.scope.turn(key.turn_ref)),
+                )
                 assert isinstance(parsed, ParsedArguments)
                 record.state = with_arguments(record.state, parsed)
                 record.recovering = True

@@ -93,7 +93,7 @@ async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() 
                 "subject": "Lunch",
                 "body": "Noon at the usual place?",
             }
-            assert pending["arguments_digest"].startswith("sha256:")
+            assert pending["arguments_digest"].startswith("hmac-sha256:")
             confirmed = await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
             assert confirmed.json() == {"call": EMAIL, "confirmed": pending["arguments_digest"]}
             _, end = await events.until(is_end)

@@ -89,7 +89,7 @@ def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> Non
             _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             assert pending["arguments"] == EMAIL_ARGUMENTS
             digest = pending["arguments_digest"]
-            assert digest.startswith("sha256:")
+            assert digest.startswith("hmac-sha256:")
             confirmed = await client.post(
                 f"/turns/{turn}/calls/{EMAIL}/confirm", json={"arguments_digest": digest}
             )

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import hmac
 import json
 import math
 import re
@@ -80,8 +81,12 @@ class ArgumentLimits:
     max_object_keys: int = field(default=1000, validator=validators.ge(0))
 
 
-def arguments_digest(canonical: bytes) -> str:
-    """The digest that names canonical arguments: ``sha256:`` and its hex."""
+def arguments_digest(canonical: bytes, key: bytes = b"") -> str:
+    """The digest that names canonical arguments: keyed by the log where a key is given
+    (``hmac-sha256:`` and its hex: nobody without the log's secret can tell which arguments
+    it names by trying some), ``sha256:`` and its hex otherwise (turns of rules before 10)."""
+    if key:
+        return "hmac-sha256:" + hmac.new(key, canonical, hashlib.sha256).hexdigest()
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
@@ -285,10 +290,11 @@ _DECODER = json.JSONDecoder(
 
 
 def parse_arguments(
-    data: bytes, limits: ArgumentLimits | None = None
+    data: bytes, limits: ArgumentLimits | None = None, *, digest_key: bytes = b""
 ) -> ParsedArguments | RejectedArguments:
-    """Parse the assembled argument bytes of one call, once, by the rules of this module."""
-    return _parsed(data, limits or ArgumentLimits(), names_shown=False)
+    """Parse the assembled argument bytes of one call, once, by the rules of this module; the
+    digest keyed by ``digest_key`` where one is given (see ``arguments_digest``)."""
+    return _parsed(data, limits or ArgumentLimits(), names_shown=False, digest_key=digest_key)
 
 
 def described_by_earlier_rules(data: bytes, limits: ArgumentLimits) -> str:
@@ -300,7 +306,7 @@ def described_by_earlier_rules(data: bytes, limits: ArgumentLimits) -> str:
 
 
 def _parsed(
-    data: bytes, limits: ArgumentLimits, *, names_shown: bool
+    data: bytes, limits: ArgumentLimits, *, names_shown: bool, digest_key: bytes = b""
 ) -> ParsedArguments | RejectedArguments:
     if len(data) > limits.max_bytes:
         return RejectedArguments(
@@ -343,7 +349,7 @@ def _parsed(
     return ParsedArguments(
         value=frozen_value,
         canonical=canonical,
-        digest=arguments_digest(canonical),
+        digest=arguments_digest(canonical, digest_key),
     )
 
 

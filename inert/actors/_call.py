@@ -107,6 +107,15 @@ class ResponseEnd(NamedTuple):
     completed: bool
 
 
+DIGEST_KEY = "arguments digest"
+"""The purpose the log's key for these digests is derived for (``Log.key``)."""
+
+KEYED_DIGESTS = 10
+"""The first rules under which digests of arguments (and of a tool name the turn did not offer)
+are keyed by the log (``CallContext.digest_key``): shown to operators and kept after retention,
+they give nothing back to one who tries candidates."""
+
+
 class CallContext(NamedTuple):
     """The world as of an input's position: the call's turn, a control that forbids the call,
     and how many other calls of its turn and tenant are alive.
@@ -131,6 +140,9 @@ class CallContext(NamedTuple):
     response_end: ResponseEnd | None = None
     """The first end of the call's provider response after the call's own end event, where it
     came before the input (or is the input)."""
+    digest_key: bytes = b""
+    """The log's key that digests of the call's arguments (and of a tool name the turn did not
+    offer) are keyed by, where its turn's rules key them (rules 10 on); empty otherwise."""
 
 
 class Input(NamedTuple):

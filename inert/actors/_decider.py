@@ -131,6 +131,12 @@ Rules:
     in the opening decision and the failure, and every detail is cut to 200 characters (a
     validation's detail, read back on replay, is cut again to the same). A turn of earlier
     rules records the details it always did.
+14. Keyed digests (rules 10 on). The digest that names a call's canonical arguments (in its
+    validation, its edits, rule 12's comparison) and the digest that names a tool the turn did
+    not offer are HMAC-SHA-256 keyed by the log's own key for them (``hmac-sha256:``,
+    ``CallContext.digest_key``): an operator, an audit or a retained log shows them, and no one
+    without the log's secret learns which arguments they name by trying candidates. A turn of
+    earlier rules records ``sha256:`` digests, as it always did, on replay too.
 
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``. Beside this module: the call's state, its inputs and its decisions

@@ -100,6 +100,7 @@ from ..events import (
 from ._arguments import ParsedArguments, parse_arguments
 from ._call import (
     DEFAULT_LIMITS,
+    KEYED_DIGESTS,
     CallContext,
     CallLimits,
     Input,
@@ -205,11 +206,19 @@ class CallFold:
     """Folds the log into the state of every call and says what the actors must do."""
 
     def __init__(
-        self, limits: CallLimits = DEFAULT_LIMITS, *, live: bool = False, process: str | None = None
+        self,
+        limits: CallLimits = DEFAULT_LIMITS,
+        *,
+        live: bool = False,
+        process: str | None = None,
+        digest_key: bytes = b"",
     ) -> None:
         self.limits = limits
         self.live = live
         self.process = process
+        self.digest_key = digest_key
+        """The log's key for digests of arguments, given to the calls of turns whose rules key
+        them (``KEYED_DIGESTS``)."""
         self._leases: dict[TurnRef, tuple[str, int]] = {}
         self.position = 0
         self.scope = Scope()
@@ -397,6 +406,9 @@ class CallFold:
                 return lambda key: key.tenant == tenant
         return None
 
+    def _digest_key(self, turn: TurnView | None) -> bytes:
+        return self.digest_key if turn is not None and turn.rules >= KEYED_DIGESTS else b""
+
     def _context(self, slot: Slot, event: Event) -> CallContext:
         # The slot's key, not the event's: what it derives (its turn) is cached on it.
         key = slot.key
@@ -408,6 +420,7 @@ class CallFold:
                 limits=self.limits,
                 running=slot.phase is Phase.DISPATCHED and key in self._running,
                 response_end=slot.response_end,
+                digest_key=self._digest_key(turn),
             )
         # Live calls are counted only where the decider looks at them: at an opening.
         if turn is not None and turn.rules >= 3:
@@ -428,6 +441,7 @@ class CallFold:
             if slot.phase is Phase.ABSENT
             else "",
             response_over_limit=self.responses.over_limit(key.response_ref) is not None,
+            digest_key=self._digest_key(turn),
         )
 
     def _deliver(self, key: CallKey, recorded_event: RecordedEvent, event: Event) -> list[Work]:
@@ -617,7 +631,11 @@ class CallFold:
             if slot.degraded and isinstance(event, CallValidated) and event.arguments:
                 # The validated arguments are recorded whole: what was lost can no longer
                 # matter.
-                parsed = parse_arguments(event.arguments, self.limits.arguments)
+                parsed = parse_arguments(
+                    event.arguments,
+                    self.limits.arguments,
+                    digest_key=self._digest_key(self.scope.turn(key.turn_ref)),
+                )
                 assert isinstance(parsed, ParsedArguments)
                 slot.take_arguments(parsed)
                 slot.recovering = True

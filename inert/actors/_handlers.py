@@ -220,7 +220,7 @@ def open_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
         CallCollecting(
             key=judge.state.key,
             cause=judge.cause,
-            tool=unoffered_tool(event.tool) if hidden else event.tool,
+            tool=unoffered_tool(event.tool, context.digest_key) if hidden else event.tool,
         ),
         Opened(sequence=event.sequence, at=_at(judge)),
     )
@@ -238,7 +238,8 @@ def open_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
         )
     if hidden:
         return opened + judge.fail(
-            FailReason.UNKNOWN_TOOL, f"the turn did not offer the tool {unoffered_tool(event.tool)}"
+            FailReason.UNKNOWN_TOOL,
+            f"the turn did not offer the tool {unoffered_tool(event.tool, context.digest_key)}",
         )
     if not offered:
         return opened + judge.fail(
@@ -314,7 +315,8 @@ def reopen(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
     if turn is not None and turn.rules >= NO_ARGUMENT_TEXT and event.tool not in turn.tools:
         return judge.fail(
             FailReason.IDENTITY_CONFLICT,
-            f"opened again as {unoffered_tool(event.tool)}, it was {judge.state.tool!r}",
+            f"opened again as {unoffered_tool(event.tool, context.digest_key)}, it was"
+            f" {judge.state.tool!r}",
         )
     return judge.fail(
         FailReason.IDENTITY_CONFLICT,
@@ -437,7 +439,7 @@ def end_call(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
                 f" {len(data)} assembled",
             )
         data = event.final_arguments
-    parsed = parse_arguments(data, context.limits.arguments)
+    parsed = parse_arguments(data, context.limits.arguments, digest_key=context.digest_key)
     if isinstance(parsed, RejectedArguments):
         return judge.fail(_refusal(parsed), _described(parsed, data, context))
     candidate: tuple[Decision, ...] = (
@@ -681,7 +683,9 @@ def _edit(
     assert isinstance(judge.received, Input)
     state = judge.state
     size = len(event.arguments)
-    parsed = parse_arguments(event.arguments, context.limits.arguments)
+    parsed = parse_arguments(
+        event.arguments, context.limits.arguments, digest_key=context.digest_key
+    )
     if isinstance(parsed, RejectedArguments):
         return judge.refuse_edit(
             judge.received.event_id,
@@ -792,7 +796,7 @@ def claim(judge: Judge, context: CallContext) -> tuple[Decision, ...]:
         )
     if state.needs_confirmation and (
         state.arguments is None
-        or arguments_digest(state.arguments.canonical) != state.arguments_digest
+        or arguments_digest(state.arguments.canonical, context.digest_key) != state.arguments_digest
     ):
         # The confirmation bound a digest; what would run is recomputed from the validated
         # arguments now, so that nothing but the arguments confirmed can be dispatched.

@@ -25,6 +25,7 @@ digest of its name (``unoffered_tool``), never by its text.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -120,17 +121,22 @@ def is_identifier(text: str) -> bool:
     return _IDENTIFIER.fullmatch(text) is not None
 
 
-_UNOFFERED = re.compile(r"<unoffered tool of \d{1,9} characters, sha256:[0-9a-f]{16}>")
+_UNOFFERED = re.compile(r"<unoffered tool of \d{1,9} characters, (?:hmac-)?sha256:[0-9a-f]{16}>")
 
 
-def unoffered_tool(name: str) -> str:
+def unoffered_tool(name: str, key: bytes = b"") -> str:
     """What stands for the name of a tool the turn did not offer, wherever it is shown or
-    recorded: its length and the start of the SHA-256 digest of its UTF-8 bytes, never its
-    text (a stand-in is its own)."""
+    recorded: its length and the start of a digest of its UTF-8 bytes, never its text (a
+    stand-in is its own). The digest is keyed by the log where a key is given (rules 10 on):
+    a short name cannot be found again by trying names."""
     if _UNOFFERED.fullmatch(name):
         return name
-    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"<unoffered tool of {len(name)} characters, sha256:{digest}>"
+    data = name.encode("utf-8", "surrogatepass")
+    if key:
+        digest = "hmac-sha256:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
+    else:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()[:16]
+    return f"<unoffered tool of {len(name)} characters, {digest}>"
 
 
 # --- paths through a schema ------------------------------------------------------------------

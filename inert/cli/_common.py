@@ -136,13 +136,19 @@ class Progress:
 
 
 async def fold_log(
-    url: str, *folds: Callable[[RecordedEvent], object], what: str = "reading the log"
+    url: str,
+    *folds: Callable[[RecordedEvent], object],
+    what: str = "reading the log",
+    opened: Callable[[Log], object] | None = None,
 ) -> int:
     """Apply every event of the log, in position order, read a page at a time; how many. A log
-    long enough to take a while shows how far the reading is (``Progress``)."""
+    long enough to take a while shows how far the reading is (``Progress``). ``opened`` is
+    given the log before its first event is read (a fold that needs its keys)."""
     count = position = 0
     # A read must not leave a new, empty log behind where a path was mistyped.
     async with open_log(url, create=False) as log:
+        if opened is not None:
+            opened(log)
         progress = Progress(what, await log.head())
         # What a fold of a long log keeps grows with it: a runtime's thresholds spare the
         # collector walking all of it every few hundred events.

@@ -7,6 +7,7 @@ from collections import Counter
 from datetime import datetime
 
 from ..actors import CallFold, Phase
+from ..actors._call import DIGEST_KEY
 from ..events import (
     CallKey,
     EventRejected,
@@ -15,7 +16,7 @@ from ..events import (
     call_of,
 )
 from ..events._identity import key_part, shown_text
-from ..log import open_log
+from ..log import Log, open_log
 from ..projections import JSON, Projections
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
 from ._common import Progress, fold_log, in_colour
@@ -98,12 +99,18 @@ async def replay_command(url: str, *, as_json: bool) -> None:
     fold = CallFold(live=False)
     projections = Projections()
     kinds: Counter[str] = Counter()
+
+    def keyed(log: Log) -> None:
+        # Turns of rules 10 on digest their arguments keyed by the log.
+        fold.digest_key = log.key(DIGEST_KEY)
+
     events = await fold_log(
         url,
         fold.apply,
         projections.apply,
         lambda recorded: kinds.update((recorded.event_type,)),
         what="replay",
+        opened=keyed,
     )
     rejections = kinds[EventRejected.TAG]
     # A key that only ever had events rejected stays absent: it is no call.

@@ -139,7 +139,7 @@ class OfferedTool:
 # --- ingress -------------------------------------------------------------------------------
 
 
-RULES_VERSION = 9
+RULES_VERSION = 10
 """The version of the decider's rules a turn started now is judged by. 2: a provider response
 belongs to the turn it was first seen under (a call of it under another turn fails
 ``response_of_another_turn``). 3: a response one of whose calls passed a limit on live calls
@@ -158,7 +158,9 @@ after its end no longer dispatches it, and a deadline then cancels it ``ready_ex
 detail holds text of the arguments: refused arguments (and a refused edit) name a place by
 array indexes and the positions of names, never a name; a tool the turn did not offer is named
 by its length and a digest, in the call's opening decision and its failure, never by its text;
-every detail of a decision is at most 200 characters. A turn is judged by the rules it was
+every detail of a decision is at most 200 characters. 10: digests of the arguments (and of a
+tool name the turn did not offer) are keyed by the log (``hmac-sha256:``), so that one who sees
+them cannot tell which arguments they name by trying some. A turn is judged by the rules it was
 started under, so that a log written before a rule existed replays to the decisions it holds."""
 
 

@@ -64,6 +64,7 @@ from ..events._identity import CallKey
 from ..events._recorded import RecordedEvent
 from ..events._times import datetime_to_micros
 from ._records import (
+    PAYLOAD_DIGEST_KEY,
     NewEvent,
     PendingRecord,
     StoredRecord,
@@ -435,15 +436,16 @@ class Subscription:
 
 class MemoryStore:
     """The rows and snapshots of a memory log; outlives the logs opened on it, so a test can
-    reopen it."""
+    reopen it. A simulation that must write the same log twice gives both the same identity and
+    secret (they key the log's digests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, identity: str | None = None, secret: bytes | None = None) -> None:
         self.rows: list[StoredRecord] = []
         self.by_id: dict[str, StoredRecord] = {}
         self.streams: dict[str, list[int]] = {}
         self.snapshots: dict[str, StoredSnapshot] = {}
-        self.identity = new_identity()
-        self.secret = new_secret()
+        self.identity = identity if identity is not None else new_identity()
+        self.secret = secret if secret is not None else new_secret()
 
     def append(self, rows: list[StoredRecord]) -> None:
         for row in rows:
@@ -475,6 +477,7 @@ class MemoryLog(Log):
         streams = {record.stream for record in records} | expected.keys()
         plan = plan_appends(
             [(records, expected)],
+            digest_key=self.key(PAYLOAD_DIGEST_KEY),
             existing={
                 r.event_id: store.by_id[r.event_id] for r in records if r.event_id in store.by_id
             },
@@ -513,7 +516,7 @@ class MemoryLog(Log):
         for position in store.streams.get(stream, [])[: max(up_to_version, 0)]:
             row = store.rows[position - 1]
             if row.digest is None and reached(row, self.codec, event_types, keys):
-                done = redacted(row, self.codec)
+                done = redacted(row, self.codec, self.key(PAYLOAD_DIGEST_KEY))
                 store.rows[position - 1] = store.by_id[row.event_id] = done
                 count += 1
         for name, snapshot in list(store.snapshots.items()):

@@ -51,7 +51,15 @@ from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, new_identity, new_secret
-from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
+from ._records import (
+    PAYLOAD_DIGEST_KEY,
+    StoredRecord,
+    call_of,
+    plan_appends,
+    reached,
+    redacted,
+    with_checksum,
+)
 from ._sealing import key_name, new_key, seal, sealed_types, unseal
 from ._snapshots import (
     StoredSnapshot,
@@ -765,6 +773,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             versions[name] = version
         plan = plan_appends(
             [(request.records, request.expected) for request in group],
+            digest_key=self.key(PAYLOAD_DIGEST_KEY),
             existing={values[1]: _row(values) for values in stored.fetchall()},
             stream_versions=versions,
             head=head,
@@ -957,7 +966,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         for values in selected:
             row = _row(values)
             if reached(row, self.codec, event_types, keys):
-                done.append(redacted(row, self.codec))
+                done.append(redacted(row, self.codec, self.key(PAYLOAD_DIGEST_KEY)))
                 if values[13] is not None:
                     sealed_by.add(values[13])
         with connection.cursor() as cursor:

@@ -8,6 +8,7 @@ and whether the expected versions hold, is decided here, once, by pure code.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import itertools
 import os
 import secrets
@@ -163,8 +164,16 @@ def check_stream_page(rows: Sequence[StoredRecord], stream: str, first_version: 
         position = row.position
 
 
-def payload_digest(payload: bytes) -> bytes:
-    """The SHA-256 digest that stands for a payload once it is redacted."""
+PAYLOAD_DIGEST_KEY = "payload digest"
+"""The purpose the log's key for the digests of redacted payloads is derived for."""
+
+
+def payload_digest(payload: bytes, key: bytes = b"") -> bytes:
+    """The digest that stands for a payload once it is redacted: an HMAC-SHA-256 keyed by the
+    log (what stays after retention gives nothing back to one who tries candidates), or, for a
+    log without a key, its SHA-256."""
+    if key:
+        return hmac.new(key, payload, hashlib.sha256).digest()
     return hashlib.sha256(payload).digest()
 
 
@@ -176,11 +185,13 @@ class Redaction(NamedTuple):
     digest: bytes
 
 
-def redaction(codec: Codec, event_type: str, schema_version: int, payload: bytes) -> Redaction:
+def redaction(
+    codec: Codec, event_type: str, schema_version: int, payload: bytes, key: bytes = b""
+) -> Redaction:
     """Redact one payload: an event type that names its ``SENSITIVE`` fields keeps the rest of
     the event (identities, counts, digests, reasons), those fields emptied; any other payload
     leaves only its digest. Pure, so that every backend redacts alike."""
-    digest = payload_digest(payload)
+    digest = payload_digest(payload, key)
     cls = registered_event_types().get(event_type)
     if cls is None or not cls.SENSITIVE:
         return Redaction(schema_version, None, digest)
@@ -212,12 +223,12 @@ def reached(
     return keys is None or call_of(row, codec) in keys
 
 
-def redacted(row: StoredRecord, codec: Codec) -> StoredRecord:
+def redacted(row: StoredRecord, codec: Codec, key: bytes = b"") -> StoredRecord:
     """The row with its payload redacted (unchanged if it is redacted already)."""
     if row.digest is not None or row.payload is None:
         return row
     check_row(row)
-    done = redaction(codec, row.event_type, row.schema_version, row.payload)
+    done = redaction(codec, row.event_type, row.schema_version, row.payload, key)
     return with_checksum(
         row._replace(schema_version=done.schema_version, payload=done.payload, digest=done.digest)
     )
@@ -256,8 +267,9 @@ def check_expected_versions(expected_versions: Mapping[str, int] | None) -> dict
     return checked
 
 
-def _same_content(stored: StoredRecord, pending: PendingRecord) -> str | None:
-    """Which part of a re-appended event differs from the stored one, if any."""
+def _same_content(stored: StoredRecord, pending: PendingRecord, key: bytes) -> str | None:
+    """Which part of a re-appended event differs from the stored one, if any (a payload
+    redacted before digests were keyed bears its plain digest)."""
     if stored.stream != pending.stream:
         return "stream"
     if stored.event_type != pending.event_type:
@@ -265,7 +277,10 @@ def _same_content(stored: StoredRecord, pending: PendingRecord) -> str | None:
     if stored.digest is None:
         same_payload = stored.payload == pending.payload
     else:
-        same_payload = stored.digest == payload_digest(pending.payload)
+        same_payload = stored.digest in (
+            payload_digest(pending.payload, key),
+            payload_digest(pending.payload),
+        )
     return None if same_payload else "payload"
 
 
@@ -289,6 +304,7 @@ def plan_appends(
     stream_versions: dict[str, int],
     head: int,
     recorded_at: int,
+    digest_key: bytes = b"",
 ) -> GroupPlan:
     """Plan appends one after the other against the current state of the log.
 
@@ -300,7 +316,9 @@ def plan_appends(
 
     Events already stored are not written again and keep their original position. When every
     event of an append is already stored it is the retry of an acknowledged append and succeeds
-    without a version check; otherwise every expected version must hold.
+    without a version check; otherwise every expected version must hold. ``digest_key`` is the
+    key the log's redacted payloads are digested with (a re-appended event's payload is
+    compared by it).
     """
     outcomes: list[list[int] | InertError] = []
     rows: list[StoredRecord] = []
@@ -313,6 +331,7 @@ def plan_appends(
                 stream_versions=stream_versions,
                 head=head,
                 recorded_at=recorded_at,
+                digest_key=digest_key,
             )
         except InertError as error:
             outcomes.append(error)
@@ -334,6 +353,7 @@ def _plan_one(
     stream_versions: Mapping[str, int],
     head: int,
     recorded_at: int,
+    digest_key: bytes,
 ) -> tuple[list[int], list[StoredRecord]]:
     positions: list[int] = []
     rows: list[StoredRecord] = []
@@ -343,7 +363,7 @@ def _plan_one(
         event_id = pending.event_id
         stored = existing.get(event_id) or in_batch.get(event_id)
         if stored is not None:
-            difference = _same_content(stored, pending)
+            difference = _same_content(stored, pending, digest_key)
             if difference is not None:
                 raise DuplicateEventError(event_id, difference)
             positions.append(stored.position)

@@ -34,7 +34,15 @@ from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, new_identity, new_secret
-from ._records import StoredRecord, call_of, plan_appends, reached, redacted, with_checksum
+from ._records import (
+    PAYLOAD_DIGEST_KEY,
+    StoredRecord,
+    call_of,
+    plan_appends,
+    reached,
+    redacted,
+    with_checksum,
+)
 from ._snapshots import (
     StoredSnapshot,
     StreamRedactions,
@@ -547,6 +555,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         versions = {name: version for name, (_, version) in streams.items()}
         plan = plan_appends(
             [(request.records, request.expected) for request in group],
+            digest_key=self.key(PAYLOAD_DIGEST_KEY),
             existing=existing,
             stream_versions=versions,
             head=head,
@@ -715,7 +724,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             )
             if reached(row, self.codec, event_types, keys)
         ]
-        done = [redacted(row, self.codec) for row in rows]
+        done = [redacted(row, self.codec, self.key(PAYLOAD_DIGEST_KEY)) for row in rows]
         connection.executemany(
             "UPDATE events SET schema_version = ?, payload = ?, payload_digest = ?, checksum = ?"
             " WHERE position = ?",

@@ -143,7 +143,11 @@ async def open_runtime(
         runtime.operators = authorizer
         provider = tracer_provider if tracer_provider is not None else global_tracer_provider()
         if provider is not None:
-            runtime.spans = CallSpans(provider.get_tracer("inert"), offered=runtime._offered_tools)
+            runtime.spans = CallSpans(
+                provider.get_tracer("inert"),
+                offered=runtime._offered_tools,
+                digest_key=runtime._digest_key_of,
+            )
         async with _run(runtime, collector) as running:
             yield running
 

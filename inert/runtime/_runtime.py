@@ -34,7 +34,7 @@ from ..actors import (
     parse_arguments,
 )
 from ..actors._arguments import ParsedArguments
-from ..actors._call import refused_whatever_comes
+from ..actors._call import DIGEST_KEY, refused_whatever_comes
 from ..actors._fold import ResumedState
 from ..actors._places import MAX_IDENTIFIER_LENGTH, is_identifier
 from ..adapters import ResumedCall
@@ -167,7 +167,7 @@ class Runtime:
         self.process = process
         self.peers = None if process is None else Peers(process, timedelta(seconds=lease_time))
         self.projections = Projections(ledger_horizon=ledger_horizon)
-        self._fold = CallFold(limits, process=process)
+        self._fold = CallFold(limits, process=process, digest_key=log.key(DIGEST_KEY))
         self._router = CallRouter(
             log, self._fold, registry.start_validation, listener=self._fan_out, **router_options
         )
@@ -600,6 +600,10 @@ class Runtime:
         view = self._fold.scope.turn(turn)
         return () if view is None else view.tools
 
+    def _digest_key_of(self, turn: TurnRef) -> bytes:
+        """The key the digests of the turn's calls are keyed by (empty under rules before 10)."""
+        return self._fold._digest_key(self._fold.scope.turn(turn))
+
     def ready_call(self, key: CallKey) -> ReadyCall | None:
         """The call as an executor may claim it (the digest of the arguments that would run
         included), or ``None`` while it is not ready."""
@@ -771,6 +775,8 @@ class Runtime:
         if state is None:
             return
         self._fold = state.fold
+        # The log's own key: the snapshot was bound to this log, and keeps the key it gave.
+        self._fold.digest_key = self.log.key(DIGEST_KEY)
         self.projections = state.projections
         self._retention = state.retention
         if self._retention.pending:

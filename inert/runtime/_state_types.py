@@ -238,6 +238,7 @@ def state_shapes() -> Shapes:
                     "limits": CallLimits,
                     "live": bool,
                     "process": str | None,
+                    "digest_key": bytes,
                     "_leases": dict[TurnRef, tuple[str, int]],
                     "position": int,
                     "scope": Scope,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from attrs import frozen
 
 from ..actors import CallFold
+from ..actors._call import DIGEST_KEY
 from ..events import CodecError, InertError, LogDamaged, LogError, RecordedEvent
 from ..log import Log
 from ..log._records import StoredRecord, check_row, decode_record
@@ -65,7 +66,7 @@ async def verify_log(
         problems = [Problem(position=None, what=what) for what in await log.storage_problems()]
     except LogError as error:
         problems = [Problem(position=None, what=f"the storage's own checks failed: {error}")]
-    fold = CallFold(live=False)
+    fold = CallFold(live=False, digest_key=log.key(DIGEST_KEY))
     projections = Projections()
     replaying = True
     events = 0

@@ -191,9 +191,9 @@ def _accept_nan() -> Any:
     strict = parse_arguments
 
     def lenient(
-        data: bytes, limits: ArgumentLimits | None = None
+        data: bytes, limits: ArgumentLimits | None = None, *, digest_key: bytes = b""
     ) -> ParsedArguments | RejectedArguments:
-        parsed = strict(data, limits)
+        parsed = strict(data, limits, digest_key=digest_key)
         if (
             not isinstance(parsed, RejectedArguments)
             or parsed.problem is not ArgumentProblem.NON_FINITE_NUMBER
@@ -203,7 +203,9 @@ def _accept_nan() -> Any:
         if not isinstance(value, dict):
             return parsed
         canonical = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-        return ParsedArguments(value=value, canonical=canonical, digest=arguments_digest(canonical))
+        return ParsedArguments(
+            value=value, canonical=canonical, digest=arguments_digest(canonical, digest_key)
+        )
 
     return _replaced(_handlers, "parse_arguments", lenient)
 

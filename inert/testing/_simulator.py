@@ -53,6 +53,7 @@ from ..actors import (
     ValidationResult,
     Validator,
 )
+from ..actors._call import DIGEST_KEY
 from ..events import (
     DEFAULT_CODEC,
     CallKey,
@@ -299,6 +300,7 @@ class _Life:
     rows: tuple[StoredRecord, ...]
     limits: CallLimits
     horizon: timedelta | None
+    digest_key: bytes
 
 
 class _Stop(Exception):
@@ -409,6 +411,7 @@ class _Run:
                             rows=tuple(self.store.rows),
                             limits=self.limits,
                             horizon=self.horizon,
+                            digest_key=runtime.log.key(DIGEST_KEY),
                         )
                     )
         except* Exception as group:
@@ -655,7 +658,7 @@ def _replay_violations(records: Sequence[RecordedEvent], life: _Life) -> list[Vi
     """I8: a fresh fold of the log as a runtime left it reaches that runtime's digest and the
     phase it gave every call."""
     projections = Projections(ledger_horizon=life.horizon)
-    fold = CallFold(life.limits)
+    fold = CallFold(life.limits, digest_key=life.digest_key)
     for recorded in records:
         projections.apply(recorded)
         try:
@@ -692,6 +695,13 @@ def _replay_violations(records: Sequence[RecordedEvent], life: _Life) -> list[Vi
                 )
             )
     return violations
+
+
+def _seeded_store(seed: int) -> MemoryStore:
+    """A log for ``seed`` whose identity and secret, and so its keyed digests, every run of the
+    seed shares."""
+    made = hashlib.sha256(f"inert simulation {seed}".encode()).digest()
+    return MemoryStore(identity=f"simulation-{seed}", secret=made)
 
 
 async def _read(rows: Sequence[StoredRecord]) -> list[RecordedEvent]:
@@ -737,6 +747,7 @@ def _run_once(
         horizon=horizon,
         keep_lives=keep_lives,
         from_snapshot=from_snapshot,
+        store=_seeded_store(seed),
     )
     with seeded_scheduling(seed):
         trio.run(run.run, clock=trio.testing.MockClock(autojump_threshold=0))

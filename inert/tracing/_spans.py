@@ -119,10 +119,12 @@ class CallSpans:
         *,
         max_links: int = DEFAULT_MAX_LINKS,
         offered: Callable[[TurnRef], Collection[str]] | None = None,
+        digest_key: Callable[[TurnRef], bytes] | None = None,
     ) -> None:
         self._tracer = tracer
         self._max_links = max_links
         self._offered = offered
+        self._digest_key = digest_key
         self._turns: dict[TurnRef, Span] = {}
         self._calls: dict[CallKey, Span] = {}
         self._phases: dict[CallKey, tuple[str, Span]] = {}
@@ -310,7 +312,8 @@ class CallSpans:
         call's turn offered it."""
         if self._offered is not None and tool in self._offered(key.turn_ref):
             return f"inert.call {tool}", tool
-        return "inert.call", unoffered_tool(tool)
+        key_of_turn = b"" if self._digest_key is None else self._digest_key(key.turn_ref)
+        return "inert.call", unoffered_tool(tool, key_of_turn)
 
     def _start_call(self, key: CallKey, tool: str, at: int) -> None:
         turn = self._turns.get(key.turn_ref)

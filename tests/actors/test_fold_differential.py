@@ -19,10 +19,12 @@ import reference_fold
 import trio
 from conftest import RUN_COUNTS
 from fold_views import decoded, folded_view, work_of
-from golden_logs import golden_paths, load
+from golden_logs import GOLDEN_DIGEST_KEY, golden_paths, load
 
 from inert import InertError, RecordedEvent
-from inert.actors import CallFold
+from inert.actors import CallFold, CallLimits
+from inert.actors._call import DIGEST_KEY
+from inert.log import MemoryLog
 from inert.projections import DEFAULT_LEDGER_HORIZON
 from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
 from inert.testing._simulator import _read, _run_once, demo_check
@@ -39,9 +41,11 @@ def _step(apply: Callable[[RecordedEvent], list[Any]], recorded: RecordedEvent) 
         return (type(error).__name__, str(error))
 
 
-def compare(records: Sequence[RecordedEvent], *, live: bool, limits: Any = None) -> None:
+def compare(
+    records: Sequence[RecordedEvent], *, live: bool, limits: Any = None, digest_key: bytes = b""
+) -> None:
     """Fold ``records`` through both folds; they must agree at every event and at the end."""
-    options: dict[str, Any] = {"live": live}
+    options: dict[str, Any] = {"live": live, "digest_key": digest_key}
     if limits is not None:
         options["limits"] = limits
     reference = reference_fold.CallFold(**options)
@@ -74,13 +78,18 @@ def compare(records: Sequence[RecordedEvent], *, live: bool, limits: Any = None)
 def test_every_golden_log_folds_as_the_reference_folds_it(path: Path, live: bool) -> None:
     """A golden log gives the same work, divergences and calls through both folds."""
     golden = load(path)
-    compare(decoded(golden.rows), live=live, limits=golden.limits)
+    records = decoded(golden.rows)
+    compare(records, live=live, limits=golden.limits, digest_key=GOLDEN_DIGEST_KEY)
+    _assert_no_divergence(records, GOLDEN_DIGEST_KEY, golden.limits)
     RUN_COUNTS["golden logs folded by both folds"] = (
         RUN_COUNTS.get("golden logs folded by both folds", 0) + 1
     )
 
 
-def _simulated(seed: int, horizon: timedelta = DEFAULT_LEDGER_HORIZON) -> list[RecordedEvent]:
+def _simulated(
+    seed: int, horizon: timedelta = DEFAULT_LEDGER_HORIZON
+) -> tuple[list[RecordedEvent], bytes]:
+    """The log a seed wrote, and the key of its arguments digests."""
     plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
     run = _run_once(
         seed,
@@ -92,14 +101,16 @@ def _simulated(seed: int, horizon: timedelta = DEFAULT_LEDGER_HORIZON) -> list[R
         horizon=horizon,
     )
     records: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
-    return records
+    return records, MemoryLog(run.store).key(DIGEST_KEY)
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_simulator_logs_fold_as_the_reference_folds_them(seed: int, live: bool) -> None:
     """The log a simulator seed wrote gives the same work and calls through both folds."""
-    compare(_simulated(seed), live=live, limits=SIMULATION_LIMITS)
+    records, digest_key = _simulated(seed)
+    compare(records, live=live, limits=SIMULATION_LIMITS, digest_key=digest_key)
+    _assert_no_divergence(records, digest_key, SIMULATION_LIMITS)
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
@@ -109,4 +120,16 @@ def test_simulator_logs_with_retired_turns_fold_as_the_reference_folds_them(
 ) -> None:
     """With a horizon of a second, turns are retired while the seed runs (some retirements void,
     inputs arriving for calls already forgotten): both folds forget the same calls."""
-    compare(_simulated(seed, timedelta(seconds=1)), live=live, limits=SIMULATION_LIMITS)
+    records, digest_key = _simulated(seed, timedelta(seconds=1))
+    compare(records, live=live, limits=SIMULATION_LIMITS, digest_key=digest_key)
+    _assert_no_divergence(records, digest_key, SIMULATION_LIMITS)
+
+
+def _assert_no_divergence(
+    records: Sequence[RecordedEvent], digest_key: bytes, limits: CallLimits
+) -> None:
+    """The log replays to its end: a comparison that stopped at a divergence would have
+    compared little."""
+    fold = CallFold(limits, digest_key=digest_key)
+    for recorded in records:
+        fold.apply(recorded)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from builders import digest_in_log
 
 from inert import (
     ArgumentsAppended,
@@ -413,7 +413,7 @@ def test_execute_claims_a_ready_call_once(
     """execute runs a ready call once and prints its argument digest, never its arguments."""
     url = sqlite_url(tmp_path)
     trio.run(one_ready_call, url)
-    digest = "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
+    digest = trio.run(digest_in_log, url, CANONICAL)
 
     status, output, error = run(capsys, ["execute", "--log", url])
     assert status == 0, error
@@ -445,7 +445,7 @@ def test_execute_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     entry = json.loads(line)
     assert list(entry) == [*KEY_FIELDS, "tool", "arguments_digest", "claim_id"]
     assert entry["call"] == "call_1"
-    assert entry["arguments_digest"] == "sha256:" + hashlib.sha256(CANONICAL).hexdigest()
+    assert entry["arguments_digest"] == trio.run(digest_in_log, url, CANONICAL)
     assert "Valparaiso" not in output
     status, output, _ = run(capsys, ["execute", "--log", url, "--json"])
     assert (status, output) == (0, "")

@@ -197,7 +197,7 @@ def test_confirm_and_deny_answer_in_json(
         "get_country",
         True,
     )
-    assert confirmed["arguments_digest"].startswith("sha256:")
+    assert confirmed["arguments_digest"].startswith("hmac-sha256:")
     other = tmp_path / "other"
     other.mkdir()
     url = fed(other, capsys)

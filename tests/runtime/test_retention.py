@@ -38,6 +38,7 @@ from inert import (
     trio_clock,
 )
 from inert.actors import CallFold
+from inert.actors._call import DIGEST_KEY
 from inert.events import (
     CallValidated,
     ClaimRequested,
@@ -336,7 +337,8 @@ async def test_the_plan_makes_an_ended_calls_own_fragments_due_and_the_response_
         for recorded in records
         if recorded.event_type in FRAGMENT_TYPES and getattr(recorded.event, "key", None) == failed
     )
-    fold, plan = CallFold(DEFAULT_LIMITS), RetentionPlan(Retention())
+    fold = CallFold(DEFAULT_LIMITS, digest_key=MemoryLog(store).key(DIGEST_KEY))
+    plan = RetentionPlan(Retention())
     due: list[tuple[str, Redaction]] = []
     for recorded in records:
         fold.apply(recorded)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -11,6 +10,7 @@ from datetime import timedelta
 import pytest
 import trio
 import trio.testing
+from builders import digest_in
 
 from inert import (
     ArgumentsAppended,
@@ -146,7 +146,7 @@ async def test_a_ready_call_reaches_the_executor_complete_and_immutable() -> Non
         with pytest.raises(TypeError):
             dispatch.arguments["city"] = "Rome"  # type: ignore[index]
         canonical = b'{"city":"Paris"}'
-        assert dispatch.arguments_digest == "sha256:" + hashlib.sha256(canonical).hexdigest()
+        assert dispatch.arguments_digest == digest_in(runtime.log, canonical)
         assert runtime.phase(key) is Phase.DISPATCHED
 
 
@@ -236,7 +236,7 @@ async def test_ready_calls_yields_each_call_once_as_it_becomes_ready() -> None:
         assert {(ready.tool, ready.principal, ready.tenant) for ready in seen} == {
             ("get_weather", PRINCIPAL, "acme")
         }
-        assert seen[0].arguments_digest.startswith("sha256:")
+        assert seen[0].arguments_digest.startswith("hmac-sha256:")
         dispatch = await runtime.claim(seen[0], executor="worker")
         assert dispatch.arguments_digest == seen[0].arguments_digest
 
@@ -256,7 +256,7 @@ async def test_a_call_needing_confirmation_waits_for_its_principal() -> None:
             await runtime.claim(key, executor="worker")
         row = runtime.projections.ledger.row(key)
         assert row is not None
-        digest = "sha256:" + hashlib.sha256(b'{"city":"Paris"}').hexdigest()
+        digest = digest_in(runtime.log, b'{"city":"Paris"}')
         pending = await runtime.pending_confirmation(key)
         assert pending is not None
         assert (pending.tool, pending.principal, pending.arguments_digest) == (

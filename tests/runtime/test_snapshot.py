@@ -23,12 +23,13 @@ import attrs
 import pytest
 import trio
 from fold_views import decoded, folded_view, work_of
-from golden_logs import golden_paths, load
+from golden_logs import GOLDEN_DIGEST_KEY, golden_paths, load
 
 from inert import RecordedEvent, TurnRef
 from inert.actors import DEFAULT_LIMITS, CallFold, CallLimits
+from inert.actors._call import DIGEST_KEY
 from inert.events import Redacted
-from inert.log import StoredSnapshot
+from inert.log import MemoryLog, StoredSnapshot
 from inert.projections import Projections
 from inert.runtime import _snapshot as snapshot_module
 from inert.runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention, RetentionPlan
@@ -67,8 +68,9 @@ class Folded:
     """The id of the last event folded."""
 
     @classmethod
-    def new(cls, limits: CallLimits, retention: Retention) -> Folded:
-        return cls(CallFold(limits), Projections(), RetentionPlan(retention))
+    def new(cls, limits: CallLimits, retention: Retention, digest_key: bytes = b"") -> Folded:
+        fold = CallFold(limits, digest_key=digest_key)
+        return cls(fold, Projections(), RetentionPlan(retention))
 
     def apply(self, records: Sequence[RecordedEvent]) -> None:
         for recorded in records:
@@ -121,11 +123,12 @@ def compare_from_snapshot(
     limits: CallLimits,
     retention: Retention,
     live: bool,
+    digest_key: bytes = b"",
 ) -> None:
     """Snapshot ``written[:cut]``, load it on ``later`` and fold the rest: as a full replay."""
-    full = Folded.new(limits, retention)
+    full = Folded.new(limits, retention, digest_key)
     full.apply(later)
-    before = Folded.new(limits, retention)
+    before = Folded.new(limits, retention, digest_key)
     before.fold.live = live
     before.apply(written[:cut])
     binding = before.binding()
@@ -194,8 +197,11 @@ def _cuts(count: int) -> list[int]:
     return sorted({1, count // 5, count // 3, count // 2, (3 * count) // 4, count - 1, count})
 
 
-def _simulated(seed: int, retention: Retention) -> tuple[list[RecordedEvent], list[RecordedEvent]]:
-    """A seed's log as each event was written, and as the log holds it at the end."""
+def _simulated(
+    seed: int, retention: Retention
+) -> tuple[list[RecordedEvent], list[RecordedEvent], bytes]:
+    """A seed's log as each event was written, and as the log holds it at the end, and the key of
+    its arguments digests."""
     plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
     run = _run_once(
         seed,
@@ -207,7 +213,7 @@ def _simulated(seed: int, retention: Retention) -> tuple[list[RecordedEvent], li
         horizon=timedelta(seconds=2),
     )
     later: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
-    return _as_appended(later, run.appended), later
+    return _as_appended(later, run.appended), later, MemoryLog(run.store).key(DIGEST_KEY)
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["replayed", "live"])
@@ -219,10 +225,16 @@ def test_a_snapshot_of_a_simulator_log_folds_on_as_a_full_replay(
     """At every cut of a seed's log, redacted since or not, loading a snapshot and folding the
     rest reaches the state, the work and the digest of folding the log from the start."""
     policy = DEFAULT_RETENTION if retention == "default" else KEEP_EVERYTHING
-    written, later = _simulated(seed, policy)
+    written, later, digest_key = _simulated(seed, policy)
     for cut in _cuts(len(later)):
         compare_from_snapshot(
-            written, later, cut, limits=SIMULATION_LIMITS, retention=policy, live=live
+            written,
+            later,
+            cut,
+            limits=SIMULATION_LIMITS,
+            retention=policy,
+            live=live,
+            digest_key=digest_key,
         )
 
 
@@ -233,13 +245,19 @@ def test_a_snapshot_of_a_golden_log_folds_on_as_a_full_replay(path: Path) -> Non
     records = decoded(golden.rows)
     for cut in range(1, len(records) + 1):
         compare_from_snapshot(
-            records, records, cut, limits=golden.limits, retention=DEFAULT_RETENTION, live=False
+            records,
+            records,
+            cut,
+            limits=golden.limits,
+            retention=DEFAULT_RETENTION,
+            live=False,
+            digest_key=GOLDEN_DIGEST_KEY,
         )
 
 
 def _some_state() -> tuple[Folded, StoredSnapshot]:
-    written, _ = _simulated(0, KEEP_EVERYTHING)
-    folded = Folded.new(SIMULATION_LIMITS, KEEP_EVERYTHING)
+    written, _, digest_key = _simulated(0, KEEP_EVERYTHING)
+    folded = Folded.new(SIMULATION_LIMITS, KEEP_EVERYTHING, digest_key)
     folded.apply(written[: len(written) // 3])
     return folded, capture(folded.state(), name="", stamp=STAMP, binding=folded.binding())
 
@@ -447,9 +465,9 @@ def _immutable(value: object) -> bool:
 def test_a_restored_state_is_the_captured_state_made_again(seed: int) -> None:
     """At every cut of a seed's log, the state a snapshot gives back is the state it was taken
     of, object for object, with the same sharing (the fold, projections and retention plan)."""
-    written, _ = _simulated(seed, KEEP_EVERYTHING)
+    written, _, digest_key = _simulated(seed, KEEP_EVERYTHING)
     for cut in _cuts(len(written)):
-        folded = Folded.new(SIMULATION_LIMITS, KEEP_EVERYTHING)
+        folded = Folded.new(SIMULATION_LIMITS, KEEP_EVERYTHING, digest_key)
         folded.apply(written[:cut])
         binding = folded.binding()
         snapshot = capture(folded.state(), name="", stamp=STAMP, binding=binding)

@@ -14,12 +14,12 @@ import attrs
 import pytest
 import trio.testing
 from conftest import RUN_COUNTS
-from golden_logs import GOLDEN, RECORDINGS, golden_paths, load, replay
+from golden_logs import GOLDEN, RECORDINGS, golden_paths, golden_store, load, replay
 
 from inert import ReplayDivergence, Retention, open_runtime
 from inert.events import DEFAULT_CODEC, CallCancelled, CancelReason
 from inert.events._times import micros_to_datetime
-from inert.log import MemoryLog, MemoryStore
+from inert.log import MemoryLog
 from inert.log._records import decode_record, redacted, with_checksum
 
 PATHS = golden_paths()
@@ -100,7 +100,7 @@ async def test_a_runtime_opened_on_a_golden_log_reaches_its_recorded_state(
     """A runtime restarted on the log, at the time of its last event, finds nothing left to
     do (every log ends with its calls settled) and reaches the recorded digest."""
     golden = load(path)
-    store = MemoryStore()
+    store = golden_store()
     store.append(list(golden.rows))
     now = micros_to_datetime(golden.rows[-1].recorded_at)
     log = MemoryLog(store, clock=lambda: now)

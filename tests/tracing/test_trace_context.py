@@ -137,8 +137,9 @@ EVENTS = [
 async def decisions_under(headers: list[tuple[object, object]]) -> tuple[str, object]:
     """Feed the same events, each under its own headers; the digest and the call's phase.
     The log's clock starts at the same instant in every run: the digest names the time until
-    which the call is ready."""
-    log = MemoryLog(MemoryStore(), clock=TickingClock())
+    which the call is ready, and every run's log has the same secret: the digest names the
+    arguments digest, keyed by the log."""
+    log = MemoryLog(MemoryStore(secret=b"s" * 32), clock=TickingClock())
     async with open_runtime(log=log, tools=[ToolDeclaration(name="get_weather")]) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
         for event, (traceparent, tracestate) in zip(EVENTS, headers, strict=True):
