@@ -17,10 +17,8 @@ import trio
 from ..events import (
     OperatorControl,
     ResponseQuarantined,
-    TenantResumed,
     TenantStopped,
     ToolDisabled,
-    ToolEnabled,
 )
 from ..log import Log
 from ..projections import AuditEntry
@@ -31,36 +29,7 @@ from ._view import ConsoleView, Stage
 
 READ_PAGE = 1024
 
-ACTIONS = {
-    "quarantine-response": "quarantine a response",
-    "disable-tool": "disable a tool",
-    "enable-tool": "enable a tool",
-    "stop-tenant": "stop a tenant (emergency stop)",
-    "resume-tenant": "resume a tenant",
-}
-"""The controls a console gives, by the names ``inert control`` gives them."""
-
 _LIVE = (Stage.ASSEMBLING, Stage.WAITING, Stage.READY)
-
-
-def control_event(
-    action: str, target: str, *, tenant: str | None, operator: str, reason: str
-) -> OperatorControl:
-    """The control event of an action (one of ``ACTIONS``) on its target."""
-    match action:
-        case "quarantine-response":
-            return ResponseQuarantined(
-                response=target, tenant=tenant, operator=operator, reason=reason
-            )
-        case "disable-tool":
-            return ToolDisabled(tool=target, tenant=tenant, operator=operator, reason=reason)
-        case "enable-tool":
-            return ToolEnabled(tool=target, tenant=tenant, operator=operator, reason=reason)
-        case "stop-tenant":
-            return TenantStopped(tenant=target, operator=operator, reason=reason)
-        case "resume-tenant":
-            return TenantResumed(tenant=target, operator=operator, reason=reason)
-    raise ValueError(f"no such control: {action!r}")
 
 
 class LiveFeed:

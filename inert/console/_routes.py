@@ -26,8 +26,8 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from ..events import InertError, Phase, RefusedError
 from ..events._identity import key_part
 from ..projections import AuditEntry
+from ..runtime._controls import ACTIONS, control_event
 from ._auth import same_origin
-from ._feed import ACTIONS, control_event
 from ._pages import Paging, chart, page_number, paging, render
 from ._slices import Slices, page_of
 from ._view import ConsoleView, RowFilter, Stage, key_of_token

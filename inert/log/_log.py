@@ -50,7 +50,8 @@ import hmac
 import os
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -290,6 +291,21 @@ class Log(abc.ABC):
         self._check_open()
         return await self._stream_version(stream)
 
+    @asynccontextmanager
+    async def runtime_presence(self) -> AsyncIterator[None]:
+        """While the block runs, a runtime runs on this log: ``runtime_running`` says so in
+        every process. Storage holds it (a lock of the file or of the server's session), never
+        a clock: a process that dies stops being present at once."""
+        self._check_open()
+        async with self._presence():
+            yield
+
+    async def runtime_running(self) -> bool:
+        """Whether a runtime (of any process, this one included) runs on this log now: what
+        tells an operator whether a control takes effect at once or when a runtime opens it."""
+        self._check_open()
+        return await self._runtime_running()
+
     async def storage_problems(self) -> list[str]:
         """What the backend's own checks find wrong with its storage (for SQLite, ``PRAGMA
         integrity_check``, which also reads the index pages a plain read never touches), and
@@ -382,6 +398,12 @@ class Log(abc.ABC):
     async def _storage_problems(self) -> list[str]: ...
 
     @abc.abstractmethod
+    def _presence(self) -> AbstractAsyncContextManager[None]: ...
+
+    @abc.abstractmethod
+    async def _runtime_running(self) -> bool: ...
+
+    @abc.abstractmethod
     async def _stream_version(self, stream: str) -> int: ...
 
     @abc.abstractmethod
@@ -444,6 +466,7 @@ class MemoryStore:
         self.by_id: dict[str, StoredRecord] = {}
         self.streams: dict[str, list[int]] = {}
         self.snapshots: dict[str, StoredSnapshot] = {}
+        self.runtimes = 0
         self.identity = identity if identity is not None else new_identity()
         self.secret = secret if secret is not None else new_secret()
 
@@ -585,6 +608,19 @@ class MemoryLog(Log):
             for index, row in enumerate(self.store.rows, 1)
             if row.position != index
         ]
+
+    @asynccontextmanager
+    async def _presence(self) -> AsyncIterator[None]:
+        await trio.lowlevel.checkpoint()
+        self.store.runtimes += 1
+        try:
+            yield
+        finally:
+            self.store.runtimes -= 1
+
+    async def _runtime_running(self) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self.store.runtimes > 0
 
     async def aclose(self) -> None:
         self._mark_closed()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -451,6 +452,46 @@ class _ConnectionLost(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+PRESENCE_LOCK_CLASS = 0x696E6572
+"""The first key of the advisory locks that say runtimes run on a log (the second is its
+schema's)."""
+
+PRESENCE_CHECK_INTERVAL = 5.0
+"""Seconds between two checks that a runtime's presence session is still there."""
+
+
+class _PresenceHolder:
+    """The session holding a runtime's presence lock (worker threads only)."""
+
+    def __init__(self, connect: Callable[[], Connection]) -> None:
+        self._connect = connect
+        self._connection: Connection | None = None
+
+    def lock(self, keys: tuple[int, int]) -> None:
+        self._connection = self._connect()
+        self._connection.execute("SELECT pg_advisory_lock_shared(%s, %s)", keys)
+
+    def keep(self, keys: tuple[int, int]) -> None:
+        """Lock again on a new session where the one holding the lock was lost; a server out
+        of reach is tried again at the next check."""
+        try:
+            if self._connection is not None and not self._connection.closed:
+                self._connection.execute("SELECT 1")
+                return
+        except psycopg.Error:
+            pass
+        self.close()
+        try:
+            self.lock(keys)
+        except (psycopg.Error, InertError, _ConnectionLost):
+            self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 class PostgresLog(GroupCommitLog[Connection]):
@@ -877,6 +918,48 @@ class PostgresLog(GroupCommitLog[Connection]):
     async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]:
         rows = await self._query(self._sql.read_stream, (stream, from_version))
         return [_row(values) for values in rows]
+
+    # --- runtimes on the log ---
+    # Each runtime holds a shared advisory lock, keyed by the log's schema, on a session of its
+    # own; the server lets go of it when the session ends, so a process that dies, or loses the
+    # server, stops being present without a clock. A lost session is opened and locked again.
+
+    @property
+    def _presence_keys(self) -> tuple[int, int]:
+        return PRESENCE_LOCK_CLASS, zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
+
+    @asynccontextmanager
+    async def _presence(self) -> AsyncIterator[None]:
+        holder = await trio.to_thread.run_sync(self._hold_presence)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_presence, holder)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            await trio.to_thread.run_sync(holder.close)
+
+    def _hold_presence(self) -> _PresenceHolder:
+        holder = _PresenceHolder(lambda: self._open_connection(autocommit=True))
+        holder.lock(self._presence_keys)
+        return holder
+
+    async def _keep_presence(self, holder: _PresenceHolder) -> None:
+        while True:
+            await trio.sleep(PRESENCE_CHECK_INTERVAL)
+            await trio.to_thread.run_sync(holder.keep, self._presence_keys)
+
+    async def _runtime_running(self) -> bool:
+        first, second = self._presence_keys
+        rows = await self._query(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 2)",
+            (first, second),
+        )
+        return bool(rows[0][0])
 
     async def _head(self) -> int:
         rows = await self._query(self._sql.head, ())

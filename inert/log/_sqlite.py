@@ -18,6 +18,7 @@ or refused with a message naming both versions; a file of a newer schema is refu
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import math
 import os
 import sqlite3
@@ -658,6 +659,57 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             (stream,),
         )
         return rows[0][0]  # type: ignore[return-value]
+
+    # --- runtimes on the log ---
+    # Each runtime holds a shared lock of a file beside the log (flock, which SQLite's own
+    # locks of the log file never meet); a runtime is running while one is held, and the
+    # operating system lets go of it when its process dies. The file stays empty.
+
+    @property
+    def presence_path(self) -> str:
+        """The file whose locks say that runtimes run on this log."""
+        return f"{self.path}-runtimes"
+
+    @asynccontextmanager
+    async def _presence(self) -> AsyncIterator[None]:
+        descriptor = await trio.to_thread.run_sync(self._hold_presence)
+        try:
+            yield
+        finally:
+            os.close(descriptor)
+
+    def _hold_presence(self) -> int:
+        try:
+            descriptor = os.open(self.presence_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise LogError(
+                f"cannot mark a runtime running on {self.name}: {self.presence_path!r}:"
+                f" {error.strerror}"
+            ) from None
+        # Waits only while a check holds the file for an instant.
+        fcntl.flock(descriptor, fcntl.LOCK_SH)
+        return descriptor
+
+    async def _runtime_running(self) -> bool:
+        return await trio.to_thread.run_sync(self._presence_held)
+
+    def _presence_held(self) -> bool:
+        try:
+            descriptor = os.open(self.presence_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise LogError(
+                f"cannot tell whether a runtime runs on {self.name}: {self.presence_path!r}:"
+                f" {error.strerror}"
+            ) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(descriptor)
+        return False
 
     async def _storage_problems(self) -> list[str]:
         erasure = [] if self._eraser.problem is None else [self._eraser.problem]

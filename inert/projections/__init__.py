@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from ..events import Event, RecordedEvent
 from ._audit import Audit, AuditEntry
+from ._controls import Preview, concerns, in_force, never_seen, preview, without_effect
 from ._digest import JSON, Projection, Snapshot, digest_json, state_digest
 from ._dispatch import DispatchQueue
 from ._ledger import DEFAULT_LEDGER_HORIZON, Ledger
@@ -98,12 +99,18 @@ __all__ = [
     "DispatchQueue",
     "Ledger",
     "LedgerRow",
+    "Preview",
     "Projection",
     "Projections",
     "Snapshot",
     "Status",
     "StatusCue",
     "Transition",
+    "concerns",
     "digest_json",
+    "in_force",
+    "never_seen",
+    "preview",
     "state_digest",
+    "without_effect",
 ]

@@ -2,7 +2,10 @@
 
 A control is recorded once, as the log holds it; the calls it ended are the ``cancelled``
 decisions whose cause is the control's position (an actor cancels a call at the first input
-that sees the control, which is the control itself for every call alive at that moment). A
+that sees the control, which is the control itself for every call alive at that moment). The
+running calls it asked to stop are the ``CallStopRequested`` decisions of that cause, each with
+the outcome its executor reported once it did (``stop_requested`` until then): a running call
+is never ended by a control, only asked to stop. A
 control refused because its principal is no operator (``ControlRefused``) is kept apart, among
 the refusals. Like
 every projection it holds no argument value.
@@ -19,10 +22,15 @@ from attrs import define, field
 
 from ..events import (
     CONTROL_TYPES,
+    OUTCOME_TYPES,
     CallCancelled,
     CallKey,
+    CallStopRequested,
     ControlRefused,
     Event,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionStopped,
     RecordedEvent,
     ResponseQuarantined,
     TenantResumed,
@@ -51,8 +59,24 @@ class AuditEntry:
     ended: list[CallKey] = field(factory=list)
     refused: bool = False
     """The principal was no operator: the control was not given."""
+    asked_to_stop: dict[CallKey, str] = field(factory=dict)
+    """The running calls the control asked to stop, each with the outcome its executor
+    reported (``completed``, ``failed``, ``stopped``, ``unknown``), or ``stop_requested``
+    until it does."""
 
     def to_json(self) -> dict[str, JSON]:
+        """The entry as the audit shows it: ``digest_json`` and the running calls it asked to
+        stop, with their outcomes."""
+        return self.digest_json() | {
+            "asked_to_stop": [
+                key_json(key) | {"outcome": outcome} for key, outcome in self.asked_to_stop.items()
+            ]
+        }
+
+    def digest_json(self) -> dict[str, JSON]:
+        """What the projections' digest holds of the entry. The stops it asked for are left
+        out: the ledger's rows hold them and their outcomes already, and logs written before
+        the audit counted them keep their digests."""
         shown: dict[str, JSON] = {"refused": True} if self.refused else {}
         return shown | {
             "position": self.position,
@@ -87,12 +111,15 @@ _SCOPE_NAMES = {
 class Audit(Routed):
     """Every control in log order, with the call keys each ended."""
 
-    __slots__ = ("_entries", "_refusals")
+    __slots__ = ("_entries", "_refusals", "_stopping")
 
     def __init__(self) -> None:
         super().__init__()
         self._entries: dict[int, AuditEntry] = {}
         self._refusals: list[AuditEntry] = []
+        # Calls a control asked to stop whose executor has not reported: the control's
+        # position, by call.
+        self._stopping: dict[CallKey, int] = {}
 
     def entries(self) -> list[AuditEntry]:
         """The controls in the order the log holds them."""
@@ -105,11 +132,11 @@ class Audit(Routed):
     def snapshot(self) -> Snapshot:
         snapshot: Snapshot = {
             "position": self._position,
-            "controls": [entry.to_json() for entry in self._entries.values()],
+            "controls": [entry.digest_json() for entry in self._entries.values()],
         }
         # Only where there are some: the digest of a log without refusals stays what it was.
         if self._refusals:
-            snapshot["refused"] = [entry.to_json() for entry in self._refusals]
+            snapshot["refused"] = [entry.digest_json() for entry in self._refusals]
         return snapshot
 
     # --- folding ---------------------------------------------------------------------------
@@ -125,6 +152,10 @@ class Audit(Routed):
             return (self._refused,)
         if issubclass(kind, CallCancelled):
             return (self._cancelled,)
+        if issubclass(kind, CallStopRequested):
+            return (self._stop_requested,)
+        if issubclass(kind, OUTCOME_TYPES):
+            return (self._outcome,)
         return ()
 
     def _control(self, recorded: RecordedEvent, event: Control) -> None:
@@ -156,3 +187,26 @@ class Audit(Routed):
         entry = self._entries.get(event.cause)
         if entry is not None:
             entry.ended.append(event.key)
+
+    def _stop_requested(self, recorded: RecordedEvent, event: CallStopRequested) -> None:
+        entry = self._entries.get(event.cause)
+        if entry is not None:
+            entry.asked_to_stop[event.key] = "stop_requested"
+            self._stopping[event.key] = event.cause
+
+    def _outcome(self, recorded: RecordedEvent, event: Event) -> None:
+        key = getattr(event, "key", None)
+        if not isinstance(key, CallKey):
+            return
+        position = self._stopping.pop(key, None)
+        entry = None if position is None else self._entries.get(position)
+        if entry is not None:
+            entry.asked_to_stop[key] = _OUTCOMES.get(type(event), "unknown")
+
+
+_OUTCOMES: dict[type[Event], str] = {
+    ExecutionCompleted: "completed",
+    ExecutionFailed: "failed",
+    ExecutionStopped: "stopped",
+}
+"""The outcome an executor's report names (any other report: ``unknown``)."""

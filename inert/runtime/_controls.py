@@ -14,12 +14,46 @@ from ..events import (
     OperatorControl,
     RefusedError,
     ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
     ToolDisabled,
     ToolEnabled,
     control_stream,
 )
 from ..log import Log, NewEvent
 from ._boundary import OperatorAuthorizer
+
+ACTIONS = {
+    "quarantine-response": "quarantine a response",
+    "disable-tool": "disable a tool",
+    "enable-tool": "enable a tool",
+    "stop-tenant": "stop a tenant (emergency stop)",
+    "resume-tenant": "resume a tenant",
+}
+"""The controls, by the names ``inert control`` and the console give them."""
+
+TENANT_ACTIONS = frozenset({"stop-tenant", "resume-tenant"})
+"""The controls whose target is a tenant (they take no other tenant)."""
+
+
+def control_event(
+    action: str, target: str, *, tenant: str | None, operator: str, reason: str
+) -> OperatorControl:
+    """The control event of an action (one of ``ACTIONS``) on its target."""
+    match action:
+        case "quarantine-response":
+            return ResponseQuarantined(
+                response=target, tenant=tenant, operator=operator, reason=reason
+            )
+        case "disable-tool":
+            return ToolDisabled(tool=target, tenant=tenant, operator=operator, reason=reason)
+        case "enable-tool":
+            return ToolEnabled(tool=target, tenant=tenant, operator=operator, reason=reason)
+        case "stop-tenant":
+            return TenantStopped(tenant=target, operator=operator, reason=reason)
+        case "resume-tenant":
+            return TenantResumed(tenant=target, operator=operator, reason=reason)
+    raise ValueError(f"no such control: {action!r}")
 
 
 def control_target(event: OperatorControl) -> str:

@@ -168,6 +168,13 @@ async def _run(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIt
 
 @asynccontextmanager
 async def _running(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
+    # Present from its first step: an operator's control is taken up by it from here on.
+    async with runtime.log.runtime_presence(), _serving(runtime, collector) as running:
+        yield running
+
+
+@asynccontextmanager
+async def _serving(runtime: Runtime, collector: CollectorSettings | None) -> AsyncIterator[Runtime]:
     await runtime._restore()
     if collector is not None:
         _collector.freeze(collector)

@@ -336,7 +336,14 @@ def state_shapes() -> Shapes:
                     "_response_ends": ResponseEnds,
                 },
             ),
-            _routed(Audit, {"_entries": dict[int, AuditEntry], "_refusals": list[AuditEntry]}),
+            _routed(
+                Audit,
+                {
+                    "_entries": dict[int, AuditEntry],
+                    "_refusals": list[AuditEntry],
+                    "_stopping": dict[CallKey, int],
+                },
+            ),
             object_shape(
                 ResponseEnds,
                 {

@@ -566,6 +566,28 @@ class LogContract:
             assert second.identity == identity
             assert second.key("snapshot") == key
 
+    # --- runtimes on the log ----------------------------------------------------------------
+
+    async def test_a_runtime_is_running_while_its_presence_is_held(self, open_log: OpenLog) -> None:
+        """A presence held through one opening of the log is seen through another, and by
+        itself; once released, no runtime is running."""
+        async with open_log() as runtime_side, open_log() as operator_side:
+            assert not await operator_side.runtime_running()
+            async with runtime_side.runtime_presence():
+                assert await operator_side.runtime_running()
+                assert await runtime_side.runtime_running()
+            assert not await operator_side.runtime_running()
+
+    async def test_a_runtime_is_running_while_any_presence_is_held(self, open_log: OpenLog) -> None:
+        """Two runtimes present at once: the log has a runtime running until both have
+        gone, whichever goes first."""
+        async with open_log() as first, open_log() as second, open_log() as operator_side:
+            async with first.runtime_presence():
+                async with second.runtime_presence():
+                    assert await operator_side.runtime_running()
+                assert await operator_side.runtime_running()
+            assert not await operator_side.runtime_running()
+
     async def test_no_snapshot_reads_as_none(self, log: Log) -> None:
         """A name no snapshot was written under reads as None."""
         await log.write_snapshot(_snapshot("p1"))
