@@ -56,3 +56,18 @@ def count_argument(most: int) -> Callable[[str], int]:
         return number
 
     return count
+
+
+MAX_WAIT_SECONDS = 3600.0
+"""The longest a command may be told to wait for a log's runtimes."""
+
+
+def seconds_argument(value: str) -> float:
+    """A wait in seconds, from 0 to ``MAX_WAIT_SECONDS`` (NaN and infinities are none)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:
+        raise argparse.ArgumentTypeError(f"a number of seconds from 0 to {MAX_WAIT_SECONDS:g}")
+    return seconds

@@ -42,6 +42,11 @@ RUNNING_WINDOW = timedelta(minutes=1)
 
 KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
 
+ALONE = (
+    "this command opens a runtime that must be alone on the log; stop it first, or act through"
+    " it (its agent server, or the console); inert control gives controls beside it"
+)
+
 
 class NoProgress(InertError):
     """A command waited ``WAIT_SECONDS`` for a step that did not end."""
@@ -206,18 +211,21 @@ async def runtime_on(url: str, *, create: bool = False, **options: Any) -> Async
     """A runtime of this command on the log (which must exist, unless ``create``).
 
     It decides for every turn, as a runtime without a process name does: beside a running
-    process it would write decisions that process makes too (and stop it), so the command is
-    refused while the log's heartbeats say one runs.
+    runtime it would write decisions that runtime makes too (and stop it), so the command is
+    refused while the log says one runs.
     """
     async with open_log(url, clock=trio_clock(), create=create) as log:
+        # The heartbeats of the last minute name the processes that run; the log's presence
+        # also finds a runtime without a name. Either refuses.
         running = await _running_processes(log)
+        if not running and await log.runtime_running():
+            raise RefusedError(f"a runtime is running on this log: {ALONE}")
         if running:
             name, age = min(running.items(), key=lambda item: item[1])
             others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
             raise RefusedError(
                 f"runtime process {name!r}{others} is running on this log (heartbeat {age:.1f} s"
-                " ago): this command opens a runtime that must be alone on the log; stop it"
-                " first, or act through it"
+                f" ago): {ALONE}"
             )
         # Spans as the OTEL_* variables say, in the caller's trace where it gave one.
         with exported_spans() as provider:

@@ -30,6 +30,7 @@ from ._arguments import (
     MAX_CONFIRMATION_SECONDS,
     count_argument,
     path_argument,
+    seconds_argument,
     text_argument,
 )
 from ._console import console_arguments, console_command
@@ -37,10 +38,12 @@ from ._demo import demo_command
 from ._execute import execute_command
 from ._feed import FeedRequest, feed_command
 from ._operators import (
+    CONTROL_WAIT_SECONDS,
     OPERATORS_VARIABLE,
     cancel_turn_command,
     confirm_command,
     control_command,
+    controls_command,
     deny_command,
 )
 from ._read import audit_command, ledger_command, replay_command, verify_command
@@ -99,6 +102,25 @@ def _control_arguments(control: argparse.ArgumentParser) -> None:
         "--operator", type=text_argument, required=True, help="the operator principal"
     )
     control.add_argument("--reason", type=text_argument, required=True, help="why, for the audit")
+    control.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the calls it would end and the running calls it would ask to stop; give nothing",
+    )
+    control.add_argument(
+        "--new-target",
+        action="store_true",
+        help="give it even though nothing on the log names its target yet (a mistyped name"
+        " is refused without it)",
+    )
+    control.add_argument(
+        "--wait",
+        type=seconds_argument,
+        default=CONTROL_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="how long to wait for the running runtimes' decisions"
+        f" (default {CONTROL_WAIT_SECONDS:g})",
+    )
     control.add_argument("--json", action="store_true", help="one JSON object")
 
 
@@ -279,11 +301,16 @@ def _parser() -> argparse.ArgumentParser:
 
     control = command(
         "control",
-        f"give an operator control (opens a runtime on the log; {OPERATORS_VARIABLE} names the"
-        " operators)",
+        "give an operator control beside the runtimes running on the log, and report what"
+        f" they decided ({OPERATORS_VARIABLE} names the operators)",
     )
     _control_arguments(control)
     log_option(control)
+    log_command(
+        "controls",
+        "the controls in force now: who gave each, when and why",
+        "one JSON object per control",
+    )
 
     console_arguments(
         command(
@@ -383,8 +410,13 @@ def _run(arguments: argparse.Namespace) -> None:
                     operator=arguments.operator,
                     reason=arguments.reason,
                     as_json=arguments.json,
+                    dry_run=arguments.dry_run,
+                    new_target=arguments.new_target,
+                    wait=arguments.wait,
                 )
             )
+        case "controls":
+            trio.run(partial(controls_command, arguments.log, as_json=arguments.json))
         case "confirm":
             trio.run(
                 partial(

@@ -9,18 +9,35 @@ import os
 from collections.abc import Sequence
 from datetime import timedelta
 
+import trio
+
 from ..actors import TERMINAL_PHASES, ToolDeclaration
 from ..events import (
     CallKey,
     ConfigurationError,
+    OperatorControl,
     RefusedError,
     TurnRef,
 )
-from ..events._identity import key_part
-from ..projections import JSON, LedgerRow
-from ..runtime import PendingConfirmation, Runtime
+from ..events._identity import key_part, shown_text
+from ..log import Log, open_log
+from ..projections import (
+    JSON,
+    Audit,
+    AuditEntry,
+    LedgerRow,
+    Preview,
+    Projections,
+    in_force,
+    never_seen,
+    preview,
+    without_effect,
+)
+from ..projections._controls import live_stage, target_of
+from ..runtime import PendingConfirmation, Runtime, trio_clock
+from ..runtime._controls import TENANT_ACTIONS, control_event, give_control
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
-from ._common import runtime_on, settle_within
+from ._common import READ_PAGE, fold_log, runtime_on, settle_within
 from ._tables import Keys, key_json
 
 # --- cancel-turn -----------------------------------------------------------------------------
@@ -85,6 +102,47 @@ def configured_operators() -> frozenset[str]:
     )
 
 
+CONTROL_WAIT_SECONDS = 10.0
+"""How long ``inert control`` waits, by default, for the runtimes' decisions on the calls a
+control ends or asks to stop."""
+
+
+async def _folded(log: Log) -> Projections:
+    projections = Projections()
+    while page := await log.read(projections.position + 1, limit=READ_PAGE):
+        for recorded in page:
+            projections.apply(recorded)
+    return projections
+
+
+def _decided(projections: Projections, shown: Preview) -> bool:
+    """Whether the runtimes have answered for every call of the preview: ended, or asked to
+    stop (or done running)."""
+    ledger = projections.ledger
+    for row in shown.ending:
+        now = ledger.row(row.key)
+        if now is not None and now.state not in TERMINAL_PHASES:
+            return False
+    for row in shown.stopping:
+        now = ledger.row(row.key)
+        if now is not None and now.outcome is None:
+            return False
+    return True
+
+
+async def _follow_until_decided(
+    log: Log, projections: Projections, shown: Preview, position: int, wait: float
+) -> bool:
+    """Fold what the runtimes write until they have answered the control at ``position`` for
+    every call of the preview, for at most ``wait`` seconds; whether they have."""
+    with trio.move_on_after(wait):
+        async for recorded in log.subscribe(projections.position + 1):
+            projections.apply(recorded)
+            if recorded.position >= position and _decided(projections, shown):
+                return True
+    return projections.position >= position and _decided(projections, shown)
+
+
 async def control_command(
     url: str,
     action: str,
@@ -94,52 +152,165 @@ async def control_command(
     operator: str,
     reason: str,
     as_json: bool = False,
+    dry_run: bool = False,
+    new_target: bool = False,
+    wait: float = CONTROL_WAIT_SECONDS,
 ) -> None:
+    """Give an operator control beside whatever runs on the log: it is appended as the
+    console appends it (no runtime is opened here), and the runtimes that own the calls decide;
+    what they decided within ``wait`` seconds is reported."""
     operators = configured_operators()
-    if not operators:
+    if not operators and not dry_run:
         raise RefusedError(
             f"no operator is configured: {OPERATORS_VARIABLE} names the operator principals"
         )
-    async with runtime_on(url, operators=operators) as runtime:
-        await settle_within(runtime)
-        match action:
-            case "quarantine-response":
-                position = await runtime.quarantine_response(
-                    target, tenant=tenant, operator=operator, reason=reason
-                )
-            case "disable-tool":
-                position = await runtime.disable_tool(
-                    target, tenant=tenant, operator=operator, reason=reason
-                )
-            case "enable-tool":
-                position = await runtime.enable_tool(
-                    target, tenant=tenant, operator=operator, reason=reason
-                )
-            case "stop-tenant":
-                position = await runtime.stop_tenant(target, operator=operator, reason=reason)
-            case _:
-                position = await runtime.resume_tenant(target, operator=operator, reason=reason)
-        await settle_within(runtime)
-        [entry] = [e for e in runtime.projections.audit.entries() if e.position == position]
-    ended = len(entry.ended)
+    event = control_event(
+        action,
+        target,
+        tenant=None if action in TENANT_ACTIONS else tenant,
+        operator=operator,
+        reason=reason,
+    )
+    async with open_log(url, clock=trio_clock(), create=False) as log:
+        projections = await _folded(log)
+        audit = projections.audit
+        idle = without_effect(event, audit)
+        if idle is not None:
+            raise RefusedError(f"{idle}: {action} would change nothing, and is not given")
+        unseen = never_seen(event, projections.ledger.rows(), audit)
+        if unseen is not None and not new_target:
+            raise RefusedError(
+                f"{unseen}: check the name (inert ledger lists the calls), or give --new-target"
+                " to control it before it is ever seen"
+            )
+        shown = preview(event, projections.ledger.rows())
+        running = await log.runtime_running()
+        if dry_run:
+            _print_preview(event, action, shown, running=running, as_json=as_json)
+            return
+        position = await give_control(log, event, operators.__contains__)
+        decided = running and await _follow_until_decided(log, projections, shown, position, wait)
+        if not decided:
+            projections = await _folded(log)
+        entry = _entry_at(projections.audit, position)
+    _print_given(entry, action, target, tenant, shown, running=running, as_json=as_json)
+
+
+def _entry_at(audit: Audit, position: int) -> AuditEntry:
+    [entry] = [entry for entry in audit.entries() if entry.position == position]
+    return entry
+
+
+NO_RUNTIME = (
+    "no runtime is running on this log: it takes effect before any dispatch when one opens it"
+)
+
+
+def _noun(count: int, what: str = "call") -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
+
+
+def _print_preview(
+    event: OperatorControl, action: str, shown: Preview, *, running: bool, as_json: bool
+) -> None:
+    if as_json:
+        _print_json(
+            {
+                "action": action,
+                "dry_run": True,
+                "runtime_running": running,
+                "would_end": [
+                    key_json(row.key) | {"stage": live_stage(row)} for row in shown.ending
+                ],
+                "would_ask_to_stop": [key_json(row.key) for row in shown.stopping],
+            }
+        )
+        return
+    noun, name = target_of(event)
+    where = "a runtime is running on this log" if running else NO_RUNTIME
+    print(
+        f"dry run: {action} {noun} {key_part(name)} would end {_noun(len(shown.ending))} and ask"
+        f" {_noun(len(shown.stopping), 'running call')} to stop; nothing was given ({where})"
+    )
+    keys = Keys(row.key for row in (*shown.ending, *shown.stopping))
+    for row in shown.ending:
+        print(f"  would end          {keys.show(row.key)}  {key_part(row.tool)}  {live_stage(row)}")
+    for row in shown.stopping:
+        print(f"  would ask to stop  {keys.show(row.key)}  {key_part(row.tool)}  running")
+
+
+def _print_given(
+    entry: AuditEntry,
+    action: str,
+    target: str,
+    tenant: str | None,
+    shown: Preview,
+    *,
+    running: bool,
+    as_json: bool,
+) -> None:
+    ended = set(entry.ended)
+    held = [row for row in shown.ending if row.key not in ended] if not running else []
     if as_json:
         _print_json(
             {
                 "action": action,
                 "target": target,
                 "tenant": tenant,
-                "operator": operator,
-                "position": position,
+                "operator": entry.operator,
+                "position": entry.position,
+                "runtime_running": running,
                 "ended": [key_json(key) for key in entry.ended],
+                "asked_to_stop": [
+                    key_json(key) | {"outcome": outcome}
+                    for key, outcome in entry.asked_to_stop.items()
+                ],
+                "held": [key_json(row.key) | {"stage": live_stage(row)} for row in held],
             }
         )
         return
-    print(
-        f"{action} {target} by {operator} at position {position}:"
-        f" {ended} {'call' if ended == 1 else 'calls'} ended"
+    said = (
+        f"{action} {key_part(target)} by {shown_text(entry.operator)} at position"
+        f" {entry.position}: {_noun(len(entry.ended))} ended,"
+        f" {_noun(len(entry.asked_to_stop), 'running call')} asked to stop"
     )
+    if not running:
+        said += f"; recorded, {NO_RUNTIME}"
+    print(said)
+    keys = Keys([*entry.ended, *entry.asked_to_stop, *(row.key for row in held)])
     for key in entry.ended:
-        print(f"  ended  {Keys(entry.ended).show(key)}")
+        print(f"  ended          {keys.show(key)}")
+    for key, outcome in entry.asked_to_stop.items():
+        print(f"  asked to stop  {keys.show(key)}  {outcome}")
+    for row in held:
+        print(f"  held by it     {keys.show(row.key)}  {key_part(row.tool)}  {live_stage(row)}")
+    if running and len(entry.ended) < len(shown.ending):
+        print(
+            f"  {len(shown.ending) - len(entry.ended)} of the calls it concerns had not been"
+            " ended when the wait ran out: see inert audit"
+        )
+
+
+async def controls_command(url: str, *, as_json: bool) -> None:
+    """The controls in force now: who gave each, when and why."""
+    projections = Projections()
+    await fold_log(url, projections.apply, what="controls")
+    entries = in_force(projections.audit)
+    if as_json:
+        for entry in entries:
+            _print_json(entry.digest_json())
+        return
+    if not entries:
+        print("(no control in force)")
+        return
+    for entry in entries:
+        scope = ", ".join(
+            f"{name} {key_part(value)}" for name, value in entry.scope.items() if value
+        )
+        print(
+            f"@{entry.position}  {entry.recorded_at}  {entry.control.removeprefix('operator.')}"
+            f"  {scope}  by {shown_text(entry.operator)}: {shown_text(entry.reason)}"
+        )
 
 
 # --- confirm and deny ------------------------------------------------------------------------

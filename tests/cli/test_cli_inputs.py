@@ -77,6 +77,7 @@ def base_values(command: str, inputs: Path) -> dict[str, str]:
         "replay": {},
         "verify": {},
         "audit": {},
+        "controls": {},
         "execute": {},
         "demo": {},
         "cancel-turn": {**TURN, "--principal": "user:alice", "--reason": "changed my mind"},
@@ -630,7 +631,8 @@ def wait_for_line(process: subprocess.Popen[str], line: str) -> None:
     )
 
 
-RUNTIME_COMMANDS = ["cancel-turn", "confirm", "deny", "control", "execute", "feed"]
+RUNTIME_COMMANDS = ["cancel-turn", "confirm", "deny", "execute", "feed"]
+"""The commands that open a runtime of their own on the log (``control`` opens none)."""
 
 
 def test_a_command_beside_a_running_runtime_process_is_refused(

@@ -80,16 +80,22 @@ def test_a_principal_that_is_not_an_operator_is_refused(
 def test_a_quarantine_from_the_command_line_is_audited_with_the_calls_it_ended(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The control ends the response's calls; the audit shows it, its operator, reason and
-    scope, and the ledger rows it ended."""
+    """Given while no runtime runs, the control is recorded and says it holds the response's
+    call; once a runtime opens the log the call is ended, and the audit shows the control, its
+    operator, reason and scope, and the ledger rows it ended."""
     monkeypatch.setenv("INERT_OPERATORS", "olga, oscar")
     url = cut_stream(tmp_path, capsys)
     response = RESPONSE
     argv = ["control", "quarantine-response", response, "--tenant", "default", "--log", url]
     status, out, err = run(capsys, [*argv, "--operator", "olga", "--reason", "injection"])
     assert status == 0, err
-    assert out.startswith(f"quarantine-response {response} by olga at position ")
-    assert ": 1 call ended" in out.splitlines()[0]
+    first, *rest = out.splitlines()
+    assert first.startswith(f"quarantine-response {response} by olga at position ")
+    assert (
+        ": 0 calls ended, 0 running calls asked to stop; recorded, no runtime is running" in first
+    )
+    assert [line.split()[:3] for line in rest] == [["held", "by", "it"]]
+    assert run(capsys, ["execute", "--log", url])[0] == 0
     status, out, _ = run(capsys, ["audit", "--log", url, "--json"])
     [entry] = [json.loads(line) for line in out.splitlines()]
     assert (entry["control"], entry["operator"], entry["reason"]) == (
