@@ -41,6 +41,7 @@ import os
 import random
 import sqlite3
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import attrs
@@ -288,6 +289,12 @@ class FaultyLog(Log):
 
     async def _storage_problems(self) -> list[str]:
         return await self.inner._storage_problems()
+
+    def _presence(self) -> AbstractAsyncContextManager[None]:
+        return self.inner._presence()
+
+    async def _runtime_running(self) -> bool:
+        return await self.inner._runtime_running()
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await self.inner._write_snapshot(snapshot)

@@ -156,7 +156,8 @@ def test_a_control_with_no_runtime_running_says_it_holds_the_calls(
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert process.stdout is not None and process.stdin is not None
+    assert process.stdout is not None
+    assert process.stdin is not None
     assert process.stdout.readline() == "ready\n"
     process.stdin.close()
     process.wait(timeout=60)
