@@ -348,7 +348,9 @@ async def _fragments_end_to_end(
 ) -> float:
     keys = [call_key(index) for index in range(calls)]
     limits = limits_for(calls, fragments_per_call=per_call, size=per_call * len(FRAGMENT))
-    async with open_runtime(log=url, tools=[TOOL], limits=limits, collector=collector) as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=[TOOL], limits=limits, collector=collector
+    ) as runtime:
         await _open_collecting(runtime, keys)
         check_phases(runtime, keys, Phase.COLLECTING, "fragments")
 
@@ -680,7 +682,9 @@ def _response_ended(key: CallKey) -> ResponseEnded:
 
 async def _runtime_latencies(url: str, calls: int, burst: bool) -> list[float]:
     keys = [call_key(index) for index in range(calls)]
-    async with open_runtime(log=url, tools=[TOOL], limits=limits_for(calls)) as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=[TOOL], limits=limits_for(calls)
+    ) as runtime:
         if runtime.projections.position != 0:
             raise RuntimeError("latency: the log was not empty")
         watched = runtime.projections = WatchedProjections(keys)
@@ -933,6 +937,7 @@ async def _inert_memory(
     path = Path(directory) / "memory.db"
     async with open_runtime(
         log=sqlite_url(path, synchronous="NORMAL"),
+        create=True,
         tools=[TOOL],
         limits=limits_for(calls),
         snapshot_every=DEFAULT_SNAPSHOT_EVERY if snapshots else None,

@@ -49,7 +49,7 @@ def conversations(keys: list[CallKey]) -> list[str]:
 async def guest(path: Path, calls: int, fragments: int) -> float:
     keys = [call_key(index) for index in range(calls)]
     async with open_asyncio_runtime(
-        log=f"sqlite:///{path}", tools=[TOOL], limits=limits(calls)
+        log=f"sqlite:///{path}", create=True, tools=[TOOL], limits=limits(calls)
     ) as rt:
         for conversation in conversations(keys):
             await rt.start_turn(tenant="bench", conversation=conversation, turn="t1", principal="b")

@@ -263,7 +263,9 @@ def _lifecycle(key: CallKey) -> list[Event]:
 
 async def _ready_calls(url: str, calls: int) -> float:
     keys = [call_key(index) for index in range(calls)]
-    async with open_runtime(log=url, tools=[TOOL], limits=limits_for(calls)) as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=[TOOL], limits=limits_for(calls)
+    ) as runtime:
         start = time.perf_counter()
         await start_turns(runtime, keys)
 
@@ -296,6 +298,7 @@ async def _runtime_work(
     async with (
         open_runtime(
             log=url,
+            create=True,
             tools=[TOOL],
             limits=limits_for(total),
             process=f"bench-{process}",

@@ -112,6 +112,7 @@ async def _restart(url: str, snapshot_every: int | None, live: int) -> dict[str,
     started = time.perf_counter()
     async with open_runtime(
         log=url,
+        create=True,
         tools=[TOOL],
         limits=limits_for(live),
         snapshot_every=snapshot_every,

@@ -104,7 +104,7 @@ async def workload(path: Path, calls: int, fragments: int, traced: bool) -> tupl
     keys = [call_key(index) for index in range(calls)]
     limits = CallLimits(max_live_per_turn=calls, max_live_per_tenant=calls * 2)
     async with open_runtime(
-        log=f"sqlite:///{path}", tools=[TOOL], limits=limits, tracer_provider=provider
+        log=f"sqlite:///{path}", create=True, tools=[TOOL], limits=limits, tracer_provider=provider
     ) as runtime:
         for conversation in sorted({key.conversation for key in keys}):
             await runtime.start_turn(

@@ -89,7 +89,7 @@ async def run_stream(
     names = list(tools)
     run = StreamRun()
     url = f"sqlite:///{tmp_path / 'adapter.db'}"
-    async with open_runtime(log=url, tools=declarations(names)) as runtime:
+    async with open_runtime(log=url, create=True, tools=declarations(names)) as runtime:
         turn = await runtime.start_turn(
             tenant=TENANT, conversation=CONVERSATION, turn=TURN, principal=PRINCIPAL, tools=names
         )

@@ -174,7 +174,9 @@ class ConsoleLab:
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        async with open_runtime(log=self.log_url, tools=TOOLS, operators=[OPERATOR]) as runtime:
+        async with open_runtime(
+            log=self.log_url, create=True, tools=TOOLS, operators=[OPERATOR]
+        ) as runtime:
             self._runtime = runtime
             console = Console(self.log_url, settings())
             async with console.running(), trio.open_nursery() as nursery:

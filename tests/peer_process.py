@@ -100,7 +100,9 @@ async def wait_for_stdin_to_close() -> None:
 
 async def main(url: str, name: str, turns: int) -> None:
     async with (
-        open_runtime(log=url, tools=TOOLS, process=name, lease_time=LEASE_TIME) as runtime,
+        open_runtime(
+            log=url, create=True, tools=TOOLS, process=name, lease_time=LEASE_TIME
+        ) as runtime,
         trio.open_nursery() as nursery,
     ):
         nursery.start_soon(execute, runtime, name)

@@ -23,7 +23,9 @@ STREAM = FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse"
 
 
 async def main(url: str, written: bool) -> None:
-    async with open_runtime(log=url, tools=declarations(["search", "weather"])) as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=declarations(["search", "weather"])
+    ) as runtime:
         turn = turn_ref()
         [(response, after)] = runtime.resumable_streams(turn).items()
         assert after is not None

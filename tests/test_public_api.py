@@ -40,6 +40,7 @@ PUBLIC = [
     "Log",
     "LogDamaged",
     "LogError",
+    "LogNotFound",
     "OperatorAuthorizer",
     "PendingConfirmation",
     "PermissionPolicy",

@@ -98,7 +98,7 @@ async def open_agent(
 ) -> AsyncIterator[Agent]:
     """An agent on a new runtime over ``log``, its executor and watcher running."""
     async with (
-        open_runtime(log=log, tools=TOOLS) as runtime,
+        open_runtime(log=log, create=True, tools=TOOLS) as runtime,
         httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=READ_TIMEOUT)) as http,
         trio.open_nursery() as nursery,
     ):

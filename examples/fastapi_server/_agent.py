@@ -79,7 +79,7 @@ async def open_agent(
     """An agent on a new runtime over ``log``, its executor and watcher running until the block
     ends."""
     async with (
-        open_asyncio_runtime(log=log, tools=TOOLS) as runtime,
+        open_asyncio_runtime(log=log, create=True, tools=TOOLS) as runtime,
         sdk_client(provider, TOOLS) as ask,
         asyncio.TaskGroup() as tasks,
     ):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import getpass
 import ipaddress
 import os
@@ -14,7 +15,7 @@ from typing import cast
 
 import trio
 
-from ..events import ConfigurationError
+from ..events import ConfigurationError, InertError
 from ..log import open_log
 from ._arguments import count_argument, text_argument
 from ._operators import OPERATORS_VARIABLE, configured_operators
@@ -23,6 +24,18 @@ TOKEN_VARIABLE = "INERT_CONSOLE_TOKEN"
 """A token of at least 16 characters to use instead of a new one at every start."""
 
 DEFAULT_PORT = 8750
+
+
+class CannotListen(InertError):
+    """The console's address cannot be listened on: the port is taken, or not this user's."""
+
+
+_BIND_ADVICE = {
+    errno.EADDRINUSE: "another program listens there: stop it, or give another --port (0: any"
+    " free one)",
+    errno.EACCES: "ports below 1024 need privileges: give a higher --port",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address: give another --host",
+}
 
 
 def console_arguments(
@@ -102,9 +115,12 @@ async def console_command(url: str, arguments: argparse.Namespace) -> None:
     async with open_log(url, create=False) as log:
         console = Console(log, settings)
         async with console.running(), trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(
-                partial(serve, cast(Framework, console.app), config)
-            )
+            try:
+                binds: list[str] = await nursery.start(
+                    partial(serve, cast(Framework, console.app), config)
+                )
+            except* OSError as errors:
+                raise _cannot_listen(config.bind[0], errors) from None
             role = "an operator" if settings.is_operator(principal) else "not an operator"
             print(f"inert console on {binds[0]}/?token={token}", flush=True)
             print(
@@ -113,6 +129,19 @@ async def console_command(url: str, arguments: argparse.Namespace) -> None:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def _cannot_listen(address: str, errors: BaseExceptionGroup[OSError]) -> InertError:
+    """What the server's failure to bind says, and what to do about it."""
+    error = _first_leaf(errors)
+    advice = _BIND_ADVICE.get(error.errno or 0, "give another --host or --port")
+    reason = error.strerror or str(error)
+    return CannotListen(f"cannot listen on {address}: {reason.lower()}; {advice}")
+
+
+def _first_leaf(group: BaseExceptionGroup[OSError]) -> OSError:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _port(value: str) -> int:

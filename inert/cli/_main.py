@@ -532,24 +532,53 @@ def _one_line(error: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``inert`` command; its exit status."""
     arguments = _parser().parse_args(argv)
-    failed = False
     try:
         _run(arguments)
-    except* InertError as errors:
-        failed = True
-        for error in _leaves(errors):
-            print(f"inert: {_one_line(error)}", file=sys.stderr)
-    return 1 if failed else 0
+    except (InertError, OSError, BaseExceptionGroup) as error:
+        failures = _failures(error)
+        if failures is None:
+            raise
+        for failure in failures:
+            print(f"inert: {_said(failure)}", file=sys.stderr)
+        return 1
+    return 0
 
 
-def _leaves(group: BaseExceptionGroup[InertError]) -> list[InertError]:
-    found: list[InertError] = []
-    for error in group.exceptions:
-        if isinstance(error, BaseExceptionGroup):
-            found.extend(_leaves(error))
-        else:
-            found.append(error)
-    return found
+def _failures(error: BaseException) -> list[InertError | OSError] | None:
+    """The errors an input caused, out of the groups of the Trio nurseries they crossed (the
+    cancellations they caused left out); ``None`` where anything else is among them (a bug),
+    or the reader of standard output went away (``main_entry`` stops quietly then)."""
+    if isinstance(error, BaseExceptionGroup):
+        found: list[InertError | OSError] = []
+        for inner in error.exceptions:
+            if isinstance(inner, trio.Cancelled):
+                continue
+            failures = _failures(inner)
+            if failures is None:
+                return None
+            found.extend(failures)
+        return found or None
+    if isinstance(error, InertError) or (
+        isinstance(error, OSError) and not isinstance(error, BrokenPipeError)
+    ):
+        return [error]
+    return None
+
+
+def _said(error: InertError | OSError) -> str:
+    """An error's line: an ``InertError`` says what to do itself; an error of the system is
+    named with its file, where it has one."""
+    if isinstance(error, InertError):
+        return _one_line(error)
+    reason = error.strerror or _one_line(error)
+    name = error.filename
+    if name is None:
+        return (
+            f"the system refused: {reason}; check what the command uses (files, ports,"
+            " connections) and try again"
+        )
+    shown = os.fsdecode(name) if isinstance(name, str | bytes) else str(name)
+    return f"cannot use {shown!r}: {reason}; check the path and its permissions"
 
 
 def main_entry() -> None:

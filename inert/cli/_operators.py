@@ -47,11 +47,21 @@ def turn_rows(runtime: Runtime, turn: TurnRef) -> dict[CallKey, LedgerRow]:
     return {row.key: row for row in runtime.projections.ledger.rows() if row.key.turn_ref == turn}
 
 
+def _check_turn_known(runtime: Runtime, turn: TurnRef) -> None:
+    """A turn the log does not hold is a mistyped identity more often than a turn to come."""
+    if runtime.turn_principal(turn) is None:
+        raise RefusedError(
+            f"turn {turn.stream!r} is not on this log: check --tenant, --conversation and"
+            f" --turn (inert ledger --tenant {turn.tenant} lists the calls of its turns)"
+        )
+
+
 async def cancel_turn_command(
     url: str, turn: TurnRef, *, principal: str, reason: str, as_json: bool = False
 ) -> None:
     async with runtime_on(url) as runtime:
         await settle_within(runtime)
+        _check_turn_known(runtime, turn)
         before = turn_rows(runtime, turn)
         await runtime.cancel_turn(turn, principal=principal, reason=reason)
         await settle_within(runtime)
@@ -318,13 +328,18 @@ async def controls_command(url: str, *, as_json: bool) -> None:
 
 def _call_of_turn(runtime: Runtime, turn: TurnRef, call_id: str, response: str | None) -> CallKey:
     """The one call of the turn with this provider call id (and response, where given)."""
+    _check_turn_known(runtime, turn)
     keys = [
         key
         for key in turn_rows(runtime, turn)
         if key.call == call_id and (response is None or key.response == response)
     ]
     if not keys:
-        raise RefusedError(f"turn {turn.stream!r} has no call {call_id!r}")
+        of = "" if response is None else f" of response {response!r}"
+        raise RefusedError(
+            f"turn {turn.stream!r} has no call {call_id!r}{of}: check --call-id and --response"
+            f" (inert ledger --turn {turn.turn} lists its calls)"
+        )
     if len(keys) > 1:
         responses = ", ".join(sorted(key.response for key in keys))
         raise RefusedError(

@@ -24,6 +24,11 @@ class LogError(InertError):
     """The event log could not do what was asked: storage failure, closed log, bad file."""
 
 
+class LogNotFound(LogError):
+    """There is no log where the URL points (a missing or empty SQLite file, a PostgreSQL schema
+    without inert's tables) and none was to be created there."""
+
+
 class LogDamaged(LogError):
     """The log holds a row that is not what was appended (its checksum fails), lacks a position
     or a version, or records what no decision allows. Nothing is decided or executed from it."""

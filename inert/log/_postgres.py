@@ -24,7 +24,9 @@ waits on directly; subscriptions also poll every ``poll_interval``, which covers
 listening connection until it is open again.
 
 Tables live in a schema of their own (``schema``, ``inert`` by default), created on first
-open. Its ``inert_meta`` table names the application and the schema version: a schema holding
+open unless the log is opened with ``create=False``: then a schema without them is refused,
+naming the schemas of that database that hold an inert log (those with an ``inert_meta``
+table). Its ``inert_meta`` table names the application and the schema version: a schema holding
 other tables is refused; an older schema version is upgraded by the registered migrations in
 one transaction, or refused with a message naming both versions; a newer one is refused.
 Concurrent first opens are serialised by an advisory lock.
@@ -47,7 +49,7 @@ import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..events._codec import Codec
-from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError
+from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError, LogNotFound
 from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
@@ -80,6 +82,8 @@ Migration = Callable[[Connection, str], None]
 _T = TypeVar("_T")
 
 DEFAULT_SCHEMA = "inert"
+MAX_NAMED = 10
+"""The most schemas (or tables) a refusal names: a database may hold many."""
 DEFAULT_MAX_BATCH_EVENTS = 4096
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_CONNECT_TIMEOUT = 10
@@ -508,6 +512,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
         codec: Codec | None = None,
         clock: Clock | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(
             group_commit=group_commit,
@@ -544,6 +549,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         )
         self.schema = schema
         self.poll_interval = poll_interval
+        self._create = create
         self._sql = _Statements.of(schema)
         self._sealed = sealed_types()
         self._channel = f"inert_log_{schema}"
@@ -577,10 +583,11 @@ class PostgresLog(GroupCommitLog[Connection]):
         erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
         codec: Codec | None = None,
         clock: Clock | None = None,
+        create: bool = True,
     ) -> AsyncIterator[PostgresLog]:
-        """Open (creating its tables if needed) the log in ``schema`` of the database
-        ``conninfo`` names (a ``postgresql://`` URL or libpq key=value string); closed when the
-        block ends."""
+        """Open the log in ``schema`` of the database ``conninfo`` names (a ``postgresql://``
+        URL or libpq key=value string), creating its tables if need be, or with ``create=False``
+        refusing a schema without them (``LogNotFound``); closed when the block ends."""
         log = cls(
             conninfo,
             schema=schema,
@@ -590,6 +597,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             erase_timeout=erase_timeout,
             codec=codec,
             clock=clock,
+            create=create,
         )
         await trio.to_thread.run_sync(log._connect)
         try:
@@ -698,6 +706,12 @@ class PostgresLog(GroupCommitLog[Connection]):
                     "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
                 )
             }
+            if not tables and not self._create:
+                exists = connection.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+                ).fetchone()
+                why = "the schema holds no tables" if exists else "there is no such schema"
+                raise LogNotFound(self._no_log_here(connection, why))
             if not tables:
                 connection.execute(_schema_sql(schema))
                 self._identity, self._secret = new_identity(), new_secret()
@@ -715,14 +729,18 @@ class PostgresLog(GroupCommitLog[Connection]):
             )
             if len(meta) != 1 or meta[0][0] != APPLICATION:
                 raise LogError(
-                    f"schema {schema} of {self.url} holds tables of another program"
-                    f" ({', '.join(sorted(tables))}), not an inert log"
+                    self._no_log_here(
+                        connection,
+                        "it holds tables of another program"
+                        f" ({', '.join(sorted(tables)[:MAX_NAMED])})",
+                    )
                 )
             version = meta[0][1]
             if version > SCHEMA_VERSION:
                 raise LogError(
                     f"schema {schema} of {self.url} has log schema version {version}, written by"
-                    f" a newer inert; this inert reads schema versions up to {SCHEMA_VERSION}"
+                    f" a newer inert; this inert reads schema versions up to {SCHEMA_VERSION}:"
+                    " open it with a newer inert"
                 )
             if version < SCHEMA_VERSION:
                 self._migrate(connection, version)
@@ -730,6 +748,25 @@ class PostgresLog(GroupCommitLog[Connection]):
                 f"SELECT identity, secret FROM {schema}.inert_meta"
             ).fetchone()  # type: ignore[misc]
             self._identity, self._secret = identity, bytes(secret)
+
+    def _no_log_here(self, connection: Connection, why: str) -> str:
+        """Why ``schema`` holds no log, and the schemas of the database that hold one."""
+        found = [
+            name
+            for (name,) in connection.execute(
+                "SELECT n.nspname FROM pg_class AS c"
+                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE c.relname = 'inert_meta' AND c.relkind IN ('r', 'p') ORDER BY 1"
+            )
+        ]
+        where = f"no inert log in schema {self.schema!r} of database {connection.info.dbname!r}"
+        if not found:
+            return f"{where}: {why}; that database holds no inert log: check the URL"
+        more = f" and {len(found) - MAX_NAMED} more" if len(found) > MAX_NAMED else ""
+        return (
+            f"{where}: {why}; inert logs there: {', '.join(found[:MAX_NAMED])}{more}"
+            " (name one with ?schema=NAME)"
+        )
 
     def _migrate(self, connection: Connection, version: int) -> None:
         for step in range(version, SCHEMA_VERSION):

@@ -471,7 +471,8 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             elif version > SCHEMA_VERSION:
                 raise LogError(
                     f"{self.path!r} has log schema version {version}, written by a newer inert;"
-                    f" this inert reads schema versions up to {SCHEMA_VERSION}"
+                    f" this inert reads schema versions up to {SCHEMA_VERSION}: open it with a"
+                    " newer inert"
                 )
             elif version < SCHEMA_VERSION:
                 self._migrate(connection, version)

@@ -1,5 +1,5 @@
 """Opening a log by URL: ``memory://``, ``memory://NAME``, ``sqlite:///PATH`` and
-``postgresql://USER@HOST:PORT/DATABASE``.
+``postgresql://USER@HOST:PORT/DATABASE`` (or ``postgres://``, as libpq spells it too).
 
 ``sqlite:///inert.db`` names a file relative to the working directory and
 ``sqlite:////var/lib/inert.db`` an absolute one (three slashes, then the path). Options go in
@@ -9,9 +9,10 @@ under one name, so a test can close and reopen it; ``memory://`` is a fresh stor
 percent-escape in an SQLite path that is not UTF-8 (``%FF``) names that byte, as a file name the
 shell passes.
 
-``open_log(url, create=False)`` opens only a log that exists: a missing or empty SQLite file is
-a ``LogError`` rather than a new log (a command that reads must not leave a file behind where
-a path was mistyped).
+``open_log(url, create=False)`` opens only a log that exists: a missing or empty SQLite file, or
+a PostgreSQL schema without inert's tables, is a ``LogNotFound`` rather than a new log (a
+command that reads must not leave a file behind where a path was mistyped, nor a command that
+acts write into a new, empty log where a schema was). A memory log always exists.
 
 A ``postgresql://`` URL is a libpq connection URL; its query takes ``schema=NAME`` (the schema
 the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events`` and
@@ -29,7 +30,7 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ..events._codec import Codec
-from ..events._errors import ConfigurationError, LogError
+from ..events._errors import ConfigurationError, LogError, LogNotFound
 from ._log import Clock, Log, MemoryLog, MemoryStore
 from ._sqlite import SQLiteLog
 
@@ -66,7 +67,12 @@ def _number(name: str, value: str, kind: type[int] | type[float]) -> int | float
 
 @asynccontextmanager
 async def _open_postgres(
-    parts: SplitResult, options: dict[str, str], *, codec: Codec | None, clock: Clock | None
+    parts: SplitResult,
+    options: dict[str, str],
+    *,
+    codec: Codec | None,
+    clock: Clock | None,
+    create: bool,
 ) -> AsyncIterator[Log]:
     try:
         # psycopg is an optional dependency (the postgresql extra): imported only when used.
@@ -91,7 +97,9 @@ async def _open_postgres(
         settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
     if "erase_timeout" in options:
         settings["erase_timeout"] = _number("erase_timeout", options["erase_timeout"], float)
-    async with PostgresLog.open(conninfo, **settings, codec=codec, clock=clock) as log:
+    async with PostgresLog.open(
+        conninfo, **settings, codec=codec, clock=clock, create=create
+    ) as log:
         yield log
 
 
@@ -107,11 +115,13 @@ def _check_sqlite_path(path: str, *, create: bool) -> None:
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
-        raise LogError(f"no SQLite log at {path!r}: the file does not exist") from None
+        raise LogNotFound(
+            f"no SQLite log at {path!r}: the file does not exist; check the path"
+        ) from None
     except OSError as error:
         raise LogError(f"cannot open SQLite log {path!r}: {error.strerror}") from None
     if size == 0 and not os.path.exists(path + "-wal"):
-        raise LogError(f"no SQLite log at {path!r}: the file is empty")
+        raise LogNotFound(f"no SQLite log at {path!r}: the file is empty; check the path")
 
 
 @asynccontextmanager
@@ -119,7 +129,7 @@ async def open_log(
     url: str, *, codec: Codec | None = None, clock: Clock | None = None, create: bool = True
 ) -> AsyncIterator[Log]:
     """Open the log a URL names; it is closed when the block ends. Without ``create``, an
-    SQLite file must hold a log already."""
+    SQLite file or a PostgreSQL schema must hold a log already (``LogNotFound``)."""
     try:
         parts = urlsplit(url)
     except ValueError as error:
@@ -175,11 +185,13 @@ async def open_log(
             clock=clock,
         ) as sqlite_log:
             yield sqlite_log
-    elif parts.scheme == "postgresql":
-        async with _open_postgres(parts, options, codec=codec, clock=clock) as postgres_log:
+    elif parts.scheme in ("postgresql", "postgres"):
+        async with _open_postgres(
+            parts, options, codec=codec, clock=clock, create=create
+        ) as postgres_log:
             yield postgres_log
     else:
         raise ConfigurationError(
             f"unknown log URL {url!r}: use memory://, memory://NAME,"
-            " sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+            " sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE (postgres:// too)"
         )

@@ -29,6 +29,7 @@ from ..actors._router import (
 from ..events import (
     ConfigurationError,
     InertError,
+    LogNotFound,
 )
 from ..log import Log, open_log
 from ..projections import DEFAULT_LEDGER_HORIZON
@@ -51,6 +52,7 @@ from ._snapshot import (
 async def open_runtime(
     *,
     log: str | Log,
+    create: bool = False,
     tools: Iterable[ToolDeclaration] = (),
     check: Validator | None = None,
     limits: CallLimits = DEFAULT_LIMITS,
@@ -69,6 +71,11 @@ async def open_runtime(
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on a log (a URL, or a log opened already) with these tool declarations.
+
+    A URL must name a log that exists (an SQLite file or a PostgreSQL schema holding one), or
+    ``LogNotFound`` is raised: a mistyped path or schema would otherwise start a new, empty log
+    beside the real one, where no call of it is known. ``create=True`` makes the log where
+    there is none (a memory log always exists).
 
     ``check`` validates each call further once its declaration is known (business rules,
     permissions), within ``validation_timeout`` seconds; its answer is recorded, so a replay never
@@ -120,11 +127,17 @@ async def open_runtime(
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
     async with AsyncExitStack() as stack:
-        opened = (
-            log
-            if isinstance(log, Log)
-            else await stack.enter_async_context(open_log(log, clock=trio_clock()))
-        )
+        if isinstance(log, Log):
+            opened = log
+        else:
+            try:
+                opened = await stack.enter_async_context(
+                    open_log(log, clock=trio_clock(), create=create)
+                )
+            except LogNotFound as error:
+                raise LogNotFound(
+                    f"{error}; open_runtime(create=True) makes a new log there"
+                ) from None
         runtime = Runtime(
             opened,
             registry,

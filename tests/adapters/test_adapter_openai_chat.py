@@ -661,7 +661,7 @@ async def test_a_fragment_missing_at_finish_reason_is_a_gap(tmp_path: Path) -> N
     events = run(opening(), *fragments, finish(), "[DONE]")
     lost = [event for event in events if isinstance(event, ArgumentsAppended)][1]
     url = f"sqlite:///{tmp_path / 'gap.db'}"
-    async with open_runtime(log=url, tools=declarations(["get_weather"])) as runtime:
+    async with open_runtime(log=url, create=True, tools=declarations(["get_weather"])) as runtime:
         await runtime.start_turn(
             tenant=TURN.tenant,
             conversation=TURN.conversation,

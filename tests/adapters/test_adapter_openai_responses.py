@@ -1343,7 +1343,9 @@ def _after(first: int) -> bytes:
 @asynccontextmanager
 async def _runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
     url = f"sqlite:///{tmp_path / 'resume.db'}"
-    async with open_runtime(log=url, tools=declarations(["search", "weather"])) as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=declarations(["search", "weather"])
+    ) as runtime:
         yield runtime
 
 

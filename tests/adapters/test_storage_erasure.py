@@ -127,7 +127,7 @@ class Turn:
 async def _every_ending(url: str, retention: Retention = DEFAULT_RETENTION) -> None:
     limits = CallLimits(ready_lifetime=timedelta(seconds=0.5))
     async with open_runtime(
-        log=url, tools=TOOLS, limits=limits, snapshot_every=25, retention=retention
+        log=url, create=True, tools=TOOLS, limits=limits, snapshot_every=25, retention=retention
     ) as runtime:
         first = await runtime.start_turn(
             tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL
@@ -276,7 +276,7 @@ def test_a_postgresql_log_holds_argument_bytes_sealed_from_the_start(schema: str
     url = log_url(schema)
 
     async def run() -> list[bytes]:
-        async with open_runtime(log=url, tools=TOOLS) as runtime:
+        async with open_runtime(log=url, create=True, tools=TOOLS) as runtime:
             turn = Turn(
                 runtime,
                 await runtime.start_turn(

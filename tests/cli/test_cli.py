@@ -99,7 +99,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 async def one_ready_call(url: str, *, unknown_turn: bool = False) -> None:
     """A log with one validated call of get_weather; optionally a call of a turn never started."""
-    async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+    async with open_runtime(log=url, create=True, tools=[WEATHER]) as runtime:
         await runtime.start_turn(
             tenant="acme", conversation="c1", turn="t1", principal="user:alice"
         )
@@ -488,7 +488,10 @@ def test_cancel_turn_of_an_unknown_turn(tmp_path: Path, capsys: pytest.CaptureFi
     turn = ["--tenant", "acme", "--conversation", "c1", "--turn", "t9"]
     status, _, error = run(capsys, ["cancel-turn", "--log", url, *turn, "--principal", "user:a"])
     assert status == 1
-    assert error == "inert: turn 'turn/acme/c1/t9' is unknown\n"
+    assert error == (
+        "inert: turn 'turn/acme/c1/t9' is not on this log: check --tenant, --conversation and"
+        " --turn (inert ledger --tenant acme lists the calls of its turns)\n"
+    )
 
 
 # --- errors and version ----------------------------------------------------------------------

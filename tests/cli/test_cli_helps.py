@@ -311,7 +311,7 @@ async def test_following_the_ledger_prints_each_row_as_it_changes(
     process change it, until it is stopped."""
     url = f"sqlite:///{tmp_path / 'follow.db'}"
     tools = [ToolDeclaration(name="get_weather", parameters={"type": "object"}, strict=False)]
-    async with open_runtime(log=url, tools=tools) as runtime:
+    async with open_runtime(log=url, create=True, tools=tools) as runtime:
         turn = await runtime.start_turn(
             tenant="acme", conversation="c1", turn="t1", principal="user:alice"
         )

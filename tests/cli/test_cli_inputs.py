@@ -17,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import trio
 from locations import TESTS
 
 import inert.cli._common
+import inert.cli._main
 from inert import Runtime, open_log
 from inert.cli import main
 from inert.cli._arguments import text_argument
@@ -787,3 +789,140 @@ def test_spans_that_cannot_be_written_leave_no_traceback_at_exit(tmp_path: Path)
     """The tracer provider's exit handler does not raise again what the command reported."""
     done = inert_command("demo", "--log", "memory://", "--traces", str(tmp_path), cwd=tmp_path)
     assert_one_line(done, 1, "cannot write the spans file")
+
+
+# --- an operator in an incident: every wrong input, one line saying what to do -----------------
+
+
+def _no_traceback_one_line(status: int, err: str) -> None:
+    """Not "internal error" (70), one ``inert:`` line, no traceback."""
+    assert status not in (0, 70), (status, err)
+    assert "Traceback" not in err
+    assert "internal error" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("inert: "), err
+
+
+def _unreadable(path: Path) -> None:
+    """A file nobody can read: mode 0, or for root (who reads it anyway) a link to itself."""
+    path.write_text("{}")
+    path.chmod(0)
+    if os.access(path, os.R_OK):
+        path.unlink()
+        path.symlink_to(path.name)
+
+
+def _newer_log(inputs: Path, path: Path) -> None:
+    shutil.copy(inputs / "demo.db", path)
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA user_version = 99")
+    connection.close()
+
+
+WRONG_INPUTS = [
+    # (case, command, what to change in the valid command line, what the line names)
+    ("missing-log", "ledger", {"--log": "{tmp}/nowhere.db"}, "does not exist"),
+    ("missing-log", "control", {"--log": "{tmp}/nowhere.db"}, "does not exist"),
+    ("missing-log", "console", {"--log": "{tmp}/nowhere.db"}, "does not exist"),
+    ("newer-log", "verify", {"--log": "<newer>"}, "open it with a newer inert"),
+    ("newer-log", "execute", {"--log": "<newer>"}, "open it with a newer inert"),
+    ("newer-log", "console", {"--log": "<newer>"}, "open it with a newer inert"),
+    ("missing-tools", "feed", {"--tools": "{tmp}/nowhere.json"}, "No such file"),
+    ("unreadable-tools", "feed", {"--tools": "<unreadable>"}, "cannot read"),
+    ("missing-stream", "feed", {"FILE": "{tmp}/nowhere.sse"}, "No such file"),
+    ("missing-edit", "confirm", {"--arguments": "{tmp}/nowhere.json"}, "No such file"),
+    ("unreadable-edit", "confirm", {"--arguments": "<unreadable>"}, "cannot read"),
+    ("missing-confirm-tools", "confirm", {"--tools": "{tmp}/nowhere.json"}, "No such file"),
+    ("unknown-turn", "cancel-turn", {"--turn": "t-typo"}, "inert ledger --tenant acme"),
+    ("unknown-turn", "confirm", {"--turn": "t-typo"}, "not on this log"),
+    ("unknown-turn", "deny", {"--turn": "t-typo"}, "not on this log"),
+    ("unknown-call", "confirm", {"--call-id": "typo"}, "inert ledger --turn t3"),
+    ("unknown-call", "deny", {"--call-id": "typo"}, "has no call 'typo'"),
+    ("unknown-response", "deny", {"--response": "typo"}, "of response 'typo'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "change", "named"),
+    [case[1:] for case in WRONG_INPUTS],
+    ids=[f"{case[0]}-{case[1]}" for case in WRONG_INPUTS],
+)
+def test_a_wrong_input_is_one_line_saying_what_to_do(
+    *,
+    command: str,
+    change: dict[str, str],
+    named: str,
+    inputs: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A missing log, a newer log, a file that cannot be read, an id not on the log: one line."""
+    log = tmp_path / "log.db"
+    shutil.copy(inputs / "demo.db", log)
+    values = {**base_values(command, inputs), "--log": f"sqlite:///{log}"}
+    for name, given in change.items():
+        value = given.format(tmp=tmp_path)
+        if value == "<newer>":
+            _newer_log(inputs, tmp_path / "newer.db")
+            value = f"sqlite:///{tmp_path / 'newer.db'}"
+        elif value == "<unreadable>":
+            _unreadable(tmp_path / "unreadable.json")
+            value = str(tmp_path / "unreadable.json")
+        elif name == "--log":
+            value = f"sqlite:///{value}"
+        values[name] = value
+    log_url = values.pop("--log")
+    status, out, err = run(capsys, command_line(command, values, log_url))
+    _no_traceback_one_line(status, err)
+    assert named.lower() in err.lower(), err
+    assert out == ""
+
+
+def test_a_busy_console_port_is_one_line_saying_what_to_do(inputs: Path, tmp_path: Path) -> None:
+    """``inert console`` on a port another program listens on says so, and to give another."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = inert_command(
+            "console", "--log", f"sqlite:///{inputs / 'demo.db'}", "--port", port, cwd=tmp_path
+        )
+    assert_one_line(done, 1, "address already in use", "give another --port")
+    assert done.stderr.decode().startswith("inert: cannot listen on 127.0.0.1:")
+
+
+def test_an_error_of_the_system_out_of_a_nursery_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError a command did not foresee, inside Trio's groups, names its file and reason."""
+
+    def failing(arguments: argparse.Namespace) -> None:
+        async def fail() -> None:
+            raise PermissionError(13, "Permission denied", "/srv/inert/spans.json")
+
+        async def both() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fail)
+                nursery.start_soon(trio.sleep_forever)
+
+        trio.run(both)
+
+    monkeypatch.setattr(inert.cli._main, "_run", failing)
+    status, _, err = run(capsys, ["ledger", "--log", "memory://"])
+    _no_traceback_one_line(status, err)
+    assert err == (
+        "inert: cannot use '/srv/inert/spans.json': Permission denied; check the path and its"
+        " permissions\n"
+    )
+
+
+def test_a_bug_inside_a_nursery_is_still_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What no input causes is not made a user's error: it leaves main for the bug line."""
+
+    def failing(arguments: argparse.Namespace) -> None:
+        raise ExceptionGroup("tasks", [KeyError("bug")])
+
+    monkeypatch.setattr(inert.cli._main, "_run", failing)
+    with pytest.raises(ExceptionGroup):
+        main(["ledger", "--log", "memory://"])

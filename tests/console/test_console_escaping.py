@@ -343,7 +343,7 @@ async def test_the_command_line_shows_an_id_as_the_console_does(
     the same way."""
     log = f"sqlite:///{tmp_path / 'escaped.db'}"
     ids = ids_of("\u202e")
-    async with open_runtime(log=log, tools=_tools()) as runtime:
+    async with open_runtime(log=log, create=True, tools=_tools()) as runtime:
         await runtime.start_turn(
             tenant=ids["tenant"],
             conversation=ids["conversation"],

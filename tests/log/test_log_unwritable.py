@@ -115,7 +115,7 @@ async def run_until_refused(
         ran.append(dispatch.key.call)
 
     with pytest.raises((LogError, BaseExceptionGroup)) as raised:  # noqa: PT012
-        async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+        async with open_runtime(log=url, create=True, tools=[WEATHER]) as runtime:
             await runtime.start_turn(
                 tenant="acme", conversation="c1", turn="t1", principal="user:alice"
             )
@@ -171,7 +171,7 @@ async def test_a_read_only_directory_stops_nothing(tmp_path: Path) -> None:
     async def executor(dispatch: Dispatch) -> None:
         ran.append(dispatch.key.call)
 
-    async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+    async with open_runtime(log=url, create=True, tools=[WEATHER]) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="user:a")
         await runtime.feed(whole_call("first"))
         await runtime.settle()

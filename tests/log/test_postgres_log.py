@@ -14,7 +14,7 @@ import pytest
 import trio
 from locations import TESTS
 from postgres_appender import SHARED_STREAM, TASKS
-from postgres_support import connect, fresh_schema, log_url, server_url
+from postgres_support import connect, fresh_schema, log_url, new_schema, server_url
 
 from inert import (
     ArgumentsAppended,
@@ -23,8 +23,10 @@ from inert import (
     ConfigurationError,
     LogDamaged,
     LogError,
+    LogNotFound,
     RecordedEvent,
     open_log,
+    open_runtime,
 )
 from inert.log import NewEvent, PostgresLog, SnapshotPayload, StoredSnapshot, _postgres
 from inert.log._group import AppendRequest, CommittedGroup
@@ -447,10 +449,84 @@ async def test_a_schema_of_another_program_is_refused(schema: str) -> None:
     """A schema holding tables that are not an inert log is refused and left as it was."""
     query(f"CREATE SCHEMA {schema}")
     query(f"CREATE TABLE {schema}.notes (text text)")
-    with pytest.raises(LogError, match=rf"schema {schema} .*another program \(notes\)"):
+    with pytest.raises(LogError, match=rf"schema '{schema}' .*another program \(notes\)"):
         async with PostgresLog.open(server_url(), schema=schema):
             pass
     assert query("SELECT tablename FROM pg_tables WHERE schemaname = %s", schema) == [("notes",)]
+
+
+async def test_without_create_a_missing_schema_is_refused_and_not_made(schema: str) -> None:
+    """A schema that does not exist is LogNotFound naming it and its database, left unmade."""
+    with connect() as connection:
+        database = connection.info.dbname
+    expected = rf"no inert log in schema '{schema}' of database '{database}': there is no such"
+    with pytest.raises(LogNotFound, match=expected):
+        async with open_log(log_url(schema), create=False):
+            pass
+    assert query("SELECT 1 FROM pg_namespace WHERE nspname = %s", schema) == []
+
+
+async def test_without_create_an_empty_schema_is_refused_and_left_empty(schema: str) -> None:
+    """A schema without tables is LogNotFound, and still holds no table afterwards."""
+    query(f"CREATE SCHEMA {schema}")
+    with pytest.raises(LogNotFound, match=rf"schema '{schema}' .*: the schema holds no tables"):
+        async with open_log(log_url(schema), create=False):
+            pass
+    assert query("SELECT tablename FROM pg_tables WHERE schemaname = %s", schema) == []
+
+
+async def test_without_create_an_existing_log_opens(schema: str) -> None:
+    """A schema holding a log opens without create, with its events."""
+    async with open_log(log_url(schema)) as log:
+        await log.append([new("e1")])
+    async with open_log(log_url(schema), create=False) as log:
+        assert shape(await log.read()) == [(1, "e1")]
+
+
+async def test_a_refusal_names_the_inert_logs_of_the_database(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema without a log, or of another program, names the schemas that hold one."""
+    monkeypatch.setattr(_postgres, "MAX_NAMED", 100_000)
+    missing = new_schema()
+    async with open_log(log_url(schema)):
+        pass
+    with pytest.raises(LogNotFound, match=r"inert logs there: .*\(name one with \?schema=NAME\)"):
+        async with open_log(log_url(missing), create=False):
+            pass
+    with fresh_schema() as other:
+        query(f"CREATE SCHEMA {other}")
+        query(f"CREATE TABLE {other}.notes (text text)")
+        with pytest.raises(LogError, match="another program") as caught:
+            async with open_log(log_url(other)):
+                pass
+    assert schema in str(caught.value)
+
+
+async def test_a_refusal_names_a_few_logs_and_counts_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A database with more logs than a line holds: the first are named, the rest counted."""
+    monkeypatch.setattr(_postgres, "MAX_NAMED", 1)
+    with fresh_schema() as first, fresh_schema() as second:
+        for schema in (first, second):
+            async with open_log(log_url(schema)):
+                pass
+        with pytest.raises(LogNotFound, match=r"inert logs there: \w+ and [1-9]\d* more"):
+            async with open_log(log_url(new_schema()), create=False):
+                pass
+
+
+async def test_open_runtime_refuses_a_missing_log_unless_asked_to_create(schema: str) -> None:
+    """open_runtime on a URL refuses a schema without a log, and says how to create one."""
+    with pytest.raises(LogNotFound, match=r"open_runtime\(create=True\) makes a new log"):
+        async with open_runtime(log=log_url(schema)):
+            pass
+    assert query("SELECT 1 FROM pg_namespace WHERE nspname = %s", schema) == []
+    async with open_runtime(log=log_url(schema), create=True):
+        pass
+    async with open_runtime(log=log_url(schema)) as runtime:
+        assert isinstance(runtime.log, PostgresLog)
 
 
 async def test_a_schema_of_a_newer_version_is_refused(schema: str) -> None:
@@ -605,6 +681,17 @@ async def test_open_log_by_url_passes_its_options(schema: str) -> None:
             ),
             "the writer, the reader and the listener connected under the URL's name",
         )
+
+
+async def test_a_postgres_url_opens_the_same_log(schema: str) -> None:
+    """postgres://, which libpq takes as postgresql://, opens the same log."""
+    async with open_log(log_url(schema)) as log:
+        await log.append([new("e1")])
+    url = log_url(schema).replace("postgresql://", "postgres://", 1)
+    assert url.startswith("postgres://")
+    async with open_log(url, create=False) as log:
+        assert isinstance(log, PostgresLog)
+        assert shape(await log.read()) == [(1, "e1")]
 
 
 async def test_an_unreachable_server_is_a_log_error_without_the_password() -> None:

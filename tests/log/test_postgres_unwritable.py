@@ -109,7 +109,7 @@ async def test_connections_ended_by_the_server_are_opened_again(when: str, schem
     async def executor(dispatch: Dispatch) -> None:
         ran.append(dispatch.key.call)
 
-    async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+    async with open_runtime(log=url, create=True, tools=[WEATHER]) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="user:a")
         await runtime.feed([event for call in calls for event in whole_call(call)])
         await runtime.settle()

@@ -16,7 +16,9 @@ from inert import (
     ConfigurationError,
     LogDamaged,
     LogError,
+    LogNotFound,
     open_log,
+    open_runtime,
 )
 from inert.events import DEFAULT_CODEC
 from inert.log import MemoryLog, NewEvent, SnapshotPayload, SQLiteLog, StoredSnapshot, _sqlite
@@ -322,10 +324,34 @@ async def test_open_log_by_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         assert await log.head() == 0
 
 
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+async def test_without_create_a_file_without_a_log_is_refused_as_it_is(
+    tmp_path: Path, kind: str
+) -> None:
+    """open_log(create=False) and open_runtime refuse a missing or empty file and leave it so;
+    open_runtime(create=True) makes the log."""
+    path = tmp_path / "log.db"
+    if kind == "empty":
+        path.write_bytes(b"")
+    named = "does not exist" if kind == "missing" else "is empty"
+    with pytest.raises(LogNotFound, match=f"no SQLite log at '{path}': the file {named}"):
+        async with open_log(f"sqlite:///{path}", create=False):
+            pass
+    with pytest.raises(LogNotFound, match=r"open_runtime\(create=True\) makes a new log there"):
+        async with open_runtime(log=f"sqlite:///{path}"):
+            pass
+    assert path.exists() == (kind == "empty")
+    assert kind == "missing" or path.stat().st_size == 0
+    async with open_runtime(log=f"sqlite:///{path}", create=True):
+        pass
+    async with open_runtime(log=f"sqlite:///{path}") as runtime:
+        assert isinstance(runtime.log, SQLiteLog)
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("postgres://localhost/db", "unknown log URL"),
+        ("mysql://localhost/db", r"unknown log URL .*postgres:// too"),
         ("sqlite://host/file.db", "has a host"),
         ("sqlite:///", "names no file"),
         ("sqlite:///x.db?synchronous=OFF", "FULL or NORMAL"),

@@ -216,7 +216,7 @@ async def test_a_runtime_that_stops_cleanly_writes_the_fragments_it_holds(tmp_pa
     # Fragments stay in the log: retention would redact those of a call that ended.
     kept = Retention(fragments=False)
     tools = [ToolDeclaration(name="get_weather")]
-    async with open_runtime(log=url, retention=kept, tools=tools) as runtime:
+    async with open_runtime(log=url, create=True, retention=kept, tools=tools) as runtime:
         await runtime.start_turn(
             tenant="acme", conversation="c1", turn="t1", principal="user:alice"
         )

@@ -216,7 +216,12 @@ async def _model_and_person(url: str, exporter: InMemorySpanExporter, seen: Seen
     limits = CallLimits(max_live_per_turn=1000)
     tenant, conversation, turn = TURN
     async with open_runtime(
-        log=url, tools=_declarations(), limits=limits, tracer_provider=provider, snapshot_every=50
+        log=url,
+        create=True,
+        tools=_declarations(),
+        limits=limits,
+        tracer_provider=provider,
+        snapshot_every=50,
     ) as runtime:
         await runtime.start_turn(
             tenant=tenant, conversation=conversation, turn=turn, principal=PRINCIPAL

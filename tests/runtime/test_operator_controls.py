@@ -154,7 +154,7 @@ async def test_a_quarantine_survives_a_restart_and_a_reconnecting_adapter(tmp_pa
     url = f"sqlite:///{tmp_path / 'quarantine.db'}"
     body = (FIXTURES / "anthropic" / "text-then-tool-use.sse").read_bytes()
     tools = [ToolDeclaration(name="get_weather")]
-    async with open_runtime(log=url, tools=tools, operators=[OPERATOR]) as runtime:
+    async with open_runtime(log=url, create=True, tools=tools, operators=[OPERATOR]) as runtime:
         turn = await start(runtime)
         first_half = body[: body.index(b"content_block_stop", body.index(b"tool_use"))]
         adapter = AnthropicAdapter(turn)

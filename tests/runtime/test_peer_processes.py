@@ -99,6 +99,7 @@ async def read_log(url: str) -> list[RecordedEvent]:
 async def disable_email(url: str) -> None:
     async with open_runtime(
         log=url,
+        create=True,
         tools=[ToolDeclaration(name="get_weather"), ToolDeclaration(name="send_email")],
         process="console",
         operators=["operator:olga"],

@@ -21,7 +21,12 @@ async def process(path: Path, name: str, lease_time: float = LEASE_TIME) -> Asyn
     """A runtime named ``name`` on the SQLite file every process of the test shares."""
     url = f"sqlite:///{path / 'shared.db'}?poll_interval=0.02"
     async with open_runtime(
-        log=url, tools=TOOLS, process=name, lease_time=lease_time, operators=["operator:olga"]
+        log=url,
+        create=True,
+        tools=TOOLS,
+        process=name,
+        lease_time=lease_time,
+        operators=["operator:olga"],
     ) as runtime:
         yield runtime
 

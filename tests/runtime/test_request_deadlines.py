@@ -32,6 +32,7 @@ async def process(
     url = f"sqlite:///{path / 'shared.db'}?poll_interval=0.02"
     async with open_runtime(
         log=url,
+        create=True,
         tools=TOOLS,
         process=name,
         lease_time=SILENT_FOR,

@@ -241,7 +241,11 @@ async def test_the_refusal_holds_after_a_restart_on_every_backend(
 
     def opened(url: str) -> AbstractAsyncContextManager[Runtime]:
         return open_runtime(
-            log=url, tools=[TOOL], limits=LIMITS, snapshot_every=1 if snapshot else None
+            log=url,
+            create=True,
+            tools=[TOOL],
+            limits=LIMITS,
+            snapshot_every=1 if snapshot else None,
         )
 
     async def scenario(url: str) -> None:

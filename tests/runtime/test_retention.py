@@ -390,7 +390,7 @@ async def test_on_sqlite_a_failed_calls_bytes_leave_the_rows_while_its_sibling_i
     url = f"sqlite:///{database}"
     failed, sibling = key_of("bad", response="shared"), key_of("good", response="shared")
     secret = b'{"city": "Atlantis", '
-    async with open_runtime(log=url, tools=TOOLS) as runtime:
+    async with open_runtime(log=url, create=True, tools=TOOLS) as runtime:
         await start(runtime)
         await runtime.feed(_interleaved(call_events(failed, secret, parts=1), sibling, 1))
         await runtime.feed([response_end(sibling)])

@@ -265,7 +265,9 @@ async def test_refused_claims_leave_no_claimer_behind(tmp_path: Path) -> None:
     """Where processes share the log, executors racing for a call leave one claimer: the one
     dispatched, until its outcome is recorded."""
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    async with open_runtime(log=url, tools=[TOOL], limits=LIMITS, process="p1") as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=[TOOL], limits=LIMITS, process="p1"
+    ) as runtime:
         key = key_of("t1")
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL)
         await runtime.feed(whole_call(key))  # type: ignore[arg-type]

@@ -203,7 +203,7 @@ async def test_a_snapshot_changed_into_another_valid_state_is_refused_by_its_key
 
 async def _left_by_a_runtime(url: str) -> tuple[str, bytes]:
     """A log at ``url`` left by a runtime that wrote a snapshot; its identity and snapshot key."""
-    async with open_runtime(log=url, tools=TOOLS, snapshot_every=4) as runtime:
+    async with open_runtime(log=url, create=True, tools=TOOLS, snapshot_every=4) as runtime:
         await start(runtime)
         for name in "abc":
             await ready_call(runtime, key_of(name, response=name))

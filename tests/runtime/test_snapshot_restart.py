@@ -269,7 +269,7 @@ async def test_a_restart_on_sqlite_starts_from_its_snapshot(tmp_path: Path) -> N
     the digest a replay from the start reaches."""
     url = f"sqlite:///{tmp_path / 'log.db'}"
     key = key_of("a", response="a")
-    async with open_runtime(log=url, tools=TOOLS, snapshot_every=3) as runtime:
+    async with open_runtime(log=url, create=True, tools=TOOLS, snapshot_every=3) as runtime:
         await start(runtime)
         await ready_call(runtime, key)
         dispatch = await runtime.claim(key, executor="worker")

@@ -74,7 +74,9 @@ async def test_a_turn_with_a_dispatch_and_a_cancellation_as_spans(tmp_path: Path
     tools = [ToolDeclaration(name="send"), ToolDeclaration(name="other")]
     url = f"sqlite:///{tmp_path / 'spans.db'}"
     sent, dropped = key("call_1"), key("call_2")
-    async with open_runtime(log=url, tools=tools, tracer_provider=tracer_provider) as runtime:
+    async with open_runtime(
+        log=url, create=True, tools=tools, tracer_provider=tracer_provider
+    ) as runtime:
         turn = await runtime.start_turn(
             tenant="acme",
             conversation="c1",
@@ -122,7 +124,7 @@ async def test_no_span_is_made_while_the_log_is_replayed(tmp_path: Path) -> None
     """Reopening a runtime on a log replays it without a span; only new events make spans."""
     url = f"sqlite:///{tmp_path / 'replay.db'}"
     tools = [ToolDeclaration(name="send")]
-    async with open_runtime(log=url, tools=tools) as runtime:
+    async with open_runtime(log=url, create=True, tools=tools) as runtime:
         await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
         await runtime.feed(stream(key("call_1"), "send"))
         await runtime.settle()
@@ -143,7 +145,7 @@ async def test_a_call_dispatched_after_a_restart_gets_its_spans_in_its_turn_s_tr
     every = 5 if from_snapshot else None
     tools = [ToolDeclaration(name="send")]
     sent = key("call_1")
-    async with open_runtime(log=url, tools=tools, snapshot_every=every) as runtime:
+    async with open_runtime(log=url, create=True, tools=tools, snapshot_every=every) as runtime:
         await runtime.start_turn(
             tenant="acme",
             conversation="c1",

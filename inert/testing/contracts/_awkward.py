@@ -452,7 +452,7 @@ def runtimes_on(url: str) -> OpenRuntime:
     """Opens runtimes on the log at ``url``, with the suite's tools and check."""
 
     def opener(check: GatedCheck) -> AbstractAsyncContextManager[Runtime]:
-        return open_runtime(log=url, tools=TOOLS, check=check, validation_timeout=30.0)
+        return open_runtime(log=url, create=True, tools=TOOLS, check=check, validation_timeout=30.0)
 
     return opener
 
