@@ -89,7 +89,7 @@ async def run_until_stopped(runtime: Runtime, key: CallKey, task_status: trio.Ta
 
 async def main(url: str) -> None:
     async with (
-        open_runtime(log=url, tools=TOOLS, process=PROCESS) as runtime,
+        open_runtime(log=url, tools=TOOLS, process=PROCESS, create=True) as runtime,
         trio.open_nursery() as nursery,
     ):
         for tenant in TENANTS:
