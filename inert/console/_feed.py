@@ -14,14 +14,18 @@ from datetime import datetime
 
 import trio
 
-from ..events import (
-    OperatorControl,
-    ResponseQuarantined,
-    TenantStopped,
-    ToolDisabled,
-)
+from ..events import OperatorControl
 from ..log import Log
-from ..projections import AuditEntry
+from ..projections import (
+    AuditEntry,
+    LedgerRow,
+    Preview,
+    concerns,
+    in_force,
+    never_seen,
+    preview,
+    without_effect,
+)
 from ..runtime._controls import give_control
 from ._settings import ConsoleSettings
 from ._slices import Slices
@@ -95,21 +99,40 @@ class LiveFeed:
         slices = Slices()
         for key in self.view.stage_keys(*_LIVE):
             row = ledger.row(key)
-            if row is None:
-                continue
-            match event:
-                case ResponseQuarantined(response=response, tenant=tenant):
-                    hit = key.response == response and tenant in (None, key.tenant)
-                case ToolDisabled(tool=tool, tenant=tenant):
-                    hit = row.tool == tool and tenant in (None, key.tenant)
-                case TenantStopped(tenant=tenant):
-                    hit = key.tenant == tenant
-                case _:
-                    hit = False
-            if hit:
+            if row is not None and concerns(event, row):
                 return True
             await slices.due()
         return False
+
+    async def preview(self, event: OperatorControl) -> Preview:
+        """The calls alive now that ``event`` would end, and the running ones it would ask to
+        stop (the live calls walked in slices)."""
+        ledger = self.view.projections.ledger
+        rows: list[LedgerRow] = []
+        slices = Slices()
+        for key in self.view.stage_keys(*_LIVE, Stage.RUNNING, Stage.STOPPING):
+            row = ledger.row(key)
+            if row is not None and concerns(event, row):
+                rows.append(row)
+            await slices.due()
+        return preview(event, rows)
+
+    def never_seen(self, event: OperatorControl) -> str | None:
+        """Where nothing the view holds names what ``event`` names, a sentence saying so."""
+        projections = self.view.projections
+        return never_seen(event, projections.ledger.rows(), projections.audit)
+
+    def without_effect(self, event: OperatorControl) -> str | None:
+        """Where ``event`` lifts a control not in force, a sentence saying so."""
+        return without_effect(event, self.view.projections.audit)
+
+    def in_force(self) -> list[AuditEntry]:
+        """The controls in force now, oldest first."""
+        return in_force(self.view.projections.audit)
+
+    async def runtime_running(self) -> bool:
+        """Whether a runtime runs on the log: without one, a control waits for the next."""
+        return await self.log.runtime_running()
 
     def entry(self, position: int) -> AuditEntry | None:
         """The audit entry (a control or a refusal) at a position of the log."""

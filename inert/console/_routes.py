@@ -23,10 +23,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from ..events import InertError, Phase, RefusedError
+from ..events import InertError, OperatorControl, Phase, RefusedError
 from ..events._identity import key_part
 from ..projections import AuditEntry
-from ..runtime._controls import ACTIONS, control_event
+from ..projections._controls import control_of, target_of
+from ..runtime._controls import ACTIONS, TENANT_ACTIONS, control_event
 from ._auth import same_origin
 from ._pages import Paging, chart, page_number, paging, render
 from ._slices import Slices, page_of
@@ -203,12 +204,34 @@ async def audit_entry(request: Request) -> Response:
     if entry is None:
         return await render(request, "error.html", {"message": "no such control"}, status_code=404)
     page = paging(request, len(entry.ended))
+    view = console.feed.view
     # A call the ledger forgot is shown as such: ``None`` in its place.
-    ended = [
-        console.feed.view.call(key) for key in entry.ended[page.offset : page.offset + page.size]
+    ended = [view.call(key) for key in entry.ended[page.offset : page.offset + page.size]]
+    size = console.settings.page_size
+    stopping = [
+        (view.call(key), outcome) for key, outcome in islice(entry.asked_to_stop.items(), size)
     ]
+    # Live calls it concerns that no runtime has ended: held by it until one opens the log.
+    running = await console.feed.runtime_running()
+    event = control_of(entry)
+    held: list[Any] = []
+    held_total = 0
+    if not running and event is not None and event.STOPS:
+        shown = await console.feed.preview(event)
+        held_total = len(shown.ending)
+        held = list(view.views([row.key for row in shown.ending[:size]]))
     return await render(
-        request, "audit_entry.html", {"entry": entry, "ended": ended, "paging": page}
+        request,
+        "audit_entry.html",
+        {
+            "entry": entry,
+            "ended": ended,
+            "paging": page,
+            "stopping": stopping,
+            "runtime_running": running,
+            "held": held,
+            "held_total": held_total,
+        },
     )
 
 
@@ -230,9 +253,7 @@ async def controls(request: Request) -> Response:
             for name in ("target", "tenant")
         }
         asked["action"] = request.query_params.get("action", "")
-        return await render(
-            request, "controls.html", {"actions": ACTIONS, "asked": asked, "problem": None}
-        )
+        return await _controls_page(request, asked, None)
     async with request.form(max_files=0, max_fields=16) as form:
         if not same_origin(request) or not console.auth.csrf_ok(principal, form.get("csrf")):
             return await render(
@@ -255,22 +276,23 @@ async def controls(request: Request) -> Response:
     elif not reason:
         problem = "say why: the reason is written to the audit"
     if problem is not None:
-        return await render(
-            request,
-            "controls.html",
-            {"actions": ACTIONS, "asked": asked, "problem": problem, "reason": reason},
-            status_code=400,
+        return await _controls_page(request, asked, problem, reason=reason)
+    event = control_event(
+        action,
+        target,
+        tenant=None if action in TENANT_ACTIONS else tenant,
+        operator=principal,
+        reason=reason,
+    )
+    idle = console.feed.without_effect(event)
+    if idle is not None:
+        return await _controls_page(
+            request, asked, f"{idle}: this would change nothing, and was not given", reason=reason
         )
-    if action == "stop-tenant" and not confirmed:
-        return await _confirm_stop(request, target, reason)
+    # A principal who is no operator is refused at once (and audited), asked nothing.
+    if event.STOPS and not confirmed and console.settings.is_operator(principal):
+        return await _confirm_control(request, event, action, reason)
     try:
-        event = control_event(
-            action,
-            target,
-            tenant=None if action in ("stop-tenant", "resume-tenant") else tenant,
-            operator=principal,
-            reason=reason,
-        )
         entry = await console.feed.give(event)
     except RefusedError as error:
         return await render(
@@ -279,23 +301,68 @@ async def controls(request: Request) -> Response:
             {"message": f"refused: {error}. The attempt is written to the audit.", "audit": True},
             status_code=403,
         )
-    except (InertError, ValueError) as error:
+    except InertError as error:
         return await render(request, "error.html", {"message": str(error)}, status_code=400)
     base = request.scope.get("root_path", "")
     return RedirectResponse(f"{base}/audit/{entry.position}", status_code=303)
 
 
-async def _confirm_stop(request: Request, tenant: str, reason: str) -> Response:
-    """The emergency stop's question: how many calls of the tenant it ends, and the first
-    page of them."""
-    view = _view(request)
+async def _controls_page(
+    request: Request, asked: dict[str, str], problem: str | None, *, reason: str = ""
+) -> Response:
+    """The controls' form, with the controls in force now."""
+    return await render(
+        request,
+        "controls.html",
+        {
+            "actions": ACTIONS,
+            "asked": asked,
+            "problem": problem,
+            "reason": reason,
+            "in_force": request.app.state.console.feed.in_force(),
+        },
+        status_code=200 if problem is None else 400,
+    )
+
+
+_HEADINGS = {
+    "quarantine-response": ("Quarantine of response", "Quarantine response"),
+    "disable-tool": ("Disabling of tool", "Disable tool"),
+    "stop-tenant": ("Emergency stop of tenant", "Stop tenant"),
+}
+"""The question a stopping control's confirmation asks and the button that gives it, before
+what it names."""
+
+
+async def _confirm_control(
+    request: Request, event: OperatorControl, action: str, reason: str
+) -> Response:
+    """A stopping control's question: the calls it ends and the running calls it asks to stop
+    (the first page of each), whether a runtime runs to act on it, and whether what it names
+    was ever seen on the log."""
+    feed = request.app.state.console.feed
     size: int = request.app.state.console.settings.page_size
-    keys = (key for key in view.stage_keys(*_LIVE) if key.tenant == tenant)
-    found, total = await page_of(keys, offset=0, limit=size)
+    shown = await feed.preview(event)
+    view = _view(request)
+    _, target = target_of(event)
     return await render(
         request,
         "confirm.html",
-        {"target": tenant, "reason": reason, "live": view.views(found), "total": total},
+        {
+            "action": action,
+            "label": ACTIONS[action],
+            "heading": _HEADINGS[action][0],
+            "button": _HEADINGS[action][1],
+            "target": target,
+            "tenant": event.tenant if action not in TENANT_ACTIONS else None,
+            "reason": reason,
+            "total": len(shown.ending),
+            "live": view.views([row.key for row in shown.ending[:size]]),
+            "stopping_total": len(shown.stopping),
+            "stopping": view.views([row.key for row in shown.stopping[:size]]),
+            "unseen": feed.never_seen(event),
+            "runtime_running": await feed.runtime_running(),
+        },
     )
 
 

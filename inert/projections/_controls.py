@@ -161,3 +161,31 @@ def without_effect(event: OperatorControl, audit: Audit) -> str | None:
             where = "everywhere" if tenant is None else f"for tenant {key_part(tenant)!r}"
             return f"tool {key_part(tool)!r} is not disabled {where}"
     return None
+
+
+def control_of(entry: AuditEntry) -> OperatorControl | None:
+    """The control an audit entry records (``None`` for a refused one)."""
+    if entry.refused:
+        return None
+    scope, operator, reason = entry.scope, entry.operator, entry.reason
+    match entry.control:
+        case ResponseQuarantined.TAG:
+            return ResponseQuarantined(
+                response=scope["response"] or "",
+                tenant=scope["tenant"],
+                operator=operator,
+                reason=reason,
+            )
+        case ToolDisabled.TAG:
+            return ToolDisabled(
+                tool=scope["tool"] or "", tenant=scope["tenant"], operator=operator, reason=reason
+            )
+        case ToolEnabled.TAG:
+            return ToolEnabled(
+                tool=scope["tool"] or "", tenant=scope["tenant"], operator=operator, reason=reason
+            )
+        case TenantStopped.TAG:
+            return TenantStopped(tenant=scope["tenant"] or "", operator=operator, reason=reason)
+        case TenantResumed.TAG:
+            return TenantResumed(tenant=scope["tenant"] or "", operator=operator, reason=reason)
+    return None

@@ -199,7 +199,7 @@ async def test_hidden_characters_in_every_id_read_escaped_on_every_page() -> Non
 
 @pytest.mark.slow(4)
 async def test_hidden_characters_read_escaped_in_the_controls_and_the_audit() -> None:
-    """The controls' form filled from a call's page, the emergency stop's question and the
+    """The controls' form filled from a call's page, each control's question and the
     audit (its list and each entry) show the response, tool and tenant escaped, a reason's
     hidden characters too; the control reaches the id the page showed."""
     async with _console_of_hidden_ids() as (runtime, client, _, every):
@@ -229,13 +229,12 @@ async def test_hidden_characters_read_escaped_in_the_controls_and_the_audit() ->
                 "tenant": shown["tenant"] if target != "tenant" else "",
                 "reason": f"incident {ids['call']}",
             }
-            if action == "stop-tenant":
-                question = await client.post("/controls", data=form)
-                assert question.status_code == 200
-                assert_reads_as_bytes(question.text, [ids["tenant"], ids["call"], ids["tool"]])
-                assert "1 call is live now" in question.text
-                assert f'name="target" value="{shown["tenant"]}"' in question.text
-                form["confirmed"] = "yes"
+            question = await client.post("/controls", data=form)
+            assert question.status_code == 200
+            assert_reads_as_bytes(question.text, [ids["tenant"], ids["call"], ids["tool"]])
+            assert "1 call is live now" in question.text
+            assert f'name="target" value="{shown[target]}"' in question.text
+            form["confirmed"] = "yes"
             given = await client.post("/controls", data=form)
             assert given.status_code == 303, given.text
             entry = (await client.get(given.headers["location"])).text

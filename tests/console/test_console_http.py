@@ -275,7 +275,10 @@ async def test_no_argument_value_reaches_any_page() -> None:
         async with client_of(runtime.log) as (client, console):
             csrf = _csrf((await client.get("/controls")).text)
             form = {"csrf": csrf, "action": "quarantine-response", "target": "resp_1"}
-            given = await client.post("/controls", data={**form, "reason": "r", "tenant": "acme"})
+            asked = {**form, "reason": "r", "tenant": "acme"}
+            question = await client.post("/controls", data=asked)
+            assert SECRET not in question.text
+            given = await client.post("/controls", data={**asked, "confirmed": "yes"})
             pages = [*PAGES, given.headers["location"]]
             ledger = (await client.get("/")).text
             pages += re.findall(r'href="(/calls/[A-Za-z0-9_-]+)"', ledger)
