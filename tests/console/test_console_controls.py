@@ -25,7 +25,9 @@ from inert.log import MemoryLog, MemoryStore
 
 
 def _csrf(page: str) -> str:
-    return re.findall(r'name="csrf" value="([0-9a-f]+)"', page)[0]
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert found is not None
+    return found.group(1)
 
 
 async def _incident(runtime: Runtime, nursery: trio.Nursery) -> None:
