@@ -63,7 +63,7 @@ pytest: $(STAMP)
 # "**no**"). Every benchmark runs, so that one run gives every figure; then `make bench` fails,
 # naming those that exited non-zero.
 BENCHMARKS = append_throughput call_actors history restart adapters validation \
-	tracing_overhead guest_mode postgres_log console
+	tracing_overhead guest_mode postgres_log console erasure
 
 bench: $(STAMP)
 	@failed=""; \
