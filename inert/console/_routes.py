@@ -65,8 +65,12 @@ its age column says, and its stages."""
 
 
 def typed_id(text: str) -> str:
-    """The identity a field names, given as the pages show it (``key_part``'s inverse)."""
-    return unquote(text, errors="surrogatepass")
+    """The identity a field names, given as the pages show it (``key_part``'s inverse); text
+    whose escapes are no UTF-8 (no page shows such) is taken as it is."""
+    try:
+        return unquote(text, errors="surrogatepass")
+    except UnicodeDecodeError:
+        return text
 
 
 def _view(request: Request) -> ConsoleView:

@@ -105,8 +105,9 @@ def key_of_token(token: str) -> CallKey | None:
     """The call key of ``key_token``'s word, or ``None`` for a word that is none."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        # A word of deeply nested brackets exhausts the decoder's recursion: no key either.
         parts = json.loads(raw)
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         return None
     if not isinstance(parts, list) or len(parts) != 6 or not all(isinstance(p, str) for p in parts):
         return None

@@ -3,6 +3,7 @@ runtime's authorizer and audit, ids escaped, and never an argument value on a pa
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 
@@ -367,3 +368,46 @@ async def test_the_console_follows_appends_of_another_writer() -> None:
             with trio.fail_after(5):
                 await console.feed.changed_after(sequence)
             assert "late" in (await client.get("/")).text
+
+
+async def test_what_a_browser_can_send_is_never_answered_with_a_server_error() -> None:
+    """A call's word of deeply nested JSON, a word of no JSON, escapes that are no UTF-8 and
+    nonsense paging: 400 or 404 with a page, or the page itself, never 500."""
+    deep = base64.urlsafe_b64encode(b"[" * 20_000).decode().rstrip("=")
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            for path in (f"/calls/{deep}", "/calls/" + "_" * 5000, "/calls/%FF%FE"):
+                response = await client.get(path)
+                assert response.status_code == 404, path
+                assert "no such call" in response.text
+            for path in (
+                "/?tenant=%25FF%25FE&turn=%25ED%25A0",
+                "/?page=-3&after=x",
+                "/waiting?waiting=1e9&ready=nan",
+                "/audit?page=99999999999999999999999",
+            ):
+                assert (await client.get(path)).status_code < 500, path
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("https://t.example/{trace_id}/{0}", r"holds \{0\}, but only \{trace_id\}"),
+        ("https://t.example/{trace_id}/{unknown}", r"holds \{unknown\}"),
+        ("https://t.example/{trace_id}/{trace_id!r}", r"holds \{trace_id!r\}"),
+        ("https://t.example/{trace_id}/{", "Single '{'"),
+        ("https://t.example/{trace_id}}", "Single '}'"),
+        ("https://t.example/{{trace_id}}", r"must hold \{trace_id\}"),
+    ],
+)
+def test_a_trace_url_that_cannot_be_filled_in_is_refused_at_start(
+    pattern: str, problem: str
+) -> None:
+    """A pattern ``str.format`` cannot fill with the trace id alone is a one-line
+    configuration error when the settings are made, not a failing page per traced call."""
+    with pytest.raises(ConfigurationError, match=problem) as refused:
+        ConsoleSettings(tokens={OPERATOR_TOKEN: OPERATOR}, trace_url=pattern)
+    assert "\n" not in str(refused.value)
+    literal = "https://t.example/{{x}}/{trace_id}"
+    assert ConsoleSettings(tokens={OPERATOR_TOKEN: OPERATOR}, trace_url=literal).trace_url
