@@ -12,9 +12,10 @@ import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
+from typing import TypeVar
 
 import trio
 
@@ -26,6 +27,7 @@ from ..events import (
     Phase,
     TurnRef,
 )
+from ..projections._shown import STATES, FilterError, RowFilter, Stage, stage_named, time_named
 from ._arguments import (
     MAX_CONFIRMATION_SECONDS,
     count_argument,
@@ -49,8 +51,9 @@ from ._operators import (
 from ._read import audit_command, ledger_command, replay_command, verify_command
 from ._simulate import simulate_arguments, simulate_command
 from ._streams import read_edit, read_tools
-from ._tables import RowFilter
 from ._tracing import exported_spans
+
+T = TypeVar("T")
 
 
 def _confirm_arguments(confirm: argparse.ArgumentParser) -> None:
@@ -135,16 +138,48 @@ def _ledger_arguments(ledger: argparse.ArgumentParser) -> None:
     ledger.add_argument("--tenant", type=text_argument, help="only the calls of this tenant")
     ledger.add_argument("--turn", type=text_argument, help="only the calls of turns of this id")
     ledger.add_argument(
-        "--state",
-        choices=[phase.value for phase in Phase if phase is not Phase.ABSENT],
-        help="only the calls in this state",
+        "--id",
+        type=text_argument,
+        help="only the calls this id names: their conversation, turn, response, item or call",
     )
+    ledger.add_argument(
+        "--stage",
+        type=_filter_argument(stage_named),
+        metavar="STAGE",
+        help=f"only the calls in this stage, as the console words it ({', '.join(Stage)})",
+    )
+    ledger.add_argument("--state", choices=STATES, help="only the calls in this state")
     ledger.add_argument("--tool", type=text_argument, help="only the calls of this tool")
+    ledger.add_argument(
+        "--since",
+        type=_filter_argument(time_named),
+        metavar="TIME",
+        help="only the calls last changed at or after this time (ISO 8601; UTC unless it says)",
+    )
+    ledger.add_argument(
+        "--until",
+        type=_filter_argument(time_named),
+        metavar="TIME",
+        help="only the calls first seen at or before this time (ISO 8601; UTC unless it says)",
+    )
     ledger.add_argument(
         "--follow",
         action="store_true",
         help="then print each row again as it changes, until interrupted",
     )
+
+
+def _filter_argument(named: Callable[[str], T]) -> Callable[[str], T]:
+    """An option's type that reads a filter's value (a usage error naming the valid ones for
+    one that is none)."""
+
+    def argument(text: str) -> T:
+        try:
+            return named(text)
+        except FilterError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return argument
 
 
 def _feed_arguments(feed: argparse.ArgumentParser) -> None:
@@ -363,8 +398,12 @@ def _run(arguments: argparse.Namespace) -> None:
             shown_rows = RowFilter(
                 tenant=arguments.tenant,
                 turn=arguments.turn,
-                state=arguments.state,
+                id=arguments.id,
+                stage=arguments.stage,
+                state=None if arguments.state is None else Phase(arguments.state),
                 tool=arguments.tool,
+                since=arguments.since,
+                until=arguments.until,
             )
             trio.run(
                 partial(

@@ -33,7 +33,8 @@ from ..projections import (
     preview,
     without_effect,
 )
-from ..projections._controls import live_stage, target_of
+from ..projections._controls import target_of
+from ..projections._shown import stage_of
 from ..runtime import PendingConfirmation, Runtime, trio_clock
 from ..runtime._controls import TENANT_ACTIONS, control_event, give_control
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
@@ -230,7 +231,7 @@ def _print_preview(
                 "dry_run": True,
                 "runtime_running": running,
                 "would_end": [
-                    key_json(row.key) | {"stage": live_stage(row)} for row in shown.ending
+                    key_json(row.key) | {"stage": stage_of(row).value} for row in shown.ending
                 ],
                 "would_ask_to_stop": [key_json(row.key) for row in shown.stopping],
             }
@@ -244,7 +245,8 @@ def _print_preview(
     )
     keys = Keys(row.key for row in (*shown.ending, *shown.stopping))
     for row in shown.ending:
-        print(f"  would end          {keys.show(row.key)}  {key_part(row.tool)}  {live_stage(row)}")
+        stage = stage_of(row).value
+        print(f"  would end          {keys.show(row.key)}  {key_part(row.tool)}  {stage}")
     for row in shown.stopping:
         print(f"  would ask to stop  {keys.show(row.key)}  {key_part(row.tool)}  running")
 
@@ -275,7 +277,7 @@ def _print_given(
                     key_json(key) | {"outcome": outcome}
                     for key, outcome in entry.asked_to_stop.items()
                 ],
-                "held": [key_json(row.key) | {"stage": live_stage(row)} for row in held],
+                "held": [key_json(row.key) | {"stage": stage_of(row).value} for row in held],
             }
         )
         return
@@ -293,7 +295,7 @@ def _print_given(
     for key, outcome in entry.asked_to_stop.items():
         print(f"  asked to stop  {keys.show(key)}  {outcome}")
     for row in held:
-        print(f"  held by it     {keys.show(row.key)}  {key_part(row.tool)}  {live_stage(row)}")
+        print(f"  held by it     {keys.show(row.key)}  {key_part(row.tool)}  {stage_of(row).value}")
     if running and len(entry.ended) < len(shown.ending):
         print(
             f"  {len(shown.ending) - len(entry.ended)} of the calls it concerns had not been"

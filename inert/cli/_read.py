@@ -9,6 +9,7 @@ from datetime import datetime
 from ..actors import CallFold, Phase
 from ..actors._call import DIGEST_KEY
 from ..events import (
+    ArgumentsAppended,
     CallKey,
     EventRejected,
     LogError,
@@ -18,17 +19,16 @@ from ..events import (
 from ..events._identity import key_part, shown_text
 from ..log import Log, open_log
 from ..projections import JSON, Projections
+from ..projections._shown import EVERY_ROW, RowFilter, shown_time
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
 from ._common import Progress, fold_log, in_colour
 from ._tables import (
-    EVERY_ROW,
-    Keys,
-    RowFilter,
-    ledger_cells,
+    Seen,
     ledger_json,
     ledger_table,
-    shown_time,
+    row_cells,
     text_table,
+    whole_key,
 )
 
 # --- ledger ----------------------------------------------------------------------------------
@@ -44,16 +44,28 @@ async def ledger_command(
     follow: bool = False,
 ) -> None:
     projections = Projections()
+    first: dict[CallKey, datetime] = {}
     changed: dict[CallKey, datetime] = {}
+    # The time of each record a history shows, only where histories are printed: a fragment
+    # is never one of them.
+    at: dict[int, datetime] = {}
 
     def note_time(recorded: RecordedEvent) -> None:
-        key = call_of(recorded.kept)
-        if key is not None:
-            changed[key] = recorded.recorded_at
+        event = recorded.kept
+        key = call_of(event)
+        if key is None:
+            return
+        moment = recorded.recorded_at
+        first.setdefault(key, moment)
+        changed[key] = moment
+        if history and not isinstance(event, ArgumentsAppended):
+            at[recorded.position] = moment
 
     await fold_log(url, projections.apply, note_time, what="ledger")
+    seen = Seen(first, changed, at)
     if as_json:
-        for entry in ledger_json(projections.ledger, history=history, shown_rows=shown_rows):
+        shown = ledger_json(projections.ledger, history=history, shown_rows=shown_rows, seen=seen)
+        for entry in shown:
             print(json.dumps(entry, ensure_ascii=False))
     else:
         table = ledger_table(
@@ -61,17 +73,22 @@ async def ledger_command(
             history=history,
             wide=wide,
             shown_rows=shown_rows,
-            changed=changed,
+            seen=seen,
             colour=in_colour(),
         )
         for line in table:
             print(line)
     if follow:
-        await _follow(url, projections, as_json=as_json, wide=wide, shown_rows=shown_rows)
+        await _follow(url, projections, as_json=as_json, shown_rows=shown_rows, first=first)
 
 
 async def _follow(
-    url: str, projections: Projections, *, as_json: bool, wide: bool, shown_rows: RowFilter
+    url: str,
+    projections: Projections,
+    *,
+    as_json: bool,
+    shown_rows: RowFilter,
+    first: dict[CallKey, datetime],
 ) -> None:
     """Print each row of the ledger as it changes, until stopped (or the log closes): a JSON
     object, or a line led by the position of the event that changed it."""
@@ -81,15 +98,20 @@ async def _follow(
             key = call_of(recorded.kept)
             before = None if key is None else ledger.row(key)
             projections.apply(recorded)
-            row = None if key is None else ledger.row(key)
-            if key is None or row is None or row == before or not shown_rows.keeps(key, row):
+            if key is None:
+                continue
+            moment = recorded.recorded_at
+            seen_first = first.setdefault(key, moment)
+            row = ledger.row(key)
+            kept = shown_rows.keeps(key, row, first=seen_first, changed=moment)
+            if row is None or row == before or not kept:
                 continue
             if as_json:
                 print(json.dumps(row.to_json(), ensure_ascii=False), flush=True)
             else:
-                cells = ledger_cells(Keys([key], wide=wide), row)
-                moment = shown_time(recorded.recorded_at)
-                print(f"@{recorded.position}  {moment}  " + "  ".join(cells), flush=True)
+                cells = [whole_key(key), *row_cells(row)]
+                shown = shown_time(moment)
+                print(f"@{recorded.position}  {shown}  " + "  ".join(cells), flush=True)
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -186,8 +208,11 @@ async def audit_command(url: str, *, as_json: bool) -> None:
     projections = Projections()
     await fold_log(url, projections.apply)
     audit = projections.audit
-    # The controls refused to principals that are no operators are shown among them, marked.
-    entries = sorted(audit.entries() + audit.refusals(), key=lambda entry: entry.position)
+    # The controls refused to principals that are no operators are shown among them, marked;
+    # the last first, as the console's audit lists them.
+    entries = sorted(
+        audit.entries() + audit.refusals(), key=lambda entry: entry.position, reverse=True
+    )
     if as_json:
         for entry in entries:
             print(json.dumps(entry.to_json(), ensure_ascii=False))
@@ -198,7 +223,7 @@ async def audit_command(url: str, *, as_json: bool) -> None:
     cells = [
         [
             f"@{entry.position}",
-            entry.recorded_at,
+            shown_time(datetime.fromisoformat(entry.recorded_at)),
             entry.control.removeprefix("operator.") + (" (refused)" if entry.refused else ""),
             ", ".join(f"{name} {key_part(value)}" for name, value in entry.scope.items() if value),
             shown_text(entry.operator),
@@ -215,4 +240,4 @@ async def audit_command(url: str, *, as_json: bool) -> None:
         for key in entry.ended:
             row = ledger.row(key)
             state = "-" if row is None else f"{row.state} {row.terminal_reason}"
-            print(f"@{entry.position} ended {Keys([key]).show(key)}: {state}")
+            print(f"@{entry.position} ended {whole_key(key)}: {state}")

@@ -7,7 +7,7 @@ and digests.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from attrs import frozen
 
@@ -16,6 +16,7 @@ from ..events import (
 )
 from ..events._identity import key_part, shown_text
 from ..projections import JSON, Ledger, LedgerRow, Transition
+from ..projections._shown import EVERY_ROW, RowFilter, shown_time
 from ._common import KEY_FIELDS
 
 # --- showing keys and tables -----------------------------------------------------------------
@@ -74,28 +75,6 @@ class Keys:
         if any(self._short.values()):
             shown += " (long ids cut short: --wide shows them whole)"
         return f"{shared}; {shown}" if shared else shown
-
-
-@frozen(kw_only=True)
-class RowFilter:
-    """Which calls a ledger shows: by tenant, turn, state and tool (each, where given)."""
-
-    tenant: str | None = None
-    turn: str | None = None
-    state: str | None = None
-    tool: str | None = None
-
-    def keeps(self, key: CallKey, row: LedgerRow | None) -> bool:
-        if self.tenant is not None and key.tenant != self.tenant:
-            return False
-        if self.turn is not None and key.turn != self.turn:
-            return False
-        if self.state is not None and (row is None or row.state != self.state):
-            return False
-        return self.tool is None or (row is not None and row.tool == self.tool)
-
-
-EVERY_ROW = RowFilter()
 
 
 def text_table(
@@ -164,8 +143,12 @@ def _cell(value: object) -> str:
 
 
 def ledger_cells(keys: Keys, row: LedgerRow) -> list[str]:
+    return [keys.show(row.key), *row_cells(row)]
+
+
+def row_cells(row: LedgerRow) -> list[str]:
+    """The cells of a ledger row after its key's."""
     return [
-        keys.show(row.key),
         "-" if not row.tool else key_part(row.tool),
         row.state,
         str(row.fragments),
@@ -186,13 +169,30 @@ def _history_keys(ledger: Ledger) -> list[CallKey]:
     return list(keys)
 
 
-def _transition_cells(step: Transition) -> list[str]:
-    return [f"@{step.position}", step.event_type, _cell(step.state), shown_text(step.detail)]
+def _transition_cells(step: Transition, at: datetime | None) -> list[str]:
+    return [
+        f"@{step.position}",
+        "-" if at is None else shown_time(at),
+        step.event_type,
+        _cell(step.state),
+        shown_text(step.detail),
+    ]
 
 
-def shown_time(moment: datetime) -> str:
-    """A time of the log as a table shows it: UTC, to the second."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+@frozen
+class Seen:
+    """When the log first and last recorded something of a call, and when it recorded each of
+    the records a history shows (by position, where noted)."""
+
+    first: Mapping[CallKey, datetime]
+    changed: Mapping[CallKey, datetime]
+    at: Mapping[int, datetime]
+
+    def keeps(self, shown: RowFilter, key: CallKey, row: LedgerRow | None) -> bool:
+        return shown.keeps(key, row, first=self.first.get(key), changed=self.changed.get(key))
+
+
+NOTHING_SEEN = Seen({}, {}, {})
 
 
 def ledger_table(
@@ -201,20 +201,22 @@ def ledger_table(
     history: bool = False,
     wide: bool = True,
     shown_rows: RowFilter = EVERY_ROW,
-    changed: Mapping[CallKey, datetime] | None = None,
+    seen: Seen | None = None,
     colour: bool = False,
 ) -> list[str]:
     """The ledger as lines a person reads: a legend, a header and one line per call key.
 
     With ``history``, each key's transitions follow it, indented, and keys that only have
-    rejected events (no row) are listed too; ``wide`` shows every id whole; ``shown_rows`` says
-    which calls to show; ``changed``, where given, the log's time of each call's last event,
-    shown in a last column; ``colour``, each state in its colour (for a terminal).
+    rejected events (no row) are listed too, each transition with the log's time of its record
+    where ``seen`` has it; ``wide`` shows every id whole; ``shown_rows`` says which calls to
+    show; ``seen``, where given, when the log recorded each call's events: the time of its last
+    is shown in a last column; ``colour``, each state in its colour (for a terminal).
     """
     rows = ledger.rows()
     by_key = {row.key: row for row in rows}
     keys = _history_keys(ledger) if history else [row.key for row in rows]
-    keys = [key for key in keys if shown_rows.keeps(key, by_key.get(key))]
+    noted = NOTHING_SEEN if seen is None else seen
+    keys = [key for key in keys if noted.keeps(shown_rows, key, by_key.get(key))]
     if not keys:
         return ["(no calls)"]
     shown = Keys(keys, wide=wide)
@@ -225,21 +227,31 @@ def ledger_table(
         for key in keys
     ]
     header: tuple[str, ...] = LEDGER_HEADER
-    if changed is not None:
-        header = (*header, "changed (UTC)")
+    if seen is not None:
+        header = (*header, "changed")
         for key, row_cells in zip(keys, cells, strict=True):
-            moment = changed.get(key)
+            moment = seen.changed.get(key)
             row_cells.append("-" if moment is None else shown_time(moment))
     table = text_table(header, cells, {3, 4}, paint_state if colour else None)
     lines = [shown.legend(), table[0]]
     histories = ledger.histories() if history else {}
-    steps = [_transition_cells(step) for key in keys for step in histories.get(key, [])]
+    steps = [
+        _transition_cells(step, noted.at.get(step.position))
+        for key in keys
+        for step in histories.get(key, [])
+    ]
     # One table for every transition, so that their columns line up under all the calls.
-    indented = iter(text_table(("", "", "", ""), steps, {0})[1:])
+    indented = iter(text_table(("", "", "", "", ""), steps, {0})[1:])
     for key, line in zip(keys, table[1:], strict=True):
         lines.append(line)
         lines.extend("      " + next(indented) for _ in histories.get(key, []))
     return lines
+
+
+def whole_key(key: CallKey) -> str:
+    """A call key with every identity, tenant and conversation too: ``tenant/conversation/
+    turn/response/item/call``, each as ``key_part`` shows it."""
+    return "/".join(key_part(getattr(key, name)) for name in KEY_FIELDS)
 
 
 def key_json(key: CallKey) -> dict[str, JSON]:
@@ -247,22 +259,31 @@ def key_json(key: CallKey) -> dict[str, JSON]:
 
 
 def ledger_json(
-    ledger: Ledger, *, history: bool, shown_rows: RowFilter = EVERY_ROW
+    ledger: Ledger, *, history: bool, shown_rows: RowFilter = EVERY_ROW, seen: Seen = NOTHING_SEEN
 ) -> list[dict[str, JSON]]:
+    """The ledger's rows as JSON objects; with ``history``, each with its transitions, each
+    with ``recorded_at`` (the log's time of its record, ISO 8601 UTC) where ``seen`` has it."""
     if not history:
-        return [row.to_json() for row in ledger.rows() if shown_rows.keeps(row.key, row)]
+        return [row.to_json() for row in ledger.rows() if seen.keeps(shown_rows, row.key, row)]
     by_key = {row.key: row for row in ledger.rows()}
     histories = ledger.histories()
     objects: list[dict[str, JSON]] = []
     for key in _history_keys(ledger):
         row = by_key.get(key)
-        if not shown_rows.keeps(key, row):
+        if not seen.keeps(shown_rows, key, row):
             continue
         # A key with only rejected events has no row: its columns are null.
         entry = row.to_json() if row is not None else _row_of_nothing(key)
-        entry["history"] = [step.to_json() for step in histories.get(key, [])]
+        entry["history"] = [_step_json(step, seen) for step in histories.get(key, [])]
         objects.append(entry)
     return objects
+
+
+def _step_json(step: Transition, seen: Seen) -> dict[str, JSON]:
+    shown = step.to_json()
+    at = seen.at.get(step.position)
+    shown["recorded_at"] = None if at is None else shown_time(at)
+    return shown
 
 
 def _row_of_nothing(key: CallKey) -> dict[str, JSON]:

@@ -101,6 +101,7 @@ class Console:
                 Route("/audit/{position:int}", _in_turn(_routes.audit_entry)),
                 Route("/controls", _routes.controls, methods=["GET", "POST"]),
                 Route("/live", _routes.live),
+                Route("/live/waiting", _routes.live_waiting),
                 Mount("/static", StaticFiles(packages=[("inert.console", "static")])),
             ],
             lifespan=lifespan,

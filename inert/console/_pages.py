@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
+import markupsafe
 from attrs import frozen
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -31,6 +32,18 @@ from starlette.responses import HTMLResponse
 from ..events._identity import key_part, shown_text
 from ._slices import Slices
 from ._view import STAGE_MARKS, Stage, shown_age, shown_time
+
+
+def time_element(moment: datetime | str) -> markupsafe.Markup:
+    """A time of the log as a page shows it: ISO 8601 in UTC, in a ``<time>`` element that the
+    pages' script may show in the browser's own time zone instead (the page reads right
+    without it)."""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    shown = shown_time(moment)
+    # The text is the function's own: digits, dashes, colons, T and Z.
+    return markupsafe.Markup(f'<time datetime="{shown}">{shown}</time>')
+
 
 MAX_PAGE = 1_000_000_000
 """The last page number a request may ask for (a larger one asks for that one)."""
@@ -46,7 +59,7 @@ _ENVIRONMENT = jinja2.Environment(
     # (and every include) would cost a file system call each.
     auto_reload=False,
 )
-_ENVIRONMENT.filters["time"] = shown_time
+_ENVIRONMENT.filters["time"] = time_element
 _ENVIRONMENT.filters["age"] = shown_age
 _ENVIRONMENT.filters["id"] = key_part
 _ENVIRONMENT.filters["text"] = shown_text
@@ -112,6 +125,16 @@ class Paging:
     @property
     def pages(self) -> int:
         return max((self.total + self.size - 1) // self.size, 1)
+
+    @property
+    def past_end(self) -> bool:
+        """Whether the page asked for comes after the last one (there is always a first)."""
+        return self.number > self.pages
+
+    @property
+    def past_end_text(self) -> str:
+        """What a page past the end says in place of the places it shows."""
+        return f"page {self.number} is past the last page, {self.pages}"
 
     def shown(self, count: int) -> tuple[int, int]:
         """The places in the list (from 1) of the first and last of ``count`` shown."""

@@ -21,17 +21,32 @@ from urllib.parse import unquote, urlencode
 
 import trio
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 
-from ..events import InertError, OperatorControl, Phase, RefusedError
+from ..events import InertError, OperatorControl, RefusedError
 from ..events._identity import key_part
 from ..projections import AuditEntry
 from ..projections._controls import control_of, target_of
+from ..projections._shown import (
+    STATES,
+    FilterError,
+    RowFilter,
+    Stage,
+    shown_time,
+    stage_named,
+    state_named,
+    time_named,
+)
 from ..runtime._controls import ACTIONS, TENANT_ACTIONS, control_event
 from ._auth import same_origin
 from ._pages import Paging, chart, page_number, paging, render
 from ._slices import Slices, page_of
-from ._view import ConsoleView, RowFilter, Stage, key_of_token
+from ._view import ConsoleView, key_of_token
 
 OVERVIEW_WINDOW = timedelta(hours=1)
 LIVE_BATCH_SECONDS = 0.2
@@ -45,8 +60,8 @@ MAX_REASON_FIELD = 1000
 FILTER_CHOICES = 500
 """The most tenants and tools a filter offers to choose from."""
 
-_FILTERS = ("tenant", "turn", "state", "tool")
-_STATES = [phase.value for phase in Phase if phase is not Phase.ABSENT]
+_ID_FILTERS = ("tenant", "turn", "id", "tool")
+_FILTERS = (*_ID_FILTERS, "stage", "state", "since", "until")
 _LIVE = (Stage.ASSEMBLING, Stage.WAITING, Stage.READY)
 _SECTIONS = (
     ("waiting", "Waiting for a person's confirmation", "waiting for", (Stage.WAITING,)),
@@ -66,8 +81,12 @@ its age column says, and its stages."""
 
 
 def typed_id(text: str) -> str:
-    """The identity a field names, given as the pages show it (``key_part``'s inverse)."""
-    return unquote(text, errors="surrogatepass")
+    """The identity a field names, given as the pages show it (``key_part``'s inverse); text
+    whose escapes are no UTF-8 (no page shows such) is taken as it is."""
+    try:
+        return unquote(text, errors="surrogatepass")
+    except UnicodeDecodeError:
+        return text
 
 
 def _view(request: Request) -> ConsoleView:
@@ -84,15 +103,44 @@ def _principal(request: Request) -> str:
 
 
 def _row_filter(request: Request) -> RowFilter:
-    values = {name: typed_id(request.query_params.get(name) or "") or None for name in _FILTERS}
-    if values["state"] not in (None, *_STATES):
-        values["state"] = None
-    return RowFilter(**values)
+    """The filter the query asks for (``FilterError`` for a stage, state or time that is
+    none: never ignored, which would show calls the operator did not ask for)."""
+    asked = request.query_params
+    ids = {name: typed_id(asked.get(name, "")[:MAX_ID_FIELD]) or None for name in _ID_FILTERS}
+    stage, state = asked.get("stage", "").strip(), asked.get("state", "").strip()
+    since, until = asked.get("since", "").strip(), asked.get("until", "").strip()
+    return RowFilter(
+        **ids,
+        stage=stage_named(stage) if stage else None,
+        state=state_named(state) if state else None,
+        since=time_named(since) if since else None,
+        until=time_named(until) if until else None,
+    )
+
+
+def _filters_shown(shown: RowFilter) -> dict[str, str]:
+    """The filter as the form and the links give it back: ids as the pages show them, times
+    in the pages' format."""
+    shown_values: dict[str, str] = {}
+    for name in _FILTERS:
+        value = getattr(shown, name)
+        if value is None:
+            continue
+        if name in _ID_FILTERS:
+            shown_values[name] = key_part(value)
+        elif name in ("since", "until"):
+            shown_values[name] = shown_time(value)
+        else:
+            shown_values[name] = str(value.value)
+    return shown_values
 
 
 async def ledger(request: Request) -> Response:
     view = _view(request)
-    shown = _row_filter(request)
+    try:
+        shown = _row_filter(request)
+    except FilterError as error:
+        return await render(request, "error.html", {"message": str(error)}, status_code=400)
     size: int = request.app.state.console.settings.page_size
     number = page_number(request)
     offset = (number - 1) * size
@@ -102,7 +150,7 @@ async def ledger(request: Request) -> Response:
         found, total = await page_of(view.newest_first(shown), offset=offset, limit=size)
     calls = view.views(found)
     page = Paging(name="page", number=number, size=size, total=total)
-    filters = {name: key_part(getattr(shown, name)) for name in _FILTERS if getattr(shown, name)}
+    filters = _filters_shown(shown)
     return await render(
         request,
         "ledger.html",
@@ -111,7 +159,8 @@ async def ledger(request: Request) -> Response:
             "paging": page,
             "filters": filters,
             "live_query": urlencode({**filters, "after": view.sequence, "page": number}),
-            "states": _STATES,
+            "states": STATES,
+            "stages": [stage.value for stage in Stage],
             "tenants": view.tenants(FILTER_CHOICES),
             "tools": view.tools(FILTER_CHOICES),
             "page_size": size,
@@ -125,8 +174,13 @@ async def call(request: Request) -> Response:
     shown = None if key is None else console.feed.view.call(key)
     if key is None or shown is None:
         return await render(request, "error.html", {"message": "no such call"}, status_code=404)
-    history = console.feed.view.projections.ledger.history(key)
+    view = console.feed.view
+    history = view.projections.ledger.history(key)
     page = paging(request, len(history))
+    steps = [
+        (step, view.recorded_at(key, step.position))
+        for step in history[page.offset : page.offset + page.size]
+    ]
     trace_url = (
         None
         if shown.trace_id is None
@@ -137,7 +191,7 @@ async def call(request: Request) -> Response:
         "call.html",
         {
             "call": shown,
-            "history": history[page.offset : page.offset + page.size],
+            "history": steps,
             "paging": page,
             "trace_url": trace_url,
         },
@@ -151,9 +205,17 @@ async def waiting(request: Request) -> Response:
         page = paging(request, view.count_in(*stages), name=name)
         calls = view.views(view.in_stage(*stages, offset=page.offset, limit=page.size))
         sections.append(
-            {"title": title, "since_label": since_label, "paging": page, "calls": calls}
+            {
+                "title": title,
+                "since_label": since_label,
+                "paging": page,
+                "calls": calls,
+                "confirmation": Stage.WAITING in stages,
+            }
         )
-    return await render(request, "waiting.html", {"sections": sections})
+    return await render(
+        request, "waiting.html", {"sections": sections, "watched": view.watched_sequence}
+    )
 
 
 async def overview(request: Request) -> Response:
@@ -369,14 +431,21 @@ async def _confirm_control(
 # --- the live feed ------------------------------------------------------------------------------
 
 
+def _after(request: Request) -> int:
+    try:
+        return int(request.query_params.get("after", "0"))
+    except ValueError:
+        return 0
+
+
 async def live(request: Request) -> Response:
     """Server-sent events: the ledger rows a page shows that changed since it was drawn."""
     console = request.app.state.console
-    shown = _row_filter(request)
     try:
-        after = int(request.query_params.get("after", "0"))
-    except ValueError:
-        after = 0
+        shown = _row_filter(request)
+    except FilterError as error:
+        return PlainTextResponse(f"{error}\n", status_code=400)
+    after = _after(request)
     limit = console.settings.page_size
 
     async def count() -> int:
@@ -408,6 +477,34 @@ async def live(request: Request) -> Response:
                     "rows": [call.json(now) for call in changed],
                 }
                 yield f"event: rows\ndata: {json.dumps(data)}\n\n"
+
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={"x-accel-buffering": "no"}
+    )
+
+
+async def live_waiting(request: Request) -> Response:
+    """Server-sent events for the waiting and running page: ``changed`` whenever a call
+    entered or left one of its stages since the page was drawn (the page is then drawn again:
+    its lists are in the order calls entered their stages, and paged)."""
+    console = request.app.state.console
+    after = _after(request)
+
+    async def events() -> AsyncIterator[str]:
+        watched = after
+        yield f"event: hello\ndata: {json.dumps({'sequence': watched})}\n\n"
+        while True:
+            with trio.move_on_after(KEEPALIVE_SECONDS) as waited:
+                while console.feed.view.watched_sequence <= watched:
+                    await console.feed.changed_after(console.feed.view.sequence)
+            if waited.cancelled_caught:
+                yield ": still here\n\n"
+                continue
+            await trio.sleep(LIVE_BATCH_SECONDS)
+            view = console.feed.view
+            watched = view.watched_sequence
+            data = {"sequence": watched, "position": view.position}
+            yield f"event: changed\ndata: {json.dumps(data)}\n\n"
 
     return StreamingResponse(
         events(), media_type="text/event-stream", headers={"x-accel-buffering": "no"}

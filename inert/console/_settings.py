@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import string
 from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
 
@@ -26,7 +27,24 @@ def _page_size(instance: object, attribute: object, value: int) -> None:
 
 
 def _trace_url(instance: object, attribute: object, value: str) -> None:
-    if "{trace_id}" not in value:
+    # Filled in at every traced call's page: a pattern that cannot be filled in is refused at
+    # start, not on each of those pages.
+    try:
+        fields = [
+            name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            for _, name, spec, conversion in string.Formatter().parse(value)
+            if name is not None
+        ]
+    except ValueError as error:
+        raise ConfigurationError(
+            f"trace_url cannot be filled in: {error} (a literal brace is written twice): {value!r}"
+        ) from None
+    odd = [field for field in fields if field != "trace_id"]
+    if odd:
+        raise ConfigurationError(
+            f"trace_url holds {{{odd[0]}}}, but only {{trace_id}} is filled in: {value!r}"
+        )
+    if not fields:
         raise ConfigurationError(f"trace_url must hold {{trace_id}}: {value!r}")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import heapq
 import itertools
 import json
@@ -23,8 +22,9 @@ from datetime import datetime, timedelta
 from attrs import define, frozen
 
 from ..events import (
+    ArgumentsAppended,
+    CallAwaitingConfirmation,
     CallKey,
-    Phase,
     RecordedEvent,
     ResponseEnded,
     ResponseRef,
@@ -36,63 +36,24 @@ from ..events import (
 )
 from ..events._identity import key_part, shown_text
 from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Projections
+from ..projections._shown import STAGE_MARKS, RowFilter, Stage, shown_time, stage_of
 
-
-class Stage(enum.StrEnum):
-    """Where a call is, as a person on call reads it: its state and its dispatch together."""
-
-    ASSEMBLING = "assembling"
-    WAITING = "waiting"
-    READY = "ready"
-    RUNNING = "running"
-    STOPPING = "stop requested"
-    COMPLETED = "completed"
-    STOPPED = "stopped"
-    OUTCOME_FAILED = "outcome failed"
-    OUTCOME_UNKNOWN = "outcome unknown"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-
-STAGE_MARKS = {
-    Stage.ASSEMBLING: "…",
-    Stage.WAITING: "?",
-    Stage.READY: "○",
-    Stage.RUNNING: "▶",
-    Stage.STOPPING: "◼",
-    Stage.COMPLETED: "✓",
-    Stage.STOPPED: "■",
-    Stage.OUTCOME_FAILED: "✗",
-    Stage.OUTCOME_UNKNOWN: "‽",
-    Stage.CANCELLED: "⊘",
-    Stage.FAILED: "✗",
-}
-"""A mark per stage, shown before its name: the stages tell apart without colour."""
-
-_OUTCOME_STAGES = {
-    "stop_requested": Stage.STOPPING,
-    "completed": Stage.COMPLETED,
-    "failed": Stage.OUTCOME_FAILED,
-    "stopped": Stage.STOPPED,
-    "unknown": Stage.OUTCOME_UNKNOWN,
-}
-
-
-def stage_of(row: LedgerRow) -> Stage:
-    """The stage of a call's row."""
-    match row.state:
-        case Phase.COLLECTING | Phase.TERMINAL_CANDIDATE:
-            return Stage.ASSEMBLING
-        case Phase.VALIDATED:
-            if row.dispatch == "await_response":
-                # Validated at its own end (rules 7): its response is still streaming.
-                return Stage.ASSEMBLING
-            return Stage.WAITING if row.dispatch == "await_confirmation" else Stage.READY
-        case Phase.DISPATCHED:
-            return Stage.RUNNING if row.outcome is None else _OUTCOME_STAGES[row.outcome]
-        case Phase.CANCELLED:
-            return Stage.CANCELLED
-    return Stage.FAILED
+__all__ = [
+    "STAGE_MARKS",
+    "WATCHED",
+    "CallView",
+    "CallViews",
+    "ConsoleView",
+    "RowFilter",
+    "Stage",
+    "key_of_token",
+    "key_token",
+    "reasons",
+    "shown_age",
+    "shown_time",
+    "stage_of",
+    "trace_id_of",
+]
 
 
 def key_token(key: CallKey) -> str:
@@ -105,8 +66,9 @@ def key_of_token(token: str) -> CallKey | None:
     """The call key of ``key_token``'s word, or ``None`` for a word that is none."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        # A word of deeply nested brackets exhausts the decoder's recursion: no key either.
         parts = json.loads(raw)
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         return None
     if not isinstance(parts, list) or len(parts) != 6 or not all(isinstance(p, str) for p in parts):
         return None
@@ -145,6 +107,14 @@ class _Seen:
     since: datetime
     trace_id: str | None
     tool: str
+    principal: str | None
+    """The principal of the call's turn: whose confirmation a waiting call awaits."""
+    expires: datetime | None = None
+    """Until when the call waits for its confirmation, while it waits."""
+    times: dict[int, datetime] | None = None
+    """The log's time of each of the call's records but its fragments, by position: when each
+    transition of its history happened (the ledger keeps no times, so that its digest does not
+    depend on the clock)."""
 
 
 @frozen(kw_only=True)
@@ -160,6 +130,10 @@ class CallView:
     stage_since: datetime
     trace_id: str | None
     sequence: int
+    principal: str | None
+    """The principal of the call's turn (``None`` where its start was not seen)."""
+    confirmation_expires: datetime | None
+    """Until when a waiting call waits for its principal's confirmation."""
 
     @property
     def reasons(self) -> str:
@@ -193,35 +167,12 @@ class CallView:
         }
 
 
-@frozen
-class RowFilter:
-    """Which calls a page shows: by tenant, turn, state and tool, each where given."""
-
-    tenant: str | None = None
-    turn: str | None = None
-    state: str | None = None
-    tool: str | None = None
-
-    def keeps(self, row: LedgerRow) -> bool:
-        return (
-            (self.tenant is None or row.tenant == self.tenant)
-            and (self.turn is None or row.turn == self.turn)
-            and (self.state is None or row.state == self.state)
-            and (self.tool is None or row.tool == self.tool)
-        )
-
-
 def reasons(row: LedgerRow) -> str:
     """The reasons a row gives, in one cell: how it ended, its parse, its validation."""
     parts = [row.terminal_reason, row.parse if row.parse != "ok" else None]
     if row.validation not in (None, "ok", "ok, needs confirmation"):
         parts.append(row.validation)
     return ", ".join(dict.fromkeys(part for part in parts if part))
-
-
-def shown_time(moment: datetime) -> str:
-    """A log time as the pages show it (UTC, to the millisecond)."""
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
 
 
 def shown_age(age: timedelta) -> str:
@@ -238,6 +189,9 @@ def shown_age(age: timedelta) -> str:
     days, hour = divmod(hours, 24)
     return f"{days} d {hour} h"
 
+
+WATCHED = frozenset({Stage.WAITING, Stage.READY, Stage.RUNNING, Stage.STOPPING})
+"""The stages of the waiting and running page."""
 
 SWEEP_EVERY = 4096
 """Events folded between two sweeps of what the console notes of calls the ledger forgot."""
@@ -266,7 +220,11 @@ class ConsoleView:
         self._tenants: Counter[str] = Counter()
         self._tools: Counter[str] = Counter()
         self._turn_traces: dict[TurnRef, str] = {}
+        self._turn_principals: dict[TurnRef, str] = {}
         self.sequence = 0
+        self.watched_sequence = 0
+        """The sequence of the last change that made a call enter or leave a stage of
+        ``WATCHED`` (a page of those stages is drawn again after it, not after every fragment)."""
         self._folded = 0
 
     @property
@@ -287,9 +245,11 @@ class ConsoleView:
             trace_id = trace_id_of(recorded.trace)
             if trace_id is not None:
                 self._turn_traces.setdefault(event.turn, trace_id)
+            self._turn_principals.setdefault(event.turn, event.principal)
             return
         if isinstance(event, TurnRetired):
             self._turn_traces.pop(event.turn, None)
+            self._turn_principals.pop(event.turn, None)
             self._sweep()
             return
         if isinstance(event, ResponseEnded):
@@ -310,21 +270,33 @@ class ConsoleView:
         at = recorded.recorded_at
         seen = self._seen.get(key)
         if seen is None:
-            trace_id = self._turn_traces.get(key.turn_ref) or trace_id_of(recorded.trace)
-            seen = self._seen[key] = _Seen(at, at, None, at, trace_id, row.tool)
+            turn = key.turn_ref
+            trace_id = self._turn_traces.get(turn) or trace_id_of(recorded.trace)
+            principal = self._turn_principals.get(turn)
+            seen = self._seen[key] = _Seen(at, at, None, at, trace_id, row.tool, principal)
             self._tenants[key.tenant] += 1
             self._tools[row.tool] += 1
         else:
             seen.changed = at
             if seen.trace_id is None:
                 seen.trace_id = trace_id_of(recorded.trace)
+        event = recorded.kept
+        if not isinstance(event, (ArgumentsAppended, ResponseEnded)):
+            if seen.times is None:
+                seen.times = {}
+            seen.times[recorded.position] = at
         stage = stage_of(row)
         if seen.stage is not stage:
+            if seen.stage in WATCHED or stage in WATCHED:
+                self.watched_sequence = self.sequence + 1
             self._leave_stage(key, seen)
             self._stages[stage][key] = None
             if stage is Stage.ASSEMBLING:
                 self._assembling.setdefault(key.response_ref, {})[key] = None
             seen.stage, seen.since = stage, at
+            seen.expires = None
+        if isinstance(event, CallAwaitingConfirmation) and stage is Stage.WAITING:
+            seen.expires = event.expires_at
         self.sequence += 1
         self._order[key] = self.sequence
         self._order.move_to_end(key)
@@ -377,7 +349,15 @@ class ConsoleView:
             stage_since=seen.since,
             trace_id=seen.trace_id,
             sequence=sequence,
+            principal=seen.principal,
+            confirmation_expires=seen.expires,
         )
+
+    def recorded_at(self, key: CallKey, position: int) -> datetime | None:
+        """The log's time of a record of a call (``None`` for one of its fragments, or one
+        before the call had a row)."""
+        seen = self._seen.get(key)
+        return None if seen is None or seen.times is None else seen.times.get(position)
 
     def views(self, keys: Collection[CallKey]) -> CallViews:
         """The calls of ``keys`` (a page of them), each made as it is read."""
@@ -392,11 +372,17 @@ class ConsoleView:
     def newest_first(self, shown: RowFilter) -> Iterator[CallKey]:
         """The calls ``shown`` keeps, the one changed last first, walking a copy of the order
         taken at the first step."""
-        ledger = self.projections.ledger
+        ledger, seen = self.projections.ledger, self._seen
         for key in reversed(list(self._order)):
             row = ledger.row(key)
-            if row is not None and shown.keeps(row):
+            if row is not None and self._keeps(shown, key, row, seen.get(key)):
                 yield key
+
+    @staticmethod
+    def _keeps(shown: RowFilter, key: CallKey, row: LedgerRow, seen: _Seen | None) -> bool:
+        if seen is None:
+            return shown.keeps(key, row)
+        return shown.keeps(key, row, first=seen.first, changed=seen.changed)
 
     def changed_after(self, sequence: int, shown: RowFilter, *, limit: int) -> list[CallView]:
         """The calls ``shown`` keeps that changed after ``sequence``, the one changed last
@@ -407,7 +393,7 @@ class ConsoleView:
             if changed <= sequence or len(views) >= limit:
                 break
             row = ledger.row(key)
-            if row is not None and shown.keeps(row):
+            if row is not None and self._keeps(shown, key, row, self._seen.get(key)):
                 view = self._view(key, changed)
                 if view is not None:
                     views.append(view)

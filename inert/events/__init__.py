@@ -83,7 +83,14 @@ from ._errors import (
     RequestTimedOut,
     RuntimeClosed,
 )
-from ._identity import CallKey, ResponseRef, TurnRef, control_stream, process_stream
+from ._identity import (
+    CallKey,
+    ResponseRef,
+    TurnRef,
+    control_stream,
+    key_part,
+    process_stream,
+)
 from ._phase import TERMINAL_PHASES, Phase
 from ._recorded import RecordedEvent, Redacted, without_sensitive
 
@@ -175,6 +182,7 @@ __all__ = [
     "call_of",
     "control_stream",
     "event_type",
+    "key_part",
     "process_stream",
     "registered_event_types",
     "response_of",

@@ -19,14 +19,13 @@ from attrs import frozen
 from ..events import (
     TERMINAL_PHASES,
     OperatorControl,
-    Phase,
     ResponseQuarantined,
     TenantResumed,
     TenantStopped,
     ToolDisabled,
     ToolEnabled,
+    key_part,
 )
-from ..events._identity import key_part
 from ._audit import Audit, AuditEntry
 from ._rows import LedgerRow
 
@@ -56,16 +55,6 @@ class Preview:
     @property
     def total(self) -> int:
         return len(self.ending) + len(self.stopping)
-
-
-def live_stage(row: LedgerRow) -> str:
-    """Where a live call is, in the words the console's pages use: ``assembling``,
-    ``waiting`` (for a confirmation), ``ready`` or ``running``."""
-    if row.state is Phase.DISPATCHED:
-        return "running"
-    if row.state is Phase.VALIDATED and row.dispatch in ("await_confirmation", "ready"):
-        return "waiting" if row.dispatch == "await_confirmation" else "ready"
-    return "assembling"
 
 
 def preview(event: OperatorControl, rows: Iterable[LedgerRow]) -> Preview:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 from functools import partial
@@ -287,14 +288,16 @@ def test_ledger_table_has_a_header_and_one_aligned_line_per_call(
 def test_ledger_history_lists_each_calls_transitions(
     demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--history adds each key's transitions: indented in the table, a list in JSON."""
+    """--history adds each key's transitions, each with the log's time of its record (ISO
+    8601 UTC): indented in the table, a list in JSON."""
     url, _ = demo
     status, output, _ = run(capsys, ["ledger", "--log", url, "--history"])
     assert status == 0
     indented = [line.split() for line in output.splitlines() if line.startswith("      ")]
-    assert any(words[1] == "decision.collecting" for words in indented)
-    assert any(words[1:3] == ["decision.rejected", "validated"] for words in indented)
-    assert any(words[1] == "outcome.completed" for words in indented)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", words[1]) for words in indented)
+    assert any(words[2] == "decision.collecting" for words in indented)
+    assert any(words[2:4] == ["decision.rejected", "validated"] for words in indented)
+    assert any(words[2] == "outcome.completed" for words in indented)
 
     status, output, _ = run(capsys, ["ledger", "--log", url, "--json", "--history"])
     assert status == 0
@@ -313,6 +316,7 @@ def test_ledger_history_lists_each_calls_transitions(
         "decision.rejected",
     ]
     assert first["history"][3]["detail"].startswith("ready until ")
+    assert all(step["recorded_at"].endswith("Z") for step in first["history"])
     assert "duplicate" in first["history"][4]["detail"]
     assert "call_terminal" in first["history"][7]["detail"]
     repeated = next(entry for entry in entries if entry["item"] == "fc_2" and entry["turn"] == "t8")
@@ -524,3 +528,62 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"inert {__version__}"
+
+
+def _calls(output: str) -> list[str]:
+    """The keys a ledger table shows, one per line after its legend and header."""
+    return [line.split()[0] for line in output.splitlines()[2:]]
+
+
+def test_ledger_searches_by_any_id_stage_and_time(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--id keeps the calls it names whichever identity it is; --stage takes the words the
+    console shows; --since and --until keep the calls seen in the range (ISO 8601, UTC where
+    no offset is given)."""
+    url, _ = demo
+    for option, calls in [
+        (["--id", "c2"], ["c2/t2/resp_2/fc_1/call_1"]),
+        (["--id", "resp_3"], ["c3/t3/resp_3/fc_1/call_1"]),
+        (["--id", "fc_2"], ["c1/t1/resp_1/fc_2/call_2", "c8/t8/resp_8/fc_2/call_2"]),
+        (["--stage", "cancelled", "--id", "t4"], ["c4/t4/resp_4/fc_1/call_1"]),
+    ]:
+        status, output, _ = run(capsys, ["ledger", "--log", url, *option])
+        assert status == 0
+        shown = _calls(output)
+        assert len(shown) == len(calls), option
+        assert all(whole.endswith(part) for whole, part in zip(calls, shown, strict=True))
+    _, every, _ = run(capsys, ["ledger", "--log", url])
+    _, completed, _ = run(capsys, ["ledger", "--log", url, "--stage", "completed"])
+    assert 0 < len(_calls(completed)) < len(_calls(every))
+    assert all(" completed " in line for line in completed.splitlines()[2:])
+    for option, count in [
+        (["--since", "2000-01-01"], len(_calls(every))),
+        (["--since", "2999-01-01T00:00:00Z"], 0),
+        (["--until", "2000-01-01T00:00:00+02:00"], 0),
+    ]:
+        status, output, _ = run(capsys, ["ledger", "--log", url, *option])
+        assert status == 0
+        assert (len(_calls(output)) if count else output) == (count or "(no calls)\n"), option
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--stage", "queued"], "no stage is called 'queued'; the stages are: assembling, waiting"),
+        (["--state", "waiting"], "invalid choice: 'waiting'"),
+        (["--since", "yesterday"], "'yesterday' is no time: give ISO 8601"),
+    ],
+)
+def test_ledger_answers_a_filter_that_names_nothing(
+    demo: tuple[str, str], capsys: pytest.CaptureFixture[str], option: list[str], said: str
+) -> None:
+    """An unknown stage, state or time is a usage error that lists the valid ones: never
+    ignored, which would print every call."""
+    url, _ = demo
+    with pytest.raises(SystemExit) as exited:
+        main(["ledger", "--log", url, *option])
+    assert exited.value.code == 2
+    output, err = capsys.readouterr()
+    assert output == ""
+    assert said in err

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from adapter_support import FIXTURES
 
 from inert.cli import main
+from inert.cli._common import KEY_FIELDS
 
 RESPONSES = FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse"
 RESPONSE = "resp_6859a4b21f84819bba8036beab6d54360be65637a2186412"
@@ -108,12 +110,18 @@ def test_a_quarantine_from_the_command_line_is_audited_with_the_calls_it_ended(
     status, out, _ = run(capsys, ["audit", "--log", url])
     assert "response_quarantined" in out
     assert "cancelled response_quarantined" in out
+    # The calls it ended are named whole, so that two tenants' calls never read the same.
+    ended = entry["ended"][0]
+    whole = "/".join(ended[name] for name in KEY_FIELDS)
+    assert f"ended {whole}: cancelled response_quarantined" in out
+    assert re.search(r"  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  response_quarantined", out)
 
 
 def test_tool_and_tenant_controls_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Disable, enable, stop and resume are each recorded once, in order, in the audit."""
+    """Disable, enable, stop and resume are each recorded once, in the audit's order (the
+    last first, as the console lists them)."""
     monkeypatch.setenv("INERT_OPERATORS", "olga")
     url = cut_stream(tmp_path, capsys)
     for action, target in [
@@ -127,10 +135,10 @@ def test_tool_and_tenant_controls_from_the_command_line(
     _, out, _ = run(capsys, ["audit", "--log", url, "--json"])
     controls = [json.loads(line)["control"] for line in out.splitlines()]
     assert controls == [
-        "operator.tool_disabled",
-        "operator.tool_enabled",
-        "operator.tenant_stopped",
         "operator.tenant_resumed",
+        "operator.tenant_stopped",
+        "operator.tool_enabled",
+        "operator.tool_disabled",
     ]
     fresh = tmp_path / "fresh"
     fresh.mkdir()

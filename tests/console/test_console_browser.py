@@ -252,3 +252,88 @@ def test_an_id_with_a_bidirectional_override_reads_as_its_bytes(
     assert "1 call is live now" in _text(browser)
     _shot(browser, "escaped-ids")
     assert lab.phase(key(call, tenant=tenant, turn="t9", response="resp_9")) is Phase.COLLECTING
+
+
+def test_the_waiting_page_moves_and_times_switch_to_local(
+    lab: ConsoleLab, browser: WebDriver
+) -> None:
+    """A call that starts waiting appears on the open waiting page with whose confirmation it
+    awaits and until when; the header's switch shows every time in the browser's time zone,
+    and the choice holds after a reload; without it they read in UTC."""
+    _sign_in(browser, lab, OPERATOR_TOKEN, "/waiting")
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    _until(browser, lambda: browser.find_element(By.ID, "live-waiting").text == "live", "live")
+    browser.execute_script("window.drawnOnce = true")
+    mail = key("mail_w", tenant="hooli", turn="t1", response="resp_w")
+    lab.feed(
+        opened(mail, tool="send_email") + finished(mail) + response_ended(mail),
+        start_turn=("hooli", "t1"),
+    )
+    _until(browser, lambda: "mail_w" in _text(browser), "the waiting call, drawn again")
+    assert browser.execute_script("return window.drawnOnce") is True
+    assert "user:alice" in _text(browser)
+    expiry = browser.find_element(By.CSS_SELECTOR, "#sections time")
+    utc = expiry.get_attribute("datetime")
+    assert utc is not None
+    assert expiry.text == utc
+    assert utc.endswith("Z")
+    switch = browser.find_element(By.ID, "time-zone")
+    assert switch.text == "times in UTC"
+    switch.click()
+    assert switch.text == "times in local time, UTC+05:30"
+    assert browser.find_element(By.CSS_SELECTOR, "#sections time").text.endswith("+05:30")
+    _shot(browser, "waiting-local-times")
+    browser.refresh()
+    _until(browser, lambda: "+05:30" in _text(browser), "the choice kept")
+    browser.find_element(By.ID, "time-zone").click()
+    assert browser.find_element(By.CSS_SELECTOR, "#sections time").text == utc
+
+
+def test_ids_are_never_broken(lab: ConsoleLab, browser: WebDriver) -> None:
+    """Long ids, with separators and without, each read on one line in the ledger and on a
+    call's page, however narrow the window: a wide table scrolls in its own box."""
+    call = "call_" + "-".join(["segment"] * 12) + "_" + "x" * 80
+    tenant = "tenant.with.a.rather.long.name-" + "y" * 40
+    lab.feed(
+        opened(key(call, tenant=tenant, turn="t1", response="resp_long")),
+        start_turn=(tenant, "t1"),
+    )
+    browser.set_window_size(900, 900)
+    try:
+        _sign_in(browser, lab, OPERATOR_TOKEN, "/")
+        row = 'td[data-col="call"] a'
+        _until(
+            browser,
+            lambda: (
+                key_part(call)
+                in [
+                    a.get_attribute("textContent")
+                    for a in browser.find_elements(By.CSS_SELECTOR, row)
+                ]
+            ),
+            "the call's row",
+        )
+        lines = "return arguments[0].getClientRects().length"
+        for cell in ('td[data-col="call"] a', 'td[data-col="tenant"]'):
+            shown = [
+                element
+                for element in browser.find_elements(By.CSS_SELECTOR, cell)
+                # A cell scrolled out of its box has no visible text: its content is read.
+                if element.get_attribute("textContent") in (key_part(call), key_part(tenant))
+            ]
+            assert shown, cell
+            for element in shown:
+                assert browser.execute_script(lines, element) == 1, cell
+        _shot(browser, "ledger-long-ids")
+        link = next(
+            a
+            for a in browser.find_elements(By.CSS_SELECTOR, 'td[data-col="call"] a')
+            if a.get_attribute("textContent") == key_part(call)
+        )
+        browser.get(link.get_attribute("href") or "")
+        _until(browser, lambda: "History" in _text(browser), "the call's page")
+        heading = browser.find_element(By.CSS_SELECTOR, "h1 .id")
+        assert browser.execute_script(lines, heading) == 1
+        _shot(browser, "call-long-ids")
+    finally:
+        browser.set_window_size(1400, 900)

@@ -3,9 +3,14 @@ runtime's authorizer and audit, ids escaped, and never an argument value on a pa
 
 from __future__ import annotations
 
+import base64
 import html
+import json
 import re
+from collections.abc import AsyncIterator
+from datetime import timedelta
 
+import attrs
 import pytest
 import trio
 from console_support import (
@@ -25,12 +30,14 @@ from console_support import (
     response_ended,
     start,
 )
+from starlette.types import Message, Scope
 
-from inert import Phase, Runtime, open_runtime
-from inert.console import CONTENT_SECURITY_POLICY, ConsoleSettings
+from inert import ArgumentsAppended, PendingConfirmation, Phase, Runtime, open_runtime
+from inert.console import CONTENT_SECURITY_POLICY, Console, ConsoleSettings
 from inert.console._view import RowFilter
 from inert.events import ConfigurationError, TraceContext
 from inert.events._identity import key_part
+from inert.projections._shown import shown_time
 
 PAGES = ["/", "/waiting", "/overview", "/audit", "/controls", "/static/console.js"]
 
@@ -370,3 +377,232 @@ async def test_the_console_follows_appends_of_another_writer() -> None:
             with trio.fail_after(5):
                 await console.feed.changed_after(sequence)
             assert "late" in (await client.get("/")).text
+
+
+async def test_what_a_browser_can_send_is_never_answered_with_a_server_error() -> None:
+    """A call's word of deeply nested JSON, a word of no JSON, escapes that are no UTF-8 and
+    nonsense paging: 400 or 404 with a page, or the page itself, never 500."""
+    deep = base64.urlsafe_b64encode(b"[" * 20_000).decode().rstrip("=")
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            for path in (f"/calls/{deep}", "/calls/" + "_" * 5000, "/calls/%FF%FE"):
+                response = await client.get(path)
+                assert response.status_code == 404, path
+                assert "no such call" in response.text
+            for path in (
+                "/?tenant=%25FF%25FE&turn=%25ED%25A0",
+                "/?page=-3&after=x",
+                "/waiting?waiting=1e9&ready=nan",
+                "/audit?page=99999999999999999999999",
+            ):
+                assert (await client.get(path)).status_code < 500, path
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("https://t.example/{trace_id}/{0}", r"holds \{0\}, but only \{trace_id\}"),
+        ("https://t.example/{trace_id}/{unknown}", r"holds \{unknown\}"),
+        ("https://t.example/{trace_id}/{trace_id!r}", r"holds \{trace_id!r\}"),
+        ("https://t.example/{trace_id}/{", "Single '{'"),
+        ("https://t.example/{trace_id}}", "Single '}'"),
+        ("https://t.example/{{trace_id}}", r"must hold \{trace_id\}"),
+    ],
+)
+def test_a_trace_url_that_cannot_be_filled_in_is_refused_at_start(
+    pattern: str, problem: str
+) -> None:
+    """A pattern ``str.format`` cannot fill with the trace id alone is a one-line
+    configuration error when the settings are made, not a failing page per traced call."""
+    with pytest.raises(ConfigurationError, match=problem) as refused:
+        ConsoleSettings(tokens={OPERATOR_TOKEN: OPERATOR}, trace_url=pattern)
+    assert "\n" not in str(refused.value)
+    literal = "https://t.example/{{x}}/{trace_id}"
+    assert ConsoleSettings(tokens={OPERATOR_TOKEN: OPERATOR}, trace_url=literal).trace_url
+
+
+async def test_the_ledger_searches_by_any_id_stage_and_time() -> None:
+    """One id finds the calls it names whichever identity it is (conversation, turn,
+    response, item, call); the stage filter takes the words the pages show; a time range keeps
+    the calls seen in it; the ledger shows each call's conversation."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        await runtime.start_turn(tenant="acme", conversation="c2", turn="t2", principal="p")
+        mail = key("mail", turn="t2", response="resp_2")
+        mail = attrs.evolve(mail, conversation="c2")
+        await runtime.feed(opened(mail, tool="send_email") + finished(mail) + response_ended(mail))
+        await runtime.settle()
+        async with client_of(runtime.log) as (client, console):
+            everything = (await client.get("/")).text
+            assert '<td data-col="conversation" class="id">c2</td>' in everything
+            for found, calls in [
+                ("c2", {"mail"}),
+                ("t1", {"call_1", "call_2", "call_3"}),
+                ("resp_2", {"mail"}),
+                ("call_3", {"call_3"}),
+                ("nothing", set()),
+            ]:
+                page = (await client.get("/", params={"id": found})).text
+                assert set(re.findall(r'class="id">(call_\d|mail)</a>', page)) == calls, found
+            waiting = (await client.get("/?stage=waiting")).text
+            assert set(re.findall(r'class="id">(call_\d|mail)</a>', waiting)) == {"mail"}
+            assert "<option selected>waiting</option>" in waiting
+            assembling = (await client.get("/?stage=assembling")).text
+            assert 'of <span id="total">3</span>' in assembling
+            view = console.feed.view.call(mail)
+            assert view is not None
+            at = view.first_seen
+            later = at + timedelta(hours=1)
+            for query, total in [
+                ({"since": shown_time(later)}, 0),
+                ({"until": shown_time(at - timedelta(hours=1))}, 0),
+                ({"since": shown_time(at - timedelta(hours=1)), "until": shown_time(later)}, 4),
+                ({"since": (at - timedelta(hours=1)).date().isoformat()}, 4),
+            ]:
+                page = (await client.get("/", params=query)).text
+                assert f'of <span id="total">{total}</span>' in page, query
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("state=waiting", "no state is called 'waiting'; the states are: collecting"),
+        ("stage=collecting", "no stage is called 'collecting'; the stages are: assembling"),
+        ("since=yesterday", "'yesterday' is no time: give ISO 8601"),
+    ],
+)
+async def test_a_filter_that_names_nothing_is_answered_not_ignored(query: str, said: str) -> None:
+    """An unknown stage, state or time is a 400 naming the valid ones, on the ledger and on
+    the live feed: never ignored, which would show every call."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, _):
+            page = await client.get(f"/?{query}")
+            assert page.status_code == 400
+            assert said in html.unescape(page.text)
+            live = await client.get(f"/live?{query}")
+            assert live.status_code == 400
+            assert said in live.text
+
+
+async def test_the_waiting_page_names_whose_confirmation_and_until_when() -> None:
+    """A call waiting for a confirmation shows its conversation, the principal of its turn and
+    its confirmation's expiry, on the waiting page and on its own page, in ISO 8601 UTC."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await start(runtime)
+        mail = key("mail")
+        await runtime.feed(opened(mail, tool="send_email") + finished(mail) + response_ended(mail))
+        await runtime.settle()
+        [pending] = [call async for call in _pending(runtime)]
+        expires = shown_time(pending.expires_at)
+        async with client_of(runtime.log) as (client, console):
+            view = console.feed.view.call(mail)
+            assert view is not None
+            assert (view.principal, view.confirmation_expires) == ("user:alice", pending.expires_at)
+            waiting = (await client.get("/waiting")).text
+            assert '<td class="id principal">user:alice</td>' in waiting
+            assert f'<time datetime="{expires}">{expires}</time>' in waiting
+            assert '<td class="id">c1</td>' in waiting
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", expires)
+            page = (await client.get(f"/calls/{view.token}")).text
+            assert 'awaits the confirmation of</dt><dd class="id">user:alice' in page
+            assert expires in page
+
+
+async def _pending(runtime: Runtime) -> AsyncIterator[PendingConfirmation]:
+    for call in runtime.projections.ledger.rows():
+        pending = await runtime.pending_confirmation(call.key)
+        if pending is not None:
+            yield pending
+
+
+async def test_a_calls_history_says_when_each_transition_happened() -> None:
+    """Each transition of a call's page carries the log's time of its record, in ISO 8601
+    UTC; the ledger's snapshot (and so the state digest) holds no time."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (client, console):
+            view = console.feed.view.call(key("call_3"))
+            assert view is not None
+            page = (await client.get(f"/calls/{view.token}")).text
+            rows = re.findall(r'<tr><td class="num">@(\d+)</td><td>(.*?)</td>', page)
+            assert len(rows) >= 3
+            recorded = {r.position: r.recorded_at for r in await runtime.log.read(1)}
+            for position, cell in rows:
+                moment = shown_time(recorded[int(position)])
+                assert cell == f'<time datetime="{moment}">{moment}</time>', position
+            snapshot = json.dumps(runtime.projections.ledger.snapshot())
+            assert shown_time(recorded[int(rows[0][0])])[:10] not in snapshot
+
+
+async def test_the_waiting_page_is_told_when_calls_enter_or_leave_its_stages() -> None:
+    """The waiting page's feed says ``changed`` when a call starts waiting, and not for a
+    fragment of a call that is assembling."""
+    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+        await _runtime_with_calls(runtime)
+        async with client_of(runtime.log) as (_, console):
+            view = console.feed.view
+            watched = view.watched_sequence
+            sequence = view.sequence
+            more = ArgumentsAppended(
+                key=key("call_1"), data=b"x", offset=100, first_sequence=5, last_sequence=5
+            )
+            await runtime.feed([more])
+            await runtime.settle()
+            with trio.fail_after(5):
+                await console.feed.changed_after(sequence)
+            assert view.watched_sequence == watched
+            mail = key("mail")
+            await runtime.feed(
+                opened(mail, tool="send_email") + finished(mail) + response_ended(mail)
+            )
+            await runtime.settle()
+            with trio.fail_after(5):
+                while view.watched_sequence == watched:
+                    await console.feed.changed_after(view.sequence)
+            events = await _waiting_events(console, f"/live/waiting?after={watched}")
+            assert events[0] == "hello"
+            assert events[1] == "changed"
+
+
+async def _waiting_events(console: Console, path: str) -> list[str]:
+    """The names of the first two events the waiting page's feed sends at ``path``."""
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path.split("?", maxsplit=1)[0],
+        "raw_path": path.split("?", maxsplit=1)[0].encode(),
+        "root_path": "",
+        "query_string": path.partition("?")[2].encode(),
+        "headers": [
+            (b"host", b"console.test"),
+            (b"authorization", f"Bearer {OPERATOR_TOKEN}".encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("console.test", 80),
+    }
+    body = b""
+    names: list[str] = []
+
+    async def receive() -> Message:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def send(message: Message) -> None:
+                nonlocal body
+                chunk = message.get("body", b"")
+                assert isinstance(chunk, bytes)
+                body += chunk
+                names[:] = re.findall(r"^event: (\w+)$", body.decode(), re.MULTILINE)
+                if len(names) >= 2:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(console.app, scope, receive, send)
+    return names

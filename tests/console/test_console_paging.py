@@ -98,7 +98,8 @@ async def test_the_waiting_page_lists_one_page_of_each_stage() -> None:
             asked = (await client.get("/waiting?waiting=3&ready=1")).text
             assert 'href="?waiting=2&amp;ready=1"' in asked
             beyond = (await client.get("/waiting?waiting=99")).text
-            assert "the first page" in beyond
+            assert "page 99 is past the last page, 3 (11 calls)" in beyond
+            assert 'href="?waiting=3">the last page' in beyond
 
 
 async def test_every_list_of_every_page_is_one_page_long() -> None:
@@ -221,15 +222,35 @@ async def test_the_controls_answer_while_heavy_pages_are_drawn() -> None:
             assert len(done) == 9
 
 
-async def test_a_page_of_no_calls_after_the_last_says_so() -> None:
-    """Asked for a page past the end (or a number too large to count to), a page says how
-    many there are and links back to the first."""
-    async with open_runtime(log="memory://", tools=TOOLS) as runtime:
+async def test_a_page_after_the_last_says_so() -> None:
+    """Asked for a page past the end (or a number too large to count to), every paged page
+    says which page was asked for, which is the last and how many there are, and links to the
+    last; a number that is none asks for the first."""
+    async with open_runtime(log="memory://", tools=TOOLS, operators=[OPERATOR]) as runtime:
         await _waiting_calls(runtime, 3, tenant="acme", tool="get_weather")
         async with client_of(runtime.log, page_size=PAGE) as (client, _):
-            for path in ("/?page=9", "/?page=" + "9" * 40, "/?page=-3", "/?page=x"):
+            ledger = (await client.get("/?page=99")).text
+            assert "page 99 is past the last page, 1" in ledger
+            assert 'of <span id="total">3</span>' not in ledger
+            assert "calls 9801" not in ledger
+            assert 'href="?page=1">the last page' in ledger
+            huge = "9" * 40
+            assert "is past the last page, 1" in (await client.get(f"/?page={huge}")).text
+            for path in ("/?page=-3", "/?page=x"):
                 response = await client.get(path)
                 assert response.status_code == 200, path
                 assert 'of <span id="total">3</span>' in response.text
-            overview = (await client.get("/overview?page=" + "9" * 40)).text
-            assert "the first page" in overview
+            for path, said in [
+                (f"/overview?page={huge}", "past the last page, 1 (1 tenants)"),
+                ("/audit?page=7", "page 7 is past the last page, 1 (0 controls)"),
+                ("/waiting?running=5", "page 5 is past the last page, 1 (0 calls)"),
+            ]:
+                page = html.unescape((await client.get(path)).text)
+                assert said in page, path
+            link = re.search(r'href="(/calls/[A-Za-z0-9_-]+)"', ledger)
+            assert link is None
+            first = (await client.get("/")).text
+            link = re.search(r'href="(/calls/[A-Za-z0-9_-]+)"', first)
+            assert link is not None
+            history = (await client.get(f"{link[1]}?page=50")).text
+            assert "page 50 is past the last page, 1" in history

@@ -15,8 +15,13 @@ from attrs import define, field
 from inert.events import (
     CallCancelled,
     CallKey,
+    CallStopRequested,
     ControlRefused,
     Event,
+    ExecutionCompleted,
+    ExecutionFailed,
+    ExecutionOutcomeUnknown,
+    ExecutionStopped,
     RecordedEvent,
     ResponseQuarantined,
     TenantResumed,
@@ -28,6 +33,14 @@ from inert.projections._digest import JSON, Snapshot, key_json
 
 CONTROL_TYPES = (ResponseQuarantined, ToolDisabled, ToolEnabled, TenantStopped, TenantResumed)
 """The operator controls the audit records."""
+
+OUTCOMES: dict[type[Event], str] = {
+    ExecutionCompleted: "completed",
+    ExecutionFailed: "failed",
+    ExecutionStopped: "stopped",
+    ExecutionOutcomeUnknown: "unknown",
+}
+"""What each executor report names as the outcome of a call asked to stop."""
 
 
 @define
@@ -42,6 +55,7 @@ class AuditEntry:
     recorded_at: str
     ended: list[CallKey] = field(factory=list)
     refused: bool = False
+    asked_to_stop: dict[CallKey, str] = field(factory=dict)
 
     def to_json(self) -> dict[str, JSON]:
         marked: dict[str, JSON] = {"refused": True} if self.refused else {}
@@ -118,6 +132,18 @@ class Audit:
             entry = self._entries.get(event.cause)
             if entry is not None:
                 entry.ended.append(event.key)
+        elif isinstance(event, CallStopRequested):
+            entry = self._entries.get(event.cause)
+            if entry is not None:
+                entry.asked_to_stop[event.key] = "stop_requested"
+        elif isinstance(
+            event,
+            ExecutionCompleted | ExecutionFailed | ExecutionStopped | ExecutionOutcomeUnknown,
+        ):
+            # The executor's report answers the control that asked the call to stop.
+            for entry in self._entries.values():
+                if entry.asked_to_stop.get(event.key) == "stop_requested":
+                    entry.asked_to_stop[event.key] = OUTCOMES[type(event)]
 
     def entries(self) -> list[AuditEntry]:
         """The controls in the order the log holds them."""

@@ -1,6 +1,8 @@
-// The inert console's only script: ages that count up, and the ledger kept live by server-sent
-// events. Every value is set as text (textContent), never as markup, and arrives as the page
-// shows it: each id escaped by the server as the page's own cells are.
+// The inert console's only script: ages that count up, times shown in UTC or in the browser's
+// time zone, the ledger kept live by server-sent events, and the waiting and running page drawn
+// again when calls enter or leave its stages. Every value is set as text (textContent), never
+// as markup, and arrives as the page shows it: each id escaped by the server as the page's own
+// cells are. Without the script every page reads right, its times in UTC.
 "use strict";
 
 (function () {
@@ -28,6 +30,120 @@
   }
   setInterval(tick, 1000);
 
+  // Times: each <time> holds its UTC moment in ISO 8601; the switch shows them in this
+  // browser's time zone instead (with its offset), and the choice is kept for the next page.
+  const zone = document.getElementById("time-zone");
+  const ZONE_KEY = "inert.console.times";
+  let localTimes = false;
+  try {
+    localTimes = window.localStorage.getItem(ZONE_KEY) === "local";
+  } catch (error) {
+    localTimes = false;
+  }
+  const two = (number) => String(number).padStart(2, "0");
+
+  function offsetText(date) {
+    const minutes = -date.getTimezoneOffset();
+    const sign = minutes < 0 ? "-" : "+";
+    const whole = Math.abs(minutes);
+    return sign + two(Math.floor(whole / 60)) + ":" + two(whole % 60);
+  }
+
+  function localText(utc) {
+    const date = new Date(utc);
+    if (Number.isNaN(date.getTime())) return utc;
+    return date.getFullYear() + "-" + two(date.getMonth() + 1) + "-" + two(date.getDate()) +
+      "T" + two(date.getHours()) + ":" + two(date.getMinutes()) + ":" +
+      two(date.getSeconds()) + offsetText(date);
+  }
+
+  function showTimes(root) {
+    for (const time of root.querySelectorAll("time[datetime]")) {
+      const utc = time.getAttribute("datetime");
+      time.textContent = localTimes ? localText(utc) : utc;
+      time.title = localTimes ? utc : localText(utc);
+    }
+  }
+
+  function timeElement(utc) {
+    const time = document.createElement("time");
+    time.setAttribute("datetime", utc);
+    time.textContent = localTimes ? localText(utc) : utc;
+    return time;
+  }
+
+  if (zone) {
+    const label = () => {
+      zone.textContent = localTimes ? "times in local time, UTC" + offsetText(new Date()) : "times in UTC";
+      zone.setAttribute("aria-pressed", localTimes ? "true" : "false");
+    };
+    zone.hidden = false;
+    label();
+    zone.addEventListener("click", () => {
+      localTimes = !localTimes;
+      try {
+        window.localStorage.setItem(ZONE_KEY, localTimes ? "local" : "utc");
+      } catch (error) {
+        // Not kept (storage refused): this page still switches.
+      }
+      label();
+      showTimes(document);
+    });
+  }
+  showTimes(document);
+
+  const waiting = document.getElementById("live-waiting");
+  if (waiting) watchWaiting(waiting);
+
+  function watchWaiting(status) {
+    // The lists are in the order calls entered their stages, and paged: the page is drawn
+    // again by the server, at most once a second, and its lists put in place of these.
+    const sections = document.getElementById("sections");
+    let drawing = false;
+    let again = false;
+    async function redraw() {
+      if (drawing) {
+        again = true;
+        return;
+      }
+      drawing = true;
+      try {
+        const response = await fetch(window.location.href, { credentials: "same-origin" });
+        if (response.ok) {
+          const drawn = new DOMParser().parseFromString(await response.text(), "text/html");
+          const fresh = drawn.getElementById("sections");
+          if (fresh) {
+            sections.replaceChildren(...Array.from(fresh.childNodes, (node) => document.importNode(node, true)));
+            showTimes(sections);
+            tick();
+          }
+        }
+      } finally {
+        setTimeout(() => {
+          drawing = false;
+          if (again) {
+            again = false;
+            redraw();
+          }
+        }, 1000);
+      }
+    }
+    const source = new EventSource(base + "/live/waiting?after=" + encodeURIComponent(status.dataset.after));
+    source.addEventListener("hello", () => {
+      status.textContent = "live";
+      status.classList.add("on");
+    });
+    source.addEventListener("changed", (event) => {
+      const position = document.getElementById("position");
+      if (position) position.textContent = String(JSON.parse(event.data).position);
+      redraw();
+    });
+    source.onerror = () => {
+      status.textContent = "reconnecting…";
+      status.classList.remove("on");
+    };
+  }
+
   const live = document.getElementById("live");
   const table = document.getElementById("ledger");
   if (!live || !table) return;
@@ -47,7 +163,8 @@
     const tr = document.createElement("tr");
     tr.dataset.id = row.id;
     tr.append(
-      cell("stage"), cell("state"), cell("tenant", "id"), cell("turn", "id"), cell("tool", "id"),
+      cell("stage"), cell("state"), cell("tenant", "id"), cell("conversation", "id"),
+      cell("turn", "id"), cell("tool", "id"),
       cell("call"), cell("fragments", "num"), cell("bytes", "num"), cell("reasons", "reason"),
       cell("first_seen"), cell("changed_at"), cell("age", "num"),
     );
@@ -72,9 +189,12 @@
     link.className = "id";
     link.textContent = row.call;
     cells.call.replaceChildren(link);
-    for (const name of ["state", "tenant", "turn", "tool", "fragments", "bytes", "reasons",
-                        "first_seen", "changed_at"]) {
+    for (const name of ["state", "tenant", "conversation", "turn", "tool", "fragments", "bytes",
+                        "reasons"]) {
       cells[name].textContent = String(row[name]);
+    }
+    for (const name of ["first_seen", "changed_at"]) {
+      cells[name].replaceChildren(timeElement(row[name]));
     }
     cells.age.dataset.first = String(row.first_ms);
     cells.age.textContent = row.age;
