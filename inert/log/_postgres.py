@@ -472,10 +472,12 @@ class _PresenceHolder:
     def __init__(self, connect: Callable[[], Connection]) -> None:
         self._connect = connect
         self._connection: Connection | None = None
+        self._keys: tuple[int, int] | None = None
 
     def lock(self, keys: tuple[int, int]) -> None:
         self._connection = self._connect()
         self._connection.execute("SELECT pg_advisory_lock_shared(%s, %s)", keys)
+        self._keys = keys
 
     def keep(self, keys: tuple[int, int]) -> None:
         """Lock again on a new session where the one holding the lock was lost; a server out
@@ -493,9 +495,19 @@ class _PresenceHolder:
             self.close()
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        connection, keys = self._connection, self._keys
+        self._connection = self._keys = None
+        if connection is None:
+            return
+        try:
+            # Closing alone ends the session a moment later, while the server winds it down:
+            # a check right after would still find the runtime present.
+            if keys is not None and not connection.closed:
+                connection.execute("SELECT pg_advisory_unlock_shared(%s, %s)", keys)
+        except psycopg.Error:
+            pass
+        finally:
+            connection.close()
 
 
 class PostgresLog(GroupCommitLog[Connection]):
