@@ -9,7 +9,10 @@ Under ``CI=true`` a missing browser fails these tests instead of skipping them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,7 +28,8 @@ from console_support import (
     opened,
     response_ended,
 )
-from locations import ROOT
+from locations import ROOT, TESTS
+from postgres_support import fresh_schema, log_url
 
 from inert import Phase
 from inert.events._identity import key_part
@@ -337,3 +341,113 @@ def test_ids_are_never_broken(lab: ConsoleLab, browser: WebDriver) -> None:
         _shot(browser, "call-long-ids")
     finally:
         browser.set_window_size(1400, 900)
+
+
+@pytest.fixture
+def incident(tmp_path: Path) -> Iterator[str]:
+    """An agent server process on a PostgreSQL log holding a call of every live stage for
+    acme and globex, and ``inert console`` served over the same log from a process of its own;
+    the console's address with its sign-in token."""
+    with fresh_schema() as schema:
+        url = log_url(schema)
+        server = subprocess.Popen(
+            [sys.executable, str(TESTS / "incident_server.py"), url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        environment = {**os.environ, "INERT_OPERATORS": "operator:olga"}
+        command = [sys.executable, "-m", "inert", "console", "--log", url, "--port", "0"]
+        console = None
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline() == "ready\n"
+            console = subprocess.Popen(
+                [*command, "--principal", "operator:olga"],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=environment,
+            )
+            assert console.stdout is not None
+            address = console.stdout.readline().split(" on ", 1)[1].strip()
+            yield address
+        finally:
+            for process in (console, server):
+                if process is None:
+                    continue
+                if process is console:
+                    process.terminate()
+                elif process.stdin is not None:
+                    process.stdin.close()
+                process.wait(timeout=30)
+                if process.stdout is not None:
+                    process.stdout.close()
+
+
+def test_an_incident_in_the_console_beside_a_server_on_postgresql(
+    incident: str, browser: WebDriver
+) -> None:
+    """The operator finds a call by its id, previews the tenant's stop (the running call
+    listed), stops the tenant, sees every call of it end with its time, and reads the audit
+    with the counts, while the server runs on."""
+    base, token = incident.split("/?token=")
+    browser.delete_all_cookies()
+    browser.get(f"{base}/?token={token}")
+    browser.find_element(By.ID, "search-id").send_keys("call_book_flight")
+    browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+    _until(browser, lambda: "calls 1 to 2 of 2" in _text(browser), "the call found by its id")
+    _shot(browser, "incident-search")
+
+    browser.get(f"{base}/controls")
+    browser.find_element(By.CSS_SELECTOR, '#action option[value="stop-tenant"]').click()
+    browser.find_element(By.ID, "target").send_keys("acme")
+    browser.find_element(By.ID, "reason").send_keys("incident 7: prompt injection")
+    browser.find_element(By.ID, "give").click()
+    _until(browser, lambda: "Emergency stop of tenant" in _text(browser), "the preview")
+    question = _text(browser)
+    assert "3 calls are live now. 1 running call is asked to stop." in question
+    assert "A runtime is running on this log" in question
+    assert (
+        "book_flight"
+        in browser.find_element(By.ID, "stopping-title")
+        .find_element(By.XPATH, "following-sibling::*[1]")
+        .text
+    )
+    _shot(browser, "incident-preview")
+
+    browser.find_element(By.ID, "confirm-stop").click()
+    _until(browser, lambda: "Calls it ended (3)" in _text(browser), "the calls it ended")
+
+    def outcome_reported() -> bool:
+        cell = "#asked-to-stop tbody td:nth-child(6)"
+        if browser.find_element(By.CSS_SELECTOR, cell).text == "stopped":
+            return True
+        browser.refresh()
+        return False
+
+    _until(browser, outcome_reported, "the running call's outcome")
+    ended_at = browser.find_elements(By.CSS_SELECTOR, "#ended tbody td:last-child")
+    assert len(ended_at) == 3
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", cell.text) for cell in ended_at)
+    _shot(browser, "incident-control")
+
+    browser.get(f"{base}/?tenant=acme")
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-stage]")
+    assert sorted(row.get_attribute("data-stage") for row in rows) == [
+        "cancelled",
+        "cancelled",
+        "cancelled",
+        "stopped",
+    ]
+    browser.find_element(By.LINK_TEXT, "call_search").click()
+    history = _text(browser)
+    assert "tenant_stopped" in history
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", history)
+    _shot(browser, "incident-call")
+
+    browser.get(f"{base}/audit")
+    audit = _text(browser)
+    assert "incident 7: prompt injection" in audit
+    browser.get(f"{base}/?tenant=globex&stage=running")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tr[data-stage]")) == 1
+    _shot(browser, "incident-audit")
