@@ -433,7 +433,7 @@ def test_an_incident_in_the_console_beside_a_server_on_postgresql(
 
     browser.get(f"{base}/?tenant=acme")
     rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-stage]")
-    assert sorted(row.get_attribute("data-stage") for row in rows) == [
+    assert sorted(str(row.get_attribute("data-stage")) for row in rows) == [
         "cancelled",
         "cancelled",
         "cancelled",
