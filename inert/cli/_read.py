@@ -229,11 +229,21 @@ async def audit_command(url: str, *, as_json: bool) -> None:
             shown_text(entry.operator),
             shown_text(entry.reason),
             "-" if entry.refused else str(len(entry.ended)),
+            "-" if entry.refused else str(len(entry.asked_to_stop)),
         ]
         for entry in entries
     ]
-    header = ("", "recorded at", "control", "scope", "operator", "reason", "calls ended")
-    for line in text_table(header, cells, {6}):
+    header = (
+        "",
+        "recorded at",
+        "control",
+        "scope",
+        "operator",
+        "reason",
+        "calls ended",
+        "asked to stop",
+    )
+    for line in text_table(header, cells, {6, 7}):
         print(line)
     for entry in entries:
         ledger = projections.ledger
@@ -241,3 +251,5 @@ async def audit_command(url: str, *, as_json: bool) -> None:
             row = ledger.row(key)
             state = "-" if row is None else f"{row.state} {row.terminal_reason}"
             print(f"@{entry.position} ended {whole_key(key)}: {state}")
+        for key, outcome in entry.asked_to_stop.items():
+            print(f"@{entry.position} asked to stop {whole_key(key)}: {outcome}")

@@ -126,6 +126,9 @@ def test_an_incident_through_the_command_line_beside_a_running_server(
             break
     assert entry["asked_to_stop"][0]["outcome"] == "stopped"
     assert len(entry["ended"]) == 3
+    _, out, _ = run(capsys, ["audit", "--log", url])
+    assert "asked to stop acme/acme-chat/acme-turn/resp_acme_book_flight/" in out
+    assert out.rstrip().endswith(": stopped")
 
     status, out, _ = run(capsys, ["controls", "--log", url])
     assert status == 0
