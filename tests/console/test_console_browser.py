@@ -448,6 +448,9 @@ def test_an_incident_in_the_console_beside_a_server_on_postgresql(
     browser.get(f"{base}/audit")
     audit = _text(browser)
     assert "incident 7: prompt injection" in audit
+    [given] = browser.find_elements(By.CSS_SELECTOR, "#audit tr.given")
+    counts = [cell.text for cell in given.find_elements(By.CSS_SELECTOR, "td.num")][1:]
+    assert counts == ["3", "1"]
     browser.get(f"{base}/?tenant=globex&stage=running")
     assert len(browser.find_elements(By.CSS_SELECTOR, "tr[data-stage]")) == 1
     _shot(browser, "incident-audit")
