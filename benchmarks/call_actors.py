@@ -680,6 +680,11 @@ def _response_ended(key: CallKey) -> ResponseEnded:
     )
 
 
+def call_lifecycle(key: CallKey) -> list[Event]:
+    """A whole call in one batch: opened, four fragments, its end and its response's end."""
+    return [*_latency_setup_events(key), _response_ended(key)]
+
+
 async def _runtime_latencies(url: str, calls: int, burst: bool) -> list[float]:
     keys = [call_key(index) for index in range(calls)]
     async with open_runtime(

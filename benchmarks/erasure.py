@@ -32,19 +32,20 @@ from urllib.parse import urlencode, urlsplit
 import psycopg
 import trio
 
-from benchmarks.call_actors import TOOL, call_key, each, limits_for, sqlite_url, start_turns
+from benchmarks.call_actors import (
+    TOOL,
+    call_key,
+    call_lifecycle,
+    each,
+    limits_for,
+    sqlite_url,
+    start_turns,
+)
 from inert import (
-    ArgumentsAppended,
-    CallEnded,
     CallKey,
-    CallOpened,
     ClaimRefused,
-    Event,
     ReadyCall,
-    ResponseEnded,
-    ResponseEndReason,
     Retention,
-    TerminalRef,
     open_runtime,
 )
 
@@ -52,27 +53,8 @@ DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_CALLS = 300
 DEFAULT_RUNS = 3
 FEEDERS = 64
-PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 SETTINGS = {"retention on": Retention(), "retention off": KEEP_EVERYTHING}
-
-
-def _lifecycle(key: CallKey) -> list[Event]:
-    events: list[Event] = [CallOpened(key=key, tool=TOOL.name, sequence=0)]
-    for number, part in enumerate(PARTS, start=1):
-        events.append(
-            ArgumentsAppended(key=key, data=part, first_sequence=number, last_sequence=number)
-        )
-    end = len(PARTS) + 1
-    events.append(CallEnded(key=key, terminal=TerminalRef(sequence=end)))
-    events.append(
-        ResponseEnded(
-            response=key.response_ref,
-            reason=ResponseEndReason.COMPLETED,
-            terminal=TerminalRef(sequence=end + 1),
-        )
-    )
-    return events
 
 
 async def _run(url: str, calls: int, retention: Retention) -> float:
@@ -100,7 +82,7 @@ async def _run(url: str, calls: int, retention: Retention) -> float:
         await start_turns(runtime, keys)
 
         async def feed(key: CallKey) -> None:
-            await runtime.feed(_lifecycle(key))
+            await runtime.feed(call_lifecycle(key))
 
         await each(keys, feed, FEEDERS)
         waiting = iter(keys)

@@ -15,17 +15,12 @@ from __future__ import annotations
 import sys
 
 import trio
+from peer_process import call_events
 
 from inert import (
-    ArgumentsAppended,
-    CallEnded,
     CallKey,
-    CallOpened,
     Event,
-    ResponseEnded,
-    ResponseEndReason,
     Runtime,
-    TerminalRef,
     ToolDeclaration,
     open_runtime,
 )
@@ -57,26 +52,7 @@ def key_of(tenant: str, tool: str) -> CallKey:
 
 def call(tenant: str, tool: str, *, whole: bool) -> list[Event]:
     """A call of its own response: whole (its response ends), or cut after one fragment."""
-    key = key_of(tenant, tool)
-    data = b'{"note": "incident drill"}'
-    middle = len(data) // 2
-    events: list[Event] = [
-        CallOpened(key=key, tool=tool, sequence=0),
-        ArgumentsAppended(key=key, data=data[:middle], offset=0, first_sequence=1, last_sequence=1),
-    ]
-    if whole:
-        events += [
-            ArgumentsAppended(
-                key=key, data=data[middle:], offset=middle, first_sequence=2, last_sequence=2
-            ),
-            CallEnded(key=key, terminal=TerminalRef(sequence=3)),
-            ResponseEnded(
-                response=key.response_ref,
-                reason=ResponseEndReason.COMPLETED,
-                terminal=TerminalRef(sequence=4),
-            ),
-        ]
-    return events
+    return call_events(key_of(tenant, tool), tool, b'{"note": "incident drill"}', whole=whole)
 
 
 async def run_until_stopped(runtime: Runtime, key: CallKey, task_status: trio.TaskStatus) -> None:

@@ -43,6 +43,12 @@ def call(turn: str, tool: str, data: bytes, *, whole: bool) -> list[Event]:
     key = CallKey(
         tenant="acme", conversation=turn, turn=turn, response=f"{turn}-{tool}", item=tool, call=tool
     )
+    return call_events(key, tool, data, whole=whole)
+
+
+def call_events(key: CallKey, tool: str, data: bytes, *, whole: bool) -> list[Event]:
+    """The events of a call alone in its response: whole (its response ends), or cut after
+    one fragment."""
     middle = len(data) // 2
     events: list[Event] = [
         CallOpened(key=key, tool=tool, sequence=0),

@@ -36,7 +36,7 @@ from ..projections import (
 from ..projections._controls import target_of
 from ..projections._shown import stage_of
 from ..runtime import PendingConfirmation, Runtime, trio_clock
-from ..runtime._controls import TENANT_ACTIONS, control_event, give_control
+from ..runtime._controls import control_event, give_control
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
 from ._common import READ_PAGE, fold_log, runtime_on, settle_within
 from ._tables import Keys, key_json
@@ -175,13 +175,7 @@ async def control_command(
         raise RefusedError(
             f"no operator is configured: {OPERATORS_VARIABLE} names the operator principals"
         )
-    event = control_event(
-        action,
-        target,
-        tenant=None if action in TENANT_ACTIONS else tenant,
-        operator=operator,
-        reason=reason,
-    )
+    event = control_event(action, target, tenant=tenant, operator=operator, reason=reason)
     async with open_log(url, clock=trio_clock(), create=False) as log:
         projections = await _folded(log)
         audit = projections.audit

@@ -339,13 +339,7 @@ async def controls(request: Request) -> Response:
         problem = "say why: the reason is written to the audit"
     if problem is not None:
         return await _controls_page(request, asked, problem, reason=reason)
-    event = control_event(
-        action,
-        target,
-        tenant=None if action in TENANT_ACTIONS else tenant,
-        operator=principal,
-        reason=reason,
-    )
+    event = control_event(action, target, tenant=tenant, operator=principal, reason=reason)
     idle = console.feed.without_effect(event)
     if idle is not None:
         return await _controls_page(

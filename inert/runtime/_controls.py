@@ -39,7 +39,8 @@ TENANT_ACTIONS = frozenset({"stop-tenant", "resume-tenant"})
 def control_event(
     action: str, target: str, *, tenant: str | None, operator: str, reason: str
 ) -> OperatorControl:
-    """The control event of an action (one of ``ACTIONS``) on its target."""
+    """The control event of an action (one of ``ACTIONS``) on its target; ``tenant`` narrows a
+    quarantine or a tool's control, and a tenant's own control names none besides its target."""
     match action:
         case "quarantine-response":
             return ResponseQuarantined(
