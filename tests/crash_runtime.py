@@ -13,7 +13,7 @@ import sys
 from contextlib import suppress
 
 import trio
-from fault_scenarios import DIGEST, OPERATOR, PRINCIPAL, TOOLS, call_events, key_of
+from fault_scenarios import OPERATOR, PRINCIPAL, TOOLS, call_events, digest_of, key_of
 
 from inert import CallKey, ClaimRefused, ConfirmationRefused, Runtime, open_runtime, trio_clock
 from inert.log import SQLiteLog
@@ -47,7 +47,9 @@ async def worker(runtime: Runtime, run: str, number: int) -> None:
         await runtime.settle()
         await execute(runtime, plain)
         with suppress(ConfirmationRefused):
-            await runtime.confirm(confirmed, principal=PRINCIPAL, arguments_digest=DIGEST)
+            await runtime.confirm(
+                confirmed, principal=PRINCIPAL, arguments_digest=digest_of(runtime)
+            )
         await runtime.settle()
         await execute(runtime, confirmed)
 

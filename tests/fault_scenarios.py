@@ -10,7 +10,6 @@ lists every broken promise of the contract.
 from __future__ import annotations
 
 import bisect
-import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
@@ -33,6 +32,8 @@ from inert import (
     ToolDeclaration,
     TurnRef,
 )
+from inert.actors._arguments import arguments_digest
+from inert.actors._call import DIGEST_KEY
 from inert.events import (
     CallCancelled,
     CallConfirmed,
@@ -57,7 +58,13 @@ TOOLS = [
 PRINCIPAL = "user:alice"
 OPERATOR = "ops:bob"
 ARGUMENTS = b'{"city": "Paris"}'
-DIGEST = "sha256:" + hashlib.sha256(b'{"city":"Paris"}').hexdigest()
+CANONICAL = b'{"city":"Paris"}'
+
+
+def digest_of(runtime: Runtime) -> str:
+    """The digest a person confirming these calls is shown: the canonical arguments', keyed by
+    the runtime's log (rules 10)."""
+    return arguments_digest(CANONICAL, runtime.log.key(DIGEST_KEY))
 
 
 class Stopped(Exception):
@@ -152,7 +159,7 @@ async def confirmed(runtime: Runtime, run: Run) -> None:
     key = key_of("a")
     await _ready(runtime, key, "send_email")
     with suppress(ConfirmationRefused):
-        await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=DIGEST)
+        await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=digest_of(runtime))
     await runtime.settle()
     await run.execute(runtime, key)
 

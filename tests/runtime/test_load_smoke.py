@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import trio
 from conftest import RUN_COUNTS
-from fault_scenarios import DIGEST, OPERATOR, PRINCIPAL, TOOLS, Run, call_events, check_log
+from fault_scenarios import OPERATOR, PRINCIPAL, TOOLS, Run, call_events, check_log, digest_of
 
 from inert import CallKey, InertError, Phase, Runtime, open_runtime, trio_clock
 from inert.log import SQLiteLog
@@ -122,7 +122,9 @@ async def worker(runtime: Runtime, load: Load, number: int, until: float) -> Non
         if fed:
             await wait_decided(runtime, key, until + 5)
         if fed and tool == "send_email":
-            await load.attempt(runtime.confirm(key, principal=PRINCIPAL, arguments_digest=DIGEST))
+            await load.attempt(
+                runtime.confirm(key, principal=PRINCIPAL, arguments_digest=digest_of(runtime))
+            )
             await wait_decided(runtime, key, until + 5)
         # The phase, not the queue's list: thousands of workers scanning it would be quadratic.
         if runtime.phase(key) is Phase.VALIDATED:

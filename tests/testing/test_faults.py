@@ -17,13 +17,13 @@ import trio
 import trio.testing
 from conftest import RUN_COUNTS
 from fault_scenarios import (
-    DIGEST,
     OPERATOR,
     PRINCIPAL,
     TOOLS,
     Run,
     call_events,
     check_log,
+    digest_of,
     drain,
     key_of,
 )
@@ -109,7 +109,7 @@ class Client:
                 await self.attempt(runtime.feed([event]))
             await runtime.settle()
             await self.attempt(
-                runtime.confirm(confirmed, principal=PRINCIPAL, arguments_digest=DIGEST)
+                runtime.confirm(confirmed, principal=PRINCIPAL, arguments_digest=digest_of(runtime))
             )
             await self.attempt(runtime.cancel_turn(dropped.turn_ref, principal=PRINCIPAL))
             await self.attempt(self.run.execute(runtime, dropped))
