@@ -169,6 +169,10 @@ class Log(abc.ABC):
         self._known_head = 0
         self._identity = ""
         self._secret = b""
+        self.rows_read = 0
+        """The rows this log has read from storage since it was opened (by ``read``,
+        ``read_stream`` and subscriptions; not the rows of its own commits that subscriptions
+        take without reading them back): what following a shared log costs each process."""
 
     @property
     def identity(self) -> str:
@@ -211,6 +215,7 @@ class Log(abc.ABC):
             raise LogError(f"read limit must be at least 1, not {limit}")
         first = max(from_position, 1)
         rows = await self._read_rows(first, limit)
+        self.rows_read += len(rows)
         check_page(rows, first)
         return decode_records(self.codec, rows)
 
@@ -219,6 +224,7 @@ class Log(abc.ABC):
         self._check_open()
         first = max(from_version, 1)
         rows = await self._read_stream_rows(stream, first)
+        self.rows_read += len(rows)
         check_stream_page(rows, stream, first)
         return decode_records(self.codec, rows)
 
@@ -447,6 +453,7 @@ class Subscription:
                 continue
             if not rows:
                 rows = await log._read_rows(self._next, SUBSCRIBE_PAGE)
+                log.rows_read += len(rows)
                 if not rows:
                     await log._wait_for_appends(appended)
                     continue
