@@ -1,12 +1,14 @@
 """The PostgreSQL log: append throughput from 1, 2 and 4 processes, ready calls, calls fed and
 executed by 1, 2 and 4 runtime processes, replay; beside SQLite in the same run.
 
-Run with ``python -m benchmarks.postgres_log [--url URL] [--events N] [--calls N]
-[--replay-events N] [--runs R] [--json]``. The server is ``--url`` (default: env
-``INERT_BENCH_POSTGRESQL``, else ``postgresql://postgres@127.0.0.1:5432/test``); every run
-writes to a fresh schema, dropped afterwards. SQLite runs write fresh files (WAL,
+Run with ``python -m benchmarks.postgres_log [--url URL] [--case CASE] [--processes N ...]
+[--events N] [--calls N] [--replay-events N] [--runs R] [--json]``. The server is ``--url``
+(default: env ``INERT_BENCH_POSTGRESQL``, else ``postgresql://postgres@127.0.0.1:5432/test``);
+every run writes to a fresh schema, dropped afterwards. SQLite runs write fresh files (WAL,
 ``synchronous=FULL``) in a temporary directory. Cases are repeated ``--runs`` times with the
-runs interleaved; medians are reported.
+runs interleaved; medians are reported. ``--case`` measures one case alone (``runtimes``: its
+PostgreSQL runs, at each of ``--processes``, 1 2 4 by default); with ``--json`` it prints one
+JSON object per line and process count.
 
 1. ``append``: ``--events`` events per case, split evenly between 1, 2 or 4 writer processes on
    one database; in each process 64 Trio tasks append one ``ArgumentsAppended`` (32 bytes of
@@ -19,12 +21,20 @@ runs interleaved; medians are reported.
    end) by 256 tasks, timed from the first turn started until ``settle()`` returns with every
    call ready for dispatch. PostgreSQL beside SQLite.
 3. ``runtimes``: ``--calls`` calls split evenly between 1, 2 or 4 runtime processes on one
-   database (``open_runtime(process=...)``, this module run with ``--runtime-child``); each
-   starts its own turns, feeds each of its calls as one batch as in ``ready`` (256 tasks), and
-   claims and completes every call it sees ready, its own or another process's (the first
-   claim wins; the others are refused). Timed by the parent from its word until every process
-   has an outcome for each of its own calls; the events the log gained meanwhile give the
-   events/s. Beside: one runtime process on SQLite.
+   database (``open_runtime(process=...)`` with the library's defaults otherwise, retention and
+   snapshots included; this module run with ``--runtime-child``); each starts its own turns,
+   feeds each of its calls as one batch as in ``ready`` (256 tasks), and claims and completes
+   every call it sees ready, its own or another process's (the first claim wins; the others
+   are refused). Timed by the parent from its word until every process has folded every
+   call's outcome and ``settle()`` has returned (its redactions and snapshot written), and no
+   backend of the log's database is active on the server. Per call: the events the log gained;
+   the CPU time of the runtime processes (each its own, from its word to its end) and of the
+   server's processes (read from ``/proc``: the postmaster's children alive, and those that
+   exited through the postmaster's children's times; a server on this machine only, and all
+   of its databases: give the case a database of its own); the transactions and sessions the
+   server counted in the database (``pg_stat_database``, read once every session of the
+   runtimes has ended); and per process, the log rows it read (``Log.rows_read``). Beside,
+   in a full run: one runtime process on SQLite (no server figures).
 4. ``replay``: a log of ``--replay-events`` events (appended in batches of 4,096 before the
    clock starts), read back page by page (``log.read(position, limit=4096)``), every event
    decoded. PostgreSQL beside SQLite.
@@ -37,6 +47,7 @@ import functools
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -87,6 +98,8 @@ PROCESSES = (1, 2, 4)
 FEEDERS = 256
 LEASE_TIME = 60.0
 """Long enough that a runtime process busy on a shared CPU is never taken for dead."""
+IDLE_TIMEOUT = 120.0
+"""Seconds the parent waits for the server's backends of the log's database to go idle."""
 PAGE = 4096
 ARGUMENT_DATA = b'{"query": "weather in Lisbon", "'
 PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
@@ -290,11 +303,13 @@ def ready_calls(target: Target, calls: int) -> float:
 
 async def _runtime_work(
     url: str, process: int, calls: int, total: int, ready: Callable[[], None]
-) -> float:
-    """Feed this process's calls and execute ready calls (anyone's) until every call of this
-    process has its outcome; the seconds from ``ready`` returning to then. Serves claims of
-    its turns until its standard input closes."""
+) -> RuntimeChildRun:
+    """Feed this process's calls and execute ready calls (anyone's) until every call of every
+    process has its outcome here, then until ``settle()`` returns (its redactions and snapshot
+    written): what this took from ``ready`` returning, in seconds and CPU seconds, and the log
+    rows it read meanwhile. Serves claims of its turns until its standard input closes."""
     keys = [call_key(index) for index in range(process * calls, (process + 1) * calls)]
+    every_key = [call_key(index) for index in range(total)]
     async with (
         open_runtime(
             log=url,
@@ -320,6 +335,8 @@ async def _runtime_work(
 
         nursery.start_soon(executor)
         await trio.to_thread.run_sync(ready)
+        cpu = _cpu_seconds()
+        rows = runtime.log.rows_read
         start = time.perf_counter()
         await start_turns(runtime, keys)
 
@@ -329,21 +346,30 @@ async def _runtime_work(
         await each(keys, feed, FEEDERS)
         # Calls finish about in the order they were fed: waiting on the first unfinished one
         # looks at each call about once, where checking them all at every change would not.
-        waiting = iter(keys)
+        waiting = iter(every_key)
         first = next(waiting, None)
         async for _ in runtime.changes():
             while first is not None and (row := runtime.ledger.row(first)) and row.outcome:
                 first = next(waiting, None)
             if first is None:
                 break
-        elapsed = time.perf_counter() - start
+        await runtime.settle()
+        result = RuntimeChildRun(
+            time.perf_counter() - start, _cpu_seconds() - cpu, runtime.log.rows_read - rows
+        )
         outcomes = {row.outcome for key in keys if (row := runtime.ledger.row(key))}
         if outcomes != {"completed"}:
             raise RuntimeError(f"runtimes: outcomes {outcomes}, every call completed expected")
-        print(f"done {elapsed}", flush=True)
+        print(f"done {result.seconds} {result.cpu_seconds} {result.rows_read}", flush=True)
         await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
         nursery.cancel_scope.cancel()
-    return elapsed
+    return result
+
+
+def _cpu_seconds() -> float:
+    """The CPU time (user and system) of this process so far, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _runtime_child(url: str, process: int, calls: int, total: int) -> None:
@@ -355,17 +381,108 @@ def _runtime_child(url: str, process: int, calls: int, total: int) -> None:
 
 
 @dataclass
+class RuntimeChildRun:
+    """What one runtime process reports: its seconds, its CPU seconds and the rows it read."""
+
+    seconds: float
+    cpu_seconds: float
+    rows_read: int
+
+
+@dataclass
 class RuntimeRun:
-    """What one run of runtime processes on one log did: its seconds and the log's events."""
+    """What one run of runtime processes on one log did."""
 
     seconds: float
     events: int
+    """The events the log gained."""
+    log_rows: int
+    """The rows the log holds at the end."""
+    cpu_seconds: float
+    """CPU seconds of the runtime processes and (PostgreSQL) of the server's processes."""
+    rows_read: list[int]
+    """Per runtime process, the log rows it read."""
+    transactions: int
+    """Transactions the server counted in the log's database (PostgreSQL; 0 for SQLite)."""
+    sessions: int
+    """Sessions the server counted in the log's database (PostgreSQL; 0 for SQLite)."""
+
+
+class ServerProbe:
+    """Reads what a PostgreSQL server did for one database: its processes' CPU time (through
+    ``/proc``, so only for a server on this machine), its transactions and sessions, and
+    whether a backend of it is busy. It asks on a connection to another database (the
+    server's ``postgres`` database), so that its own questions count in none of the figures."""
+
+    def __init__(self, url: str) -> None:
+        self.database = urlsplit(url).path.lstrip("/")
+        maintenance = urlsplit(url)._replace(path="/postgres", query="").geturl()
+        self.connection = psycopg.connect(maintenance, autocommit=True)
+        row = self.connection.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        self.postmaster = _stat(row[0])[0]
+        self.ticks = os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def cpu_seconds(self) -> float:
+        """User and system time of the server's processes so far: the postmaster, each of its
+        children alive now, and those that exited (the postmaster's children's times)."""
+        ticks = 0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = _stat(int(entry.name))
+            except (OSError, IndexError):
+                continue
+            if fields[0] == self.postmaster:
+                ticks += fields[10] + fields[11]
+        postmaster = _stat(self.postmaster)
+        return (ticks + sum(postmaster[10:14])) / self.ticks
+
+    def counts(self) -> tuple[int, int]:
+        """Transactions (committed and rolled back) and sessions of the database so far."""
+        row = self.connection.execute(
+            "SELECT xact_commit + xact_rollback, sessions FROM pg_stat_database WHERE datname = %s",
+            (self.database,),
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def backends(self, *, active: bool) -> int:
+        """The backends of the database (the active ones only, if ``active``)."""
+        row = self.connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type ="
+            " 'client backend' AND (NOT %s OR state = 'active')",
+            (self.database, active),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def wait_until(self, done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + IDLE_TIMEOUT
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server's backends of {self.database} {what}")
+            time.sleep(0.005)
+
+
+def _stat(pid: int) -> list[int]:
+    """The numeric fields of ``/proc/<pid>/stat`` after the command's name and state: [ppid,
+    pgrp, ..., utime (10), stime (11), cutime (12), cstime (13), ...]."""
+    with open(f"/proc/{pid}/stat") as file:
+        text = file.read()
+    return [int(field) for field in text[text.rindex(")") + 2 :].split()[1:20]]
 
 
 def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
-    """Seconds from the parent's word until every runtime process has every call of its own
-    completed, and the events the log gained meanwhile."""
+    """Seconds from the parent's word until every runtime process has folded every call's
+    outcome and settled, and (PostgreSQL) the server's backends of the database are idle; and
+    what the processes and the server did meanwhile."""
     trio.run(_touch, target.url)
+    probe = ServerProbe(target.server) if target.kind == "postgresql" else None
     children = [
         subprocess.Popen(
             [
@@ -384,12 +501,17 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
         )
         for number in range(processes)
     ]
+    reports: list[RuntimeChildRun] = []
     try:
         for child in children:
             assert child.stdout is not None
             if child.stdout.readline().strip() != "ready":
                 raise RuntimeError("a runtime process failed to open the log")
         before = trio.run(_head, target.url)
+        if probe is not None:
+            probe.wait_until(lambda: probe.backends(active=True) == 0, "stayed busy")
+            counts = probe.counts()
+            server_cpu = probe.cpu_seconds()
         start = time.perf_counter()
         for child in children:
             assert child.stdin is not None
@@ -397,10 +519,13 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
             child.stdin.flush()
         for child in children:
             assert child.stdout is not None
-            if not child.stdout.readline().startswith("done"):
+            line = child.stdout.readline().split()
+            if line[:1] != ["done"]:
                 raise RuntimeError("a runtime process failed while feeding or executing")
+            reports.append(RuntimeChildRun(float(line[1]), float(line[2]), int(line[3])))
+        if probe is not None:
+            probe.wait_until(lambda: probe.backends(active=True) == 0, "stayed busy")
         elapsed = time.perf_counter() - start
-        after = trio.run(_head, target.url)
     finally:
         for child in children:
             assert child.stdin is not None
@@ -411,7 +536,28 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-    return RuntimeRun(elapsed, after - before)
+    transactions = sessions = 0
+    cpu = sum(report.cpu_seconds for report in reports)
+    if probe is not None:
+        try:
+            # Counted once every session of the runtimes has ended, which reports its figures.
+            probe.wait_until(lambda: probe.backends(active=False) == 0, "stayed open")
+            after = probe.counts()
+            transactions, sessions = after[0] - counts[0], after[1] - counts[1]
+            cpu += probe.cpu_seconds() - server_cpu
+        finally:
+            probe.close()
+    # Read after the counts: this reader's own session is not among them.
+    after_head = trio.run(_head, target.url)
+    return RuntimeRun(
+        seconds=elapsed,
+        events=after_head - before,
+        log_rows=after_head,
+        cpu_seconds=cpu,
+        rows_read=[report.rows_read for report in reports],
+        transactions=transactions,
+        sessions=sessions,
+    )
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -456,17 +602,20 @@ class Case:
     key: str
     label: str
     kind: str
+    group: str
+    """The ``--case`` it belongs to."""
     count: int
     unit: str
     run: Callable[[Target], float | RuntimeRun]
+    processes: int = 1
     seconds: list[float] = field(default_factory=list)
-    logged: list[int] = field(default_factory=list)
-    """Per run, the events the log gained (runtime processes only)."""
+    runtime_runs: list[RuntimeRun] = field(default_factory=list)
+    """Per run, what the runtime processes did (runtime processes only)."""
 
     def record(self, result: float | RuntimeRun) -> None:
         if isinstance(result, RuntimeRun):
             self.seconds.append(result.seconds)
-            self.logged.append(result.events)
+            self.runtime_runs.append(result)
         else:
             self.seconds.append(result)
 
@@ -479,33 +628,67 @@ class Case:
         return statistics.median(self.rates)
 
     @property
+    def logged(self) -> list[int]:
+        return [run.events for run in self.runtime_runs]
+
+    @property
     def event_rates(self) -> list[float]:
-        if not self.logged:
-            return []
-        return [events / seconds for events, seconds in zip(self.logged, self.seconds, strict=True)]
+        return [run.events / run.seconds for run in self.runtime_runs]
+
+    def per_call(self) -> dict[str, Any]:
+        """The medians of a runtimes case, per call where that is what they measure."""
+        runs = self.runtime_runs
+
+        def median(of: Callable[[RuntimeRun], float]) -> float:
+            return statistics.median(of(run) for run in runs)
+
+        return {
+            "case": "runtimes",
+            "kind": self.kind,
+            "processes": self.processes,
+            "calls": self.count,
+            "runs": len(runs),
+            "calls_per_s": self.median_rate,
+            "events_per_call": median(lambda run: run.events / self.count),
+            "cpu_s_per_call": median(lambda run: run.cpu_seconds / self.count),
+            "rows_read_per_process": median(lambda run: statistics.mean(run.rows_read)),
+            "log_rows": median(lambda run: run.log_rows),
+            "transactions_per_call": median(lambda run: run.transactions / self.count),
+            "sessions_per_call": median(lambda run: run.sessions / self.count),
+            "calls_per_s_runs": self.rates,
+            "cpu_s_per_call_runs": [run.cpu_seconds / self.count for run in runs],
+        }
 
 
-def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
+CASES = ("append", "ready", "runtimes", "replay")
+
+
+def build_cases(
+    events: int, calls: int, replay_events: int, processes: Sequence[int] = PROCESSES
+) -> list[Case]:
     cases = [
         Case(
             "sqlite_append_1",
             "SQLite, 1 process x 64 appenders",
             "sqlite",
+            "append",
             events,
             "events/s",
             functools.partial(append_in_process, events=events),
         )
     ]
-    for processes in PROCESSES:
-        count = events // processes * processes
+    for number in PROCESSES:
+        count = events // number * number
         cases.append(
             Case(
-                f"postgresql_append_{processes}",
-                f"PostgreSQL, {processes} process{'es' if processes > 1 else ''} x 64 appenders",
+                f"postgresql_append_{number}",
+                f"PostgreSQL, {number} process{'es' if number > 1 else ''} x 64 appenders",
                 "postgresql",
+                "append",
                 count,
                 "events/s",
-                functools.partial(append_processes, processes=processes, events=count),
+                functools.partial(append_processes, processes=number, events=count),
+                number,
             )
         )
     for kind, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
@@ -514,6 +697,7 @@ def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
                 f"{kind}_ready",
                 f"{name}, 1 runtime, calls made ready",
                 kind,
+                "ready",
                 calls,
                 "calls/s",
                 functools.partial(ready_calls, calls=calls),
@@ -524,22 +708,25 @@ def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
             "sqlite_runtimes_1",
             "SQLite, 1 runtime process, calls fed and executed",
             "sqlite",
+            "runtimes",
             calls,
             "calls/s",
             functools.partial(runtime_processes, processes=1, calls=calls),
         )
     )
-    for processes in PROCESSES:
-        count = calls // processes * processes
+    for number in processes:
+        count = calls // number * number
         cases.append(
             Case(
-                f"postgresql_runtimes_{processes}",
-                f"PostgreSQL, {processes} runtime process{'es' if processes > 1 else ''},"
+                f"postgresql_runtimes_{number}",
+                f"PostgreSQL, {number} runtime process{'es' if number > 1 else ''},"
                 " calls fed and executed",
                 "postgresql",
+                "runtimes",
                 count,
                 "calls/s",
-                functools.partial(runtime_processes, processes=processes, calls=count),
+                functools.partial(runtime_processes, processes=number, calls=count),
+                number,
             )
         )
     for kind, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
@@ -548,6 +735,7 @@ def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
                 f"{kind}_replay",
                 f"{name}, replay (read + decode, pages of 4,096)",
                 kind,
+                "replay",
                 replay_events,
                 "events/s",
                 functools.partial(replay, events=replay_events),
@@ -556,34 +744,69 @@ def build_cases(events: int, calls: int, replay_events: int) -> list[Case]:
     return cases
 
 
+RATIOS = {
+    "postgresql_2_vs_1_processes": (
+        "PostgreSQL append, 2 processes / 1",
+        "postgresql_append_2",
+        "postgresql_append_1",
+    ),
+    "postgresql_4_vs_1_processes": (
+        "PostgreSQL append, 4 processes / 1",
+        "postgresql_append_4",
+        "postgresql_append_1",
+    ),
+    "postgresql_1_vs_sqlite_append": (
+        "PostgreSQL append, 1 process / SQLite",
+        "postgresql_append_1",
+        "sqlite_append_1",
+    ),
+    "postgresql_4_vs_sqlite_append": (
+        "PostgreSQL append, 4 processes / SQLite",
+        "postgresql_append_4",
+        "sqlite_append_1",
+    ),
+    "postgresql_vs_sqlite_ready": (
+        "PostgreSQL ready calls / SQLite",
+        "postgresql_ready",
+        "sqlite_ready",
+    ),
+    "runtimes_2_vs_1": (
+        "PostgreSQL calls fed and executed, 2 runtime processes / 1",
+        "postgresql_runtimes_2",
+        "postgresql_runtimes_1",
+    ),
+    "runtimes_4_vs_1": (
+        "PostgreSQL calls fed and executed, 4 runtime processes / 1",
+        "postgresql_runtimes_4",
+        "postgresql_runtimes_1",
+    ),
+    "runtimes_1_vs_sqlite": (
+        "PostgreSQL calls fed and executed, 1 runtime process / SQLite",
+        "postgresql_runtimes_1",
+        "sqlite_runtimes_1",
+    ),
+    "runtimes_4_vs_sqlite": (
+        "PostgreSQL calls fed and executed, 4 runtime processes / SQLite",
+        "postgresql_runtimes_4",
+        "sqlite_runtimes_1",
+    ),
+    "postgresql_vs_sqlite_replay": (
+        "PostgreSQL replay / SQLite",
+        "postgresql_replay",
+        "sqlite_replay",
+    ),
+}
+"""Each ratio: its name, and the cases whose median rates it divides."""
+
+
 def ratios(cases: Sequence[Case]) -> dict[str, float]:
+    """The ratios of the cases measured."""
     rate = {case.key: case.median_rate for case in cases}
     return {
-        "postgresql_2_vs_1_processes": rate["postgresql_append_2"] / rate["postgresql_append_1"],
-        "postgresql_4_vs_1_processes": rate["postgresql_append_4"] / rate["postgresql_append_1"],
-        "postgresql_1_vs_sqlite_append": rate["postgresql_append_1"] / rate["sqlite_append_1"],
-        "postgresql_4_vs_sqlite_append": rate["postgresql_append_4"] / rate["sqlite_append_1"],
-        "postgresql_vs_sqlite_ready": rate["postgresql_ready"] / rate["sqlite_ready"],
-        "runtimes_2_vs_1": rate["postgresql_runtimes_2"] / rate["postgresql_runtimes_1"],
-        "runtimes_4_vs_1": rate["postgresql_runtimes_4"] / rate["postgresql_runtimes_1"],
-        "runtimes_1_vs_sqlite": rate["postgresql_runtimes_1"] / rate["sqlite_runtimes_1"],
-        "runtimes_4_vs_sqlite": rate["postgresql_runtimes_4"] / rate["sqlite_runtimes_1"],
-        "postgresql_vs_sqlite_replay": rate["postgresql_replay"] / rate["sqlite_replay"],
+        key: rate[over] / rate[under]
+        for key, (_, over, under) in RATIOS.items()
+        if over in rate and under in rate
     }
-
-
-RATIO_NAMES = {
-    "postgresql_2_vs_1_processes": "PostgreSQL append, 2 processes / 1",
-    "postgresql_4_vs_1_processes": "PostgreSQL append, 4 processes / 1",
-    "postgresql_1_vs_sqlite_append": "PostgreSQL append, 1 process / SQLite",
-    "postgresql_4_vs_sqlite_append": "PostgreSQL append, 4 processes / SQLite",
-    "postgresql_vs_sqlite_ready": "PostgreSQL ready calls / SQLite",
-    "runtimes_2_vs_1": "PostgreSQL calls fed and executed, 2 runtime processes / 1",
-    "runtimes_4_vs_1": "PostgreSQL calls fed and executed, 4 runtime processes / 1",
-    "runtimes_1_vs_sqlite": "PostgreSQL calls fed and executed, 1 runtime process / SQLite",
-    "runtimes_4_vs_sqlite": "PostgreSQL calls fed and executed, 4 runtime processes / SQLite",
-    "postgresql_vs_sqlite_replay": "PostgreSQL replay / SQLite",
-}
 
 
 def server_facts(server: str) -> dict[str, str]:
@@ -617,18 +840,28 @@ def format_report(
             f"{case.label:<{width}}  {case.count:>7,}  {case.median_rate:>9,.0f}"
             f"  {case.unit:<8}  {per_run}"
         )
-    lines.append("")
-    lines.append("Runtime processes, events the log gained per second (medians; runs):")
-    for case in cases:
-        if case.logged:
-            per_run = " / ".join(f"{rate:,.0f}" for rate in case.event_rates)
-            median = statistics.median(case.event_rates)
-            lines.append(f"  {case.label:<{width}}  {median:>9,.0f} events/s  {per_run}")
-    lines.append("")
-    lines.append("Ratios (medians):")
-    name_width = max(len(name) for name in RATIO_NAMES.values())
-    for key, value in computed.items():
-        lines.append(f"  {RATIO_NAMES[key]:<{name_width}}  {value:.2f}x")
+    measured = [case for case in cases if case.runtime_runs]
+    if measured:
+        lines.append("")
+        lines.append(
+            "Runtime processes, per call (medians): events, CPU ms (runtimes and server),"
+            " transactions, sessions; log rows read per process"
+        )
+        for case in measured:
+            figures = case.per_call()
+            lines.append(
+                f"  {case.label:<{width}}  {figures['events_per_call']:5.1f} events"
+                f"  {figures['cpu_s_per_call'] * 1000:6.2f} ms"
+                f"  {figures['transactions_per_call']:5.2f} xact"
+                f"  {figures['sessions_per_call']:5.2f} sessions"
+                f"  {figures['rows_read_per_process']:9,.0f} rows read"
+            )
+    if computed:
+        lines.append("")
+        lines.append("Ratios (medians):")
+        name_width = max(len(name) for name, _, _ in RATIOS.values())
+        for key, value in computed.items():
+            lines.append(f"  {RATIOS[key][0]:<{name_width}}  {value:.2f}x")
     return "\n".join(lines)
 
 
@@ -648,6 +881,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--url", default=os.environ.get("INERT_BENCH_POSTGRESQL", DEFAULT_URL), help="the server"
     )
+    parser.add_argument(
+        "--case", choices=CASES, help="measure this case only (runtimes: on PostgreSQL only)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=list(PROCESSES),
+        help="the runtime process counts of the runtimes case (default: 1 2 4)",
+    )
     parser.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="events per append case")
     parser.add_argument(
         "--calls", type=int, default=DEFAULT_CALLS, help="calls per ready and runtimes case"
@@ -658,7 +901,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs per case")
     parser.add_argument("--json", action="store_true", help="print JSON (the table to stderr)")
     args = parser.parse_args(arguments)
-    if min(args.events, args.calls, args.replay_events, args.runs) < 1 or args.events < 4:
+    if (
+        min(args.events, args.calls, args.replay_events, args.runs, *args.processes) < 1
+        or args.events < 4
+    ):
         parser.error("every count must be positive, and --events at least 4")
 
     facts: dict[str, Any] = {
@@ -667,7 +913,11 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "server": server_facts(args.url),
     }
-    cases = build_cases(args.events, args.calls, args.replay_events)
+    cases = build_cases(args.events, args.calls, args.replay_events, args.processes)
+    if args.case is not None:
+        cases = [case for case in cases if case.group == args.case]
+    if args.case == "runtimes":
+        cases = [case for case in cases if case.kind == "postgresql"]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="inert-bench-") as name:
         for run in range(args.runs):
@@ -684,31 +934,37 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - started
     computed = ratios(cases)
     report = format_report(cases, computed, facts, args.runs) + f"\n\nmeasured in {total:.1f} s"
-    if args.json:
-        print(report, file=sys.stderr)
-        document = {
-            "facts": facts,
-            "runs": args.runs,
-            "seconds_total": total,
-            "results": [
-                {
-                    "key": case.key,
-                    "label": case.label,
-                    "count": case.count,
-                    "unit": case.unit,
-                    "seconds": case.seconds,
-                    "rates": case.rates,
-                    "median_rate": case.median_rate,
-                    "events_logged": case.logged,
-                    "event_rates": case.event_rates,
-                }
-                for case in cases
-            ],
-            "ratios": computed,
-        }
-        print(json.dumps(document, indent=2))
-    else:
+    if not args.json:
         print(report)
+        return 0
+    print(report, file=sys.stderr)
+    if args.case == "runtimes":
+        # One line per process count, for tools that compare runs.
+        for case in cases:
+            print(json.dumps(case.per_call()))
+        return 0
+    document = {
+        "facts": facts,
+        "runs": args.runs,
+        "seconds_total": total,
+        "results": [
+            {
+                "key": case.key,
+                "label": case.label,
+                "count": case.count,
+                "unit": case.unit,
+                "seconds": case.seconds,
+                "rates": case.rates,
+                "median_rate": case.median_rate,
+                "events_logged": case.logged,
+                "event_rates": case.event_rates,
+                **({"per_call": case.per_call()} if case.runtime_runs else {}),
+            }
+            for case in cases
+        ],
+        "ratios": computed,
+    }
+    print(json.dumps(document, indent=2))
     return 0
 
 

@@ -1,17 +1,22 @@
 """One runtime process of several sharing a log, for tests/test_peer_processes.py.
 
-``python tests/peer_process.py URL NAME TURNS`` starts TURNS turns named ``NAME-tN``, each with a
-``get_weather`` call fed whole (it becomes ready) and a ``send_email`` call fed only in part (it
-keeps collecting), and executes every ready call it can claim, whoever owns its turn. It prints
-one line per fact the test checks: ``turn T`` once a turn's start is acknowledged, ``fed T N``
-once N promises of it are (its ingress events but fragments), ``dispatched T TOOL`` when its
-executor got a call, ``fed-all`` when it is done feeding. It stops when its standard input
-closes.
+``python tests/peer_process.py URL NAME TURNS [EXECUTOR]`` starts TURNS turns named ``NAME-tN``,
+each with a ``get_weather`` call fed whole (it becomes ready) and a ``send_email`` call fed only
+in part (it keeps collecting), and executes every ready call it can claim, whoever owns its
+turn. It prints one line per fact the test checks: ``turn T`` once a turn's start is
+acknowledged, ``fed T N`` once N promises of it are (its ingress events but fragments),
+``dispatched T TOOL`` when its executor got a call, ``fed-all`` when it is done feeding. It
+stops when its standard input closes, saying ``redactions N``: how many times its log redacted.
+
+``EXECUTOR`` is ``none`` for a process that executes nothing, or ``until:PATH`` for one that
+completes each call it got only once the file ``PATH`` exists.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from pathlib import Path
 
 import trio
 
@@ -21,6 +26,7 @@ from inert import (
     CallKey,
     CallOpened,
     ClaimRefused,
+    Dispatch,
     Event,
     ResponseEnded,
     ResponseEndReason,
@@ -90,32 +96,55 @@ async def feed_turns(runtime: Runtime, name: str, turns: int) -> None:
     say("fed-all")
 
 
-async def execute(runtime: Runtime, name: str) -> None:
-    async for ready in runtime.ready_calls():
-        try:
-            dispatch = await runtime.claim(ready, executor=name)
-        except ClaimRefused:
-            continue
-        say(f"dispatched {dispatch.key.turn} {dispatch.key.call}")
-        await runtime.complete(dispatch)
+def wait_for_file(path: Path) -> None:
+    while not path.exists():
+        time.sleep(0.02)
+
+
+async def release_when_found(path: Path, release: trio.Event) -> None:
+    await trio.to_thread.run_sync(wait_for_file, path, abandon_on_cancel=True)
+    release.set()
+
+
+async def complete(runtime: Runtime, dispatch: Dispatch, release: trio.Event) -> None:
+    await release.wait()
+    await runtime.complete(dispatch)
+
+
+async def execute(runtime: Runtime, name: str, release: trio.Event) -> None:
+    async with trio.open_nursery() as nursery:
+        async for ready in runtime.ready_calls():
+            try:
+                dispatch = await runtime.claim(ready, executor=name)
+            except ClaimRefused:
+                continue
+            say(f"dispatched {dispatch.key.turn} {dispatch.key.call}")
+            nursery.start_soon(complete, runtime, dispatch, release)
 
 
 async def wait_for_stdin_to_close() -> None:
     await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
 
-async def main(url: str, name: str, turns: int) -> None:
+async def main(url: str, name: str, turns: int, executor: str) -> None:
     async with (
         open_runtime(
             log=url, create=True, tools=TOOLS, process=name, lease_time=LEASE_TIME
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
-        nursery.start_soon(execute, runtime, name)
+        release = trio.Event()
+        if executor.startswith("until:"):
+            nursery.start_soon(release_when_found, Path(executor.removeprefix("until:")), release)
+        else:
+            release.set()
+        if executor != "none":
+            nursery.start_soon(execute, runtime, name, release)
         await feed_turns(runtime, name, turns)
         await wait_for_stdin_to_close()
         nursery.cancel_scope.cancel()
+        say(f"redactions {runtime.log.redactions_made}")
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4:] or ["all"])[0])

@@ -21,7 +21,7 @@ import trio
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogError
 from ..events._identity import CallKey
-from ._log import Clock, Log
+from ._log import Clock, FrozenRedaction, Log
 from ._records import PendingRecord, StoredRecord
 from ._snapshots import StoredSnapshot
 
@@ -69,6 +69,7 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         self._progress = trio.Event()
         self._accepting = False
         self._writer_done = trio.Event()
+        self._background_lock = trio.Lock()
 
     @property
     @abc.abstractmethod
@@ -81,17 +82,11 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
 
     @abc.abstractmethod
     def _in_own_transaction(self, what: str, work: Callable[[ConnectionT], _T]) -> _T:
-        """Run ``work`` in a transaction of its own (in a worker thread), beside the writer's."""
+        """Run ``work`` in a transaction of its own (in a worker thread), beside the writer's,
+        on the log's background connection (see ``_background``)."""
 
     @abc.abstractmethod
-    def _redact_in(
-        self,
-        connection: ConnectionT,
-        stream: str,
-        up_to_version: int,
-        event_types: frozenset[str] | None,
-        keys: frozenset[CallKey] | None,
-    ) -> int:
+    def _redact_all_in(self, connection: ConnectionT, redactions: list[FrozenRedaction]) -> int:
         """Redact in ``connection``'s transaction; how many events were redacted."""
 
     @abc.abstractmethod
@@ -102,6 +97,12 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
     def _delete_snapshot_in(self, connection: ConnectionT, name: str) -> None:
         """Delete the snapshot of a name, and its payloads, in ``connection``'s transaction."""
 
+    async def _background(self, what: str, work: Callable[[ConnectionT], _T]) -> _T:
+        """``work`` in a transaction of its own, one at a time: the backend keeps one
+        connection for redactions and snapshots, which a second at once would wait for."""
+        async with self._background_lock:
+            return await trio.to_thread.run_sync(self._in_own_transaction, what, work)
+
     async def _redact(
         self,
         stream: str,
@@ -109,29 +110,24 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         event_types: frozenset[str] | None,
         keys: frozenset[CallKey] | None,
     ) -> int:
+        return await self._redact_many([(stream, up_to_version, event_types, keys)])
+
+    async def _redact_many(self, redactions: list[FrozenRedaction]) -> int:
         self._check_accepting("nothing was redacted")
-        return await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "redaction",
-            lambda connection: self._redact_in(
-                connection, stream, up_to_version, event_types, keys
-            ),
+        return await self._background(
+            "redaction", lambda connection: self._redact_all_in(connection, redactions)
         )
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         self._check_accepting("the snapshot was not written")
-        await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "snapshot write",
-            lambda connection: self._write_snapshot_in(connection, snapshot),
+        await self._background(
+            "snapshot write", lambda connection: self._write_snapshot_in(connection, snapshot)
         )
 
     async def _delete_snapshot(self, name: str) -> None:
         self._check_accepting("the snapshot was not deleted")
-        await trio.to_thread.run_sync(
-            self._in_own_transaction,
-            "snapshot deletion",
-            lambda connection: self._delete_snapshot_in(connection, name),
+        await self._background(
+            "snapshot deletion", lambda connection: self._delete_snapshot_in(connection, name)
         )
 
     @asynccontextmanager

@@ -50,7 +50,7 @@ import hmac
 import os
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -89,6 +89,12 @@ from ._snapshots import (
 )
 
 Clock = Callable[[], datetime]
+Redaction = tuple[str, int, Collection[str] | None, Collection[CallKey] | None]
+"""One redaction of ``Log.redact_many``: the stream, up to which version, of which event types
+(``None``: every type) and, where it is limited to some calls' events, those calls (as
+``Log.redact`` takes them)."""
+FrozenRedaction = tuple[str, int, frozenset[str] | None, frozenset[CallKey] | None]
+"""A redaction as the backends take it."""
 
 
 def _without_datetimes(cls: type[Event]) -> bool:
@@ -169,6 +175,13 @@ class Log(abc.ABC):
         self._known_head = 0
         self._identity = ""
         self._secret = b""
+        self.rows_read = 0
+        """The rows this log has read from storage since it was opened (by ``read``,
+        ``read_stream`` and subscriptions; not the rows of its own commits that subscriptions
+        take without reading them back): what following a shared log costs each process."""
+        self.redactions_made = 0
+        """How many times this log has redacted since it was opened (each ``redact`` and each
+        ``redact_many`` once, in one transaction where the backend has them)."""
 
     @property
     def identity(self) -> str:
@@ -211,6 +224,7 @@ class Log(abc.ABC):
             raise LogError(f"read limit must be at least 1, not {limit}")
         first = max(from_position, 1)
         rows = await self._read_rows(first, limit)
+        self.rows_read += len(rows)
         check_page(rows, first)
         return decode_records(self.codec, rows)
 
@@ -219,6 +233,7 @@ class Log(abc.ABC):
         self._check_open()
         first = max(from_version, 1)
         rows = await self._read_stream_rows(stream, first)
+        self.rows_read += len(rows)
         check_stream_page(rows, stream, first)
         return decode_records(self.codec, rows)
 
@@ -249,7 +264,7 @@ class Log(abc.ABC):
         # subscription the payload that storage no longer holds.
         self._committed.forget()
         try:
-            return await self._redact(
+            done = await self._redact(
                 stream,
                 up_to_version,
                 None if event_types is None else frozenset(event_types),
@@ -257,6 +272,32 @@ class Log(abc.ABC):
             )
         finally:
             self._committed.forget()
+        self.redactions_made += 1
+        return done
+
+    async def redact_many(self, redactions: Iterable[Redaction]) -> int:
+        """Make several redactions (each as ``redact`` makes it), in one transaction where the
+        backend has transactions: all of them or none. Returns how many payloads they redacted."""
+        self._check_open()
+        due = [
+            (
+                stream,
+                up_to_version,
+                None if event_types is None else frozenset(event_types),
+                None if keys is None else frozenset(keys),
+            )
+            for stream, up_to_version, event_types, keys in redactions
+        ]
+        if not due:
+            await trio.lowlevel.checkpoint()
+            return 0
+        self._committed.forget()
+        try:
+            done = await self._redact_many(due)
+        finally:
+            self._committed.forget()
+        self.redactions_made += 1
+        return done
 
     async def write_snapshot(self, snapshot: StoredSnapshot) -> None:
         """Store a snapshot in place of the one of its name, without the payloads stored under a
@@ -382,6 +423,13 @@ class Log(abc.ABC):
         keys: frozenset[CallKey] | None,
     ) -> int: ...
 
+    async def _redact_many(self, redactions: list[FrozenRedaction]) -> int:
+        """The redactions one after the other; a backend with transactions makes them in one."""
+        done = 0
+        for redaction in redactions:
+            done += await self._redact(*redaction)
+        return done
+
     @abc.abstractmethod
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None: ...
 
@@ -447,6 +495,7 @@ class Subscription:
                 continue
             if not rows:
                 rows = await log._read_rows(self._next, SUBSCRIBE_PAGE)
+                log.rows_read += len(rows)
                 if not rows:
                     await log._wait_for_appends(appended)
                     continue

@@ -53,7 +53,7 @@ from ..events._errors import ConfigurationError, InertError, LogDamaged, LogErro
 from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock, new_identity, new_secret
+from ._log import Clock, FrozenRedaction, new_identity, new_secret
 from ._records import (
     PAYLOAD_DIGEST_KEY,
     StoredRecord,
@@ -569,6 +569,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         self._writer_pid = 0
         self._reader: Connection | None = None
         self._reader_lock = trio.Lock()
+        self._background_connection: Connection | None = None
         self._vacuumer: Connection | None = None
         self._keys_destroyed = False
         self._eraser = Eraser(
@@ -619,7 +620,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             log._mark_closed()
             # Reads of subscriptions outside this block may still be running on the reader.
             with trio.CancelScope(shield=True):
-                async with log._reader_lock:
+                async with log._reader_lock, log._background_lock:
                     await trio.to_thread.run_sync(log._disconnect)
 
     # --- connections (worker thread) ---
@@ -695,10 +696,10 @@ class PostgresLog(GroupCommitLog[Connection]):
             raise
 
     def _disconnect(self) -> None:
-        for connection in (self._reader, self._writer):
+        for connection in (self._background_connection, self._reader, self._writer):
             if connection is not None:
                 connection.close()
-        self._reader = self._writer = None
+        self._background_connection = self._reader = self._writer = None
 
     def _writer_connection(self) -> Connection:
         writer = self._writer
@@ -1021,15 +1022,9 @@ class PostgresLog(GroupCommitLog[Connection]):
     async def erased(self) -> bool:
         return await self._eraser.erased()
 
-    async def _redact(
-        self,
-        stream: str,
-        up_to_version: int,
-        event_types: frozenset[str] | None,
-        keys: frozenset[CallKey] | None,
-    ) -> int:
+    async def _redact_many(self, redactions: list[FrozenRedaction]) -> int:
         try:
-            return await super()._redact(stream, up_to_version, event_types, keys)
+            return await super()._redact_many(redactions)
         finally:
             self._erase_destroyed_keys()
 
@@ -1076,6 +1071,16 @@ class PostgresLog(GroupCommitLog[Connection]):
         )
         return problems
 
+    def _redact_all_in(self, connection: Connection, redactions: list[FrozenRedaction]) -> int:
+        connection.execute(self._sql.lock_snapshots)
+        sealed_by: set[int] = set()
+        done = sum(
+            self._redact_in(connection, *redaction, sealed_by=sealed_by) for redaction in redactions
+        )
+        # Once for the whole transaction: keys locked in one order, as the appends lock them.
+        self._destroy_keys(connection, sealed_by)
+        return done
+
     def _redact_in(
         self,
         connection: Connection,
@@ -1083,9 +1088,11 @@ class PostgresLog(GroupCommitLog[Connection]):
         up_to_version: int,
         event_types: frozenset[str] | None,
         keys: frozenset[CallKey] | None,
+        *,
+        sealed_by: set[int],
     ) -> int:
+        """Redact one stream's rows, adding the keys that sealed what went to ``sealed_by``."""
         sql = self._sql
-        connection.execute(sql.lock_snapshots)
         selected = (
             connection.execute(sql.to_redact, (stream, up_to_version))
             if event_types is None
@@ -1093,7 +1100,6 @@ class PostgresLog(GroupCommitLog[Connection]):
                 sql.to_redact_of_types, (stream, up_to_version, sorted(event_types))
             )
         )
-        sealed_by: set[int] = set()
         done = []
         for values in selected:
             row = _row(values)
@@ -1126,7 +1132,6 @@ class PostgresLog(GroupCommitLog[Connection]):
             ]
             deleted = connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
         sealed_by.update(key_id for (key_id,) in deleted if key_id is not None)
-        self._destroy_keys(connection, sealed_by)
         return len(done)
 
     def _destroy_keys(self, connection: Connection, key_ids: set[int]) -> None:
@@ -1205,18 +1210,20 @@ class PostgresLog(GroupCommitLog[Connection]):
         )
 
     def _in_own_transaction_once(self, what: str, work: Callable[[Connection], _T]) -> _T:
-        # The writer connection belongs to the write loop, which may be committing right now;
-        # redactions and snapshots are rare, so they pay for a connection of their own.
-        connection = self._open_connection(autocommit=False)
+        # The writer connection belongs to the write loop, which may be committing right now:
+        # redactions and snapshots have a connection of their own, kept (a new one per
+        # redaction would cost the server a session each, several per call).
+        connection = self._background_connection
+        if connection is None or connection.closed:
+            connection = self._background_connection = self._open_connection(autocommit=False)
         try:
             with connection.transaction():
                 return work(connection)
         except psycopg.Error as error:
             if connection.broken:
+                connection.close()
                 raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"PostgreSQL {what} in {self.url} failed: {_reason(error)}") from None
-        finally:
-            connection.close()
 
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
         rows = await self._query(self._sql.read_snapshot, (name, name))

@@ -34,7 +34,7 @@ from ..events._errors import ConfigurationError, InertError, LogDamaged, LogErro
 from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock, new_identity, new_secret
+from ._log import Clock, FrozenRedaction, new_identity, new_secret
 from ._records import (
     PAYLOAD_DIGEST_KEY,
     StoredRecord,
@@ -286,6 +286,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         # The log's files that could be written when it was opened.
         self._writable: tuple[str, ...] = ()
         self._reader_lock = trio.Lock()
+        self._background_connection: sqlite3.Connection | None = None
         # Stream names by number, for the reader thread alone. A stream's number never names
         # another stream: streams are never deleted, and a number taken by a rolled-back insert
         # is in no committed row.
@@ -337,7 +338,8 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         finally:
             log._mark_closed()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(log._disconnect)
+                async with log._background_lock:
+                    await trio.to_thread.run_sync(log._disconnect)
 
     # --- connections (worker thread) ---
 
@@ -420,13 +422,13 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         keep = self._no_longer_writable() is not None
         if not keep:
             self._close_checkpointer()
-        for connection in (self._reader, self._writer):
+        for connection in (self._background_connection, self._reader, self._writer):
             if connection is not None:
                 if keep:
                     _abandon(connection)
                 else:
                     connection.close()
-        self._reader = self._writer = None
+        self._background_connection = self._reader = self._writer = None
 
     def _checkpoint(self) -> bool:
         """Checkpoint the write-ahead log into the file and truncate it, once; whether it
@@ -739,19 +741,18 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         )
         return problems
 
-    async def _redact(
-        self,
-        stream: str,
-        up_to_version: int,
-        event_types: frozenset[str] | None,
-        keys: frozenset[CallKey] | None,
-    ) -> int:
-        done = await super()._redact(stream, up_to_version, event_types, keys)
+    async def _redact_many(self, redactions: list[FrozenRedaction]) -> int:
+        done = await super()._redact_many(redactions)
         self._eraser.redacted()
         return done
 
     async def erased(self) -> bool:
         return await self._eraser.erased()
+
+    def _redact_all_in(
+        self, connection: sqlite3.Connection, redactions: list[FrozenRedaction]
+    ) -> int:
+        return sum(self._redact_in(connection, *redaction) for redaction in redactions)
 
     def _redact_in(
         self,
@@ -858,25 +859,24 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         )
 
     def _in_own_transaction(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        # The writer connection belongs to the write loop, which may be committing right now;
-        # redactions and snapshots are rare, so they pay for a connection of their own.
+        # The writer connection belongs to the write loop, which may be committing right now:
+        # redactions and snapshots have a connection of their own, kept.
         self._check_writable(f"the {what} was not made")
         try:
-            connection = self._open_connection()
+            connection = self._background_connection
+            if connection is None:
+                connection = self._background_connection = self._open_connection()
+            connection.execute("BEGIN IMMEDIATE")
             try:
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    result = work(connection)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    if connection.in_transaction:
-                        connection.execute("ROLLBACK")
-                    raise
-                return result
-            finally:
-                connection.close()
+                result = work(connection)
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
         except sqlite3.Error as error:
             raise LogError(f"SQLite {what} in {self.path!r} failed: {error}") from error
+        return result
 
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
         return snapshot_from_rows(name, await self._query(_READ_SNAPSHOT, (name, name)))

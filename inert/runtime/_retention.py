@@ -22,10 +22,20 @@ rows of finished calls age out separately, after the runtime's ``ledger_horizon`
 
 Redaction only ever reaches versions of a stream the fold has seen, and only events of calls
 that are no longer live, so a live call never loses a payload it has not been decided on.
+
+Where runtime processes share the log, every process folds the same plan, and a call's
+redactions are made by the process that owns the call's turn (see :mod:`inert.runtime._peers`)
+alone: the others hold them back (``deferred``: not due, so nothing waits on them) until they
+gain the turn, a dead owner's turn taken over included, and then make them (again, if the owner
+had: redacting what is redacted changes nothing). What is held back for a turn is dropped once
+the turn is retired, which its owner writes long after its redactions.
 Pure: the runtime does the writing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import NamedTuple
 
 from attrs import frozen
 
@@ -39,6 +49,8 @@ from ..events import (
     ConfirmationGiven,
     RecordedEvent,
     Redacted,
+    TurnRef,
+    TurnRetired,
 )
 
 FRAGMENT_TYPES = frozenset({ArgumentsAppended.TAG, CallEnded.TAG})
@@ -66,9 +78,14 @@ DEFAULT_RETENTION = Retention()
 KEEP_EVERYTHING = Retention(fragments=False, arguments=False)
 
 
-Redaction = tuple[str, int, frozenset[str], tuple[CallKey, ...] | None]
-"""A redaction due: the stream, up to which version, of which event types and, where it is
-limited to some calls' events, those calls."""
+class Redaction(NamedTuple):
+    """A redaction due: the stream, up to which version, of which event types and, where it is
+    limited to some calls' events, those calls."""
+
+    stream: str
+    version: int
+    types: frozenset[str]
+    keys: tuple[CallKey, ...] | None = None
 
 
 class RetentionPlan:
@@ -89,34 +106,48 @@ class RetentionPlan:
         # what is due later never names rows redacted already. Most responses have one call at
         # a time: its entry is then the pair alone, a quarter of a dict's bytes.
         self._fragments: dict[str, tuple[CallKey, int] | dict[CallKey, int]] = {}
-        self._due: dict[str, tuple[int, frozenset[str]]] = {}
+        # Per stream, up to which version, of which types, and the turn whose owner makes it.
+        self._due: dict[str, tuple[int, frozenset[str], TurnRef]] = {}
         # Per response stream, the calls whose own fragment events are due, each up to its
         # last one.
         self._due_calls: dict[str, dict[CallKey, int]] = {}
         # Taken, and not yet reported made: a snapshot holds them as due, so that a process
         # stopping between the two leaves them to the next one.
-        self._making: dict[tuple[str, int], frozenset[str]] = {}
+        self._making: dict[tuple[str, int], tuple[frozenset[str], TurnRef]] = {}
         self._making_calls: list[tuple[str, int, tuple[CallKey, ...]]] = []
+        # Taken while another process owned their turn: due again if this one gains it.
+        self._deferred: dict[TurnRef, dict[str, tuple[int, frozenset[str]]]] = {}
+        self._deferred_calls: dict[TurnRef, dict[str, dict[CallKey, int]]] = {}
 
     def kept(self) -> dict[str, object]:
         """What a snapshot keeps of the plan: its attributes, with the redactions taken and not
-        yet reported made counted as due."""
-        due = {
-            stream: (version, types)
-            for (stream, version), types in self._making.items()
-            if version > self._due.get(stream, (0, types))[0]
-        }
+        yet reported made, and those held back for another process's turns, counted as due (a
+        restart takes them again, and holds back again what is not its own)."""
+        due = dict(self._due)
         calls = {stream: dict(keys) for stream, keys in self._due_calls.items()}
-        for stream, version, keys in self._making_calls:
-            for key in keys:
-                waiting = calls.setdefault(stream, {})
-                waiting[key] = max(version, waiting.get(key, 0))
+
+        def merge(stream: str, version: int, types: frozenset[str], turn: TurnRef) -> None:
+            if version > due.get(stream, (0, types, turn))[0]:
+                due[stream] = (version, types, turn)
+
+        for (stream, version), (types, turn) in self._making.items():
+            merge(stream, version, types, turn)
+        for stream, version, made in self._making_calls:
+            _merge(calls.setdefault(stream, {}), dict.fromkeys(made, version))
+        for turn, streams in self._deferred.items():
+            for stream, (version, types) in streams.items():
+                merge(stream, version, types, turn)
+        for streams_of_calls in self._deferred_calls.values():
+            for stream, held in streams_of_calls.items():
+                _merge(calls.setdefault(stream, {}), held)
         return {
             **self.__dict__,
-            "_due": {**self._due, **due},
+            "_due": due,
             "_due_calls": calls,
             "_making": {},
             "_making_calls": [],
+            "_deferred": {},
+            "_deferred_calls": {},
         }
 
     @property
@@ -128,6 +159,9 @@ class RetentionPlan:
         if not self._types:
             return
         event = recorded.event
+        if isinstance(event, TurnRetired):
+            self._deferred.pop(event.turn, None)
+            self._deferred_calls.pop(event.turn, None)
         if (
             recorded.event_type in self._types
             and not isinstance(event, Redacted)
@@ -151,8 +185,8 @@ class RetentionPlan:
             or state.phase is not Phase.DISPATCHED
             or isinstance(recorded.kept, OUTCOME_TYPES)
         ):
-            self._make_due(key.stream, ARGUMENT_TYPES)
-            self._make_due(key.request_stream, EDIT_TYPES)
+            self._make_due(key.stream, ARGUMENT_TYPES, key.turn_ref)
+            self._make_due(key.request_stream, EDIT_TYPES, key.turn_ref)
         if not self.policy.fragments:
             return
         self._fragments_due(key, fold)
@@ -168,8 +202,8 @@ class RetentionPlan:
         if fold.response_settled(key.response_ref):
             del self._fragments[stream]
             last = left[1] if isinstance(left, tuple) else max(left.values())
-            version = max(last, self._due.get(stream, (0, FRAGMENT_TYPES))[0])
-            self._due[stream] = (version, FRAGMENT_TYPES)
+            version = max(last, self._due.get(stream, (0, FRAGMENT_TYPES, key.turn_ref))[0])
+            self._due[stream] = (version, FRAGMENT_TYPES, key.turn_ref)
             return
         found = self._untrack(stream, left, key)
         if found is not None:
@@ -201,33 +235,58 @@ class RetentionPlan:
             self._fragments[stream] = (other, version)
         return found
 
-    def take(self) -> list[Redaction]:
-        """The redactions due now; each is given once, and is still due in a snapshot until it
-        is reported ``made``."""
-        due: list[Redaction] = [
-            (stream, version, types, None) for stream, (version, types) in self._due.items()
-        ]
-        for stream, (version, types) in self._due.items():
-            self._making[stream, version] = types
+    def take(self, owns: Callable[[TurnRef], bool]) -> list[Redaction]:
+        """The redactions due now of the turns this process ``owns``; each is given once, and is
+        still due in a snapshot until it is reported ``made``. Those of other turns are held
+        back until ``gained``."""
+        due: list[Redaction] = []
+        for stream, (version, types, turn) in self._due.items():
+            if owns(turn):
+                self._making[stream, version] = (types, turn)
+                due.append(Redaction(stream, version, types))
+            else:
+                deferred = self._deferred.setdefault(turn, {})
+                before = deferred.get(stream, (0, types))[0]
+                deferred[stream] = (max(version, before), types)
         for stream, calls in self._due_calls.items():
-            batch = (stream, max(calls.values()), tuple(calls))
-            self._making_calls.append(batch)
-            due.append((stream, batch[1], FRAGMENT_TYPES, batch[2]))
+            turn = next(iter(calls)).turn_ref
+            if owns(turn):
+                batch = (stream, max(calls.values()), tuple(calls))
+                self._making_calls.append(batch)
+                due.append(Redaction(stream, batch[1], FRAGMENT_TYPES, batch[2]))
+            else:
+                _merge(self._deferred_calls.setdefault(turn, {}).setdefault(stream, {}), calls)
         self._due.clear()
         self._due_calls.clear()
         return due
 
-    def made(self, stream: str, version: int, keys: tuple[CallKey, ...] | None = None) -> None:
+    def gained(self, turn: TurnRef) -> None:
+        """This process owns the turn now: what was held back of it is due."""
+        for stream, (version, types) in self._deferred.pop(turn, {}).items():
+            before = self._due.get(stream, (0, types, turn))[0]
+            self._due[stream] = (max(version, before), types, turn)
+        for stream, calls in self._deferred_calls.pop(turn, {}).items():
+            _merge(self._due_calls.setdefault(stream, {}), calls)
+
+    def made(self, stream: str, version: int, keys: Collection[CallKey] | None = None) -> None:
         """A redaction ``take`` gave is in the log."""
         if keys is None:
             self._making.pop((stream, version), None)
-        elif (stream, version, keys) in self._making_calls:
-            self._making_calls.remove((stream, version, keys))
+            return
+        batch = (stream, version, tuple(keys))
+        if batch in self._making_calls:
+            self._making_calls.remove(batch)
 
-    def _make_due(self, stream: str, types: frozenset[str]) -> None:
+    def _make_due(self, stream: str, types: frozenset[str], turn: TurnRef) -> None:
         version = self._unredacted.pop(stream, None)
         if version is not None:
-            self._due[stream] = (version, types)
+            self._due[stream] = (version, types, turn)
+
+
+def _merge(into: dict[CallKey, int], calls: dict[CallKey, int]) -> None:
+    """Each call's last version due, the later of the two."""
+    for key, version in calls.items():
+        into[key] = max(version, into.get(key, 0))
 
 
 def _key_of(event: object) -> CallKey:

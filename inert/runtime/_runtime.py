@@ -120,6 +120,10 @@ def trio_clock() -> Callable[[], datetime]:
 
 _SWEEP_REPORTED_AT_LEAST = 1024
 
+REDACTIONS_PER_TRANSACTION = 256
+"""The most redactions due at once that the log makes in one transaction: each holds its rows
+(and the snapshots' payloads) locked until the transaction commits."""
+
 
 def _edit_text(key: CallKey, arguments: Mapping[str, Any] | bytes) -> bytes:
     """A principal's edit of a call's arguments as the JSON text the log records."""
@@ -263,6 +267,9 @@ class Runtime:
 
     def _plan_retention(self, recorded: RecordedEvent) -> None:
         self._retention.heard(recorded, self._fold)
+        event = recorded.event
+        if isinstance(event, TurnLeased) and event.owner == self.process:
+            self._retention.gained(event.turn)
         if self._retention.pending:
             self._retention_due.set()
 
@@ -757,9 +764,14 @@ class Runtime:
         await self._redact_due()
 
     async def _redact_due(self) -> None:
-        for stream, version, types, keys in self._retention.take():
-            await self.log.redact(stream, version, event_types=types, keys=keys)
-            self._retention.made(stream, version, keys)
+        # The turns' owners alone redact (each process folds the same plan): where processes
+        # share the log, a call's payloads are redacted once, not once per process.
+        due = self._retention.take(self._fold.owns)
+        for start in range(0, len(due), REDACTIONS_PER_TRANSACTION):
+            batch = due[start : start + REDACTIONS_PER_TRANSACTION]
+            await self.log.redact_many(batch)
+            for stream, version, _, keys in batch:
+                self._retention.made(stream, version, keys)
 
     async def _retained(self) -> None:
         """Until no redaction is due or running."""

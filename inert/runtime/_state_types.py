@@ -117,10 +117,12 @@ _PLAN = {
     "_types": frozenset[str],
     "_unredacted": dict[str, int],
     "_fragments": dict[str, tuple[CallKey, int] | dict[CallKey, int]],
-    "_due": dict[str, tuple[int, frozenset[str]]],
+    "_due": dict[str, tuple[int, frozenset[str], TurnRef]],
     "_due_calls": dict[str, dict[CallKey, int]],
-    "_making": dict[tuple[str, int], frozenset[str]],
+    "_making": dict[tuple[str, int], tuple[frozenset[str], TurnRef]],
     "_making_calls": list[tuple[str, int, tuple[CallKey, ...]]],
+    "_deferred": dict[TurnRef, dict[str, tuple[int, frozenset[str]]]],
+    "_deferred_calls": dict[TurnRef, dict[str, dict[CallKey, int]]],
 }
 
 

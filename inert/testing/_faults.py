@@ -49,6 +49,7 @@ import trio
 
 from ..events import CallKey, LogError, RecordedEvent
 from ..log import Log, MemoryStore, StoredSnapshot, Subscription
+from ..log._log import FrozenRedaction
 from ..log._records import PendingRecord, StoredRecord
 
 
@@ -280,6 +281,9 @@ class FaultyLog(Log):
         keys: frozenset[CallKey] | None,
     ) -> int:
         return await self.inner._redact(stream, up_to_version, event_types, keys)
+
+    async def _redact_many(self, redactions: list[FrozenRedaction]) -> int:
+        return await self.inner._redact_many(redactions)
 
     async def _head(self) -> int:
         return await self.inner._head()

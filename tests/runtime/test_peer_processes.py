@@ -1,4 +1,6 @@
-"""Three runtime processes share one PostgreSQL log; one is killed with SIGKILL mid-run."""
+"""Runtime processes share one PostgreSQL log: three, one killed with SIGKILL mid-run; two, of
+which only the owner of a turn redacts its calls' payloads, and a survivor those a killed owner
+left."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import trio
@@ -19,8 +22,11 @@ from inert import ArgumentsAppended, RecordedEvent, ToolDeclaration, open_log, o
 from inert.events import (
     CallCancelled,
     CallDispatched,
+    CallEnded,
+    CallValidated,
     ExecutionCompleted,
     ExecutionOutcomeUnknown,
+    Redacted,
     TurnLeased,
     TurnStarted,
 )
@@ -34,10 +40,10 @@ VICTIM = "p1"
 class Child:
     """A child runtime process and the lines it printed, read as they come."""
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(self, url: str, name: str, turns: int = TURNS, executor: str = "all") -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), url, name, str(TURNS)],
+            [sys.executable, str(CHILD), url, name, str(turns), executor],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -217,3 +223,86 @@ def test_three_processes_survive_the_sigkill_of_one() -> None:
         if isinstance(event, ExecutionCompleted | ExecutionOutcomeUnknown)
     }
     assert set(dispatched) <= outcomes, "a dispatch without an outcome"
+
+
+PAYLOAD_TYPES = (ArgumentsAppended.TAG, CallEnded.TAG, CallValidated.TAG)
+
+
+def payloads_of(records: list[RecordedEvent], tool: str) -> list[RecordedEvent]:
+    """The events of the calls of a tool whose payloads retention redacts."""
+    return [r for r in records if r.event_type in PAYLOAD_TYPES and tool in r.stream]
+
+
+def completed_and_redacted(records: list[RecordedEvent], tools: tuple[str, ...]) -> bool:
+    """Whether every weather call has its outcome, and every payload of these tools' calls is
+    redacted."""
+    completed = sum(isinstance(r.event, ExecutionCompleted) for r in records)
+    payloads = [r for tool in tools for r in payloads_of(records, tool)]
+    return completed == TURNS and all(isinstance(r.event, Redacted) for r in payloads)
+
+
+def redactions(child: Child) -> int:
+    """How many times the child's log redacted, as it said when it stopped."""
+    [said] = [line for line in child.lines if line.startswith("redactions ")]
+    return int(said.split()[1])
+
+
+def wait_until_redacted(url: str, tools: tuple[str, ...]) -> list[RecordedEvent]:
+    deadline = time.monotonic() + 60
+    while not completed_and_redacted(records := trio.run(read_log, url), tools):
+        assert time.monotonic() < deadline, "payloads of finished calls were left in the log"
+        time.sleep(0.1)
+    return records
+
+
+@pytest.mark.slow
+def test_only_the_owner_of_a_turn_redacts_the_payloads_of_its_calls() -> None:
+    """One process starts every turn, another executes every call: each finished call's
+    payloads are redacted, by the owner of its turn alone; a collecting call keeps its own."""
+    with fresh_schema() as schema:
+        url = log_url(schema, poll_interval=0.05)
+        trio.run(read_log, url)
+        owner = Child(url, "owner", executor="none")
+        worker = Child(url, "worker", turns=0)
+        try:
+            owner.wait_for(lambda line: line == "fed-all")
+            records = wait_until_redacted(url, ("get_weather",))
+            owner.stop()
+            worker.stop()
+        finally:
+            owner.close()
+            worker.close()
+
+    assert redactions(worker) == 0
+    assert redactions(owner) > 0
+    collecting = payloads_of(records, "send_email")
+    assert len(collecting) == TURNS
+    assert not any(isinstance(r.event, Redacted) for r in collecting)
+
+
+@pytest.mark.slow
+def test_a_survivor_redacts_what_the_owner_it_took_over_from_left(tmp_path: Path) -> None:
+    """The owner of every turn is killed with SIGKILL before any call of its turns has an
+    outcome: the process that takes its turns over redacts what was due then and after, every
+    payload of every call."""
+    release = tmp_path / "complete"
+    with fresh_schema() as schema:
+        url = log_url(schema, poll_interval=0.05)
+        trio.run(read_log, url)
+        owner = Child(url, "owner", executor="none")
+        worker = Child(url, "worker", turns=0, executor=f"until:{release}")
+        try:
+            owner.wait_for(lambda line: line == "fed-all")
+            deadline = time.monotonic() + 60
+            while sum(line.startswith("dispatched") for line in list(worker.lines)) < TURNS:
+                assert time.monotonic() < deadline, f"the calls were not dispatched: {worker.lines}"
+                time.sleep(0.02)
+            owner.kill()
+            release.touch()
+            wait_until_redacted(url, ("get_weather", "send_email"))
+            worker.stop()
+        finally:
+            owner.close()
+            worker.close()
+
+    assert redactions(worker) > 0

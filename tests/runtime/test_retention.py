@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,7 @@ from inert import (
     RecordedEvent,
     Retention,
     Runtime,
+    TurnRef,
     open_runtime,
     trio_clock,
 )
@@ -44,6 +45,7 @@ from inert.events import (
     ClaimRequested,
     ExecutionCompleted,
     Redacted,
+    TurnRetired,
 )
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.projections import Projections
@@ -93,6 +95,11 @@ async def every_kind_of_ending(runtime: Runtime) -> None:
 
 async def _succeed(_: object) -> None:
     return None
+
+
+def owns_every_turn(turn: TurnRef) -> bool:
+    """A runtime alone on its log owns every turn."""
+    return True
 
 
 def replayed(records: list[RecordedEvent]) -> Projections:
@@ -343,7 +350,7 @@ async def test_the_plan_makes_an_ended_calls_own_fragments_due_and_the_response_
     for recorded in records:
         fold.apply(recorded)
         plan.heard(recorded, fold)
-        due += [(recorded.event_type, redaction) for redaction in plan.take()]
+        due += [(recorded.event_type, redaction) for redaction in plan.take(owns_every_turn)]
     assert due == [
         (CallEnded.TAG, (stream, last_of_failed, FRAGMENT_TYPES, (failed,))),
         (ClaimRequested.TAG, (stream, len(sensitive_rows(records, stream)), FRAGMENT_TYPES, None)),
@@ -364,13 +371,13 @@ def test_calls_of_one_response_are_redacted_in_one_pass_still_due_in_a_snapshot(
     plan = RetentionPlan(Retention())
     first, second = key_of("a"), key_of("b")
     plan._due_calls[first.response_ref.stream] = {first: 7, second: 4}
-    [taken] = plan.take()
+    [taken] = plan.take(owns_every_turn)
     assert taken == (first.response_ref.stream, 7, FRAGMENT_TYPES, (first, second))
     assert not plan.pending
     restored = _as_snapshotted(plan)
-    assert restored.take() == [taken]
+    assert restored.take(owns_every_turn) == [taken]
     plan.made(*taken[:2], taken[3])
-    assert _as_snapshotted(plan).take() == []
+    assert _as_snapshotted(plan).take(owns_every_turn) == []
 
 
 def _as_snapshotted(plan: RetentionPlan) -> RetentionPlan:
@@ -516,3 +523,48 @@ async def running_with(
             yield runtime
     finally:
         await log.aclose()
+
+
+def test_redactions_of_another_processs_turn_wait_until_this_one_gains_it() -> None:
+    """Redactions due for a turn another process owns are held back, not pending; due once
+    this process gains the turn; held as due in a snapshot; dropped when the turn retires."""
+    mine, theirs = key_of("a", response="r1"), key_of("b", turn="t2", response="r2")
+    plan = RetentionPlan(Retention())
+    plan._due[mine.stream] = (3, ARGUMENT_TYPES, mine.turn_ref)
+    plan._due[theirs.stream] = (5, ARGUMENT_TYPES, theirs.turn_ref)
+    plan._due_calls[theirs.response_ref.stream] = {theirs: 4}
+
+    owned = {mine.turn_ref}
+    assert plan.take(owned.__contains__) == [Redaction(mine.stream, 3, ARGUMENT_TYPES)]
+    assert plan.kept()["_due"][theirs.stream] == (5, ARGUMENT_TYPES, theirs.turn_ref)  # type: ignore[index]
+    assert plan.take(owned.__contains__) == []
+    held = [
+        Redaction(theirs.stream, 5, ARGUMENT_TYPES),
+        Redaction(theirs.response_ref.stream, 4, FRAGMENT_TYPES, (theirs,)),
+    ]
+    assert _as_snapshotted(plan).take(owns_every_turn)[1:] == held
+
+    owned.add(theirs.turn_ref)
+    plan.gained(theirs.turn_ref)
+    assert plan.take(owned.__contains__) == held
+
+    owned.remove(theirs.turn_ref)
+    plan._due[theirs.stream] = (6, ARGUMENT_TYPES, theirs.turn_ref)
+    assert plan.take(owned.__contains__) == []
+    retired = TurnRetired(turn=theirs.turn_ref)
+    plan.heard(
+        RecordedEvent(
+            position=9,
+            event_id="retired",
+            stream=theirs.turn_ref.stream,
+            version=2,
+            recorded_at=datetime(2026, 1, 1, tzinfo=UTC),
+            event_type=TurnRetired.TAG,
+            schema_version=1,
+            trace=None,
+            event=retired,
+        ),
+        CallFold(DEFAULT_LIMITS),
+    )
+    plan.gained(theirs.turn_ref)
+    assert plan.take(owns_every_turn) == []

@@ -92,6 +92,11 @@ class Folded:
         )
 
 
+def owns_every_turn(turn: TurnRef) -> bool:
+    """A runtime alone on its log owns every turn."""
+    return True
+
+
 def _bound(snapshot: StoredSnapshot) -> Binding:
     """The binding of a snapshot these tests took, as the log it was taken of gives it."""
     return attrs.evolve(binding_of(snapshot), key=KEY)
@@ -167,7 +172,7 @@ def _call_stream(part: str) -> str:
 def _effective(plan: RetentionPlan, log: Sequence[RecordedEvent]) -> set[tuple[str, int, str]]:
     """The payloads of ``log`` the redactions due now would redact (a redaction due again for
     payloads redacted since the snapshot redacts nothing)."""
-    due = plan.take()
+    due = plan.take(owns_every_turn)
     return {
         (r.stream, r.version, r.event_type)
         for stream, version, types, keys in due
