@@ -4,10 +4,12 @@ events, decoding each event's data, and the end of the body, alike for all. The 
 rules are the subclass's: what an event means, which response an event ends, what a body that
 ends early leaves unfinished, and the few events a protocol sends that are not JSON.
 
-An event the SSE reader refuses (past ``max_event_size``, or not UTF-8) ends the response being
-streamed as a protocol violation; with no response open to end (before the first one began, or
-after the last one ended) it raises ``ProtocolError`` instead, and nothing more is read: an
-event refused unsaid would leave the caller reading a stream it can learn nothing from."""
+An event the SSE reader refuses (past ``max_event_size``), or one whose ``data`` or ``event``
+bytes were not UTF-8, ends the response being streamed as a protocol violation; with no
+response open to end (before the first one began, or after the last one ended) it raises
+``ProtocolError`` instead, and nothing more is read: an event refused unsaid would leave the
+caller reading a stream it can learn nothing from. An event the body ends before its blank line
+is no event (the SSE rules discard it): the stream ended early, and its responses are lost."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from ._adapter import JSONObject, ProtocolError, as_object
 from ._calls import ResponseCalls
 from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
+
+_NOT_UTF8 = "an event whose bytes are not UTF-8"
 
 
 class SSEAdapter(abc.ABC):
@@ -49,9 +53,9 @@ class SSEAdapter(abc.ABC):
         """The body ended: what it left unfinished is lost."""
         if self._closed:
             return []
-        events = [] if self._refused is not None else self._read(self._decoder.close())
+        self._decoder.close()
         self._closed = True
-        return events + self._unfinished()
+        return self._unfinished()
 
     def _check_open(self) -> None:
         if self._refused is not None:
@@ -64,6 +68,8 @@ class SSEAdapter(abc.ABC):
         for message in sent:
             if message.refused:
                 events += self._refuse(message.refused, events)
+            elif message.replaced:
+                events += self._refuse(_NOT_UTF8, events)
             else:
                 events += self._event_of(message)
         return events
@@ -96,11 +102,9 @@ class SSEAdapter(abc.ABC):
         try:
             payload = read_event_json(message.data)
         except EnvelopeRefused as refused:
-            # Cut off with the connection, the last event is a lost stream, which close()
-            # reports; anywhere else it breaks the protocol.
-            return self._violate(refused.msg) if message.complete else []
+            return self._violate(refused.msg)
         except json.JSONDecodeError:
-            return self._violate("an event whose data is not JSON") if message.complete else []
+            return self._violate("an event whose data is not JSON")
         if not isinstance(payload, Mapping):
             return self._violate("an event whose data is not a JSON object")
         return self._handle(payload)

@@ -4,6 +4,7 @@ every strangely shaped event becomes a protocol violation, a lost stream, or not
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,3 +152,44 @@ def test_arbitrary_bytes_never_raise(provider: str, body: bytes) -> None:
         produced = list(refused.events)
     produced += adapter.close()
     assert all(isinstance(event, Event) for event in produced)
+
+
+SSE_CAPTURES = sorted(path for path in FIXTURES.glob("*/*.sse") if path.parent.name != "bedrock")
+JUNK = st.sampled_from(
+    [b"\xff", b"\xff\n", b"\xff\n\n", b"\xc3(", b"\xed\xa0\x80", b"\xef\xbb", b"\r", b"\n\n", b":"]
+) | st.binary(min_size=1, max_size=6)
+
+
+def _read(provider: str, chunks: list[bytes]) -> tuple[list[Event], bool]:
+    """The events an adapter gives for the chunks and the end of the body, and whether it
+    refused the stream (the events a refusal carries included, as a caller feeds them)."""
+    adapter = provider_adapter(provider)
+    events: list[Event] = []
+    refused = False
+    for chunk in chunks:
+        try:
+            events += adapter.feed(chunk)
+        except ProtocolError as error:
+            events += error.events
+            refused = True
+            break
+    return events + adapter.close(), refused
+
+
+@pytest.mark.parametrize("path", SSE_CAPTURES, ids=lambda path: f"{path.parent.name}/{path.name}")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_junk_anywhere_in_a_captured_stream_decides_alike_however_it_is_split(
+    path: Path, data: st.DataObject
+) -> None:
+    """A captured body with junk bytes inserted anywhere (before any event too) gives the same
+    events, and the same refusal or none, fed whole, split anywhere or byte by byte."""
+    body = path.read_bytes()
+    for _ in range(data.draw(st.integers(1, 2), label="junks")):
+        place = data.draw(st.integers(0, len(body)), label="place")
+        body = body[:place] + data.draw(JUNK, label="junk") + body[place:]
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=30), label="cuts"))
+    chunks = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    whole = _read(path.parent.name, [body])
+    assert _read(path.parent.name, chunks) == whole
+    assert _read(path.parent.name, [body[at : at + 1] for at in range(len(body))]) == whole
