@@ -29,6 +29,18 @@ from attrs import frozen
 
 _BOM = "\ufeff"
 _REPLACEMENT = "\ufffd"
+_MARK = "\ud800"
+"""Where the decoder met a run of bytes that is not UTF-8: a lone surrogate, which no UTF-8
+decodes to, so that a U+FFFD the provider sent is not taken for one."""
+
+
+def _marked(error: UnicodeError) -> tuple[str, int]:
+    """One mark for each run of bytes the ``replace`` handler would make one U+FFFD."""
+    assert isinstance(error, UnicodeDecodeError)
+    return _MARK, error.end
+
+
+codecs.register_error("inert.sse.marked", _marked)
 
 
 @frozen
@@ -62,7 +74,9 @@ class SSEDecoder:
         if max_event_size < 1:
             raise ValueError(f"max_event_size must be at least 1, not {max_event_size}")
         self._max = max_event_size
-        self._text = codecs.getincrementaldecoder("utf-8")()
+        # Marks rather than a strict decoder's errors, caught and decoded again from the bad
+        # bytes: each error copies the rest of the chunk, quadratic in a chunk of bad bytes.
+        self._text = codecs.getincrementaldecoder("utf-8")(errors="inert.sse.marked")
         self._pieces: list[str] = []
         self._piece_size = 0
         self._size = 0
@@ -80,21 +94,19 @@ class SSEDecoder:
         """The events completed by ``chunk``."""
         if self._closed:
             raise ValueError("the event stream was closed")
-        if not isinstance(chunk, bytes):
-            return self._lines(chunk)
-        events: list[ServerSentEvent] = []
-        while True:
-            try:
-                return events + self._lines(self._text.decode(chunk))
-            except UnicodeDecodeError as error:
-                # The replacement the rules make, where the strict decoder found the run of
-                # bad bytes: the same run, however the body was split, since the incremental
-                # decoder holds an unfinished sequence until the bytes that end or break it.
-                events += self._lines(bytes(error.object[: error.start]).decode("utf-8"))
-                self._text.reset()
-                self._line_replaced = True
-                events += self._lines(_REPLACEMENT)
-                chunk = bytes(error.object[error.end :])
+        # The incremental decoder holds an unfinished sequence until the bytes that end or
+        # break it: each run of bad bytes is the same, however the body was split.
+        text = chunk if isinstance(chunk, str) else self._text.decode(chunk)
+        if _MARK not in text:
+            return self._lines(text)
+        pieces = text.split(_MARK)
+        events = self._lines(pieces[0])
+        for piece in pieces[1:]:
+            # The replacement the rules make, on the line it is in.
+            self._line_replaced = True
+            events += self._lines(_REPLACEMENT)
+            events += self._lines(piece)
+        return events
 
     def close(self) -> None:
         """The end of the body: an event it did not end with a blank line is discarded, and so

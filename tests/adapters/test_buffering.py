@@ -135,16 +135,25 @@ def _split_lines_cpu_time(body: bytes, chunk: int) -> tuple[int, float]:
 
 @pytest.mark.slow(seconds=5)
 @pytest.mark.parametrize(
-    ("newline", "chunk"),
-    [(b"\r", 1 << 30), (b"\n", 1 << 30), (b"\r\n", 1 << 30), (b"\r\n", 9)],
-    ids=["CR", "LF", "CR LF", "CR LF split between chunks"],
+    ("data", "newline", "chunk"),
+    [
+        (b"{}", b"\r", 1 << 30),
+        (b"{}", b"\n", 1 << 30),
+        (b"{}", b"\r\n", 1 << 30),
+        (b"{}", b"\r\n", 9),
+        (b"\xff\xfe", b"\n", 1 << 30),
+    ],
+    ids=["CR", "LF", "CR LF", "CR LF split between chunks", "bytes not UTF-8"],
 )
-def test_lines_are_split_in_linear_time_whatever_ends_them(newline: bytes, chunk: int) -> None:
+def test_lines_are_split_in_linear_time_whatever_ends_them(
+    data: bytes, newline: bytes, chunk: int
+) -> None:
     """Eight times the body costs well under thirty-two times the CPU time, for a body in one
-    piece whose lines all end with CR, LF or CR LF, and for one in chunks that cut CR LF pairs:
-    a search for the line ending not used that ran to the body's end at every line would cost
-    sixty-four times."""
-    event = b"data: {}" + newline + newline
+    piece whose lines all end with CR, LF or CR LF, for one in chunks that cut CR LF pairs, and
+    for one in one piece with bytes that are not UTF-8 in every event: a search for the line
+    ending not used that ran to the body's end at every line, or a copy of the rest of the body
+    at every bad byte, would cost sixty-four times."""
+    event = b"data: " + data + newline + newline
     small_events, small = _split_lines_cpu_time(event * 40_000, chunk)
     large_events, large = _split_lines_cpu_time(event * 320_000, chunk)
     assert (small_events, large_events) == (40_000, 320_000)
