@@ -370,6 +370,7 @@ class CallFold:
         if isinstance(event, OUTCOME_TYPES):
             record = self.records.get(event.key)
             if record is not None and record.state.claim_id == event.claim_id:
+                # One outcome per dispatch (rule 15): a later one finds the first in the set.
                 self._outcomes.add(event.key)
             return []
         self.scope.apply(event)

@@ -137,6 +137,15 @@ Rules:
     ``CallContext.digest_key``): an operator, an audit or a retained log shows them, and no one
     without the log's secret learns which arguments they name by trying candidates. A turn of
     earlier rules records ``sha256:`` digests, as it always did, on replay too.
+15. One outcome per dispatch (every rules version). A dispatch has one outcome, the first the
+    log holds for its claim: the executor's (completed, failed, stopped) or, when a runtime
+    restarts or buries a process with the call dispatched and no report, ``outcome_unknown``.
+    A report for a dispatch whose outcome is recorded, an unknown one included, is refused
+    before anything is written (``RefusedError``); one that reaches the log all the same (a
+    process buried while it still ran, reporting late) is ignored: the call does not run
+    again, its running does not change, and the ledger keeps the first outcome, showing the
+    later one ignored. Rule 11 reads "running" so: a call with an outcome is not running. No
+    decision of the table reads an outcome, so the rule holds for logs written before it.
 
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``. Beside this module: the call's state, its inputs and its decisions

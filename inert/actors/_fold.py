@@ -579,6 +579,8 @@ class CallFold:
                     f"an outcome ({event.TAG}) of claim {event.claim_id!r} of call"
                     f" {key.stream!r}, which was never dispatched under that claim",
                 )
+            # A second outcome of the dispatch, which the runtime refuses: it reaches the log
+            # only from a process buried while it still ran, reporting late. The first stands.
             return
         del self._running[key]
         turn = key.turn_ref
@@ -929,6 +931,12 @@ class CallFold:
         ]
 
     # --- looking ---
+
+    def has_outcome(self, key: CallKey) -> bool:
+        """Whether the call was dispatched and an outcome of its dispatch is in the log (the
+        executor's, or ``outcome_unknown``): a dispatch has one, and the first stands."""
+        slot = self.records.get(key)
+        return slot is not None and slot.phase is Phase.DISPATCHED and key not in self._running
 
     def state(self, key: CallKey) -> Slot | None:
         """The call's state: its slot, read at once (it changes with the next event folded)."""

@@ -42,6 +42,21 @@ _STOP_REASONS = {
     "model_context_window_exceeded": ResponseEndReason.CONTEXT_WINDOW_EXCEEDED,
 }
 _SERVER_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
+_KINDS = frozenset(
+    {
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "ping",
+        "error",
+    }
+)
+"""The events of the protocol. The ``anthropic`` SDK's ``messages.stream()`` helper adds its
+own (``text``, ``input_json``, ``citation``, ``thinking``, ``signature``), each made of an event
+of the protocol the helper yields too: read as kinds added to the protocol later, nothing."""
 
 
 class AnthropicAdapter(SSEAdapter):
@@ -61,6 +76,9 @@ class AnthropicAdapter(SSEAdapter):
         if self._message is not None and not self._message.ended:
             return self._message.lost(resumable=False)
         return []
+
+    def _of_protocol(self, event: JSONObject) -> bool:
+        return kind_of(event) in _KINDS
 
     def _handle(self, event: JSONObject) -> list[Event]:
         try:

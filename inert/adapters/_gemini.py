@@ -152,6 +152,12 @@ class _PartialCall:
         ).encode("utf-8", "surrogatepass")
 
 
+_GEMINI_FIELDS = frozenset(
+    {"candidates", "promptFeedback", "responseId", "usageMetadata", "modelVersion", "error"}
+)
+"""The fields a chunk of the protocol has one of, at least."""
+
+
 class _Candidate:
     def __init__(self) -> None:
         self.calls = 0
@@ -185,6 +191,9 @@ class GeminiAdapter(SSEAdapter):
         if self._calls is not None and not self._calls.ended:
             return self._calls.lost(resumable=False)
         return []
+
+    def _of_protocol(self, event: JSONObject) -> bool:
+        return not _GEMINI_FIELDS.isdisjoint(event)
 
     def _handle(self, chunk: JSONObject) -> list[Event]:
         try:

@@ -35,7 +35,12 @@ resumable (its open calls are then cancelled ``connection_lost``). Delta text (`
 ``refusal``) is counted for the status; reasoning is not.
 
 Decoded chunks come as dicts or ``openai`` SDK objects (``ChatCompletionChunk``); the SDK hides the
-``[DONE]`` line, so ``feed_event("[DONE]")`` stands for it.
+``[DONE]`` line, so ``feed_event("[DONE]")`` stands for it. The events of the SDK's
+``chat.completions.stream()`` helper are read too: its ``chunk`` events as the chunks they wrap,
+and the events it derives from them (``content.delta``, ``tool_calls.function.arguments.delta``
+and the like) as nothing, since the chunks carry all of it. A stream whose events were none of
+a Chat Completions stream (only those derived ones, or another protocol's) makes ``close``
+raise ``ProtocolError``, as every SSE adapter does.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import TypeGuard
 from attrs import define, field
 
 from ..events import CallKey, Event, ResponseEndReason, TerminalRef, TurnRef
-from ._adapter import JSONObject, ProtocolBreak, event_digest
+from ._adapter import JSONObject, ProtocolBreak, event_digest, kind_of
 from ._calls import ResponseCalls
 from ._envelope import read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent
@@ -63,6 +68,32 @@ _FINISHED = {
 }
 
 _LEGACY_SLOT = "function_call"
+
+_HELPER_KINDS = frozenset(
+    {
+        "content.delta",
+        "content.done",
+        "refusal.delta",
+        "refusal.done",
+        "tool_calls.function.arguments.delta",
+        "tool_calls.function.arguments.done",
+        "logprobs.content.delta",
+        "logprobs.content.done",
+        "logprobs.refusal.delta",
+        "logprobs.refusal.done",
+    }
+)
+"""The events the ``openai`` SDK's ``chat.completions.stream()`` helper makes of the chunks,
+which it yields too (each wrapped as a ``chunk`` event): the chunks are read, these add nothing.
+A stream of these alone is of no protocol: ``close`` raises."""
+
+
+def _helper_chunk(event: JSONObject) -> JSONObject | None:
+    """The chunk a ``chunk`` event of the ``openai`` SDK's ``.stream()`` helper wraps."""
+    chunk = event.get("chunk")
+    if kind_of(event) == "chunk" and isinstance(chunk, Mapping):
+        return chunk
+    return None
 
 
 @define
@@ -99,7 +130,7 @@ class OpenAIChatAdapter(SSEAdapter):
 
     def __init__(self, turn: TurnRef, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
         super().__init__(max_event_size=max_event_size)
-        self._turn = turn
+        self.turn = turn
         self._completion: _Completion | None = None
 
     def feed_event(self, event: object) -> list[Event]:
@@ -119,8 +150,12 @@ class OpenAIChatAdapter(SSEAdapter):
 
     # --- payloads ------------------------------------------------------------------------------
 
+    def _of_protocol(self, event: JSONObject) -> bool:
+        return "choices" in event or "error" in event or _helper_chunk(event) is not None
+
     def _not_json(self, message: ServerSentEvent) -> list[Event] | None:
         if message.event == "error":
+            self._read_one = True
             # An error event ends the completion whatever its data holds.
             try:
                 payload: object = read_event_json(message.data)
@@ -137,6 +172,11 @@ class OpenAIChatAdapter(SSEAdapter):
         return None if self._completion is None else self._completion.calls
 
     def _handle(self, payload: JSONObject) -> list[Event]:
+        chunk = _helper_chunk(payload)
+        if chunk is not None:
+            return self._handle(chunk)
+        if kind_of(payload) in _HELPER_KINDS:
+            return []
         # openai-python raises for any payload with a truthy top-level "error".
         if payload.get("error"):
             return self._error(payload)
@@ -201,7 +241,7 @@ class OpenAIChatAdapter(SSEAdapter):
         if not isinstance(identity, str) or not identity:
             return None
         try:
-            calls = ResponseCalls(self._turn, identity)
+            calls = ResponseCalls(self.turn, identity)
         except ValueError:
             return None
         self._completion = _Completion(id=identity, calls=calls)

@@ -169,7 +169,7 @@ class OpenAIResponsesAdapter(SSEAdapter):
         max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
     ) -> None:
         super().__init__(max_event_size=max_event_size)
-        self._turn = turn
+        self.turn = turn
         self._resumable = resumable
         self._response: _Response | None = None
         self._started = False
@@ -208,7 +208,7 @@ class OpenAIResponsesAdapter(SSEAdapter):
             raise TypeError("after_sequence must be an int")
         if after_sequence < 0:
             raise ValueError("after_sequence must not be negative")
-        tracker = ResponseCalls(self._turn, response_id)
+        tracker = ResponseCalls(self.turn, response_id)
         for call in calls:
             if call.key.response_ref != tracker.ref:
                 raise ValueError(f"call {call.slot!r} belongs to another response or turn")
@@ -231,6 +231,10 @@ class OpenAIResponsesAdapter(SSEAdapter):
         return tracker.resumed(after_sequence)
 
     # --- payloads ------------------------------------------------------------------------------
+
+    def _of_protocol(self, event: JSONObject) -> bool:
+        kind = kind_of(event)
+        return (kind is not None and kind.startswith("response.")) or kind == "error"
 
     def _not_json(self, message: ServerSentEvent) -> list[Event] | None:
         # OpenAI-compatible servers may end the body like Chat Completions: nothing to read.
@@ -275,7 +279,7 @@ class OpenAIResponsesAdapter(SSEAdapter):
         if current is not None and not current.calls.ended:
             events += current.calls.violate("a new response began before this one ended")
         try:
-            calls = ResponseCalls(self._turn, identity)
+            calls = ResponseCalls(self.turn, identity)
         except ValueError:
             # An id that cannot name a response: nothing that follows can be attributed.
             self._response = None

@@ -1,17 +1,24 @@
 """Server-sent events off the wire, split anywhere, as the WHATWG event-stream rules read them.
 
 A provider's HTTP body arrives in chunks that split lines, UTF-8 sequences and even a CR LF pair
-anywhere; the decoder keeps whatever is unfinished until the next chunk. Lines end with CR LF, LF
-or CR; a leading byte-order mark is dropped; ``:`` lines are comments; a blank line dispatches
-the event if it has data. At the end of the body an event with data but no blank line after it
-is handed out marked ``complete=False``: its payload may have been cut off, and the adapter
-decides (a payload that does not parse is then a lost connection, not a protocol error).
+anywhere; the decoder keeps whatever is unfinished until the next chunk, and every split of a
+body gives the events of the whole. The bytes are decoded as the rules decode them: UTF-8, each
+maximal run of bytes that is not UTF-8 replaced by one U+FFFD, one byte-order mark dropped at the
+start of the body. Lines end with CR LF, LF or CR; ``:`` lines are comments; a blank line
+dispatches the event if it has data. An event the body ends before its blank line is discarded,
+as the rules say: a payload that may have been cut off is never handed out, and the adapter
+reports the stream that ended early as lost.
+
+An event whose ``data`` or ``event`` lines held bytes that are not UTF-8 is handed out
+``replaced``: its text is the rules', and the adapter refuses it, so that a replacement
+character never stands in arguments for bytes the provider did not send as text. Bytes that are
+not UTF-8 elsewhere (a comment, the ``id``, a field the rules ignore) reach no adapter.
 
 An event is refused, and a ``refused`` event handed out in its place, when it grows past
 ``max_event_size`` characters (its lines with their line ends, comments included; the blank
-line that ends it is not counted), as soon as it does, or when its bytes are not UTF-8 (never
-replaced), at the first bad byte. The rest of a refused event is read past, not kept, up to the
-blank line that ends it; the events before and after it are handed out as they are.
+line that ends it is not counted), as soon as it does. The rest of a refused event is read
+past, not kept, up to the blank line that ends it; the events before and after it are handed
+out as they are.
 """
 
 from __future__ import annotations
@@ -21,7 +28,19 @@ import codecs
 from attrs import frozen
 
 _BOM = "\ufeff"
-_NOT_UTF8 = "an event whose bytes are not UTF-8"
+_REPLACEMENT = "\ufffd"
+_MARK = "\ud800"
+"""Where the decoder met a run of bytes that is not UTF-8: a lone surrogate, which no UTF-8
+decodes to, so that a U+FFFD the provider sent is not taken for one."""
+
+
+def _marked(error: UnicodeError) -> tuple[str, int]:
+    """One mark for each run of bytes the ``replace`` handler would make one U+FFFD."""
+    assert isinstance(error, UnicodeDecodeError)
+    return _MARK, error.end
+
+
+codecs.register_error("inert.sse.marked", _marked)
 
 
 @frozen
@@ -31,9 +50,11 @@ class ServerSentEvent:
     event: str
     data: str
     id: str | None = None
-    complete: bool = True
     refused: str = ""
     """Why the bytes of this event were refused; it has no data then."""
+    replaced: bool = False
+    """Whether bytes of its ``data`` or ``event`` lines were not UTF-8 (each run of them is one
+    U+FFFD in its text)."""
 
 
 DEFAULT_MAX_EVENT_SIZE = 16 * 1024 * 1024
@@ -43,24 +64,27 @@ DEFAULT_MAX_EVENT_SIZE = 16 * 1024 * 1024
 class SSEDecoder:
     """Incremental event-stream decoder: ``feed`` chunks as they come, ``close`` at the end.
 
-    Buffering is linear in what arrives: a line not ended yet is kept as its pieces, and only
-    new text is searched for line endings. An event that grows past ``max_event_size``
-    characters, or holds bytes that are not UTF-8, is refused as soon as it does (a ``refused``
-    event in its place); the rest of it is read past, not kept, up to the blank line that ends
-    it.
+    Buffering and line splitting are linear in what arrives: a line not ended yet is kept as its
+    pieces, and each character is searched for a line ending once. An event that grows past
+    ``max_event_size`` characters is refused as soon as it does (a ``refused`` event in its
+    place); the rest of it is read past, not kept, up to the blank line that ends it.
     """
 
     def __init__(self, *, max_event_size: int = DEFAULT_MAX_EVENT_SIZE) -> None:
         if max_event_size < 1:
             raise ValueError(f"max_event_size must be at least 1, not {max_event_size}")
         self._max = max_event_size
-        self._text = codecs.getincrementaldecoder("utf-8")()
+        # Marks rather than a strict decoder's errors, caught and decoded again from the bad
+        # bytes: each error copies the rest of the chunk, quadratic in a chunk of bad bytes.
+        self._text = codecs.getincrementaldecoder("utf-8")(errors="inert.sse.marked")
         self._pieces: list[str] = []
         self._piece_size = 0
         self._size = 0
         self._refusing = False
         self._after_cr = False
         self._started = False
+        self._line_replaced = False
+        self._replaced = False
         self._event = ""
         self._data: list[str] = []
         self._id: str | None = None
@@ -70,40 +94,24 @@ class SSEDecoder:
         """The events completed by ``chunk``."""
         if self._closed:
             raise ValueError("the event stream was closed")
-        if not isinstance(chunk, bytes):
-            return self._lines(chunk)
-        events: list[ServerSentEvent] = []
-        while True:
-            try:
-                return events + self._lines(self._text.decode(chunk))
-            except UnicodeDecodeError as error:
-                # What came before the bad bytes is whole text: its events stand. The bad
-                # bytes belong to the event they are in, which is refused; what follows them
-                # is read on, past the rest of that event.
-                events += self._lines(bytes(error.object[: error.start]).decode("utf-8"))
-                self._text.reset()
-                events += self._bad_bytes()
-                chunk = bytes(error.object[error.end :])
-
-    def close(self) -> list[ServerSentEvent]:
-        """The end of the body: the last unfinished event, if it has data (``complete=False``)."""
-        if self._closed:
-            return []
-        try:
-            text = self._text.decode(b"", final=True)
-        except UnicodeDecodeError:
-            # The body ended inside a character: the event it was in was cut off.
-            self._text.reset()
-            text = ""
-        events = self._lines(text)
-        if self._pieces or self._piece_size:
-            event = self._line_ended("")
-            if event is not None:
-                events.append(event)
-        self._closed = True
-        if self._data and not self._refusing:
-            events.append(self._dispatch(complete=False))
+        # The incremental decoder holds an unfinished sequence until the bytes that end or
+        # break it: each run of bad bytes is the same, however the body was split.
+        text = chunk if isinstance(chunk, str) else self._text.decode(chunk)
+        if _MARK not in text:
+            return self._lines(text)
+        pieces = text.split(_MARK)
+        events = self._lines(pieces[0])
+        for piece in pieces[1:]:
+            # The replacement the rules make, on the line it is in.
+            self._line_replaced = True
+            events += self._lines(_REPLACEMENT)
+            events += self._lines(piece)
         return events
+
+    def close(self) -> None:
+        """The end of the body: an event it did not end with a blank line is discarded, and so
+        is a line it did not end."""
+        self._closed = True
 
     def _lines(self, text: str) -> list[ServerSentEvent]:
         if not self._started and text:
@@ -118,16 +126,23 @@ class SSEDecoder:
             if text.startswith("\n"):
                 start = 1
         length = len(text)
+        # The next LF and the next CR at or after ``start`` (``length`` for none): each is
+        # searched for again only once the line splitting has passed it, so that text with
+        # only one kind of line ending is not searched to its end for the other at every line.
+        newline = _find(text, "\n", start, length)
+        carriage = _find(text, "\r", start, length)
         while start < length:
-            newline = text.find("\n", start)
-            carriage = text.find("\r", start, newline if newline >= 0 else length)
-            if carriage >= 0:
+            if newline < start:
+                newline = _find(text, "\n", start, length)
+            if carriage < start:
+                carriage = _find(text, "\r", start, length)
+            if carriage < newline:
                 end = carriage
                 if carriage + 1 == length:
                     after, self._after_cr = length, True
                 else:
-                    after = carriage + 2 if text[carriage + 1] == "\n" else carriage + 1
-            elif newline >= 0:
+                    after = carriage + 2 if newline == carriage + 1 else carriage + 1
+            elif newline < length:
                 end, after = newline, newline + 1
             else:
                 break
@@ -150,6 +165,7 @@ class SSEDecoder:
         line = "".join([*self._pieces, last]) if self._pieces else last
         self._pieces = []
         self._piece_size = 0
+        replaced, self._line_replaced = self._line_replaced, False
         if self._refusing:
             if size == 0:
                 # The blank line that ends the refused event.
@@ -159,21 +175,11 @@ class SSEDecoder:
         if size == 0:
             # The blank line ends the event: it is no part of its size, and a refusal here
             # would read past the next event as the rest of this one.
-            return self._line(line)
+            return self._line(line, replaced=False)
         self._size += size + 1
         if self._size > self._max:
             return self._refuse(f"an event longer than {self._max} characters")
-        return self._line(line)
-
-    def _bad_bytes(self) -> list[ServerSentEvent]:
-        """Bytes that are not UTF-8 arrived on the line being read."""
-        self._started = True
-        self._after_cr = False
-        # They are part of the line: it is not the blank line that would end the event.
-        self._piece_size += 1
-        if self._refusing:
-            return []
-        return [self._refuse(_NOT_UTF8)]
+        return self._line(line, replaced=replaced)
 
     def _refuse(self, why: str) -> ServerSentEvent:
         self._forget_event()
@@ -185,13 +191,14 @@ class SSEDecoder:
         self._event = ""
         self._data = []
         self._size = 0
+        self._replaced = False
 
-    def _line(self, line: str) -> ServerSentEvent | None:
+    def _line(self, line: str, *, replaced: bool) -> ServerSentEvent | None:
         if not line:
             if not self._data:
                 self._forget_event()
                 return None
-            return self._dispatch(complete=True)
+            return self._dispatch()
         if line.startswith(":"):
             return None
         name, colon, value = line.partition(":")
@@ -201,16 +208,26 @@ class SSEDecoder:
             self._data.append(value)
         elif name == "event":
             self._event = value
-        elif name == "id" and "\0" not in value:
-            self._id = value
+        else:
+            if name == "id" and "\0" not in value:
+                self._id = value
+            # No adapter reads the id, nor a field the rules ignore: bytes there reach nothing.
+            return None
+        self._replaced = self._replaced or replaced
         return None
 
-    def _dispatch(self, *, complete: bool) -> ServerSentEvent:
+    def _dispatch(self) -> ServerSentEvent:
         event = ServerSentEvent(
             event=self._event or "message",
             data="\n".join(self._data),
             id=self._id,
-            complete=complete,
+            replaced=self._replaced,
         )
         self._forget_event()
         return event
+
+
+def _find(text: str, character: str, start: int, length: int) -> int:
+    """Where ``character`` is next in ``text`` from ``start``; ``length`` where it is not."""
+    found = text.find(character, start)
+    return length if found < 0 else found

@@ -4,10 +4,12 @@ events, decoding each event's data, and the end of the body, alike for all. The 
 rules are the subclass's: what an event means, which response an event ends, what a body that
 ends early leaves unfinished, and the few events a protocol sends that are not JSON.
 
-An event the SSE reader refuses (past ``max_event_size``, or not UTF-8) ends the response being
-streamed as a protocol violation; with no response open to end (before the first one began, or
-after the last one ended) it raises ``ProtocolError`` instead, and nothing more is read: an
-event refused unsaid would leave the caller reading a stream it can learn nothing from."""
+An event the SSE reader refuses (past ``max_event_size``), or one whose ``data`` or ``event``
+bytes were not UTF-8, ends the response being streamed as a protocol violation; with no
+response open to end (before the first one began, or after the last one ended) it raises
+``ProtocolError`` instead, and nothing more is read: an event refused unsaid would leave the
+caller reading a stream it can learn nothing from. An event the body ends before its blank line
+is no event (the SSE rules discard it): the stream ended early, and its responses are lost."""
 
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ import json
 from collections.abc import Mapping
 
 from ..events import Event
-from ._adapter import JSONObject, ProtocolError, as_object
+from ._adapter import JSONObject, ProtocolError, as_object, kind_of
 from ._calls import ResponseCalls
 from ._envelope import EnvelopeRefused, read_event_json
 from ._sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
+
+_NOT_UTF8 = "an event whose bytes are not UTF-8"
 
 
 class SSEAdapter(abc.ABC):
@@ -32,26 +36,54 @@ class SSEAdapter(abc.ABC):
         self._decoder = SSEDecoder(max_event_size=max_event_size)
         self._closed = False
         self._refused: ProtocolError | None = None
+        self._first: str | None = None
+        """What the first event read was, until one of the protocol is read."""
+        self._read_one = False
+        """Whether an event of the protocol was read."""
 
     def feed(self, chunk: bytes | str) -> list[Event]:
         """Raw body bytes (or text) as they come off the wire, split anywhere."""
         self._check_open()
         if not isinstance(chunk, bytes | str):
-            raise TypeError(f"a body chunk is bytes or str, not {type(chunk).__name__}")
+            raise TypeError(
+                f"a body chunk is bytes or str, not {type(chunk).__name__}: pass a decoded"
+                " event or an SDK event object to feed_event()"
+            )
         return self._read(self._decoder.feed(chunk))
 
     def feed_event(self, event: object) -> list[Event]:
         """One decoded event: its JSON object, or the provider SDK's event object."""
         self._check_open()
-        return self._handle(as_object(event))
+        payload = as_object(event)
+        self._note(payload, f"a {type(event).__name__}")
+        return self._handle(payload)
 
     def close(self) -> list[Event]:
-        """The body ended: what it left unfinished is lost."""
+        """The body ended: what it left unfinished is lost. A stream that had events, none of
+        them of the protocol, raises ``ProtocolError``: it was not this protocol's, and read
+        as it, it would have been passed over in silence."""
         if self._closed:
             return []
-        events = [] if self._refused is not None else self._read(self._decoder.close())
+        self._decoder.close()
         self._closed = True
-        return events + self._unfinished()
+        if self._first is not None and not self._read_one and self._refused is None:
+            raise ProtocolError(
+                self.PROTOCOL,
+                f"none of its events is one of the protocol (the first was {self._first});"
+                " pass the stream to the adapter of its protocol",
+                "at its end",
+            )
+        return self._unfinished()
+
+    def _note(self, payload: JSONObject, what: str) -> None:
+        """Note whether an event read is one of the protocol."""
+        if self._read_one:
+            return
+        if self._of_protocol(payload):
+            self._read_one = True
+        elif self._first is None:
+            kind = kind_of(payload)
+            self._first = what + (f" of type {kind!r}" if kind is not None else "")
 
     def _check_open(self) -> None:
         if self._refused is not None:
@@ -64,6 +96,8 @@ class SSEAdapter(abc.ABC):
         for message in sent:
             if message.refused:
                 events += self._refuse(message.refused, events)
+            elif message.replaced:
+                events += self._refuse(_NOT_UTF8, events)
             else:
                 events += self._event_of(message)
         return events
@@ -96,14 +130,18 @@ class SSEAdapter(abc.ABC):
         try:
             payload = read_event_json(message.data)
         except EnvelopeRefused as refused:
-            # Cut off with the connection, the last event is a lost stream, which close()
-            # reports; anywhere else it breaks the protocol.
-            return self._violate(refused.msg) if message.complete else []
+            return self._violate(refused.msg)
         except json.JSONDecodeError:
-            return self._violate("an event whose data is not JSON") if message.complete else []
+            return self._violate("an event whose data is not JSON")
         if not isinstance(payload, Mapping):
             return self._violate("an event whose data is not a JSON object")
+        self._note(payload, "an event")
         return self._handle(payload)
+
+    @abc.abstractmethod
+    def _of_protocol(self, event: JSONObject) -> bool:
+        """Whether ``event`` is one the protocol sends (of whatever content), as opposed to
+        an object of another protocol or of an SDK's helper that adds nothing to its events."""
 
     def _not_json(self, message: ServerSentEvent) -> list[Event] | None:
         """The events of a message the protocol sends without a JSON object (``[DONE]``, an

@@ -63,9 +63,6 @@ from ._response_ends import ResponseEnds, routes_of_ends
 from ._routing import Handler, Routed
 from ._rows import LedgerRow, Outcome, Transition
 
-_OPEN_OUTCOMES = ("unknown", "stop_requested")
-"""What a row's outcome may say before the executor's word, which replaces it."""
-
 DEFAULT_LEDGER_HORIZON = timedelta(days=30)
 """How long the row and history of a finished call are kept, by the times the log recorded."""
 
@@ -341,9 +338,12 @@ class Ledger(Routed):
             # An outcome never makes a call look as if it ran: only its dispatch does.
             _record(call, recorded, call.state, f"{detail}; ignored: no dispatch of this claim")
             return
-        if call.outcome is not None and call.outcome not in _OPEN_OUTCOMES:
-            # The executor's first word stands; an unknown never hides a known outcome.
-            _record(call, recorded, call.state, f"{detail}; ignored: it {call.outcome} already")
+        if call.outcome is not None and call.outcome != "stop_requested":
+            # One outcome per dispatch: the first recorded stands, an unknown one included. A
+            # later one, which the runtime refuses, reaches the log only from a process buried
+            # while it still ran: shown, and ignored.
+            had = "its outcome is unknown" if call.outcome == "unknown" else f"it {call.outcome}"
+            _record(call, recorded, call.state, f"{detail}; ignored: {had} already")
             return
         call.outcome = outcome
         call.public = None

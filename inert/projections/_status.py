@@ -90,7 +90,7 @@ _UNKNOWN = StatusCue.UNKNOWN
 # it (a dispatched call must never read "nothing was done").
 _OPEN = frozenset({_PREPARING, _NEEDS_CONFIRMATION, _READY})
 # Cues of a run whose outcome is not known yet: the executor's report replaces them.
-_RUNNING_CUES = frozenset({_RUNNING, _STOP_REQUESTED, _UNKNOWN})
+_RUNNING_CUES = frozenset({_RUNNING, _STOP_REQUESTED})
 
 
 Decision = (
@@ -297,8 +297,8 @@ class Status(Routed):
             cue = _STOPPED if reason in _BY_OPERATORS else _CANCELLED
         self._decided(cue, recorded, event)
 
-    # After the executor's report on a dispatched call: the first known outcome stands; an
-    # unknown one never hides a known one.
+    # After the executor's report on a dispatched call: one outcome per dispatch, the first
+    # recorded stands, an unknown one included.
 
     def _dispatched_to(
         self,

@@ -667,7 +667,11 @@ class Runtime:
         )
 
     async def complete(self, dispatch: Dispatch) -> None:
-        """Record that the executor ran the call to completion."""
+        """Record that the executor ran the call to completion.
+
+        A dispatch has one outcome: ``complete``, ``fail`` and ``stopped`` raise
+        ``RefusedError``, recording nothing, for a dispatch whose outcome is recorded already,
+        by a report or as unknown (a runtime restarted while the call ran)."""
         await self._report(
             dispatch, ExecutionCompleted(key=dispatch.key, claim_id=dispatch.claim_id)
         )
@@ -705,8 +709,17 @@ class Runtime:
             or state.claim_id != dispatch.claim_id
         ):
             raise RefusedError(f"{dispatch.key.stream!r} was not dispatched to this claim")
-        if dispatch.claim_id in self._reported:
-            raise RefusedError(f"the outcome of claim {dispatch.claim_id!r} is recorded already")
+        # The fold knows the outcomes in the log (another process's reports, those found
+        # unknown at a restart); this process's own reports may not be folded yet.
+        folded = self._fold.has_outcome(dispatch.key)
+        if folded or dispatch.claim_id in self._reported:
+            row = self.projections.ledger.row(dispatch.key) if folded else None
+            shown = f" ({row.outcome})" if row is not None and row.outcome is not None else ""
+            raise RefusedError(
+                f"the outcome of claim {dispatch.claim_id!r} of {dispatch.key.stream!r} is"
+                f" recorded already{shown}: a dispatch has one outcome, the first recorded"
+                " (an outcome unknown since a restart included); nothing was recorded"
+            )
         self._reported[dispatch.claim_id] = dispatch.key
         self._stops.pop(dispatch.claim_id, None)
         if len(self._reported) > self._sweep_reported_at:

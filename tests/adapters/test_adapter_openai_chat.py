@@ -356,12 +356,15 @@ def test_a_last_event_cut_off_mid_payload_is_a_lost_connection() -> None:
     assert not ends(events)
 
 
-def test_done_without_its_blank_line_still_ends_the_completion() -> None:
-    """A body whose last line is ``data: [DONE]`` with no blank line after it is complete."""
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n", b"\r"])
+def test_done_without_its_blank_line_is_a_lost_connection(ending: bytes) -> None:
+    """A body that ends after ``data: [DONE]`` without the blank line that ends the event ended
+    early (the event-stream rules discard the event): the completion is lost, nothing acts."""
     adapter = OpenAIChatAdapter(TURN)
-    events = adapter.feed(wire(opening(), finish()) + b"data: [DONE]")
+    events = adapter.feed(wire(opening(), finish()) + b"data: [DONE]" + ending)
     events += adapter.close()
-    assert ends(events) == [(CID, ResponseEndReason.COMPLETED, "tool_calls")]
+    assert ends(events) == []
+    assert events[-1] == StreamLost(response=ref(), resumable=False)
 
 
 # --- errors and broken payloads ----------------------------------------------------------------
@@ -724,10 +727,9 @@ def test_any_split_of_the_wire_gives_the_same_events(name: str, data: st.DataObj
 
 def _payloads(body: bytes) -> list[object]:
     """The decoded events of a body, as an agent server holding decoded JSON has them."""
-    decoder = SSEDecoder()
     return [
         event.data if event.data == "[DONE]" else json.loads(event.data)
-        for event in decoder.feed(body) + decoder.close()
+        for event in SSEDecoder().feed(body)
     ]
 
 

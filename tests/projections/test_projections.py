@@ -36,6 +36,7 @@ from inert.events import (
     ExecutionCompleted,
     ExecutionFailed,
     ExecutionOutcomeUnknown,
+    ExecutionStopped,
     FailReason,
     OfferedTool,
     RecordedEvent,
@@ -734,17 +735,31 @@ def test_outcome_of_another_claim_changes_nothing() -> None:
     assert projections.status.of(KEY) is StatusCue.RUNNING
 
 
-def test_unknown_outcome_never_hides_a_known_one() -> None:
-    """An unknown outcome yields to a later known one and never replaces an earlier one."""
+@pytest.mark.parametrize(
+    ("first", "shown", "cue"),
+    [
+        (ExecutionOutcomeUnknown(key=KEY, claim_id="claim-1"), "unknown", StatusCue.UNKNOWN),
+        (
+            ExecutionFailed(key=KEY, claim_id="claim-1", error="timeout"),
+            "failed",
+            StatusCue.ACTION_FAILED,
+        ),
+    ],
+    ids=["unknown first", "failed first"],
+)
+def test_the_first_outcome_of_a_dispatch_stands(first: Event, shown: str, cue: StatusCue) -> None:
+    """One outcome per dispatch: the first recorded stands, an unknown one included; every
+    later one (unknown or known) is shown ignored in the history and changes nothing."""
     script = life("dispatched")
-    script.add(ExecutionOutcomeUnknown(key=KEY, claim_id="claim-1"))
-    assert row_of(fold(script.records)).outcome == "unknown"
-    script.add(ExecutionFailed(key=KEY, claim_id="claim-1", error="timeout"))
+    script.add(first)
     script.add(ExecutionOutcomeUnknown(key=KEY, claim_id="claim-1"))
     script.add(ExecutionCompleted(key=KEY, claim_id="claim-1"))
+    script.add(ExecutionStopped(key=KEY, claim_id="claim-1"))
     projections = fold(script.records)
-    assert row_of(projections).outcome == "failed"
-    assert projections.status.of(KEY) is StatusCue.ACTION_FAILED
+    assert row_of(projections).outcome == shown
+    assert projections.status.of(KEY) is cue
+    ignored = [step.detail for step in projections.ledger.history(KEY)][-3:]
+    assert all("; ignored: " in detail for detail in ignored)
 
 
 def test_rows_come_in_order_of_first_appearance() -> None:

@@ -549,9 +549,10 @@ class Ledger:
             state = None if row is None else row.state
             self._record(key, recorded, state, f"{detail}; ignored: no dispatch of this claim")
             return
-        if row.outcome is not None and row.outcome not in ("unknown", "stop_requested"):
-            # The executor's first word stands; an unknown never hides a known outcome.
-            self._record(key, recorded, row.state, f"{detail}; ignored: it {row.outcome} already")
+        if row.outcome is not None and row.outcome != "stop_requested":
+            # One outcome per dispatch: the first recorded stands, an unknown one included.
+            had = "its outcome is unknown" if row.outcome == "unknown" else f"it {row.outcome}"
+            self._record(key, recorded, row.state, f"{detail}; ignored: {had} already")
             return
         self._rows[key] = attrs.evolve(row, outcome=outcome)
         self._finish(key, recorded.recorded_at)

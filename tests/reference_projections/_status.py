@@ -259,7 +259,7 @@ def _decided(
             return StatusCue.FAILED
 
 
-_NOT_REPORTED = (StatusCue.RUNNING, StatusCue.STOP_REQUESTED, StatusCue.UNKNOWN)
+_NOT_REPORTED = (StatusCue.RUNNING, StatusCue.STOP_REQUESTED)
 
 
 def _reported(
@@ -267,7 +267,7 @@ def _reported(
     current: StatusCue,
 ) -> StatusCue | None:
     """The cue after the executor's report on a dispatched call (``None``: unchanged)."""
-    # The first known outcome stands; an unknown one never hides a known one.
+    # One outcome per dispatch: the first recorded stands, an unknown one included.
     match event:
         case ExecutionCompleted() if current in _NOT_REPORTED:
             return StatusCue.DONE

@@ -42,7 +42,15 @@ from inert import (
     trio_clock,
 )
 from inert.actors import ValidationRequested, Validator
-from inert.events import CallFailed, ClaimRequested, ToolDisabled, TurnStarted
+from inert.events import (
+    CallFailed,
+    ClaimRequested,
+    ExecutionCompleted,
+    ExecutionOutcomeUnknown,
+    ExecutionStopped,
+    ToolDisabled,
+    TurnStarted,
+)
 from inert.log import MemoryLog, MemoryStore, NewEvent
 from inert.log._records import PendingRecord
 from inert.projections import Projections
@@ -521,6 +529,64 @@ async def test_a_restart_ends_what_the_stopped_process_left() -> None:
         with pytest.raises(ClaimRefused, match="call_terminal"):
             await runtime.claim(dispatched, executor="worker")
         await runtime.claim(ready, executor="worker")
+
+
+@pytest.mark.parametrize("report", ["complete", "fail", "stopped"])
+async def test_a_report_after_the_outcome_was_found_unknown_is_refused(report: str) -> None:
+    """One outcome per dispatch, across restarts: the executor of a claim made before a restart
+    reports after it, once the dispatch was recorded ``outcome_unknown``; the report is refused
+    with ``RefusedError`` naming the outcome, nothing is written, the ledger keeps ``unknown``."""
+    store = MemoryStore()
+    key = key_of("a")
+    async with running(store) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+        dispatch = await runtime.claim(key, executor="worker")
+    async with running(store) as runtime:
+        await runtime.settle()
+        head = await runtime.log.head()
+        with pytest.raises(RefusedError, match=r"recorded already \(unknown\).* one outcome"):
+            await getattr(runtime, report)(dispatch)
+        await runtime.settle()
+        assert await runtime.log.head() == head
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.outcome == "unknown"
+        assert runtime.projections.status.of(key) is StatusCue.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "late", [ExecutionCompleted, ExecutionStopped, ExecutionOutcomeUnknown], ids=lambda t: t.TAG
+)
+async def test_a_second_outcome_that_reaches_the_log_is_ignored(late: type[Event]) -> None:
+    """A second outcome of one dispatch written all the same (a process buried while it still
+    ran, reporting late) changes nothing: the first outcome stands in the ledger and the
+    status, the history shows the later one ignored, the call does not run again, and a
+    restart replays the log to the same."""
+    store = MemoryStore()
+    key = key_of("a")
+    async with running(store) as runtime:
+        await start(runtime)
+        await ready_call(runtime, key)
+        dispatch = await runtime.claim(key, executor="worker")
+    async with running(store) as runtime:
+        await runtime.settle()
+        second = late(key=key, claim_id=dispatch.claim_id)  # type: ignore[call-arg]
+        await runtime.log.append([NewEvent(stream=key.request_stream, event=second)])
+        await runtime.settle()
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert (row.state, row.outcome) == ("dispatched", "unknown")
+        [*_, last] = runtime.projections.ledger.history(key)
+        assert last.detail.endswith("ignored: its outcome is unknown already")
+        assert runtime.projections.status.of(key) is StatusCue.UNKNOWN
+        with pytest.raises(RefusedError, match="recorded already"):
+            await runtime.complete(dispatch)
+    async with running(store) as runtime:
+        await runtime.settle()
+        row = runtime.projections.ledger.row(key)
+        assert row is not None
+        assert row.outcome == "unknown"
 
 
 async def test_a_resumable_stream_survives_a_restart() -> None:

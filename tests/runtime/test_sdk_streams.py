@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,6 +18,7 @@ from replay_server import threaded_replay_server
 
 from inert import (
     AsyncioRuntime,
+    ConfigurationError,
     Event,
     LedgerRow,
     Phase,
@@ -29,7 +30,7 @@ from inert import (
     open_asyncio_runtime,
     open_runtime,
 )
-from inert.adapters import OpenAIChatAdapter
+from inert.adapters import PROVIDERS, OpenAIChatAdapter
 
 CHAT = recorded_body(FIXTURES / "openai-chat" / "parallel-tool-calls-gpt-4o.sse")
 RESPONSES = recorded_body(FIXTURES / "openai-responses" / "two-function-calls-gpt-4o.sse")
@@ -389,10 +390,183 @@ class NoRuntime:
         raise AssertionError("nothing is fed")
 
 
-def test_the_turn_or_the_adapter_is_required_and_not_both() -> None:
-    """Neither a turn nor an adapter, or both, is a ``TypeError`` saying which to pass."""
+def test_the_turn_or_the_adapter_is_required_and_both_must_agree() -> None:
+    """Neither a turn nor an adapter is a ``TypeError`` saying which to pass; both are taken
+    when the adapter is of that turn, and refused naming both turns when it is not."""
     turn = TurnRef(tenant="acme", conversation="c1", turn="t1")
+    other = TurnRef(tenant="acme", conversation="c1", turn="t2")
     with pytest.raises(TypeError, match=r"turn .* or its adapter"):
         feed_stream(NoRuntime(), replayed([]))
-    with pytest.raises(TypeError, match="not both"):
-        feed_stream(NoRuntime(), replayed([]), turn=turn, adapter=OpenAIChatAdapter(turn))
+    feed_stream(NoRuntime(), replayed([]), turn=turn, adapter=OpenAIChatAdapter(turn))
+    with pytest.raises(ConfigurationError, match=r"turn 't2'.* adapter of turn 't1'"):
+        feed_stream(NoRuntime(), replayed([]), turn=other, adapter=OpenAIChatAdapter(turn))
+
+
+def helper_stream(client: Any, provider: str) -> Any:
+    """The manager of each SDK's ``.stream()`` helper for one request (no request made yet)."""
+    if provider == "anthropic":
+        return client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": "?"}]
+        )
+    if provider == "openai-chat":
+        return client.chat.completions.stream(
+            model="gpt-4o", messages=[{"role": "user", "content": "?"}]
+        )
+    return client.responses.stream(model="gpt-4o", input="?")
+
+
+@asynccontextmanager
+async def client_of(url: str, provider: str) -> AsyncIterator[Any]:
+    if provider == "anthropic":
+        async with anthropic.AsyncAnthropic(base_url=url, api_key="test", max_retries=0) as client:
+            yield client
+        return
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="test", max_retries=0) as client:
+        yield client
+
+
+@pytest.mark.parametrize("given", ["turn", "adapter"])
+@pytest.mark.parametrize("provider", sorted(STREAMS))
+def test_the_stream_of_an_sdk_s_stream_helper_runs_its_calls(provider: str, given: str) -> None:
+    """The stream each SDK's ``.stream()`` helper gives (the ``openai`` Chat Completions one
+    wraps each chunk in a ``chunk`` event beside ``content.delta`` and the like) is read, with
+    the turn or with its adapter: its calls run once, each event handed on unchanged."""
+    body, tools = STREAMS[provider]
+
+    async def run(url: str) -> tuple[list[str], list[str], int]:
+        async with open_asyncio_runtime(log="memory://", tools=declarations()) as runtime:
+            turn = await open_turn(runtime)
+            chosen: dict[str, Any] = (
+                {"turn": turn}
+                if given == "turn"
+                else {"adapter": PROVIDERS[provider](turn, response="req-1")}
+            )
+            async with (
+                client_of(url, provider) as client,
+                helper_stream(client, provider) as stream,
+                feed_stream(runtime, stream, **chosen) as events,
+            ):
+                kinds = [event.type async for event in events]
+            return await run_ready(runtime), kinds, len(await rows(runtime))
+
+    with threaded_replay_server(body) as url:
+        ran, kinds, calls = asyncio.run(run(url))
+    assert ran == tools
+    assert calls == len(tools)
+    if provider == "openai-chat":
+        assert {"chunk", "tool_calls.function.arguments.delta"} <= set(kinds)
+
+
+@pytest.mark.parametrize("provider", sorted(STREAMS))
+def test_the_manager_of_an_sdk_s_stream_helper_is_refused_naming_what_to_pass(
+    provider: str,
+) -> None:
+    """The context manager a ``.stream()`` helper returns is no stream: refused at once, naming
+    its type and how to pass the stream it gives."""
+    turn = TurnRef(tenant="acme", conversation="c1", turn="t1")
+
+    async def run(url: str) -> None:
+        async with client_of(url, provider) as client:
+            manager = helper_stream(client, provider)
+            name = type(manager).__name__
+            with pytest.raises(TypeError, match=rf"{name}.*pass the stream it gives"):
+                feed_stream(NoRuntime(), manager, turn=turn)
+            async with manager:
+                pass  # the request the manager holds is made and closed
+
+    with threaded_replay_server(STREAMS[provider][0]) as url:
+        asyncio.run(run(url))
+
+
+async def test_helper_events_without_their_chunks_are_refused_when_the_stream_ends() -> None:
+    """Only the events the ``openai`` helper derives from the chunks (``content.delta``, the
+    arguments' deltas), the chunks left out: no call could be read from them, so the end of
+    the stream raises ``ProtocolError`` naming the first, never a silent empty turn."""
+    derived = [
+        {"type": "content.delta", "delta": "Hi", "snapshot": "Hi", "parsed": None},
+        {
+            "type": "tool_calls.function.arguments.delta",
+            "name": "get_country",
+            "index": 0,
+            "arguments": "{}",
+            "parsed_arguments": {},
+            "arguments_delta": "{}",
+        },
+    ]
+    async with open_runtime(log="memory://", tools=declarations()) as runtime:
+        turn = await open_turn(runtime)
+        with pytest.raises(ProtocolError, match=r"first was a dict of type 'content.delta'"):
+            await feed_stream(runtime, replayed(derived), adapter=OpenAIChatAdapter(turn)).run()
+        assert await rows(runtime) == []
+
+
+@pytest.mark.parametrize("provider", ["openai-responses", "anthropic"])
+async def test_events_of_another_protocol_are_refused_when_the_stream_ends(provider: str) -> None:
+    """Chat Completions chunks fed to the adapter of another protocol are none of its events:
+    the end of the stream raises ``ProtocolError`` saying so, and nothing is fed."""
+    async with open_runtime(log="memory://", tools=declarations()) as runtime:
+        turn = await open_turn(runtime)
+        adapter = PROVIDERS[provider](turn, response="req-1")
+        with pytest.raises(ProtocolError, match="none of its events is one of the protocol"):
+            await feed_stream(runtime, replayed(chat_chunks()), adapter=adapter).run()
+        assert await rows(runtime) == []
+
+
+async def body_in_chunks(body: bytes, size: int = 100) -> AsyncIterator[bytes]:
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+async def test_a_raw_body_in_chunks_is_fed_through_the_adapter_given() -> None:
+    """An async iterator of the body's raw chunks is fed to the adapter's ``feed``: whole, its
+    own ``[DONE]`` ends it and the calls run; cut before its ``[DONE]``, nothing stands for the
+    ``[DONE]`` and the calls are lost."""
+    done = CHAT.index(b"data: [DONE]")
+    async with open_runtime(log="memory://", tools=declarations()) as runtime:
+        turn = await open_turn(runtime)
+        await feed_stream(runtime, body_in_chunks(CHAT), adapter=OpenAIChatAdapter(turn)).run()
+        assert await run_ready(runtime) == ["get_country", "get_product_name"]
+    async with open_runtime(log="memory://", tools=declarations()) as runtime:
+        turn = await open_turn(runtime)
+        cut = body_in_chunks(CHAT[:done])
+        await feed_stream(runtime, cut, adapter=OpenAIChatAdapter(turn)).run()
+        assert [lost(row) for row in await rows(runtime)] == [True, True]
+
+
+async def test_raw_chunks_without_an_adapter_or_mixed_with_events_are_refused() -> None:
+    """Raw chunks do not say their protocol: with only the turn they are refused, asking for
+    the adapter; a stream that yields chunks and then an event is refused naming both."""
+
+    async def mixed() -> AsyncIterator[object]:
+        yield CHAT[:50]
+        yield chat_chunks()[0]
+
+    async with open_runtime(log="memory://", tools=declarations()) as runtime:
+        turn = await open_turn(runtime)
+        with pytest.raises(TypeError, match=r"raw chunks \(bytes\).*pass its adapter"):
+            await feed_stream(runtime, body_in_chunks(CHAT), turn=turn).run()
+        with pytest.raises(TypeError, match="chunks of a body, then an event"):
+            await feed_stream(runtime, mixed(), adapter=OpenAIChatAdapter(turn)).run()
+
+
+def _sync_events() -> Iterator[object]:
+    yield from chat_chunks()
+
+
+@pytest.mark.parametrize(
+    ("stream", "says"),
+    [
+        (CHAT, r"not bytes: feed a body's bytes to the adapter's feed\(\)"),
+        ("data: [DONE]", r"not str: feed a body's bytes"),
+        (chat_chunks(), r"not a list: pass the async client's stream"),
+        (_sync_events(), r"not a generator: pass the async client's stream"),
+        (42, r"not a int: pass what the async client's create"),
+    ],
+    ids=["bytes", "str", "list", "generator", "int"],
+)
+def test_what_feed_stream_cannot_iterate_is_refused_naming_it(stream: object, says: str) -> None:
+    """Bytes, text, a synchronous iterable or anything else that is no async stream is refused
+    at once, naming what was passed and what to pass instead."""
+    turn = TurnRef(tenant="acme", conversation="c1", turn="t1")
+    with pytest.raises(TypeError, match=says):
+        feed_stream(NoRuntime(), stream, turn=turn)  # type: ignore[arg-type]
