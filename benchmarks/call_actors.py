@@ -680,6 +680,19 @@ def _response_ended(key: CallKey) -> ResponseEnded:
     )
 
 
+async def every_outcome(runtime: Runtime, keys: Sequence[CallKey]) -> None:
+    """Until each call of ``keys`` has its outcome in the runtime's ledger. Calls finish about
+    in the order they were fed: waiting on the first unfinished one looks at each call about
+    once, where checking them all at every change would not."""
+    waiting = iter(keys)
+    first = next(waiting, None)
+    async for _ in runtime.changes():
+        while first is not None and (row := runtime.ledger.row(first)) and row.outcome:
+            first = next(waiting, None)
+        if first is None:
+            return
+
+
 def call_lifecycle(key: CallKey) -> list[Event]:
     """A whole call in one batch: opened, four fragments, its end and its response's end."""
     return [*_latency_setup_events(key), _response_ended(key)]

@@ -37,6 +37,7 @@ from benchmarks.call_actors import (
     call_key,
     call_lifecycle,
     each,
+    every_outcome,
     limits_for,
     sqlite_url,
     start_turns,
@@ -85,13 +86,7 @@ async def _run(url: str, calls: int, retention: Retention) -> float:
             await runtime.feed(call_lifecycle(key))
 
         await each(keys, feed, FEEDERS)
-        waiting = iter(keys)
-        first = next(waiting, None)
-        async for _ in runtime.changes():
-            while first is not None and (row := runtime.ledger.row(first)) and row.outcome:
-                first = next(waiting, None)
-            if first is None:
-                break
+        await every_outcome(runtime, keys)
         await runtime.settle()
         elapsed = time.perf_counter() - start
         outcomes = {row.outcome for key in keys if (row := runtime.ledger.row(key))}

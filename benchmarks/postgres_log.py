@@ -68,6 +68,7 @@ from benchmarks.call_actors import (
     call_key,
     check_phases,
     each,
+    every_outcome,
     limits_for,
     start_turns,
 )
@@ -344,15 +345,7 @@ async def _runtime_work(
             await runtime.feed(_lifecycle(key))
 
         await each(keys, feed, FEEDERS)
-        # Calls finish about in the order they were fed: waiting on the first unfinished one
-        # looks at each call about once, where checking them all at every change would not.
-        waiting = iter(every_key)
-        first = next(waiting, None)
-        async for _ in runtime.changes():
-            while first is not None and (row := runtime.ledger.row(first)) and row.outcome:
-                first = next(waiting, None)
-            if first is None:
-                break
+        await every_outcome(runtime, every_key)
         await runtime.settle()
         result = RuntimeChildRun(
             time.perf_counter() - start, _cpu_seconds() - cpu, runtime.log.rows_read - rows
