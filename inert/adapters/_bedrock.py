@@ -28,6 +28,8 @@ Rules this adapter keeps:
   open message ``error``, with the exception's name as detail, never its message.
 - ``delta.text`` counts as text for the status; reasoning content is neither text nor call data.
 - There is no resume: a body that ends before ``messageStop`` loses its message.
+- A stream that had events, none of them of ConverseStream (another protocol's), makes
+  ``close`` raise ``ProtocolError``: it is never passed over in silence.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ _STOP_REASONS = {
     "content_filtered": ResponseEndReason.CONTENT_FILTER,
     "model_context_window_exceeded": ResponseEndReason.CONTEXT_WINDOW_EXCEEDED,
 }
+_KINDS = frozenset(
+    {
+        "messageStart",
+        "contentBlockStart",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "messageStop",
+        "metadata",
+    }
+)
+"""The event types of ConverseStream (beside its exceptions)."""
 _PRELUDE = 12
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 """The largest event-stream message read by default; a larger length in a frame's prelude ends
@@ -193,6 +206,9 @@ class BedrockAdapter:
         self._started: set[str] = set()
         self._closed = False
         self._refused: ProtocolError | None = None
+        self._first: str | None = None
+        """What the first event read was, until one of the protocol is read."""
+        self._read_one = False
 
     def feed(self, chunk: bytes | str) -> list[Event]:
         """Raw event-stream bytes, split anywhere."""
@@ -225,15 +241,25 @@ class BedrockAdapter:
         self._check_open()
         decoded = as_object(event)
         if len(decoded) != 1:
+            if self._first is None:
+                self._first = f"an object of {len(decoded)} keys, not one event type"
             return self._violate("a decoded event without exactly one event type")
         [(kind, body)] = decoded.items()
         return self._handle(str(kind), body)
 
     def close(self) -> list[Event]:
-        """The body ended: a message without ``messageStop`` is lost (no resume)."""
+        """The body ended: a message without ``messageStop`` is lost (no resume). A stream that
+        had events, none of them of ConverseStream, raises ``ProtocolError``."""
         if self._closed:
             return []
         self._closed = True
+        if self._first is not None and not self._read_one and self._refused is None:
+            raise ProtocolError(
+                "Bedrock",
+                f"none of its events is one of the protocol (the first was {self._first});"
+                " pass the stream to the adapter of its protocol",
+                "at its end",
+            )
         message = self._message
         if message is not None and not message.ended:
             return message.lost(resumable=False)
@@ -263,6 +289,10 @@ class BedrockAdapter:
         return self._handle(str(name), body)
 
     def _handle(self, kind: str, body: object) -> list[Event]:
+        if kind in _KINDS:
+            self._read_one = True
+        elif self._first is None and not kind.endswith("Exception"):
+            self._first = f"of type {kind!r}"
         if kind.endswith("Exception"):
             return self._exception(kind)
         if not isinstance(body, dict):
@@ -359,6 +389,7 @@ class BedrockAdapter:
         return []
 
     def _exception(self, name: str) -> list[Event]:
+        self._read_one = True
         message = self._message
         if message is None or message.ended:
             return []

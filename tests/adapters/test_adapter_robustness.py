@@ -209,3 +209,20 @@ def test_junk_anywhere_in_a_captured_stream_decides_alike_however_it_is_split(
     whole = _read(path.parent.name, [body])
     assert _read(path.parent.name, chunks) == whole
     assert _read(path.parent.name, [body[at : at + 1] for at in range(len(body))]) == whole
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("other", sorted(PROVIDERS))
+def test_events_of_another_protocol_are_said_so_when_the_stream_ends(
+    provider: str, other: str
+) -> None:
+    """Another provider's decoded events fed to an adapter are none of its protocol: ``close``
+    raises ``ProtocolError`` naming the first, never an empty turn in silence. The adapter's
+    own events close as they always did."""
+    adapter = provider_adapter(provider)
+    events = [event for seed in SEEDS[other][:20] for event in adapter.feed_event(seed)]
+    if other == provider:
+        assert all(isinstance(event, Event) for event in events + adapter.close())
+        return
+    with pytest.raises(ProtocolError, match=r"none of its events is one of the protocol \(the"):
+        adapter.close()
