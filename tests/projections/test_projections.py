@@ -94,7 +94,12 @@ def stream_of(event: Event) -> str:
             return event.key.stream
         case ClaimRequested() | ConfirmationGiven():
             return event.key.request_stream
-        case ExecutionCompleted() | ExecutionFailed() | ExecutionOutcomeUnknown():
+        case (
+            ExecutionCompleted()
+            | ExecutionFailed()
+            | ExecutionStopped()
+            | ExecutionOutcomeUnknown()
+        ):
             return event.key.request_stream
         case CallOpened() | ArgumentsAppended() | CallEnded():
             return event.key.response_ref.stream
