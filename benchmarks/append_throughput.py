@@ -123,7 +123,7 @@ class _NoCommitLog(SQLiteLog):
     """The SQLite log with its commit replaced by nothing: what the Trio side alone can do."""
 
     def _commit_group(self, group: list[Any]) -> CommittedGroup:
-        return CommittedGroup([list(range(len(request.records))) for request in group], [])
+        return CommittedGroup([list(range(len(request.records))) for request in group], [], {})
 
 
 async def _inert_appends(

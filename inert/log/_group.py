@@ -35,16 +35,19 @@ class AppendRequest:
 
     records: list[PendingRecord]
     expected: dict[str, int]
+    partition: int = 0
     positions: list[int] | None = None
     error: InertError | None = None
 
 
 class CommittedGroup(NamedTuple):
     """What one group's transaction did: each request's positions or the error that refused
-    that request alone, and the rows it wrote, in position order."""
+    that request alone, and the rows it wrote to partition 0, in position order (and to each
+    other partition, where the backend has others)."""
 
     outcomes: list[list[int] | InertError]
     rows: list[StoredRecord]
+    elsewhere: dict[int, list[StoredRecord]]
 
 
 class GroupCommitLog(Log, Generic[ConnectionT]):
@@ -163,11 +166,20 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         if not self._accepting:
             raise LogError(f"{self.name} is closed or closing; {what}")
 
+    def _committed_elsewhere(self, rows: dict[int, list[StoredRecord]]) -> None:
+        """This process committed these rows to partitions other than 0."""
+
     async def _append_records(
         self, records: list[PendingRecord], expected: dict[str, int]
     ) -> list[int]:
+        return await self._append_in(0, records, expected)
+
+    async def _append_in(
+        self, partition: int, records: list[PendingRecord], expected: dict[str, int]
+    ) -> list[int]:
+        """Queue an append to a partition for the writer, and wait until it is committed."""
         self._check_accepting("the append was not written")
-        request = AppendRequest(records, expected)
+        request = AppendRequest(records, expected, partition)
         self._queue.append(request)
         self._work.set()
         while request.positions is None:
@@ -201,10 +213,13 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
                     continue
                 group = self._take_group()
                 try:
-                    outcomes, rows = await trio.to_thread.run_sync(self._commit_group, group)
+                    outcomes, rows, elsewhere = await trio.to_thread.run_sync(
+                        self._commit_group, group
+                    )
                 except InertError as error:
-                    outcomes, rows = [error] * len(group), []
+                    outcomes, rows, elsewhere = [error] * len(group), [], {}
                 self._keep_committed(rows)
+                self._committed_elsewhere(elsewhere)
                 committed = False
                 for request, outcome in zip(group, outcomes, strict=True):
                     if isinstance(outcome, InertError):

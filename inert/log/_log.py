@@ -64,6 +64,7 @@ from ..events._errors import InertError, LogError
 from ..events._identity import CallKey
 from ..events._recorded import RecordedEvent
 from ..events._times import datetime_to_micros
+from ._partitions import CONTROL_PARTITION, call_partitions, check_partitions, partition_of
 from ._records import (
     PAYLOAD_DIGEST_KEY,
     NewEvent,
@@ -175,6 +176,7 @@ class Log(abc.ABC):
         self._known_head = 0
         self._identity = ""
         self._secret = b""
+        self._partitions = 1
         self.rows_read = 0
         """The rows this log has read from storage since it was opened (by ``read``,
         ``read_stream`` and subscriptions; not the rows of its own commits that subscriptions
@@ -196,6 +198,38 @@ class Log(abc.ABC):
         if not self._secret:
             raise LogError("the log is not open: it has no key yet")
         return hmac.new(self._secret, purpose.encode(), hashlib.sha256).digest()
+
+    # --- partitions (see ._partitions) ---
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions of calls the log has: 1 (partition 0 holds everything) unless it
+        was created with more (read when it is opened)."""
+        return self._partitions
+
+    def partition_of(self, tenant: str, conversation: str) -> int:
+        """The number of the partition a conversation's turns and calls live in."""
+        return partition_of(tenant, conversation, self._partitions)
+
+    def call_partitions(self) -> range:
+        """The numbers of the partitions that hold calls: 0 alone, or 1 to ``partitions``."""
+        return call_partitions(self._partitions)
+
+    def partition(self, number: int) -> Log:
+        """The log of one partition: this log itself for partition 0 (the control partition, or
+        the only one), a log of its own under the same contract for each other."""
+        if number == CONTROL_PARTITION:
+            return self
+        if self._partitions == 1 or number not in call_partitions(self._partitions):
+            raise LogError(
+                f"this log has no partition {number}: its partitions are 0 to"
+                f" {self._partitions if self._partitions > 1 else 0}"
+            )
+        return self._partition_log(number)
+
+    def _partition_log(self, number: int) -> Log:
+        """The log of partition ``number`` (1 to ``partitions``) of a partitioned log."""
+        raise LogError(f"{type(self).__name__} holds one partition")
 
     # --- the contract ---
 
@@ -510,7 +544,9 @@ class MemoryStore:
     reopen it. A simulation that must write the same log twice gives both the same identity and
     secret (they key the log's digests)."""
 
-    def __init__(self, *, identity: str | None = None, secret: bytes | None = None) -> None:
+    def __init__(
+        self, *, identity: str | None = None, secret: bytes | None = None, partitions: int = 1
+    ) -> None:
         self.rows: list[StoredRecord] = []
         self.by_id: dict[str, StoredRecord] = {}
         self.streams: dict[str, list[int]] = {}
@@ -518,6 +554,13 @@ class MemoryStore:
         self.runtimes = 0
         self.identity = identity if identity is not None else new_identity()
         self.secret = secret if secret is not None else new_secret()
+        self.partitions = check_partitions(partitions)
+        self.partition_stores = {
+            number: MemoryStore(identity=self.identity, secret=self.secret)
+            for number in call_partitions(self.partitions)
+            if number != CONTROL_PARTITION
+        }
+        """The stores of partitions 1 to ``partitions`` (this store is partition 0's)."""
 
     def append(self, rows: list[StoredRecord]) -> None:
         for row in rows:
@@ -540,6 +583,21 @@ class MemoryLog(Log):
         self.store = store if store is not None else MemoryStore()
         self._identity = self.store.identity
         self._secret = self.store.secret
+        self._partitions = self.store.partitions
+        self._partition_logs: dict[int, MemoryLog] = {}
+        self._runtimes_in = self.store
+
+    def _partition_log(self, number: int) -> Log:
+        log = self._partition_logs.get(number)
+        if log is None:
+            log = self._partition_logs[number] = MemoryLog(
+                self.store.partition_stores[number], codec=self.codec, clock=self._clock
+            )
+            # Its runtimes are the log's: one presence for the whole log.
+            log._runtimes_in = self.store
+            if self._closed:
+                log._mark_closed()
+        return log
 
     async def _append_records(
         self, records: list[PendingRecord], expected: dict[str, int]
@@ -661,16 +719,18 @@ class MemoryLog(Log):
     @asynccontextmanager
     async def _presence(self) -> AsyncIterator[None]:
         await trio.lowlevel.checkpoint()
-        self.store.runtimes += 1
+        self._runtimes_in.runtimes += 1
         try:
             yield
         finally:
-            self.store.runtimes -= 1
+            self._runtimes_in.runtimes -= 1
 
     async def _runtime_running(self) -> bool:
         await trio.lowlevel.checkpoint()
-        return self.store.runtimes > 0
+        return self._runtimes_in.runtimes > 0
 
     async def aclose(self) -> None:
         self._mark_closed()
+        for partition in self._partition_logs.values():
+            partition._mark_closed()
         await trio.lowlevel.checkpoint()

@@ -43,7 +43,6 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import attrs
 import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -53,7 +52,10 @@ from ..events._errors import ConfigurationError, InertError, LogDamaged, LogErro
 from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock, FrozenRedaction, new_identity, new_secret
+from ._log import Clock, FrozenRedaction, Log, new_identity, new_secret
+from ._partition_log import PartitionLog
+from ._partitions import PARTITION_HASH, check_partitions
+from ._postgres_sql import EVENT_COLUMN_TYPES, MIGRATIONS, Connection, Statements, schema_sql
 from ._records import (
     PAYLOAD_DIGEST_KEY,
     StoredRecord,
@@ -61,7 +63,6 @@ from ._records import (
     plan_appends,
     reached,
     redacted,
-    with_checksum,
 )
 from ._sealing import key_name, new_key, seal, sealed_types, unseal
 from ._snapshots import (
@@ -75,10 +76,7 @@ from ._snapshots import (
 )
 
 APPLICATION = "inert-log"
-SCHEMA_VERSION = 5
-Connection = psycopg.Connection[tuple[Any, ...]]
-Migration = Callable[[Connection, str], None]
-"""A step from schema version N to N + 1, given a connection in a transaction and the schema."""
+SCHEMA_VERSION = 6
 _T = TypeVar("_T")
 
 DEFAULT_SCHEMA = "inert"
@@ -97,306 +95,6 @@ process's appends, so the server ends its session and the lock goes with it."""
 # Lower case, so that the name means the same quoted or not, and short enough that the
 # notification channel named after it fits PostgreSQL's 63-byte identifiers.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,52}")
-
-
-def _snapshot_sql(schema: str) -> str:
-    # Payloads are indexed by stream, which redaction deletes them by.
-    return f"""
-CREATE TABLE {schema}.snapshots (
-    name text PRIMARY KEY,
-    position bigint NOT NULL,
-    stamp text NOT NULL,
-    state bytea NOT NULL,
-    digest text NOT NULL
-);
-CREATE TABLE {schema}.snapshot_payloads (
-    name text NOT NULL,
-    ordinal integer NOT NULL,
-    part text NOT NULL,
-    stream text NOT NULL,
-    first_version integer NOT NULL,
-    data bytea NOT NULL,
-    PRIMARY KEY (name, ordinal)
-);
-CREATE INDEX ON {schema}.snapshot_payloads (stream);
-"""
-
-
-def _schema_sql(schema: str) -> str:
-    return f"""
-CREATE SCHEMA IF NOT EXISTS {schema};
-CREATE TABLE {schema}.inert_meta (
-    application text NOT NULL,
-    schema_version integer NOT NULL,
-    identity text NOT NULL,
-    secret bytea NOT NULL
-);
-CREATE TABLE {schema}.head (
-    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-    position bigint NOT NULL
-);
-CREATE TABLE {schema}.streams (
-    stream_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    name text NOT NULL UNIQUE,
-    version bigint NOT NULL
-);
-CREATE TABLE {schema}.events (
-    position bigint PRIMARY KEY,
-    event_id text NOT NULL UNIQUE,
-    stream_id bigint NOT NULL REFERENCES {schema}.streams (stream_id),
-    version bigint NOT NULL CHECK (version >= 1),
-    recorded_at bigint NOT NULL,
-    event_type text NOT NULL,
-    schema_version integer NOT NULL,
-    payload bytea,
-    payload_length integer NOT NULL,
-    payload_digest bytea,
-    traceparent text,
-    tracestate text,
-    checksum bigint NOT NULL,
-    key_id bigint,
-    UNIQUE (stream_id, version)
-);
-INSERT INTO {schema}.head (position) VALUES (0);
-{_snapshot_sql(schema)}
-{_keys_sql(schema)}
-ALTER TABLE {schema}.snapshot_payloads ADD COLUMN key_id bigint;"""
-
-
-def _keys_sql(schema: str) -> str:
-    # A row sealed under a key names it; the index finds what a key still seals when a
-    # redaction asks whether it may go.
-    return f"""
-CREATE TABLE {schema}.payload_keys (
-    key_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    name text NOT NULL UNIQUE,
-    key bytea NOT NULL
-);
-CREATE INDEX ON {schema}.events (key_id) WHERE key_id IS NOT NULL;
-"""
-
-
-def _add_keys(connection: Connection, schema: str) -> None:
-    # Rows written before are left as they are: sealing starts with the rows written after.
-    connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN key_id bigint")
-    connection.execute(f"ALTER TABLE {schema}.snapshot_payloads ADD COLUMN key_id bigint")
-    connection.execute(_keys_sql(schema))
-
-
-def _add_snapshots(connection: Connection, schema: str) -> None:
-    connection.execute(_snapshot_sql(schema))
-
-
-def _add_checksums(connection: Connection, schema: str) -> None:
-    # The rows are taken as they are: nothing older can tell whether one was damaged before.
-    connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN checksum bigint NOT NULL DEFAULT 0")
-    # The rows as schema 2 held them: nothing sealed yet, no table of keys.
-    select = (
-        "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
-        " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
-        f" e.tracestate FROM {schema}.events AS e"
-        f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
-        " WHERE e.position >= %s ORDER BY e.position LIMIT %s"
-    )
-    position = 1
-    while rows := connection.execute(select, (position, 4096)).fetchall():
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {schema}.events SET checksum = %s WHERE position = %s",
-                [(with_checksum(row).checksum, row[0]) for row in rows],
-            )
-        position = rows[-1][0] + 1
-
-
-def _add_identity(connection: Connection, schema: str) -> None:
-    connection.execute(
-        f"ALTER TABLE {schema}.inert_meta ADD COLUMN identity text, ADD COLUMN secret bytea"
-    )
-    connection.execute(
-        f"UPDATE {schema}.inert_meta SET identity = %s, secret = %s",
-        (new_identity(), new_secret()),
-    )
-    connection.execute(
-        f"ALTER TABLE {schema}.inert_meta ALTER COLUMN identity SET NOT NULL,"
-        " ALTER COLUMN secret SET NOT NULL"
-    )
-
-
-MIGRATIONS: dict[int, Migration] = {
-    1: _add_snapshots,
-    2: _add_checksums,
-    3: _add_identity,
-    4: _add_keys,
-}
-
-
-@attrs.frozen
-class _Statements:
-    """The SQL of one schema, written once when the log is made."""
-
-    select: str
-    lock_head: str
-    stored: str
-    streams: str
-    insert_streams: str
-    set_versions: str
-    insert_events: str
-    set_head: str
-    read: str
-    read_stream: str
-    head: str
-    stream_version: str
-    to_redact: str
-    to_redact_of_types: str
-    redact: str
-    lock_snapshots: str
-    redact_snapshots: str
-    snapshot_first_versions: str
-    delete_snapshot_payloads_from: str
-    rows_at: str
-    redacted_rows: str
-    delete_snapshot_payloads: str
-    delete_snapshot: str
-    write_snapshot: str
-    write_snapshot_payload: str
-    read_snapshot: str
-    keys: str
-    insert_keys: str
-    lock_keys: str
-    delete_keys: str
-    snapshot_keys: str
-
-    @classmethod
-    def of(cls, schema: str) -> _Statements:
-        # A row's columns, then the key its payload is sealed under (see ``_open``).
-        select = (
-            "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
-            " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
-            f" e.tracestate, e.checksum, e.key_id, k.key FROM {schema}.events AS e"
-            f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
-            f" LEFT JOIN {schema}.payload_keys AS k ON k.key_id = e.key_id"
-        )
-        return cls(
-            select=select,
-            lock_head=f"SELECT position FROM {schema}.head FOR UPDATE",
-            stored=f"{select} WHERE e.event_id = ANY(%s)",
-            streams=(f"SELECT name, stream_id, version FROM {schema}.streams WHERE name = ANY(%s)"),
-            insert_streams=(
-                f"INSERT INTO {schema}.streams (name, version)"
-                " SELECT * FROM unnest(%s::text[], %s::bigint[]) RETURNING name, stream_id"
-            ),
-            set_versions=(
-                f"UPDATE {schema}.streams AS s SET version = v.version"
-                " FROM unnest(%s::bigint[], %s::bigint[]) AS v(stream_id, version)"
-                " WHERE s.stream_id = v.stream_id"
-            ),
-            # COPY in binary: the cheapest way in for many rows, and no escaping of payloads.
-            insert_events=f"COPY {schema}.events FROM STDIN (FORMAT BINARY)",
-            # The notification goes out with the commit that moves the head, never before.
-            set_head=(
-                f"UPDATE {schema}.head SET position = %s RETURNING pg_notify(%s, position::text)"
-            ),
-            read=f"{select} WHERE e.position >= %s ORDER BY e.position LIMIT %s",
-            read_stream=f"{select} WHERE s.name = %s AND e.version >= %s ORDER BY e.version",
-            head=f"SELECT position FROM {schema}.head",
-            stream_version=f"SELECT version FROM {schema}.streams WHERE name = %s",
-            to_redact=(
-                f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
-                " ORDER BY e.position FOR UPDATE OF e"
-            ),
-            # Only the rows of the types asked for leave the server: a redaction limited to some
-            # calls is made for each batch of calls that end, over a stream of others' rows.
-            to_redact_of_types=(
-                f"{select} WHERE s.name = %s AND e.version <= %s AND e.payload_digest IS NULL"
-                " AND e.event_type = ANY(%s) ORDER BY e.position FOR UPDATE OF e"
-            ),
-            redact=(
-                f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
-                " payload_digest = %s, checksum = %s, key_id = NULL WHERE position = %s"
-            ),
-            # Taken by redactions and snapshot writes, and by nothing else: one that waits for
-            # the other then sees what it committed (a payload to delete, or a redacted stream).
-            lock_snapshots=f"LOCK TABLE {schema}.snapshot_payloads IN SHARE ROW EXCLUSIVE MODE",
-            redact_snapshots=(
-                f"DELETE FROM {schema}.snapshot_payloads WHERE stream = %s AND first_version <= %s"
-                " RETURNING key_id"
-            ),
-            snapshot_first_versions=(
-                f"SELECT DISTINCT first_version FROM {schema}.snapshot_payloads"
-                " WHERE stream = %s AND first_version <= %s"
-            ),
-            delete_snapshot_payloads_from=(
-                f"DELETE FROM {schema}.snapshot_payloads"
-                " WHERE stream = %s AND first_version = ANY(%s) RETURNING key_id"
-            ),
-            rows_at=f"{select} WHERE s.name = %s AND e.version = ANY(%s)",
-            redacted_rows=f"{select} WHERE s.name = ANY(%s) AND e.payload_digest IS NOT NULL",
-            delete_snapshot_payloads=(
-                f"DELETE FROM {schema}.snapshot_payloads WHERE name = %s RETURNING key_id"
-            ),
-            delete_snapshot=f"DELETE FROM {schema}.snapshots WHERE name = %s",
-            write_snapshot=(
-                f"INSERT INTO {schema}.snapshots VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
-                " stamp = excluded.stamp, state = excluded.state, digest = excluded.digest"
-            ),
-            write_snapshot_payload=(
-                f"INSERT INTO {schema}.snapshot_payloads VALUES (%s, %s, %s, %s, %s, %s, %s)"
-            ),
-            # One statement, so that it sees one snapshot whole even while a write replaces it;
-            # a payload whose key is gone is redacted, and left out.
-            read_snapshot=(
-                f"SELECT 0, position, stamp, digest, 0, state, NULL::bigint, NULL::bytea"
-                f" FROM {schema}.snapshots WHERE name = %s UNION ALL"
-                " SELECT 1, p.ordinal, p.part, p.stream, p.first_version, p.data, p.key_id,"
-                f" k.key FROM {schema}.snapshot_payloads AS p"
-                f" LEFT JOIN {schema}.payload_keys AS k ON k.key_id = p.key_id"
-                " WHERE p.name = %s ORDER BY 1, 2"
-            ),
-            # Shared: a redaction that would destroy one waits for the appends sealing with it.
-            keys=(
-                f"SELECT name, key_id, key FROM {schema}.payload_keys WHERE name = ANY(%s)"
-                " FOR SHARE"
-            ),
-            insert_keys=(
-                f"INSERT INTO {schema}.payload_keys (name, key)"
-                " SELECT * FROM unnest(%s::text[], %s::bytea[])"
-                " ON CONFLICT (name) DO NOTHING RETURNING name, key_id, key"
-            ),
-            lock_keys=(
-                f"SELECT key_id FROM {schema}.payload_keys WHERE key_id = ANY(%s) FOR UPDATE"
-            ),
-            # A key goes with the last payload it seals, in a row or a snapshot.
-            delete_keys=(
-                f"DELETE FROM {schema}.payload_keys AS k WHERE k.key_id = ANY(%s)"
-                f" AND NOT EXISTS (SELECT 1 FROM {schema}.events AS e"
-                " WHERE e.key_id = k.key_id AND e.payload_digest IS NULL)"
-                f" AND NOT EXISTS (SELECT 1 FROM {schema}.snapshot_payloads AS p"
-                " WHERE p.key_id = k.key_id) RETURNING k.key_id"
-            ),
-            snapshot_keys=(
-                f"SELECT DISTINCT key_id FROM {schema}.snapshot_payloads"
-                " WHERE name = %s AND key_id IS NOT NULL"
-            ),
-        )
-
-
-_EVENT_COLUMN_TYPES = [
-    "int8",
-    "text",
-    "int8",
-    "int8",
-    "int8",
-    "text",
-    "int4",
-    "bytea",
-    "int4",
-    "bytea",
-    "text",
-    "text",
-    "int8",
-    "int8",
-]
 
 
 def _reason(error: psycopg.Error) -> str:
@@ -510,6 +208,62 @@ class _PresenceHolder:
             connection.close()
 
 
+class _GroupPlan:
+    """The plan of one group's appends, partition by partition: each request's outcome, the
+    rows to write to each partition, the streams they touch and the payloads to seal."""
+
+    def __init__(self, requests: int) -> None:
+        self.outcomes: list[list[int] | InertError] = [[] for _ in range(requests)]
+        self.written: dict[int, list[StoredRecord]] = {}
+        self.stream_ids: dict[tuple[int, str], int] = {}
+        self.touched: dict[tuple[int, str], int] = {}
+        self.sealing: dict[tuple[int, int], str] = {}
+
+    def add(
+        self,
+        number: int,
+        indexes: list[int],
+        requests: list[AppendRequest],
+        *,
+        stored: list[StoredRecord],
+        known: list[tuple[Any, ...]],
+        head: int,
+        digest_key: bytes,
+        recorded_at: int,
+        sealed: frozenset[str],
+    ) -> None:
+        """Plan the requests of partition ``number`` (at ``indexes`` of the group)."""
+        versions: dict[str, int] = {}
+        for name, stream_id, version in known:
+            self.stream_ids[number, name] = stream_id
+            versions[name] = version
+        plan = plan_appends(
+            [(request.records, request.expected) for request in requests],
+            digest_key=digest_key,
+            existing={row.event_id: row for row in stored},
+            stream_versions=versions,
+            head=head,
+            recorded_at=recorded_at,
+        )
+        for index, outcome in zip(indexes, plan.outcomes, strict=True):
+            self.outcomes[index] = outcome
+        if not plan.rows:
+            return
+        self.written[number] = plan.rows
+        self.touched.update(((number, row.stream), row.version) for row in plan.rows)
+        calls = {
+            record.event_id: record.call
+            for request in requests
+            for record in request.records
+            if record.call is not None
+        }
+        self.sealing.update(
+            ((number, row.position), key_name(row.event_type, calls[row.event_id]))
+            for row in plan.rows
+            if row.event_type in sealed and row.event_id in calls and row.payload
+        )
+
+
 class PostgresLog(GroupCommitLog[Connection]):
     """The PostgreSQL backend. Open it with :meth:`open` (an async context manager)."""
 
@@ -525,6 +279,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         codec: Codec | None = None,
         clock: Clock | None = None,
         create: bool = True,
+        partitions: int | None = None,
     ) -> None:
         super().__init__(
             group_commit=group_commit,
@@ -562,7 +317,9 @@ class PostgresLog(GroupCommitLog[Connection]):
         self.schema = schema
         self.poll_interval = poll_interval
         self._create = create
-        self._sql = _Statements.of(schema)
+        self._asked_partitions = None if partitions is None else check_partitions(partitions)
+        self._partition_logs: dict[int, PartitionLog] = {}
+        self._sql = Statements.of(schema)
         self._sealed = sealed_types()
         self._channel = f"inert_log_{schema}"
         self._writer: Connection | None = None
@@ -597,10 +354,14 @@ class PostgresLog(GroupCommitLog[Connection]):
         codec: Codec | None = None,
         clock: Clock | None = None,
         create: bool = True,
+        partitions: int | None = None,
     ) -> AsyncIterator[PostgresLog]:
         """Open the log in ``schema`` of the database ``conninfo`` names (a ``postgresql://``
         URL or libpq key=value string), creating its tables if need be, or with ``create=False``
-        refusing a schema without them (``LogNotFound``); closed when the block ends."""
+        refusing a schema without them (``LogNotFound``); closed when the block ends.
+
+        A log created here has ``partitions`` partitions of calls (1 if not given); an existing
+        log keeps the number it was created with, and one that names another is refused."""
         log = cls(
             conninfo,
             schema=schema,
@@ -611,6 +372,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             codec=codec,
             clock=clock,
             create=create,
+            partitions=partitions,
         )
         await trio.to_thread.run_sync(log._connect)
         try:
@@ -618,6 +380,8 @@ class PostgresLog(GroupCommitLog[Connection]):
                 yield log
         finally:
             log._mark_closed()
+            for partition in log._partition_logs.values():
+                partition._mark_closed()
             # Reads of subscriptions outside this block may still be running on the reader.
             with trio.CancelScope(shield=True):
                 async with log._reader_lock, log._background_lock:
@@ -726,11 +490,20 @@ class PostgresLog(GroupCommitLog[Connection]):
                 why = "the schema holds no tables" if exists else "there is no such schema"
                 raise LogNotFound(self._no_log_here(connection, why))
             if not tables:
-                connection.execute(_schema_sql(schema))
+                partitions = self._asked_partitions or 1
+                connection.execute(schema_sql(schema, partitions))
                 self._identity, self._secret = new_identity(), new_secret()
+                self._partitions = partitions
                 connection.execute(
-                    f"INSERT INTO {schema}.inert_meta VALUES (%s, %s, %s, %s)",
-                    (APPLICATION, SCHEMA_VERSION, self._identity, self._secret),
+                    f"INSERT INTO {schema}.inert_meta VALUES (%s, %s, %s, %s, %s, %s)",
+                    (
+                        APPLICATION,
+                        SCHEMA_VERSION,
+                        self._identity,
+                        self._secret,
+                        partitions,
+                        PARTITION_HASH,
+                    ),
                 )
                 return
             meta = (
@@ -757,10 +530,23 @@ class PostgresLog(GroupCommitLog[Connection]):
                 )
             if version < SCHEMA_VERSION:
                 self._migrate(connection, version)
-            identity, secret = connection.execute(
-                f"SELECT identity, secret FROM {schema}.inert_meta"
+            identity, secret, partitions, rule = connection.execute(
+                f"SELECT identity, secret, partitions, partition_hash FROM {schema}.inert_meta"
             ).fetchone()  # type: ignore[misc]
             self._identity, self._secret = identity, bytes(secret)
+            if rule != PARTITION_HASH:
+                raise LogError(
+                    f"schema {schema} of {self.url} places conversations in partitions by rule"
+                    f" {rule!r}; this inert knows {PARTITION_HASH!r} only"
+                )
+            if self._asked_partitions not in (None, partitions):
+                raise ConfigurationError(
+                    f"schema {schema} of {self.url} holds a log of {partitions} partition"
+                    f"{'s' if partitions != 1 else ''}, not {self._asked_partitions}: a log's"
+                    " partitions are chosen when it is created (inert repartition makes a copy"
+                    " with another number)"
+                )
+            self._partitions = partitions
 
     def _no_log_here(self, connection: Connection, why: str) -> str:
         """Why ``schema`` holds no log, and the schemas of the database that hold one."""
@@ -842,76 +628,92 @@ class PostgresLog(GroupCommitLog[Connection]):
     def _write_group(
         self, connection: Connection, group: list[AppendRequest]
     ) -> tuple[CommittedGroup, list[tuple[str, tuple[object, ...]]]]:
-        """Write a group in a transaction left open, holding the head's lock: the outcomes,
-        and the statements to send with the commit (the streams' versions and the head).
+        """Write a group in a transaction left open, holding the lock of the head of each
+        partition it appends to: the outcomes, and the statements to send with the commit (the
+        streams' versions and the heads).
 
-        A few round trips whatever the group's size: the lookups, the new streams (if any), the
-        events, and the rest with the commit."""
+        A few round trips whatever the group's size and partitions: the lookups, the new streams
+        (if any), the events, and the rest with the commit."""
         sql = self._sql
-        event_ids = list({record.event_id for request in group for record in request.records})
-        names = {record.stream for request in group for record in request.records}
-        names.update(stream for request in group for stream in request.expected)
-        # The lookups run after the lock is granted, so they see every earlier append.
+        by_partition: dict[int, list[int]] = {}
+        for index, request in enumerate(group):
+            by_partition.setdefault(request.partition, []).append(index)
+        numbers = sorted(by_partition)
+        lookups = {}
+        # The lookups run after the locks are granted, so they see every earlier append.
         with connection.pipeline():
-            head_row = connection.execute(sql.lock_head)
-            stored = connection.execute(sql.stored, (event_ids,))
-            known = connection.execute(sql.streams, (list(names),))
-        (head,) = head_row.fetchone() or (0,)
-        stream_ids: dict[str, int] = {}
-        versions: dict[str, int] = {}
-        for name, stream_id, version in known.fetchall():
-            stream_ids[name] = stream_id
-            versions[name] = version
-        plan = plan_appends(
-            [(request.records, request.expected) for request in group],
-            digest_key=self.key(PAYLOAD_DIGEST_KEY),
-            existing={values[1]: _row(values) for values in stored.fetchall()},
-            stream_versions=versions,
-            head=head,
-            recorded_at=self._now_micros(),
-        )
-        if not plan.rows:
-            return CommittedGroup(plan.outcomes, []), []
-        touched = {row.stream: row.version for row in plan.rows}
-        new = [name for name in touched if name not in stream_ids]
-        if new:
+            locked = connection.execute(sql.lock_heads, (numbers,))
+            for number in numbers:
+                requests = [group[index] for index in by_partition[number]]
+                event_ids = list({record.event_id for q in requests for record in q.records})
+                streams = {record.stream for q in requests for record in q.records}
+                streams.update(stream for q in requests for stream in q.expected)
+                lookups[number] = (
+                    connection.execute(sql.stored, (number, event_ids)),
+                    connection.execute(sql.streams, (number, list(streams))),
+                )
+        plan = _GroupPlan(len(group))
+        heads: dict[int, int] = dict(locked.fetchall())
+        recorded_at = self._now_micros()
+        for number in numbers:
+            stored, known = lookups[number]
+            plan.add(
+                number,
+                by_partition[number],
+                [group[index] for index in by_partition[number]],
+                stored=[_row(values) for values in stored.fetchall()],
+                known=known.fetchall(),
+                head=heads[number],
+                digest_key=self.key(PAYLOAD_DIGEST_KEY),
+                recorded_at=recorded_at,
+                sealed=self._sealed,
+            )
+        outcomes, written = plan.outcomes, plan.written
+        stream_ids, touched, sealing = plan.stream_ids, plan.touched, plan.sealing
+        if not written:
+            return CommittedGroup(outcomes, [], {}), []
+        new = [stream for stream in touched if stream not in stream_ids]
+        for number in sorted({number for number, _ in new}):
+            names = [name for partition, name in new if partition == number]
             stream_ids.update(
-                connection.execute(
-                    sql.insert_streams, (new, [touched[name] for name in new])
+                ((number, name), stream_id)
+                for name, stream_id in connection.execute(
+                    sql.insert_streams, (number, names, [touched[number, n] for n in names])
                 ).fetchall()
             )
-        calls = {
-            record.event_id: record.call
-            for request in group
-            for record in request.records
-            if record.call is not None
-        }
-        sealing = {
-            row.position: key_name(row.event_type, calls[row.event_id])
-            for row in plan.rows
-            if row.event_type in self._sealed and row.event_id in calls and row.payload
-        }
         keys = self._keys(connection, set(sealing.values())) if sealing else {}
         with connection.cursor() as cursor, cursor.copy(sql.insert_events) as copy:
-            copy.set_types(_EVENT_COLUMN_TYPES)
-            for row in plan.rows:
-                name = sealing.get(row.position)
-                if name is None:
-                    copy.write_row((*row[:2], stream_ids[row.stream], *row[3:], None))
-                    continue
-                key_id, key = keys[name]
-                sealed = seal(key, row.payload or b"", row.event_id.encode())
-                copy.write_row(
-                    (*row[:2], stream_ids[row.stream], *row[3:7], sealed, *row[8:], key_id)
-                )
+            copy.set_types(EVENT_COLUMN_TYPES)
+            for number, rows in written.items():
+                for row in rows:
+                    stream_id = stream_ids[number, row.stream]
+                    name = sealing.get((number, row.position))
+                    if name is None:
+                        copy.write_row((number, *row[:2], stream_id, *row[3:], None))
+                        continue
+                    key_id, key = keys[name]
+                    sealed = seal(key, row.payload or b"", row.event_id.encode())
+                    copy.write_row(
+                        (number, *row[:2], stream_id, *row[3:7], sealed, *row[8:], key_id)
+                    )
         finish: list[tuple[str, tuple[object, ...]]] = []
-        old = [name for name in touched if name not in new]
+        old = [stream for stream in touched if stream not in new]
         if old:
             finish.append(
-                (sql.set_versions, ([stream_ids[n] for n in old], [touched[n] for n in old]))
+                (sql.set_versions, ([stream_ids[s] for s in old], [touched[s] for s in old]))
             )
-        finish.append((sql.set_head, (plan.head, self._channel)))
-        return CommittedGroup(plan.outcomes, plan.rows), finish
+        ends = sorted((number, rows[-1].position) for number, rows in written.items())
+        finish.append(
+            (sql.set_heads, ([n for n, _ in ends], [head for _, head in ends], self._channel))
+        )
+        return (
+            CommittedGroup(
+                outcomes,
+                written.pop(0, []),
+                written,
+            ),
+            finish,
+        )
 
     def _keys(self, connection: Connection, names: set[str]) -> dict[str, tuple[int, bytes]]:
         """The keys of these names, each made where there is none (in ``connection``'s
@@ -962,12 +764,49 @@ class PostgresLog(GroupCommitLog[Connection]):
             raise LogError(f"PostgreSQL read of {self.url} failed: {_reason(error)}") from None
 
     async def _read_rows(self, from_position: int, limit: int | None) -> list[StoredRecord]:
-        rows = await self._query(self._sql.read, (from_position, limit))
+        return await self._read_rows_in(0, from_position, limit)
+
+    async def _read_rows_in(
+        self, partition: int, from_position: int, limit: int | None
+    ) -> list[StoredRecord]:
+        rows = await self._query(self._sql.read, (partition, from_position, limit))
         return [_row(values) for values in rows]
 
     async def _read_stream_rows(self, stream: str, from_version: int) -> list[StoredRecord]:
-        rows = await self._query(self._sql.read_stream, (stream, from_version))
+        return await self._read_stream_rows_in(0, stream, from_version)
+
+    async def _read_stream_rows_in(
+        self, partition: int, stream: str, from_version: int
+    ) -> list[StoredRecord]:
+        rows = await self._query(self._sql.read_stream, (partition, stream, from_version))
         return [_row(values) for values in rows]
+
+    # --- partitions ---
+
+    def _partition_log(self, number: int) -> Log:
+        log = self._partition_logs.get(number)
+        if log is None:
+            log = self._partition_logs[number] = PartitionLog(
+                self,
+                number,
+                identity=self._identity,
+                secret=self._secret,
+                partitions=self._partitions,
+                codec=self.codec,
+                clock=self._clock,
+            )
+            if self._closed:
+                log._mark_closed()
+        return log
+
+    def _poll_interval(self) -> float:
+        return self.poll_interval
+
+    def _committed_elsewhere(self, rows: dict[int, list[StoredRecord]]) -> None:
+        for number, committed in rows.items():
+            log = self._partition_logs.get(number)
+            if log is not None:
+                log._committed_here(committed)
 
     # --- runtimes on the log ---
     # Each runtime holds a shared advisory lock, keyed by the log's schema, on a session of its
@@ -1012,31 +851,58 @@ class PostgresLog(GroupCommitLog[Connection]):
         return bool(rows[0][0])
 
     async def _head(self) -> int:
-        rows = await self._query(self._sql.head, ())
+        return await self._head_of(0)
+
+    async def _head_of(self, partition: int) -> int:
+        rows = await self._query(self._sql.head, (partition,))
         return int(rows[0][0])
 
     async def _stream_version(self, stream: str) -> int:
-        rows = await self._query(self._sql.stream_version, (stream,))
+        return await self._stream_version_in(0, stream)
+
+    async def _stream_version_in(self, partition: int, stream: str) -> int:
+        rows = await self._query(self._sql.stream_version, (partition, stream))
         return int(rows[0][0]) if rows else 0
 
     async def erased(self) -> bool:
         return await self._eraser.erased()
 
     async def _redact_many(self, redactions: list[FrozenRedaction]) -> int:
+        return await self._redact_many_in(0, redactions)
+
+    async def _redact_many_in(self, partition: int, redactions: list[FrozenRedaction]) -> int:
+        self._check_accepting("nothing was redacted")
         try:
-            return await super()._redact_many(redactions)
+            return await self._background(
+                "redaction",
+                lambda connection: self._redact_all_in(connection, redactions, partition),
+            )
         finally:
             self._erase_destroyed_keys()
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
+        await self._write_snapshot_of(0, snapshot)
+
+    async def _write_snapshot_of(self, partition: int, snapshot: StoredSnapshot) -> None:
+        self._check_accepting("the snapshot was not written")
         try:
-            await super()._write_snapshot(snapshot)
+            await self._background(
+                "snapshot write",
+                lambda connection: self._write_snapshot_in(connection, snapshot, partition),
+            )
         finally:
             self._erase_destroyed_keys()
 
     async def _delete_snapshot(self, name: str) -> None:
+        await self._delete_snapshot_of(0, name)
+
+    async def _delete_snapshot_of(self, partition: int, name: str) -> None:
+        self._check_accepting("the snapshot was not deleted")
         try:
-            await super()._delete_snapshot(name)
+            await self._background(
+                "snapshot deletion",
+                lambda connection: self._delete_snapshot_in(connection, name, partition),
+            )
         finally:
             self._erase_destroyed_keys()
 
@@ -1046,11 +912,15 @@ class PostgresLog(GroupCommitLog[Connection]):
             self._eraser.redacted()
 
     async def _storage_problems(self) -> list[str]:
+        return await self._storage_problems_of(0)
+
+    async def _storage_problems_of(self, partition: int) -> list[str]:
         schema = self.schema
         [(rows, last, head)] = await self._query(
-            f"SELECT count(*), coalesce(max(position), 0), (SELECT position FROM {schema}.head)"
-            f" FROM {schema}.events",
-            (),
+            f"SELECT count(*), coalesce(max(position), 0),"
+            f" (SELECT position FROM {schema}.heads WHERE partition = %s)"
+            f" FROM {schema}.events WHERE partition = %s",
+            (partition, partition),
         )
         problems = []
         if rows != last:
@@ -1063,19 +933,22 @@ class PostgresLog(GroupCommitLog[Connection]):
             for name, count, version, recorded in await self._query(
                 f"SELECT s.name, count(e.position), coalesce(max(e.version), 0), s.version"
                 f" FROM {schema}.streams AS s LEFT JOIN {schema}.events AS e"
-                " ON e.stream_id = s.stream_id GROUP BY s.stream_id"
+                " ON e.stream_id = s.stream_id WHERE s.partition = %s GROUP BY s.stream_id"
                 " HAVING count(e.position) != s.version"
                 " OR coalesce(max(e.version), 0) != s.version",
-                (),
+                (partition,),
             )
         )
         return problems
 
-    def _redact_all_in(self, connection: Connection, redactions: list[FrozenRedaction]) -> int:
+    def _redact_all_in(
+        self, connection: Connection, redactions: list[FrozenRedaction], partition: int = 0
+    ) -> int:
         connection.execute(self._sql.lock_snapshots)
         sealed_by: set[int] = set()
         done = sum(
-            self._redact_in(connection, *redaction, sealed_by=sealed_by) for redaction in redactions
+            self._redact_in(connection, *redaction, partition=partition, sealed_by=sealed_by)
+            for redaction in redactions
         )
         # Once for the whole transaction: keys locked in one order, as the appends lock them.
         self._destroy_keys(connection, sealed_by)
@@ -1089,15 +962,16 @@ class PostgresLog(GroupCommitLog[Connection]):
         event_types: frozenset[str] | None,
         keys: frozenset[CallKey] | None,
         *,
+        partition: int,
         sealed_by: set[int],
     ) -> int:
         """Redact one stream's rows, adding the keys that sealed what went to ``sealed_by``."""
         sql = self._sql
         selected = (
-            connection.execute(sql.to_redact, (stream, up_to_version))
+            connection.execute(sql.to_redact, (partition, stream, up_to_version))
             if event_types is None
             else connection.execute(
-                sql.to_redact_of_types, (stream, up_to_version, sorted(event_types))
+                sql.to_redact_of_types, (partition, stream, up_to_version, sorted(event_types))
             )
         )
         done = []
@@ -1111,26 +985,35 @@ class PostgresLog(GroupCommitLog[Connection]):
             cursor.executemany(
                 sql.redact,
                 [
-                    (row.schema_version, row.payload, row.digest, row.checksum, row.position)
+                    (
+                        row.schema_version,
+                        row.payload,
+                        row.digest,
+                        row.checksum,
+                        partition,
+                        row.position,
+                    )
                     for row in done
                 ],
             )
         if keys is None:
-            deleted = connection.execute(sql.redact_snapshots, (stream, up_to_version))
+            deleted = connection.execute(sql.redact_snapshots, (partition, stream, up_to_version))
         else:
             firsts = [
                 version
                 for (version,) in connection.execute(
-                    sql.snapshot_first_versions, (stream, up_to_version)
+                    sql.snapshot_first_versions, (partition, stream, up_to_version)
                 )
             ]
-            calls = self._calls_at(connection, stream, firsts)
+            calls = self._calls_at(connection, partition, stream, firsts)
             doomed = [
                 version
                 for version in firsts
                 if redaction_takes(version, up_to_version, keys, calls.get(version))
             ]
-            deleted = connection.execute(sql.delete_snapshot_payloads_from, (stream, doomed))
+            deleted = connection.execute(
+                sql.delete_snapshot_payloads_from, (partition, stream, doomed)
+            )
         sealed_by.update(key_id for (key_id,) in deleted if key_id is not None)
         return len(done)
 
@@ -1148,39 +1031,46 @@ class PostgresLog(GroupCommitLog[Connection]):
             self._keys_destroyed = True
 
     def _calls_at(
-        self, connection: Connection, stream: str, versions: Sequence[int]
+        self, connection: Connection, partition: int, stream: str, versions: Sequence[int]
     ) -> dict[int, CallKey | None]:
         """The call of the stream's event at each of these versions, as far as its row tells."""
         return {
             row.version: call_of(row, self.codec)
-            for row in map(_row, connection.execute(self._sql.rows_at, (stream, list(versions))))
+            for row in map(
+                _row, connection.execute(self._sql.rows_at, (partition, stream, list(versions)))
+            )
         }
 
-    def _delete_snapshot_in(self, connection: Connection, name: str) -> None:
+    def _delete_snapshot_in(self, connection: Connection, name: str, partition: int = 0) -> None:
         sql = self._sql
         connection.execute(sql.lock_snapshots)
-        deleted = connection.execute(sql.delete_snapshot_payloads, (name,)).fetchall()
-        connection.execute(sql.delete_snapshot, (name,))
+        deleted = connection.execute(sql.delete_snapshot_payloads, (partition, name)).fetchall()
+        connection.execute(sql.delete_snapshot, (partition, name))
         self._destroy_keys(connection, {key_id for (key_id,) in deleted if key_id is not None})
 
-    def _write_snapshot_in(self, connection: Connection, snapshot: StoredSnapshot) -> None:
+    def _write_snapshot_in(
+        self, connection: Connection, snapshot: StoredSnapshot, partition: int = 0
+    ) -> None:
         sql = self._sql
         name = snapshot.name
         connection.execute(sql.lock_snapshots)
         found: dict[str, list[tuple[int, CallKey | None]]] = {}
         for row in map(
-            _row, connection.execute(sql.redacted_rows, (list(payload_streams(snapshot)),))
+            _row,
+            connection.execute(sql.redacted_rows, (partition, list(payload_streams(snapshot)))),
         ):
             found.setdefault(row.stream, []).append((row.version, call_of(row, self.codec)))
         highest = {stream: max(version for version, _ in seen) for stream, seen in found.items()}
         redacted = {
-            stream: StreamRedactions(found[stream], self._calls_at(connection, stream, versions))
+            stream: StreamRedactions(
+                found[stream], self._calls_at(connection, partition, stream, versions)
+            )
             for stream, versions in judged_versions(snapshot, highest).items()
         }
-        deleted = connection.execute(sql.delete_snapshot_payloads, (name,)).fetchall()
+        deleted = connection.execute(sql.delete_snapshot_payloads, (partition, name)).fetchall()
         connection.execute(
             sql.write_snapshot,
-            (name, snapshot.position, snapshot.stamp, snapshot.state, snapshot.digest),
+            (partition, name, snapshot.position, snapshot.stamp, snapshot.state, snapshot.digest),
         )
         # Each payload sealed under the key of its part: the call's key of those bytes, which
         # their redaction destroys. Payloads are read twice rather than held all at once.
@@ -1190,6 +1080,7 @@ class PostgresLog(GroupCommitLog[Connection]):
                 sql.write_snapshot_payload,
                 (
                     (
+                        partition,
                         name,
                         ordinal,
                         p.part,
@@ -1226,7 +1117,10 @@ class PostgresLog(GroupCommitLog[Connection]):
             raise LogError(f"PostgreSQL {what} in {self.url} failed: {_reason(error)}") from None
 
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
-        rows = await self._query(self._sql.read_snapshot, (name, name))
+        return await self._read_snapshot_of(0, name)
+
+    async def _read_snapshot_of(self, partition: int, name: str) -> StoredSnapshot | None:
+        rows = await self._query(self._sql.read_snapshot, (partition, name, partition, name))
         position = rows[0][1] if rows else 0
         opened = [
             columns for row in rows if (columns := _opened_payload(row, position)) is not None
@@ -1245,6 +1139,8 @@ class PostgresLog(GroupCommitLog[Connection]):
             try:
                 # Appends made while nobody listened are found by the reads this wakes.
                 self._notify_appended()
+                for partition in self._partition_logs.values():
+                    partition._notify_appended()
                 await self._relay_notifications(listener)
             except psycopg.Error:
                 # Lost: subscriptions poll until a new listening connection is open.
@@ -1282,13 +1178,19 @@ class PostgresLog(GroupCommitLog[Connection]):
                 self._notify_appended()
 
     def _heard_of(self, payload: bytes) -> None:
-        """Note the head another writer's notification names (the position its commit
-        reached), so that subscriptions look in storage past this log's own rows."""
+        """Note the head another writer's notification names (the partition and the position
+        its commit reached there), so that subscriptions look in storage past this log's own
+        rows."""
         try:
-            head = int(payload)
+            partition, head = map(int, payload.split())
         except ValueError:
             return
-        self._known_head = max(self._known_head, head)
+        if partition == 0:
+            self._known_head = max(self._known_head, head)
+            return
+        log = self._partition_logs.get(partition)
+        if log is not None:
+            log._heard_of(head)
 
     async def _wait_for_appends(self, since: trio.Event) -> None:
         # Notifications may be lost with the listening connection; polling bounds the delay.

@@ -577,7 +577,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             plan.head,
             {name: (stream_id, versions[name]) for name, (stream_id, _) in streams.items()},
         )
-        return CommittedGroup(plan.outcomes, plan.rows)
+        return CommittedGroup(plan.outcomes, plan.rows, {})
 
     def _stored_events(
         self, connection: sqlite3.Connection, event_ids: list[str]

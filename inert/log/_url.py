@@ -18,6 +18,10 @@ A ``postgresql://`` URL is a libpq connection URL; its query takes ``schema=NAME
 the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events`` and
 ``poll_interval``, and passes every other parameter (``sslmode``, ``connect_timeout``...) to
 libpq.
+
+``partitions=N`` (in a PostgreSQL or memory URL, or ``open_log(partitions=N)``) creates a log of
+``N`` partitions of calls (see :mod:`._partitions`); an existing log opens with the number it was
+created with, and one that names another is refused. SQLite logs have one partition.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urls
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, LogError, LogNotFound
 from ._log import Clock, Log, MemoryLog, MemoryStore
+from ._partitions import check_partitions
 from ._sqlite import SQLiteLog
 
 _NAMED_MEMORY_STORES: dict[str, MemoryStore] = {}
@@ -42,7 +47,14 @@ _SQLITE_OPTIONS = {
     "poll_interval",
     "erase_timeout",
 }
-_POSTGRES_OPTIONS = {"schema", "group_commit", "max_batch_events", "poll_interval", "erase_timeout"}
+_POSTGRES_OPTIONS = {
+    "schema",
+    "group_commit",
+    "max_batch_events",
+    "poll_interval",
+    "erase_timeout",
+    "partitions",
+}
 
 
 def _flag(name: str, value: str) -> bool:
@@ -73,6 +85,7 @@ async def _open_postgres(
     codec: Codec | None,
     clock: Clock | None,
     create: bool,
+    partitions: int | None,
 ) -> AsyncIterator[Log]:
     try:
         # psycopg is an optional dependency (the postgresql extra): imported only when used.
@@ -98,7 +111,7 @@ async def _open_postgres(
     if "erase_timeout" in options:
         settings["erase_timeout"] = _number("erase_timeout", options["erase_timeout"], float)
     async with PostgresLog.open(
-        conninfo, **settings, codec=codec, clock=clock, create=create
+        conninfo, **settings, codec=codec, clock=clock, create=create, partitions=partitions
     ) as log:
         yield log
 
@@ -124,23 +137,53 @@ def _check_sqlite_path(path: str, *, create: bool) -> None:
         raise LogNotFound(f"no SQLite log at {path!r}: the file is empty; check the path")
 
 
+def _partitions_asked(options: dict[str, str], partitions: int | None) -> int | None:
+    """The partitions a URL's options and ``open_log``'s argument ask for, if they agree."""
+    named = options.pop("partitions", None)
+    if named is None:
+        return None if partitions is None else check_partitions(partitions)
+    number = check_partitions(int(_number("partitions", named, int)))
+    if partitions is not None and partitions != number:
+        raise ConfigurationError(
+            f"the log URL asks for partitions={number} and the caller for {partitions}"
+        )
+    return number
+
+
 @asynccontextmanager
 async def open_log(
-    url: str, *, codec: Codec | None = None, clock: Clock | None = None, create: bool = True
+    url: str,
+    *,
+    codec: Codec | None = None,
+    clock: Clock | None = None,
+    create: bool = True,
+    partitions: int | None = None,
 ) -> AsyncIterator[Log]:
     """Open the log a URL names; it is closed when the block ends. Without ``create``, an
-    SQLite file or a PostgreSQL schema must hold a log already (``LogNotFound``)."""
+    SQLite file or a PostgreSQL schema must hold a log already (``LogNotFound``). A log created
+    here has ``partitions`` partitions of calls (or the URL's ``partitions=N``; 1 if neither)."""
     try:
         parts = urlsplit(url)
     except ValueError as error:
         # urlsplit's own words ("Invalid IPv6 URL") name neither the URL nor the option.
         raise ConfigurationError(f"log URL {url!r} cannot be read: {error}") from None
     options = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
+    asked = _partitions_asked(options, partitions)
     if parts.scheme == "memory":
         if options:
-            raise ConfigurationError(f"memory logs take no options, got {sorted(options)}")
+            raise ConfigurationError(
+                f"memory logs take no options but partitions, got {sorted(options)}"
+            )
         name = parts.netloc + parts.path
-        store = _NAMED_MEMORY_STORES.setdefault(name, MemoryStore()) if name else MemoryStore()
+        store = (
+            _NAMED_MEMORY_STORES.setdefault(name, MemoryStore(partitions=asked or 1))
+            if name
+            else MemoryStore(partitions=asked or 1)
+        )
+        if asked not in (None, store.partitions):
+            raise ConfigurationError(
+                f"memory log {name!r} has {store.partitions} partitions, not {asked}"
+            )
         log = MemoryLog(store, codec=codec, clock=clock)
         try:
             yield log
@@ -157,6 +200,10 @@ async def open_log(
         )
         if not path:
             raise ConfigurationError(f"SQLite URL {url!r} names no file")
+        if asked not in (None, 1):
+            raise ConfigurationError(
+                f"SQLite logs have one partition, not {asked}: a partitioned log needs PostgreSQL"
+            )
         unknown = options.keys() - _SQLITE_OPTIONS
         if unknown:
             raise ConfigurationError(
@@ -187,7 +234,7 @@ async def open_log(
             yield sqlite_log
     elif parts.scheme in ("postgresql", "postgres"):
         async with _open_postgres(
-            parts, options, codec=codec, clock=clock, create=create
+            parts, options, codec=codec, clock=clock, create=create, partitions=asked
         ) as postgres_log:
             yield postgres_log
     else:

@@ -138,6 +138,11 @@ async def open_runtime(
                 raise LogNotFound(
                     f"{error}; open_runtime(create=True) makes a new log there"
                 ) from None
+        if opened.partitions > 1:
+            raise ConfigurationError(
+                f"the log has {opened.partitions} partitions of calls, and a runtime does not"
+                " run on a partitioned log yet: open a log of one partition"
+            )
         runtime = Runtime(
             opened,
             registry,

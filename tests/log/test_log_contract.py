@@ -38,6 +38,22 @@ def _memory(_: Path) -> Backend:
     return Backend("memory", open_memory)
 
 
+def _memory_partition(_: Path) -> Backend:
+    """Partition 2 of a memory log of three partitions of calls."""
+    store = MemoryStore(partitions=3)
+    clock = TickingClock()
+
+    @asynccontextmanager
+    async def open_partition() -> AsyncIterator[Log]:
+        log = MemoryLog(store, clock=clock)
+        try:
+            yield log.partition(2)
+        finally:
+            await log.aclose()
+
+    return Backend("memory-partition", open_partition)
+
+
 def _sqlite(**options: object) -> Callable[[Path], Backend]:
     def make(tmp_path: Path) -> Backend:
         clock = TickingClock()
@@ -63,6 +79,30 @@ def _postgres(**options: object) -> Callable[[Path], Backend]:
     return make
 
 
+def _postgres_partition(number: int, **options: object) -> Callable[[Path], Backend]:
+    """Partition ``number`` of a PostgreSQL log of four partitions of calls (0: its control
+    partition)."""
+
+    def make(_: Path) -> Backend:
+        clock = TickingClock()
+        schema = new_schema()
+
+        @asynccontextmanager
+        async def open_partition() -> AsyncIterator[Log]:
+            async with PostgresLog.open(
+                server_url(),
+                schema=schema,
+                clock=clock,
+                partitions=4,
+                **options,  # type: ignore[arg-type]
+            ) as log:
+                yield log.partition(number)
+
+        return Backend("postgresql-partition", open_partition, lambda: drop_schema(schema))
+
+    return make
+
+
 BACKENDS: dict[str, Callable[[Path], Backend]] = {
     "memory": _memory,
     "sqlite": _sqlite(),
@@ -71,6 +111,10 @@ BACKENDS: dict[str, Callable[[Path], Backend]] = {
     "sqlite-tiny-groups": _sqlite(max_batch_events=3, stream_cache_size=2),
     "postgresql": _postgres(),
     "postgresql-tiny-groups": _postgres(max_batch_events=3),
+    "memory-partition": _memory_partition,
+    "postgresql-control-partition": _postgres_partition(0),
+    "postgresql-partition": _postgres_partition(3),
+    "postgresql-partition-tiny-groups": _postgres_partition(2, max_batch_events=3),
 }
 
 

@@ -28,7 +28,14 @@ from inert import (
     open_log,
     open_runtime,
 )
-from inert.log import NewEvent, PostgresLog, SnapshotPayload, StoredSnapshot, _postgres
+from inert.log import (
+    NewEvent,
+    PostgresLog,
+    SnapshotPayload,
+    StoredSnapshot,
+    _postgres,
+    _postgres_sql,
+)
 from inert.log._group import AppendRequest, CommittedGroup
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
@@ -428,7 +435,7 @@ async def test_a_new_schema_is_made_an_inert_log(schema: str) -> None:
     assert query(f"SELECT application, schema_version FROM {schema}.inert_meta") == [
         (_postgres.APPLICATION, _postgres.SCHEMA_VERSION)
     ]
-    assert query(f"SELECT position FROM {schema}.head") == [(1,)]
+    assert query(f"SELECT partition, position FROM {schema}.heads") == [(0, 1)]
 
 
 async def test_concurrent_first_opens_create_the_schema_once(schema: str) -> None:
@@ -549,12 +556,12 @@ async def test_an_older_schema_is_upgraded_by_its_migrations(
     current = _postgres.SCHEMA_VERSION
     applied: list[int] = []
 
-    def add_column(connection: _postgres.Connection, name: str) -> None:
+    def add_column(connection: _postgres_sql.Connection, name: str) -> None:
         applied.append(current)
         connection.execute(f"ALTER TABLE {name}.events ADD COLUMN note text")
 
     monkeypatch.setattr(_postgres, "SCHEMA_VERSION", current + 1)
-    monkeypatch.setitem(_postgres.MIGRATIONS, current, add_column)
+    monkeypatch.setitem(_postgres_sql.MIGRATIONS, current, add_column)
     async with PostgresLog.open(server_url(), schema=schema) as log:
         assert [e.event_id for e in await log.read()] == ["e1"]
     assert applied == [current]
@@ -621,8 +628,50 @@ async def test_a_schema_3_log_is_given_an_identity_and_a_secret(schema: str) -> 
         assert (log.identity, log.key("snapshot")) == (identity, key)
 
 
+def _as_schema_5(schema: str) -> None:
+    """The schema's tables as log schema 5 made them: one partition, whose number no row holds."""
+    query(f"""
+ALTER TABLE {schema}.inert_meta DROP COLUMN partitions, DROP COLUMN partition_hash;
+CREATE TABLE {schema}.head (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), position bigint NOT NULL
+);
+INSERT INTO {schema}.head (position) SELECT position FROM {schema}.heads WHERE partition = 0;
+DROP TABLE {schema}.heads;
+ALTER TABLE {schema}.streams DROP COLUMN partition, ADD UNIQUE (name);
+ALTER TABLE {schema}.events DROP COLUMN partition, ADD PRIMARY KEY (position),
+    ADD UNIQUE (event_id);
+ALTER TABLE {schema}.snapshots DROP COLUMN partition, ADD PRIMARY KEY (name);
+ALTER TABLE {schema}.snapshot_payloads DROP COLUMN partition, ADD PRIMARY KEY (name, ordinal);
+CREATE INDEX ON {schema}.snapshot_payloads (stream);
+UPDATE {schema}.inert_meta SET schema_version = 5;
+""")
+
+
+async def test_a_schema_5_log_opens_as_one_partition(schema: str) -> None:
+    """A log of schema version 5 (before partitions) opens as a log of one partition, reads
+    back whole, keeps its snapshot, and appends after its last position."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1"), new("e2", "s2")])
+        await log.write_snapshot(
+            StoredSnapshot(name="n", position=2, stamp="stamp", state=b"state", payloads=())
+        )
+    _as_schema_5(schema)
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert log.partitions == 1
+        assert [e.event_id for e in await log.read()] == ["e1", "e2"]
+        assert await log.append([new("e3")]) == [3]
+        snapshot = await log.read_snapshot("n")
+        assert snapshot is not None
+        assert snapshot.position == 2
+        assert await log.storage_problems() == []
+    assert query(f"SELECT schema_version, partitions FROM {schema}.inert_meta") == [
+        (_postgres.SCHEMA_VERSION, 1)
+    ]
+
+
 def _as_schema_4(schema: str) -> None:
     """The schema's tables as log schema 4 made them: payloads unsealed, no table of keys."""
+    _as_schema_5(schema)
     query(f"DROP TABLE {schema}.payload_keys")
     query(f"ALTER TABLE {schema}.events DROP COLUMN key_id")
     query(f"ALTER TABLE {schema}.snapshot_payloads DROP COLUMN key_id")

@@ -1,0 +1,413 @@
+"""The PostgreSQL log's tables, their upgrades from older schema versions, and its statements.
+
+Every row of the events, streams, heads and snapshot tables belongs to one partition (see
+:mod:`._partitions`). A stream is named within its partition; an event id is unique within its
+partition; each partition has its own head row, its own gap-free positions and its own
+snapshots. Nothing on the append path is shared by partitions but the table of payload keys,
+whose rows are keyed by call and so are never written by two partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import psycopg
+
+from ._log import new_identity, new_secret
+from ._partitions import PARTITION_HASH
+from ._records import with_checksum
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+Migration = Callable[[Connection, str], None]
+"""A step from schema version N to N + 1, given a connection in a transaction and the schema."""
+
+
+def _snapshot_sql(schema: str) -> str:
+    # Payloads are indexed by stream, which redaction deletes them by.
+    return f"""
+CREATE TABLE {schema}.snapshots (
+    partition integer NOT NULL DEFAULT 0,
+    name text NOT NULL,
+    position bigint NOT NULL,
+    stamp text NOT NULL,
+    state bytea NOT NULL,
+    digest text NOT NULL,
+    PRIMARY KEY (partition, name)
+);
+CREATE TABLE {schema}.snapshot_payloads (
+    partition integer NOT NULL DEFAULT 0,
+    name text NOT NULL,
+    ordinal integer NOT NULL,
+    part text NOT NULL,
+    stream text NOT NULL,
+    first_version integer NOT NULL,
+    data bytea NOT NULL,
+    key_id bigint,
+    PRIMARY KEY (partition, name, ordinal)
+);
+CREATE INDEX ON {schema}.snapshot_payloads (partition, stream);
+"""
+
+
+def schema_sql(schema: str, partitions: int) -> str:
+    """The tables of a new log of ``partitions`` partitions of calls (their heads made too)."""
+    heads = ", ".join(f"({number}, 0)" for number in range(partitions + (partitions > 1)))
+    return f"""
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE {schema}.inert_meta (
+    application text NOT NULL,
+    schema_version integer NOT NULL,
+    identity text NOT NULL,
+    secret bytea NOT NULL,
+    partitions integer NOT NULL,
+    partition_hash text NOT NULL
+);
+CREATE TABLE {schema}.heads (
+    partition integer PRIMARY KEY,
+    position bigint NOT NULL
+);
+CREATE TABLE {schema}.streams (
+    stream_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    partition integer NOT NULL,
+    name text NOT NULL,
+    version bigint NOT NULL,
+    UNIQUE (partition, name)
+);
+CREATE TABLE {schema}.events (
+    partition integer NOT NULL,
+    position bigint NOT NULL,
+    event_id text NOT NULL,
+    stream_id bigint NOT NULL REFERENCES {schema}.streams (stream_id),
+    version bigint NOT NULL CHECK (version >= 1),
+    recorded_at bigint NOT NULL,
+    event_type text NOT NULL,
+    schema_version integer NOT NULL,
+    payload bytea,
+    payload_length integer NOT NULL,
+    payload_digest bytea,
+    traceparent text,
+    tracestate text,
+    checksum bigint NOT NULL,
+    key_id bigint,
+    PRIMARY KEY (partition, position),
+    UNIQUE (partition, event_id),
+    UNIQUE (stream_id, version)
+);
+INSERT INTO {schema}.heads VALUES {heads};
+{_snapshot_sql(schema)}
+{_keys_sql(schema)}"""
+
+
+def _keys_sql(schema: str) -> str:
+    # A row sealed under a key names it; the index finds what a key still seals when a
+    # redaction asks whether it may go.
+    return f"""
+CREATE TABLE {schema}.payload_keys (
+    key_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    key bytea NOT NULL
+);
+CREATE INDEX ON {schema}.events (key_id) WHERE key_id IS NOT NULL;
+"""
+
+
+def _add_keys(connection: Connection, schema: str) -> None:
+    # Rows written before are left as they are: sealing starts with the rows written after.
+    connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN key_id bigint")
+    connection.execute(f"ALTER TABLE {schema}.snapshot_payloads ADD COLUMN key_id bigint")
+    connection.execute(_keys_sql(schema))
+
+
+def _add_snapshots(connection: Connection, schema: str) -> None:
+    # The tables as schema 2 made them: one partition, whose number they did not hold.
+    connection.execute(f"""
+CREATE TABLE {schema}.snapshots (
+    name text PRIMARY KEY,
+    position bigint NOT NULL,
+    stamp text NOT NULL,
+    state bytea NOT NULL,
+    digest text NOT NULL
+);
+CREATE TABLE {schema}.snapshot_payloads (
+    name text NOT NULL,
+    ordinal integer NOT NULL,
+    part text NOT NULL,
+    stream text NOT NULL,
+    first_version integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (name, ordinal)
+);
+CREATE INDEX ON {schema}.snapshot_payloads (stream);
+""")
+
+
+def _add_checksums(connection: Connection, schema: str) -> None:
+    # The rows are taken as they are: nothing older can tell whether one was damaged before.
+    connection.execute(f"ALTER TABLE {schema}.events ADD COLUMN checksum bigint NOT NULL DEFAULT 0")
+    # The rows as schema 2 held them: nothing sealed yet, no table of keys.
+    select = (
+        "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
+        " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
+        f" e.tracestate FROM {schema}.events AS e"
+        f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
+        " WHERE e.position >= %s ORDER BY e.position LIMIT %s"
+    )
+    position = 1
+    while rows := connection.execute(select, (position, 4096)).fetchall():
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {schema}.events SET checksum = %s WHERE position = %s",
+                [(with_checksum(row).checksum, row[0]) for row in rows],
+            )
+        position = rows[-1][0] + 1
+
+
+def _add_identity(connection: Connection, schema: str) -> None:
+    connection.execute(
+        f"ALTER TABLE {schema}.inert_meta ADD COLUMN identity text, ADD COLUMN secret bytea"
+    )
+    connection.execute(
+        f"UPDATE {schema}.inert_meta SET identity = %s, secret = %s",
+        (new_identity(), new_secret()),
+    )
+    connection.execute(
+        f"ALTER TABLE {schema}.inert_meta ALTER COLUMN identity SET NOT NULL,"
+        " ALTER COLUMN secret SET NOT NULL"
+    )
+
+
+def _add_partitions(connection: Connection, schema: str) -> None:
+    # What a log held becomes partition 0 of a log of one partition: every position, stream
+    # name, event id and snapshot name keeps its meaning there.
+    connection.execute(f"""
+ALTER TABLE {schema}.inert_meta ADD COLUMN partitions integer NOT NULL DEFAULT 1,
+    ADD COLUMN partition_hash text NOT NULL DEFAULT '{PARTITION_HASH}';
+ALTER TABLE {schema}.inert_meta ALTER COLUMN partitions DROP DEFAULT,
+    ALTER COLUMN partition_hash DROP DEFAULT;
+CREATE TABLE {schema}.heads (partition integer PRIMARY KEY, position bigint NOT NULL);
+INSERT INTO {schema}.heads SELECT 0, position FROM {schema}.head;
+DROP TABLE {schema}.head;
+ALTER TABLE {schema}.streams ADD COLUMN partition integer NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.streams ALTER COLUMN partition DROP DEFAULT,
+    DROP CONSTRAINT streams_name_key, ADD UNIQUE (partition, name);
+ALTER TABLE {schema}.events ADD COLUMN partition integer NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.events ALTER COLUMN partition DROP DEFAULT,
+    DROP CONSTRAINT events_pkey, DROP CONSTRAINT events_event_id_key,
+    ADD PRIMARY KEY (partition, position), ADD UNIQUE (partition, event_id);
+ALTER TABLE {schema}.snapshots ADD COLUMN partition integer NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.snapshots DROP CONSTRAINT snapshots_pkey, ADD PRIMARY KEY (partition, name);
+ALTER TABLE {schema}.snapshot_payloads ADD COLUMN partition integer NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.snapshot_payloads DROP CONSTRAINT snapshot_payloads_pkey,
+    ADD PRIMARY KEY (partition, name, ordinal);
+DROP INDEX {schema}.snapshot_payloads_stream_idx;
+CREATE INDEX ON {schema}.snapshot_payloads (partition, stream);
+""")
+
+
+MIGRATIONS: dict[int, Migration] = {
+    1: _add_snapshots,
+    2: _add_checksums,
+    3: _add_identity,
+    4: _add_keys,
+    5: _add_partitions,
+}
+
+
+@attrs.frozen
+class Statements:
+    """The SQL of one schema, written once when the log is made. Each statement that reads or
+    writes rows of a partition takes the partition's number as its first parameter."""
+
+    select: str
+    lock_heads: str
+    stored: str
+    streams: str
+    insert_streams: str
+    set_versions: str
+    insert_events: str
+    set_heads: str
+    read: str
+    read_stream: str
+    head: str
+    stream_version: str
+    to_redact: str
+    to_redact_of_types: str
+    redact: str
+    lock_snapshots: str
+    redact_snapshots: str
+    snapshot_first_versions: str
+    delete_snapshot_payloads_from: str
+    rows_at: str
+    redacted_rows: str
+    delete_snapshot_payloads: str
+    delete_snapshot: str
+    write_snapshot: str
+    write_snapshot_payload: str
+    read_snapshot: str
+    keys: str
+    insert_keys: str
+    lock_keys: str
+    delete_keys: str
+
+    @classmethod
+    def of(cls, schema: str) -> Statements:
+        # A row's columns, then the key its payload is sealed under (see ``_row``).
+        select = (
+            "SELECT e.position, e.event_id, s.name, e.version, e.recorded_at, e.event_type,"
+            " e.schema_version, e.payload, e.payload_length, e.payload_digest, e.traceparent,"
+            f" e.tracestate, e.checksum, e.key_id, k.key FROM {schema}.events AS e"
+            f" JOIN {schema}.streams AS s ON s.stream_id = e.stream_id"
+            f" LEFT JOIN {schema}.payload_keys AS k ON k.key_id = e.key_id"
+        )
+        return cls(
+            select=select,
+            # In the order of their numbers, so that two writers never wait on each other's.
+            lock_heads=(
+                f"SELECT partition, position FROM {schema}.heads WHERE partition = ANY(%s)"
+                " ORDER BY partition FOR UPDATE"
+            ),
+            stored=f"{select} WHERE e.partition = %s AND e.event_id = ANY(%s)",
+            streams=(
+                f"SELECT name, stream_id, version FROM {schema}.streams"
+                " WHERE partition = %s AND name = ANY(%s)"
+            ),
+            insert_streams=(
+                f"INSERT INTO {schema}.streams (partition, name, version)"
+                " SELECT %s, * FROM unnest(%s::text[], %s::bigint[]) RETURNING name, stream_id"
+            ),
+            set_versions=(
+                f"UPDATE {schema}.streams AS s SET version = v.version"
+                " FROM unnest(%s::bigint[], %s::bigint[]) AS v(stream_id, version)"
+                " WHERE s.stream_id = v.stream_id"
+            ),
+            # COPY in binary: the cheapest way in for many rows, and no escaping of payloads.
+            insert_events=(
+                f"COPY {schema}.events (partition, position, event_id, stream_id, version,"
+                " recorded_at, event_type, schema_version, payload, payload_length,"
+                " payload_digest, traceparent, tracestate, checksum, key_id)"
+                " FROM STDIN (FORMAT BINARY)"
+            ),
+            # The notifications go out with the commit that moves the heads, never before.
+            set_heads=(
+                f"UPDATE {schema}.heads AS h SET position = v.position"
+                " FROM unnest(%s::integer[], %s::bigint[]) AS v(partition, position)"
+                " WHERE h.partition = v.partition"
+                " RETURNING pg_notify(%s, h.partition || ' ' || h.position)"
+            ),
+            read=(
+                f"{select} WHERE e.partition = %s AND e.position >= %s ORDER BY e.position LIMIT %s"
+            ),
+            read_stream=(
+                f"{select} WHERE s.partition = %s AND s.name = %s AND e.version >= %s"
+                " ORDER BY e.version"
+            ),
+            head=f"SELECT position FROM {schema}.heads WHERE partition = %s",
+            stream_version=(
+                f"SELECT version FROM {schema}.streams WHERE partition = %s AND name = %s"
+            ),
+            to_redact=(
+                f"{select} WHERE s.partition = %s AND s.name = %s AND e.version <= %s"
+                " AND e.payload_digest IS NULL ORDER BY e.position FOR UPDATE OF e"
+            ),
+            # Only the rows of the types asked for leave the server: a redaction limited to some
+            # calls is made for each batch of calls that end, over a stream of others' rows.
+            to_redact_of_types=(
+                f"{select} WHERE s.partition = %s AND s.name = %s AND e.version <= %s"
+                " AND e.payload_digest IS NULL AND e.event_type = ANY(%s)"
+                " ORDER BY e.position FOR UPDATE OF e"
+            ),
+            redact=(
+                f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
+                " payload_digest = %s, checksum = %s, key_id = NULL"
+                " WHERE partition = %s AND position = %s"
+            ),
+            # Taken by redactions and snapshot writes, and by nothing else: one that waits for
+            # the other then sees what it committed (a payload to delete, or a redacted stream).
+            lock_snapshots=f"LOCK TABLE {schema}.snapshot_payloads IN SHARE ROW EXCLUSIVE MODE",
+            redact_snapshots=(
+                f"DELETE FROM {schema}.snapshot_payloads WHERE partition = %s AND stream = %s"
+                " AND first_version <= %s RETURNING key_id"
+            ),
+            snapshot_first_versions=(
+                f"SELECT DISTINCT first_version FROM {schema}.snapshot_payloads"
+                " WHERE partition = %s AND stream = %s AND first_version <= %s"
+            ),
+            delete_snapshot_payloads_from=(
+                f"DELETE FROM {schema}.snapshot_payloads WHERE partition = %s AND stream = %s"
+                " AND first_version = ANY(%s) RETURNING key_id"
+            ),
+            rows_at=f"{select} WHERE s.partition = %s AND s.name = %s AND e.version = ANY(%s)",
+            redacted_rows=(
+                f"{select} WHERE s.partition = %s AND s.name = ANY(%s)"
+                " AND e.payload_digest IS NOT NULL"
+            ),
+            delete_snapshot_payloads=(
+                f"DELETE FROM {schema}.snapshot_payloads WHERE partition = %s AND name = %s"
+                " RETURNING key_id"
+            ),
+            delete_snapshot=f"DELETE FROM {schema}.snapshots WHERE partition = %s AND name = %s",
+            write_snapshot=(
+                f"INSERT INTO {schema}.snapshots"
+                " (partition, name, position, stamp, state, digest)"
+                " VALUES (%s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (partition, name) DO UPDATE SET position = excluded.position,"
+                " stamp = excluded.stamp, state = excluded.state, digest = excluded.digest"
+            ),
+            write_snapshot_payload=(
+                f"INSERT INTO {schema}.snapshot_payloads"
+                " (partition, name, ordinal, part, stream, first_version, data, key_id)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            ),
+            # One statement, so that it sees one snapshot whole even while a write replaces it;
+            # a payload whose key is gone is redacted, and left out.
+            read_snapshot=(
+                f"SELECT 0, position, stamp, digest, 0, state, NULL::bigint, NULL::bytea"
+                f" FROM {schema}.snapshots WHERE partition = %s AND name = %s UNION ALL"
+                " SELECT 1, p.ordinal, p.part, p.stream, p.first_version, p.data, p.key_id,"
+                f" k.key FROM {schema}.snapshot_payloads AS p"
+                f" LEFT JOIN {schema}.payload_keys AS k ON k.key_id = p.key_id"
+                " WHERE p.partition = %s AND p.name = %s ORDER BY 1, 2"
+            ),
+            # Shared: a redaction that would destroy one waits for the appends sealing with it.
+            keys=(
+                f"SELECT name, key_id, key FROM {schema}.payload_keys WHERE name = ANY(%s)"
+                " FOR SHARE"
+            ),
+            insert_keys=(
+                f"INSERT INTO {schema}.payload_keys (name, key)"
+                " SELECT * FROM unnest(%s::text[], %s::bytea[])"
+                " ON CONFLICT (name) DO NOTHING RETURNING name, key_id, key"
+            ),
+            lock_keys=(
+                f"SELECT key_id FROM {schema}.payload_keys WHERE key_id = ANY(%s) FOR UPDATE"
+            ),
+            # A key goes with the last payload it seals, in a row or a snapshot.
+            delete_keys=(
+                f"DELETE FROM {schema}.payload_keys AS k WHERE k.key_id = ANY(%s)"
+                f" AND NOT EXISTS (SELECT 1 FROM {schema}.events AS e"
+                " WHERE e.key_id = k.key_id AND e.payload_digest IS NULL)"
+                f" AND NOT EXISTS (SELECT 1 FROM {schema}.snapshot_payloads AS p"
+                " WHERE p.key_id = k.key_id) RETURNING k.key_id"
+            ),
+        )
+
+
+EVENT_COLUMN_TYPES = [
+    "int4",
+    "int8",
+    "text",
+    "int8",
+    "int8",
+    "int8",
+    "text",
+    "int4",
+    "bytea",
+    "int4",
+    "bytea",
+    "text",
+    "text",
+    "int8",
+    "int8",
+]
