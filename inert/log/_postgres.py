@@ -511,7 +511,7 @@ class _PresenceHolder:
 
 
 class PostgresLog(GroupCommitLog[Connection]):
-    """The PostgreSQL backend. Open it with :meth:`open` (an async context manager)."""
+    """The PostgreSQL backend. Open it with ``open`` (an async context manager)."""
 
     def __init__(
         self,

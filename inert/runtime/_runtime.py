@@ -7,10 +7,10 @@ executor takes ready calls, claims each through its actor, runs it and reports t
 
 A runtime writes a snapshot of what it rebuilt every ``snapshot_every`` events it folds, and a
 restart loads the newest one that its code and configuration made and folds only the events
-after it (see :mod:`inert.runtime._snapshotting`).
+after it (see ``inert.runtime._snapshotting``).
 
 What a restart finishes, and what processes sharing the log do for each other, is
-:mod:`inert.runtime._recovery`.
+``inert.runtime._recovery``.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ DEFAULT_CONFIRMATION_VALIDITY = timedelta(minutes=10)
 
 
 class Runtime:
-    """The embedding API. Open one with :func:`open_runtime`."""
+    """The embedding API. Open one with [`open_runtime`][inert.open_runtime]."""
 
     def __init__(
         self,
@@ -402,8 +402,7 @@ class Runtime:
         other event is a promise: this returns once it is durable, after the fragments its
         response stream holds.
         Each response stream has one feeder: appends are fenced by the stream's version, and a
-        stream fed from elsewhere meanwhile is a ``ConflictError`` (see
-        :mod:`inert.runtime._ingress`).
+        stream fed from elsewhere meanwhile is a ``ConflictError``.
         """
         # The path of every delta, so the ingress's own steps are taken here, without a
         # coroutine of its own between.
