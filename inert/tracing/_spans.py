@@ -98,6 +98,16 @@ def _remote(context: TraceContext | None) -> SpanContext | None:
     return span_context if span_context.is_valid else None
 
 
+def _context_of(span: Span) -> TraceContext | None:
+    """The W3C context of one of our spans (``None`` for a span of no valid context)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    traceparent = carrier.get("traceparent")
+    if traceparent is None:
+        return None
+    return TraceContext(traceparent=traceparent, tracestate=carrier.get("tracestate"))
+
+
 def _key_attributes(key: CallKey) -> dict[str, str]:
     return {
         "inert.tenant": key.tenant,
@@ -145,28 +155,19 @@ class CallSpans:
     def context_of(self, key: CallKey) -> TraceContext | None:
         """The W3C context of a call's span, for the executor to continue its trace."""
         span = self._calls.get(key)
-        if span is None:
-            return None
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-        return TraceContext(
-            traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate")
-        )
+        return None if span is None else _context_of(span)
 
     def open_turn(self, turn: TurnRef, at: datetime) -> TraceContext | None:
         """Start the span of a turn about to be started here without a caller's context, and
         give its context, to be recorded with the turn's start: the calls of the turn resumed
         after a restart find the trace there (``None``: the tracer makes no valid span)."""
         span = self._tracer.start_span("inert.turn", start_time=_ns(at))
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-        if "traceparent" not in carrier:
+        context = _context_of(span)
+        if context is None:
             span.end(end_time=_ns(at))
             return None
         self._opening[turn] = span
-        return TraceContext(
-            traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate")
-        )
+        return context
 
     def abandon_turn(self, turn: TurnRef, at: datetime) -> None:
         """End the span ``open_turn`` made for a turn whose start was not recorded."""
