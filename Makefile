@@ -39,8 +39,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The documentation site (MkDocs, the API reference from the docstrings), built strictly: a
-# broken link or reference fails it. Its Python examples run in the tests (tests/test_docs.py).
+# The documentation site (MkDocs, the API reference from the docstrings) in site/, built
+# strictly: a broken link or reference fails it. Its Python examples run in the tests
+# (tests/test_docs.py); tests/test_site.py reads the pages it builds. It has a folder of its own:
+# `make package` empties build/ and dist/.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
@@ -96,4 +98,4 @@ golden: $(STAMP)
 	$(BIN)/python tests/golden_logs.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist site

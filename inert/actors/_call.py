@@ -162,8 +162,8 @@ class ValidationResult:
     """What validation said of a call: accepted (maybe needing confirmation) or why not.
 
     ``detail`` names paths and kinds of problems, never values nor the names the arguments
-    hold (``inert.actors._places``); a call's turn of rules 9 on records at most 200
-    characters of it.
+    hold (see [What a detail may say][what-a-detail-may-say]); a call's turn of rules 9 on
+    records at most 200 characters of it.
     """
 
     failure: FailReason | None = None

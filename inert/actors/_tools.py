@@ -42,10 +42,11 @@ class FieldProblem(ValueError):
     then letters, digits and ``_ . : -``, at most 64 characters), no value.
 
     A validator raises one, or an ``ExceptionGroup`` of them, one per problem. The path is
-    recorded as every path into the arguments is (``inert.actors._places``: the schema's
-    declared names, indexes, the positions of other names), the kind as it is. A kind that is
-    not an identifier, or a path that is not a pointer, is refused where the problem is made
-    (``ConfigurationError``): raised in a validator, it fails the call ``validator_error``.
+    recorded as every path into the arguments is (the schema's declared names, indexes, the
+    positions of other names: see [What a detail may say][what-a-detail-may-say]), the kind as
+    it is. A kind that is not an identifier, or a path that is not a pointer, is refused where
+    the problem is made (``ConfigurationError``): raised in a validator, it fails the call
+    ``validator_error``.
     """
 
     def __init__(self, path: str, kind: str) -> None:

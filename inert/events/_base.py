@@ -18,7 +18,8 @@ _TAG_PATTERN = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 
 @frozen(kw_only=True)
 class Event:
-    """Base class of every event. Subclasses are registered with :func:`event_type`."""
+    """Base class of every event. Subclasses are registered with
+    [`event_type`][inert.events.event_type]."""
 
     TAG: ClassVar[str]
     SCHEMA_VERSION: ClassVar[int]

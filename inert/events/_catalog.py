@@ -718,7 +718,7 @@ class CallCancelled(Event):
 class CallFailed(Event):
     """The call ended without running because it was wrong; ``detail`` never holds values.
 
-    ``fragments`` and ``size`` count as in :class:`CallCancelled`.
+    ``fragments`` and ``size`` count as in [`CallCancelled`][inert.events.CallCancelled].
     """
 
     key: CallKey

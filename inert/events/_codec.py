@@ -157,7 +157,7 @@ class Codec:
     def current(self) -> Mapping[str, tuple[str, int, Structure]]:
         """By stored tag, for the types with a generated structuring function: the shared tag,
         the schema version this codec writes, and that function (which returns ``GIVE_UP``
-        where :meth:`decode` must judge). A page of rows is decoded through it without a call
+        where ``decode`` must judge). A page of rows is decoded through it without a call
         of ``decode`` per row."""
         return self._current
 

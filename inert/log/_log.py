@@ -21,7 +21,7 @@ without a gap, and raises ``LogDamaged`` naming the position otherwise.
 - ``redact(stream, up_to_version, event_types=None)`` replaces payloads by their length and
   digest and keeps the envelopes; an event type that names its sensitive fields keeps the rest of
   its event (``Redacted.remains``). ``event_types`` limits it to events of those tags.
-- A log keeps one snapshot per name beside its events (:mod:`._snapshots`).
+- A log keeps one snapshot per name beside its events (``inert.log._snapshots``).
   ``write_snapshot`` replaces the one of the same name atomically: a reader sees the old one or
   the new one whole. Redaction is final: a snapshot write drops, silently, each payload whose
   versions of its stream (``first_version`` on) hold a redacted event, and ``redact(stream,
@@ -162,7 +162,8 @@ class ByPosition(dict[int, _V]):
 
 
 class Log(abc.ABC):
-    """An ordered, append-only event log. Use a backend's ``open`` or :func:`open_log`."""
+    """An ordered, append-only event log. Use a backend's ``open`` or
+    [`open_log`][inert.open_log]."""
 
     def __init__(self, *, codec: Codec | None, clock: Clock | None) -> None:
         self.codec = codec or DEFAULT_CODEC

@@ -265,7 +265,7 @@ class _GroupPlan:
 
 
 class PostgresLog(GroupCommitLog[Connection]):
-    """The PostgreSQL backend. Open it with :meth:`open` (an async context manager)."""
+    """The PostgreSQL backend. Open it with ``open`` (an async context manager)."""
 
     def __init__(
         self,

@@ -88,9 +88,9 @@ class StoredRecord(NamedTuple):
 
     ``digest`` is set when the payload is redacted and ``None`` before (the payload itself is the
     proof of content until then). Once redacted, ``payload`` holds what remains of the event (see
-    :func:`redaction`) or ``None``, and ``schema_version`` is that of the remains.
+    ``redaction``) or ``None``, and ``schema_version`` is that of the remains.
 
-    ``checksum`` covers every other column (:func:`row_checksum`): set when the row is planned,
+    ``checksum`` covers every other column (``row_checksum``): set when the row is planned,
     set again when retention redacts it, checked whenever it is read.
     """
 

@@ -2,7 +2,7 @@
 
 A log keeps one snapshot per name (a runtime alone writes under ``""``; processes sharing a log
 each write under their own name). What the state means is the runtime's business
-(:mod:`inert.runtime._snapshot`); the log only keeps it, whole or not at all, and keeps one promise
+(``inert.runtime._snapshot``); the log only keeps it, whole or not at all, and keeps one promise
 about argument payloads: **redaction is final**. A snapshot's payloads are stored apart, each under
 the stream whose events it holds bytes of, from a first version on, and each holds bytes of one
 call's events: the call of the event at its first version. Redacting a stream up to a version
@@ -55,8 +55,9 @@ class StoredSnapshot:
     """In the order written; read, a tuple (one written may be any sequence)."""
     digest: str = field(default="")
     """A digest of the state, to tell a damaged or changed snapshot, kept as given: a runtime's
-    is keyed by its log (``hmac-sha256:``); ``sha256:`` (see :func:`state_digest`) otherwise. A
-    payload is whole or deleted, so it is not part of it."""
+    is keyed by its log (``hmac-sha256:``); ``sha256:`` (see
+    [`state_digest`][inert.projections.state_digest]) otherwise. A payload is whole or deleted,
+    so it is not part of it."""
 
     def intact(self) -> bool:
         """Whether the state is what was written, for an unkeyed ``sha256:`` digest."""

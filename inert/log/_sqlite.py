@@ -241,7 +241,7 @@ class _StreamCache:
 
 
 class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
-    """The SQLite backend. Open it with :meth:`open` (an async context manager)."""
+    """The SQLite backend. Open it with ``open`` (an async context manager)."""
 
     def __init__(
         self,

@@ -3,77 +3,75 @@
 ``open_asyncio_runtime`` starts Trio in guest mode (``trio.lowlevel.start_guest_run``) on the
 running asyncio loop, opens the runtime there, and hands back ``AsyncioRuntime``: every
 operation of the Trio ``Runtime`` under the same name, with the same parameters and types, as
-asyncio coroutines (async iterators where the runtime gives async iterators). The facade is made
-from the runtime's own methods rather than written beside them, so the two cannot drift apart;
-a test compares them. Both run on the loop's thread: nothing is shared across threads, what the
-facade reads (the ledger, a call's phase) it reads directly between two steps of Trio, and the
-runtime's guarantees are the Trio runtime's own. How an operation crosses is
-:mod:`inert.runtime._guest`'s.
+asyncio coroutines (async iterators where the runtime gives async iterators). Each is written
+out, signature and all, so that the API reference, type checkers and editors see them as they
+are; a test holds every one to the runtime's parameters. Both run on the loop's thread: nothing
+is shared across threads, what the facade reads (the ledger, a call's phase) it reads directly
+between two steps of Trio, and the runtime's guarantees are the Trio runtime's own. How an
+operation crosses is ``inert.runtime._guest``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 import trio
+from opentelemetry.trace import TracerProvider
 from outcome import Outcome
 
-from ..actors import CallLimits, ToolRegistry
-from ..events import CallKey, InertError
+from ..actors import (
+    DEFAULT_LIMITS,
+    CallLimits,
+    Phase,
+    ToolDeclaration,
+    ToolRegistry,
+    Validator,
+)
+from ..actors._router import (
+    DEFAULT_INBOX_SIZE,
+    DEFAULT_MAX_BUSY_ACTORS,
+    DEFAULT_VALIDATION_TIMEOUT,
+)
+from ..adapters import ResumedCall
+from ..events import (
+    CallKey,
+    CancelReason,
+    Event,
+    InertError,
+    ResponseRef,
+    TraceContext,
+    TurnRef,
+)
 from ..log import Log
-from ..projections import Ledger, Projections
-from ..tracing import CallSpans
-from ._boundary import Dispatch, Executor, OperatorAuthorizer, ReadyCall, execute_with
+from ..projections import DEFAULT_LEDGER_HORIZON, Ledger, Projections
+from ..tracing import CallSpans, IncomingTrace
+from ._boundary import (
+    Dispatch,
+    Executor,
+    OperatorAuthorizer,
+    PendingConfirmation,
+    ReadyCall,
+    execute_with,
+)
+from ._collector import DEFAULT_COLLECTOR, CollectorSettings
 from ._guest import GuestCrossing
+from ._ingress import DEFAULT_MAX_PENDING_BYTES
 from ._open import open_runtime
-from ._peers import Peers
-from ._runtime import Runtime
+from ._peers import DEFAULT_LEASE_TIME, Peers
+from ._retention import DEFAULT_RETENTION, Retention
+from ._runtime import (
+    DEFAULT_CONFIRMATION_VALIDITY,
+    DEFAULT_REQUEST_TIMEOUT,
+    Runtime,
+)
+from ._snapshot import DEFAULT_SNAPSHOT_EVERY
 
-P = ParamSpec("P")
-T = TypeVar("T")
 Item = TypeVar("Item")
-
-
-def _in_trio(
-    method: Callable[Concatenate[Runtime, P], Awaitable[T]],
-) -> Callable[Concatenate[AsyncioRuntime, P], Coroutine[Any, Any, T]]:
-    """The runtime's coroutine method, run inside Trio for an asyncio caller."""
-
-    @functools.wraps(method)
-    async def crossing(self: AsyncioRuntime, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._crossing.call(functools.partial(method, self._runtime, *args, **kwargs))
-
-    return crossing
-
-
-def _iterated_in_trio(
-    method: Callable[Concatenate[Runtime, P], AsyncIterator[Item]],
-) -> Callable[Concatenate[AsyncioRuntime, P], AsyncioIterator[Item]]:
-    """The runtime's async iterator, each step taken inside Trio for an asyncio caller."""
-
-    @functools.wraps(method)
-    def iterating(
-        self: AsyncioRuntime, /, *args: P.args, **kwargs: P.kwargs
-    ) -> AsyncioIterator[Item]:
-        return AsyncioIterator(self._crossing, method(self._runtime, *args, **kwargs))
-
-    return iterating
-
-
-def _read(
-    method: Callable[Concatenate[Runtime, P], T],
-) -> Callable[Concatenate[AsyncioRuntime, P], T]:
-    """The runtime's view, read directly: asyncio code runs only between two steps of Trio."""
-
-    @functools.wraps(method)
-    def reading(self: AsyncioRuntime, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return method(self._runtime, *args, **kwargs)
-
-    return reading
 
 
 class AsyncioIterator(Generic[Item]):
@@ -92,39 +90,216 @@ class AsyncioIterator(Generic[Item]):
 
 
 class AsyncioRuntime:
-    """The runtime's operations for asyncio code; open one with :func:`open_asyncio_runtime`.
+    """The runtime's operations for asyncio code; open one with
+    [`open_asyncio_runtime`][inert.open_asyncio_runtime].
 
-    Every operation of :class:`Runtime` is here under its name, with its parameters and its
-    documentation: coroutines run inside Trio and return (or raise) what the runtime does,
-    views are read directly. Cancelling the asyncio task that awaits an operation cancels the
-    operation.
+    Every operation of [`Runtime`][inert.Runtime] is here under its name, with its parameters:
+    coroutines run inside Trio and return (or raise) what the runtime does, views are read
+    directly. Cancelling the asyncio task that awaits an operation cancels the operation.
     """
 
     def __init__(self, runtime: Runtime, crossing: GuestCrossing) -> None:
         self._runtime = runtime
         self._crossing = crossing
 
-    # --- turns, ingress, confirmation, operator controls: inside Trio ---
+    # --- turns, ingress, confirmation, operator controls, claims and outcomes: run inside Trio ---
 
-    start_turn = _in_trio(Runtime.start_turn)
-    cancel_turn = _in_trio(Runtime.cancel_turn)
-    feed = _in_trio(Runtime.feed)
-    quarantine_response = _in_trio(Runtime.quarantine_response)
-    disable_tool = _in_trio(Runtime.disable_tool)
-    enable_tool = _in_trio(Runtime.enable_tool)
-    stop_tenant = _in_trio(Runtime.stop_tenant)
-    resume_tenant = _in_trio(Runtime.resume_tenant)
-    confirm = _in_trio(Runtime.confirm)
-    pending_confirmation = _in_trio(Runtime.pending_confirmation)
-    deny = _in_trio(Runtime.deny)
-    claim = _in_trio(Runtime.claim)
-    complete = _in_trio(Runtime.complete)
-    fail = _in_trio(Runtime.fail)
-    stopped = _in_trio(Runtime.stopped)
-    wait_for_stop = _in_trio(Runtime.wait_for_stop)
-    settle = _in_trio(Runtime.settle)
-    ready_calls = _iterated_in_trio(Runtime.ready_calls)
-    changes = _iterated_in_trio(Runtime.changes)
+    async def start_turn(
+        self,
+        *,
+        tenant: str,
+        conversation: str,
+        turn: str,
+        principal: str,
+        tools: Iterable[str | ToolDeclaration] | None = None,
+        trace: TraceContext | IncomingTrace | None = None,
+    ) -> TurnRef:
+        """Start a turn for an authenticated principal, offering these tools (default: all).
+
+        As [`Runtime.start_turn`][inert.Runtime.start_turn], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(
+                self._runtime.start_turn,
+                tenant=tenant,
+                conversation=conversation,
+                turn=turn,
+                principal=principal,
+                tools=tools,
+                trace=trace,
+            )
+        )
+
+    async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None:
+        """Cancel a turn for its principal: none of its calls not yet dispatched will run.
+
+        As [`Runtime.cancel_turn`][inert.Runtime.cancel_turn], run inside Trio."""
+        await self._crossing.call(
+            functools.partial(self._runtime.cancel_turn, turn, principal=principal, reason=reason)
+        )
+
+    async def feed(self, events: Sequence[Event], *, trace: TraceContext | None = None) -> None:
+        """Feed portable ingress events of provider streams, in the order they came.
+
+        As [`Runtime.feed`][inert.Runtime.feed], run inside Trio."""
+        await self._crossing.call(functools.partial(self._runtime.feed, events, trace=trace))
+
+    async def quarantine_response(
+        self, response: str, *, operator: str, reason: str, tenant: str | None = None
+    ) -> int:
+        """Stop every call of a provider response not yet dispatched, now and whatever of it arrives
+        later (a reconnecting adapter included); its position in the log.
+
+        As [`Runtime.quarantine_response`][inert.Runtime.quarantine_response], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(
+                self._runtime.quarantine_response,
+                response,
+                operator=operator,
+                reason=reason,
+                tenant=tenant,
+            )
+        )
+
+    async def disable_tool(
+        self, tool: str, *, operator: str, reason: str, tenant: str | None = None
+    ) -> int:
+        """Stop every call of a tool (everywhere, or for one tenant) until it is enabled.
+
+        As [`Runtime.disable_tool`][inert.Runtime.disable_tool], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(
+                self._runtime.disable_tool, tool, operator=operator, reason=reason, tenant=tenant
+            )
+        )
+
+    async def enable_tool(
+        self, tool: str, *, operator: str, reason: str, tenant: str | None = None
+    ) -> int:
+        """Let new calls of a tool run again; the calls the disabling ended stay ended.
+
+        As [`Runtime.enable_tool`][inert.Runtime.enable_tool], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(
+                self._runtime.enable_tool, tool, operator=operator, reason=reason, tenant=tenant
+            )
+        )
+
+    async def stop_tenant(self, tenant: str, *, operator: str, reason: str) -> int:
+        """Emergency stop: every call of the tenant not yet dispatched ends, inertly.
+
+        As [`Runtime.stop_tenant`][inert.Runtime.stop_tenant], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(self._runtime.stop_tenant, tenant, operator=operator, reason=reason)
+        )
+
+    async def resume_tenant(self, tenant: str, *, operator: str, reason: str) -> int:
+        """Let the tenant's new turns run calls again; stopped calls stay ended.
+
+        As [`Runtime.resume_tenant`][inert.Runtime.resume_tenant], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(self._runtime.resume_tenant, tenant, operator=operator, reason=reason)
+        )
+
+    async def confirm(
+        self,
+        key: CallKey,
+        *,
+        principal: str,
+        arguments_digest: str,
+        expires_in: timedelta = DEFAULT_CONFIRMATION_VALIDITY,
+        arguments: Mapping[str, Any] | bytes | None = None,
+    ) -> datetime:
+        """Confirm one call for its principal, for exactly the arguments with this digest; the
+        confirmation is single use and expires after ``expires_in`` (10 minutes): a claim from then
+        on cancels the call (``confirmation_expired``) instead of dispatching it. Returns when the
+        confirmation expires, by the log's clock.
+
+        As [`Runtime.confirm`][inert.Runtime.confirm], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(
+                self._runtime.confirm,
+                key,
+                principal=principal,
+                arguments_digest=arguments_digest,
+                expires_in=expires_in,
+                arguments=arguments,
+            )
+        )
+
+    async def pending_confirmation(self, key: CallKey) -> PendingConfirmation | None:
+        """What a call waiting for confirmation asks of its principal, or ``None``.
+
+        As [`Runtime.pending_confirmation`][inert.Runtime.pending_confirmation], run inside Trio."""
+        return await self._crossing.call(functools.partial(self._runtime.pending_confirmation, key))
+
+    async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
+        """Refuse one call for its principal: it is cancelled and never runs.
+
+        As [`Runtime.deny`][inert.Runtime.deny], run inside Trio."""
+        await self._crossing.call(
+            functools.partial(self._runtime.deny, key, principal=principal, reason=reason)
+        )
+
+    async def claim(self, call: CallKey | ReadyCall, *, executor: str) -> Dispatch:
+        """Claim a ready call through its actor; ``ClaimRefused`` unless it is dispatched.
+
+        As [`Runtime.claim`][inert.Runtime.claim], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(self._runtime.claim, call, executor=executor)
+        )
+
+    async def complete(self, dispatch: Dispatch) -> None:
+        """Record that the executor ran the call to completion.
+
+        As [`Runtime.complete`][inert.Runtime.complete], run inside Trio."""
+        await self._crossing.call(functools.partial(self._runtime.complete, dispatch))
+
+    async def fail(self, dispatch: Dispatch, error: str = "") -> None:
+        """Record that the executor's run of the call failed: ``error`` is empty or an identifier
+        (an ASCII letter or ``_``, then letters, digits and ``_ . : -``, at most 64 characters; an
+        exception type's name, say), recorded as it is. Anything else is refused with a
+        ``ConfigurationError`` before anything is recorded: an error's message may hold argument
+        values, which the log never keeps.
+
+        As [`Runtime.fail`][inert.Runtime.fail], run inside Trio."""
+        await self._crossing.call(functools.partial(self._runtime.fail, dispatch, error))
+
+    async def stopped(self, dispatch: Dispatch) -> None:
+        """Record that the executor stopped the call's run, as its stop signal asked.
+
+        As [`Runtime.stopped`][inert.Runtime.stopped], run inside Trio."""
+        await self._crossing.call(functools.partial(self._runtime.stopped, dispatch))
+
+    async def wait_for_stop(self, dispatch: Dispatch) -> CancelReason:
+        """Until the executor of this dispatch is asked to stop; why it is (the same as ``await
+        dispatch.stop.wait()``, for callers of another event loop).
+
+        As [`Runtime.wait_for_stop`][inert.Runtime.wait_for_stop], run inside Trio."""
+        return await self._crossing.call(functools.partial(self._runtime.wait_for_stop, dispatch))
+
+    async def settle(self) -> None:
+        """Wait until everything fed is in the log, everything in the log is folded, every actor has
+        done its work, and the redactions and the snapshot due by then are written.
+
+        As [`Runtime.settle`][inert.Runtime.settle], run inside Trio."""
+        await self._crossing.call(self._runtime.settle)
+
+    # --- async iterators: each step taken inside Trio ---
+
+    def ready_calls(self) -> AsyncioIterator[ReadyCall]:
+        """The calls that may be claimed, each once, as they become ready.
+
+        As [`Runtime.ready_calls`][inert.Runtime.ready_calls], each step taken inside Trio."""
+        return AsyncioIterator(self._crossing, self._runtime.ready_calls())
+
+    def changes(self) -> AsyncioIterator[int]:
+        """The log position the runtime's views are at, each time it has moved since the last one
+        given: a loop over it sees every change, however long each turn of it takes.
+
+        As [`Runtime.changes`][inert.Runtime.changes], each step taken inside Trio."""
+        return AsyncioIterator(self._crossing, self._runtime.changes())
+
+    # --- running a call: the executor runs in asyncio ---
 
     async def execute(
         self, call: CallKey | ReadyCall, executor: Executor, *, name: str
@@ -157,13 +332,53 @@ class AsyncioRuntime:
 
     # --- views: read directly ---
 
-    digest = _read(Runtime.digest)
-    phase = _read(Runtime.phase)
-    ready_call = _read(Runtime.ready_call)
-    turn_owner = _read(Runtime.turn_owner)
-    turn_principal = _read(Runtime.turn_principal)
-    resumable_streams = _read(Runtime.resumable_streams)
-    resumable_calls = _read(Runtime.resumable_calls)
+    def digest(self) -> str:
+        """The state digest of the projections (the same as a replay of the log gives).
+
+        As [`Runtime.digest`][inert.Runtime.digest], read directly."""
+        return self._runtime.digest()
+
+    def phase(self, key: CallKey) -> Phase:
+        """Where one call is in its lifecycle (``ABSENT`` for a call the runtime does not hold).
+
+        As [`Runtime.phase`][inert.Runtime.phase], read directly."""
+        return self._runtime.phase(key)
+
+    def ready_call(self, key: CallKey) -> ReadyCall | None:
+        """The call as an executor may claim it (the digest of the arguments that would run
+        included), or ``None`` while it is not ready.
+
+        As [`Runtime.ready_call`][inert.Runtime.ready_call], read directly."""
+        return self._runtime.ready_call(key)
+
+    def turn_owner(self, turn: TurnRef) -> str | None:
+        """The process that decides for the turn's calls, where processes share the log.
+
+        As [`Runtime.turn_owner`][inert.Runtime.turn_owner], read directly."""
+        return self._runtime.turn_owner(turn)
+
+    def turn_principal(self, turn: TurnRef) -> str | None:
+        """The principal a started turn belongs to; None for a turn never started.
+
+        As [`Runtime.turn_principal`][inert.Runtime.turn_principal], read directly."""
+        return self._runtime.turn_principal(turn)
+
+    def resumable_streams(self, turn: TurnRef) -> dict[ResponseRef, int | None]:
+        """The responses of ``turn`` whose stream was lost and can still be resumed, each with the
+        last provider sequence number the log holds all of (``StreamLost.last_sequence``: a loss is
+        written after every fragment fed before it, and a restart records the loss of a resumed
+        stream at the sequence it was resumed after).
+
+        As [`Runtime.resumable_streams`][inert.Runtime.resumable_streams], read directly."""
+        return self._runtime.resumable_streams(turn)
+
+    def resumable_calls(self, response: ResponseRef) -> list[ResumedCall]:
+        """The calls of ``response`` a resumed stream takes up: opened, not terminal, each with the
+        sequence and byte offset its adapter gives next (``ResponseCalls.restore``), as they were
+        when the stream was lost.
+
+        As [`Runtime.resumable_calls`][inert.Runtime.resumable_calls], read directly."""
+        return self._runtime.resumable_calls(response)
 
     @property
     def ledger(self) -> Ledger:
@@ -287,23 +502,50 @@ async def _open_guest(
         (await finished).unwrap()
 
 
-def _opened_under_asyncio(
-    opener: Callable[P, AbstractAsyncContextManager[Runtime]],
-) -> Callable[P, AbstractAsyncContextManager[AsyncioRuntime]]:
-    def open_asyncio_runtime(
-        *args: P.args, **kwargs: P.kwargs
-    ) -> AbstractAsyncContextManager[AsyncioRuntime]:
-        """``open_runtime(...)`` for an asyncio application, with the same parameters: use it
-        as ``async with open_asyncio_runtime(log=..., tools=...) as runtime`` under a running
-        loop; ``runtime`` is an :class:`AsyncioRuntime`, and it stops when the block ends."""
-        return _open_guest(lambda: opener(*args, **kwargs))
-
-    # Its parameters are the opener's, to the letter: ``inspect.signature`` follows this.
-    open_asyncio_runtime.__wrapped__ = opener  # type: ignore[attr-defined]
-    return open_asyncio_runtime
-
-
-open_asyncio_runtime = _opened_under_asyncio(open_runtime)
-"""``open_runtime(...)`` for an asyncio application, with the same parameters: use it as
-``async with open_asyncio_runtime(log=..., tools=...) as runtime`` under a running loop, and
-``runtime`` is an :class:`AsyncioRuntime`. The runtime stops when the block ends."""
+def open_asyncio_runtime(
+    *,
+    log: str | Log,
+    create: bool = False,
+    tools: Iterable[ToolDeclaration] = (),
+    check: Validator | None = None,
+    limits: CallLimits = DEFAULT_LIMITS,
+    validation_timeout: float = DEFAULT_VALIDATION_TIMEOUT,
+    inbox_size: int = DEFAULT_INBOX_SIZE,
+    max_busy_actors: int = DEFAULT_MAX_BUSY_ACTORS,
+    operators: OperatorAuthorizer | Iterable[str] = (),
+    ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+    retention: Retention = DEFAULT_RETENTION,
+    process: str | None = None,
+    lease_time: float = DEFAULT_LEASE_TIME,
+    tracer_provider: TracerProvider | None = None,
+    collector: CollectorSettings | None = DEFAULT_COLLECTOR,
+    held_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+    snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> AbstractAsyncContextManager[AsyncioRuntime]:
+    """[`open_runtime`][inert.open_runtime] for an asyncio application, with the same
+    parameters: use it as ``async with open_asyncio_runtime(log=..., tools=...) as runtime``
+    under a running loop; ``runtime`` is an [`AsyncioRuntime`][inert.AsyncioRuntime], and the
+    runtime stops when the block ends."""
+    return _open_guest(
+        lambda: open_runtime(
+            log=log,
+            create=create,
+            tools=tools,
+            check=check,
+            limits=limits,
+            validation_timeout=validation_timeout,
+            inbox_size=inbox_size,
+            max_busy_actors=max_busy_actors,
+            operators=operators,
+            ledger_horizon=ledger_horizon,
+            retention=retention,
+            process=process,
+            lease_time=lease_time,
+            tracer_provider=tracer_provider,
+            collector=collector,
+            held_bytes=held_bytes,
+            snapshot_every=snapshot_every,
+            request_timeout=request_timeout,
+        )
+    )

@@ -102,7 +102,7 @@ class Dispatch:
     executor: str
     trace: TraceContext | None = None
     stop: StopSignal = field(factory=StopSignal, eq=False)
-    """Set when the executor is asked to stop the run (see :class:`StopSignal`)."""
+    """Set when the executor is asked to stop the run (see [`StopSignal`][inert.StopSignal])."""
 
 
 Executor = Callable[[Dispatch], Awaitable[object]]

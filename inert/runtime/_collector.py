@@ -16,7 +16,7 @@ them, or open them with ``CollectorSettings(freeze=False)``.
 
 The settings are process-wide. A host that manages the collector itself opens its runtimes
 with ``open_runtime(collector=None)``. A fold of a whole log outside a runtime (``inert replay``)
-runs under the same thresholds, without freezing (:func:`thresholds_of`).
+runs under the same thresholds, without freezing (``thresholds_of``).
 
 A snapshot's encoding is as large as the live state it holds, and freed once it is written.
 The C allocator keeps what a large transient allocation freed for the process (glibc hands
@@ -47,7 +47,15 @@ from attrs import field, frozen, validators
 
 @frozen(kw_only=True)
 class CollectorSettings:
-    """How a running runtime sets the garbage collector (see :mod:`inert.runtime._collector`)."""
+    """How a running runtime sets the garbage collector, process-wide, while it runs.
+
+    The thresholds are raised when it starts (the runtime makes many short-lived objects per
+    event); with ``freeze``, what it holds is frozen (``gc.freeze``) once a snapshot is loaded
+    and again once it is ready, so that collections stop walking it. The last runtime of the
+    process to stop puts the collector back as it was. A process opening runtime after runtime
+    should collect (``gc.collect()``) between them, or set ``freeze=False``; a host that manages
+    the collector itself opens its runtimes with ``open_runtime(collector=None)``.
+    """
 
     freeze: bool = True
     """Freeze the objects alive once the runtime has loaded its snapshot, once it is ready (its
@@ -76,7 +84,7 @@ class _Applied:
 
 
 def apply(settings: CollectorSettings) -> None:
-    """Set the thresholds for a runtime that starts (undone by :func:`restore`)."""
+    """Set the thresholds for a runtime that starts (undone by ``restore``)."""
     if _Applied.users == 0:
         _Applied.previous = gc.get_threshold()
         # What the host froze itself (before forking workers, say) stays frozen.
@@ -94,7 +102,7 @@ def freeze(settings: CollectorSettings) -> None:
 
 
 def restore() -> None:
-    """Undo one :func:`apply`; the last runtime to stop puts the collector back as it was."""
+    """Undo one ``apply``; the last runtime to stop puts the collector back as it was."""
     _Applied.users -= 1
     if _Applied.users:
         return

@@ -1,7 +1,7 @@
 """The ledger as a PostgreSQL table whose rows count each event of the log exactly once.
 
-:func:`materialize_ledger` follows a log (any backend), folds every event into a
-:class:`~inert.projections.Ledger`, and after each batch of events writes the rows that changed,
+``materialize_ledger`` follows a log (any backend), folds every event into a
+``Ledger``, and after each batch of events writes the rows that changed,
 deletes the rows that aged out, and moves its offset (the position of the last event the table
 reflects), all in one transaction. On start it reads its offset, folds the log up to it without
 writing (the fold is pure and deterministic: it gives the ledger the committed rows were made
@@ -86,7 +86,7 @@ class _Batch:
 
 
 class LedgerMaterializer:
-    """The ledger of a log kept in a PostgreSQL table. Open it with :func:`materialize_ledger`.
+    """The ledger of a log kept in a PostgreSQL table. Open it with ``materialize_ledger``.
 
     ``ledger`` is the fold the table is written from; ``position`` is the offset committed with
     the rows (0 before the first commit).
@@ -457,7 +457,7 @@ async def materialize_ledger(
     Rows and offset are committed together after each batch of at most ``max_batch_events``
     events; ``horizon`` must be the one of the ledgers the table stands for (rows of calls
     finished longer ago are deleted). The block's value tells the committed offset and waits
-    for one (:meth:`LedgerMaterializer.wait_for`). A failure to write stops it with a
+    for one (``LedgerMaterializer.wait_for``). A failure to write stops it with a
     ``LogError``, raised from the block; rows and offset stay at the last commit, and opening it
     again carries on from there.
     """

@@ -82,26 +82,28 @@ async def open_runtime(
     asks again. ``operators`` says who holds the operator role: a function of the operator
     principal, or the principals themselves (none by default: every control is refused). The ledger
     keeps a finished call's row ``ledger_horizon`` (30 days) after it finished, by the log's times,
-    and a turn idle that long is retired (see :mod:`inert.runtime._retirement`). ``inbox_size``
-    bounds the work waiting for one call's actor (at least 1; the router waits when it is full),
-    and ``max_busy_actors`` the actors with work at once (at least 1, 4,096 by default; past it
-    the router waits for one to finish before it starts another, so that a fold catching up on a
-    backlog does not start one for every call it passes).
-    ``retention`` says which argument payloads are redacted from the log once nothing can need them
-    (by default fragments and validated arguments, see :class:`Retention`). Where several runtime
-    processes share one log, each names itself (``process``): it owns the turns it starts, and
-    takes over the turns of a process silent for ``lease_time`` seconds (see
-    :mod:`inert.runtime._peers`). With a ``tracer_provider`` (OpenTelemetry; by default the global
-    one, where the application set one), turns, calls, validations, confirmations, dispatches and
-    controls become spans, made from the log once the runtime is live, never on replay. The garbage
-    collector is set as ``collector`` says (higher thresholds from the start; the objects alive
-    frozen once a snapshot is loaded and once everything is rebuilt from the log; ``None`` leaves
-    it alone, see :mod:`inert.runtime._collector`); the runtime stops when the block ends.
+    and a turn idle that long is retired (a ``TurnRetired`` event: every replay forgets the turn
+    where the live runtime did). ``inbox_size`` bounds the work waiting for one call's actor (at
+    least 1; the router waits when it is full), and ``max_busy_actors`` the actors with work at
+    once (at least 1, 4,096 by default; past it the router waits for one to finish before it
+    starts another, so that a fold catching up on a backlog does not start one for every call it
+    passes). ``retention`` says which argument payloads are redacted from the log once nothing
+    can need them (by default fragments and validated arguments, see
+    [`Retention`][inert.Retention]). Where several runtime processes share one log, each names
+    itself (``process``): it owns the turns it starts, and takes over the turns of a process
+    silent for ``lease_time`` seconds (see [Runtimes on a log][runtimes-on-a-log]). With a
+    ``tracer_provider`` (OpenTelemetry; by default the global one, where the application set
+    one), turns, calls, validations, confirmations, dispatches and controls become spans, made
+    from the log once the runtime is live, never on replay (see
+    [`inert.tracing`][inert.tracing]). The garbage collector is set as ``collector`` says (higher
+    thresholds from the start; the objects alive frozen once a snapshot is loaded and once
+    everything is rebuilt from the log; ``None`` leaves it alone, see
+    [`CollectorSettings`][inert.CollectorSettings]); the runtime stops when the block ends.
     Fragments fed are held for the next append of the log: past ``held_bytes`` of them (16 MiB) a
     feed of fragments waits until the writer has made room. Every ``snapshot_every`` events folded
     (and once after a restart that folded at least that many), the runtime writes a snapshot of its
     state beside the log, and a restart starts from the newest one its code and configuration made
-    (``None``: never; see :mod:`inert.runtime._snapshot`). A request the runtime makes of a call's
+    (``None``: never; see [Snapshots][snapshots]). A request the runtime makes of a call's
     actor (a claim, a confirmation, a denial) or of its own fold (catching up before a control or a
     confirmation) that is not answered within ``request_timeout`` seconds (30, three lease times)
     raises ``RequestTimedOut``, naming what was not answered and why.

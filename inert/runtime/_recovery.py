@@ -11,7 +11,7 @@ dispatched again; terminal calls stay terminal.
 
 Processes sharing the log: each beats, buries the processes that fell silent (leasing their
 turns, one survivor winning each), ends what their turns were streaming and records the calls
-their executors claimed as ``outcome_unknown`` (see :mod:`inert.runtime._peers`).
+their executors claimed as ``outcome_unknown`` (see ``inert.runtime._peers``).
 """
 
 from __future__ import annotations

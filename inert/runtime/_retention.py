@@ -1,6 +1,6 @@
 """Retention: argument payloads leave the log as soon as nothing can need them again.
 
-The policy (:class:`Retention`, on by default):
+The policy (``Retention``, on by default):
 
 - **Fragments.** The payloads of a call's ``ArgumentsAppended`` and ``CallEnded`` events are
   redacted once the call is no longer live (dispatched, cancelled or failed): its fragments can
@@ -24,7 +24,7 @@ Redaction only ever reaches versions of a stream the fold has seen, and only eve
 that are no longer live, so a live call never loses a payload it has not been decided on.
 
 Where runtime processes share the log, every process folds the same plan, and a call's
-redactions are made by the process that owns the call's turn (see :mod:`inert.runtime._peers`)
+redactions are made by the process that owns the call's turn (see ``inert.runtime._peers``)
 alone: the others hold them back (``deferred``: not due, so nothing waits on them) until they
 gain the turn, a dead owner's turn taken over included, and then make them (again, if the owner
 had: redacting what is redacted changes nothing). What is held back for a turn is dropped once
@@ -60,7 +60,16 @@ EDIT_TYPES = frozenset({ConfirmationGiven.TAG})
 
 @frozen(kw_only=True)
 class Retention:
-    """What the runtime redacts from the log, and when (see :mod:`inert.runtime._retention`)."""
+    """What the runtime redacts from the log, and when: on by default.
+
+    ``fragments``: a call's fragment payloads (``ArgumentsAppended``, ``CallEnded``) once the call
+    is no longer live (dispatched, cancelled or failed), and every fragment payload of its
+    response once no call of it is live. ``arguments``: the validated arguments (and those a
+    principal gave with a confirmation) once the call's outcome is recorded or the call ended
+    without being dispatched. Redaction keeps every envelope, each payload's length and digest and
+    every other field; the projections and their digest are the same on a replay of the redacted
+    log (see [What is erased, and when][what-is-erased-and-when]).
+    """
 
     fragments: bool = True
     """Redact a call's fragment payloads once it is no longer live."""

@@ -7,10 +7,10 @@ executor takes ready calls, claims each through its actor, runs it and reports t
 
 A runtime writes a snapshot of what it rebuilt every ``snapshot_every`` events it folds, and a
 restart loads the newest one that its code and configuration made and folds only the events
-after it (see :mod:`inert.runtime._snapshotting`).
+after it (see ``inert.runtime._snapshotting``).
 
 What a restart finishes, and what processes sharing the log do for each other, is
-:mod:`inert.runtime._recovery`.
+``inert.runtime._recovery``.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ DEFAULT_CONFIRMATION_VALIDITY = timedelta(minutes=10)
 
 
 class Runtime:
-    """The embedding API. Open one with :func:`open_runtime`."""
+    """The embedding API. Open one with [`open_runtime`][inert.open_runtime]."""
 
     def __init__(
         self,
@@ -345,7 +345,10 @@ class Runtime:
         A new turn supersedes the previous turn of the conversation: its calls are cancelled.
         ``trace`` continues the caller's trace (without it, the trace of the OpenTelemetry span
         current here, if any); given as what ``read_trace_headers`` made of the caller's
-        headers, a refused header starts a new trace and the turn's span says why.
+        headers, a refused header starts a new trace and the turn's span says why. The log
+        records the context with the turn's start (with no caller's, that of the turn's own
+        span, where spans are made), and the calls of the turn resumed after a restart
+        continue its trace from there.
         """
         try:
             ref = TurnRef(tenant=tenant, conversation=conversation, turn=turn)
@@ -365,16 +368,26 @@ class Runtime:
             declaration = self.tools.latest(tool) if isinstance(tool, str) else tool
             offered.append(self.tools.register(declaration))
         event = TurnStarted(turn=ref, principal=principal, tools=tuple(offered))
+        spans = self.spans if trace is None else None
+        if spans is not None:
+            # The turn's own span, made now so that the log records its context: after a
+            # restart, the turn's calls continue its trace from there.
+            trace = spans.open_turn(ref, self.log.now())
         started = [NewEvent(stream=ref.stream, event=event, trace=trace)]
         expected = {ref.stream: NO_STREAM}
         if self.process is not None:
             lease = TurnLeased(turn=ref, owner=self.process)
             started.append(NewEvent(stream=ref.lease_stream, event=lease))
             expected[ref.lease_stream] = NO_STREAM
+        appended = False
         try:
             await self.log.append(started, expected)
+            appended = True
         except ConflictError:
             raise RefusedError(f"turn {ref.stream!r} was started before") from None
+        finally:
+            if spans is not None and not appended:
+                spans.abandon_turn(ref, self.log.now())
         await self._caught_up()
         return ref
 
@@ -402,8 +415,7 @@ class Runtime:
         other event is a promise: this returns once it is durable, after the fragments its
         response stream holds.
         Each response stream has one feeder: appends are fenced by the stream's version, and a
-        stream fed from elsewhere meanwhile is a ``ConflictError`` (see
-        :mod:`inert.runtime._ingress`).
+        stream fed from elsewhere meanwhile is a ``ConflictError``.
         """
         # The path of every delta, so the ingress's own steps are taken here, without a
         # coroutine of its own between.

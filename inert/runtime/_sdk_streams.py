@@ -160,7 +160,8 @@ def _check_stream(stream: object) -> None:
 
 
 class StreamFeed(Generic[T]):
-    """An SDK stream being fed into a runtime; :func:`feed_stream` makes it and says its rules.
+    """An SDK stream being fed into a runtime; [`feed_stream`][inert.feed_stream] makes it and
+    says its rules.
 
     An async iterator of the SDK's own events (each fed before it is handed on) and an async
     context manager that ends the feed when its block is left.

@@ -5,7 +5,7 @@ and, where processes share the log, what the log says of them: what replaying th
 snapshot's position builds, and nothing the running runtime holds beside it (actors, timers,
 requests waiting for an answer). The runtime writes one every ``snapshot_every`` events it
 folds, and once after a restart that folded at least that many; the log keeps the newest under
-the runtime's name (:mod:`inert.log._snapshots`). A restart loads it and folds only the
+the runtime's name (``inert.log._snapshots``). A restart loads it and folds only the
 events after its position.
 
 - **The log stays the truth.** A snapshot is a cache of a fold of the log, never the only copy
@@ -31,8 +31,8 @@ events after its position.
   snapshot was taken and every one under way then: a process that stops before the log made
   them leaves them to the restart, as a replay from the start would find them due.
 - **A snapshot is data.** The state and its payloads are MessagePack of plain values, made back
-  into objects of the explicit list of :mod:`inert.runtime._state_types` by
-  :mod:`inert.runtime._state_codec`, each field checked against its declared type: no byte of a
+  into objects of the explicit list of ``inert.runtime._state_types`` by
+  ``inert.runtime._state_codec``, each field checked against its declared type: no byte of a
   snapshot can choose code to run. Anything else, like any other failure to load, makes the
   snapshot unusable.
 - **A snapshot belongs to its log and its position.** Its state begins with the identity of the

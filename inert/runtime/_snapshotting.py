@@ -1,5 +1,5 @@
 """When a runtime takes, writes and loads its snapshots (what one holds, and whether a snapshot
-may be loaded, is :mod:`inert.runtime._snapshot`'s business).
+may be loaded, is ``inert.runtime._snapshot``'s business).
 
 A snapshot is taken at whole multiples of ``every`` positions, so that runtimes on one log take
 theirs at the same positions however they started; it is captured synchronously (the state

@@ -6,7 +6,7 @@ that opens the log: what it holds must not be able to choose code to run. So the
 written as MessagePack values (nil, booleans, integers, floats, strings, bytes, arrays, maps)
 and a few extension values this module defines. A value of a kind MessagePack has no type for
 (a tuple, a set, a read-only or ordered map, a queue, an event, an object of one of the classes
-of a :class:`~._state_shapes.Shapes` list) is written as an array whose first item is a marker
+of a ``Shapes`` list) is written as an array whose first item is a marker
 naming the kind (for an object, the class's index in the list), then its items or fields; a time,
 a duration and an array of integers are extension values of their own. Loading reads the whole
 state in one pass of MessagePack's reader, which hands each such array, once read, to the

@@ -1,6 +1,6 @@
 """The classes a snapshot's state may hold, each with its fields and their types: the explicit
-list :mod:`inert.runtime._state_codec` reads a state by, and nothing else (see
-:mod:`inert.runtime._state_shapes`).
+list ``inert.runtime._state_codec`` reads a state by, and nothing else (see
+``inert.runtime._state_shapes``).
 
 attrs classes and named tuples declare their fields themselves; every other class of the state
 names here the attributes a snapshot keeps and the type of each, checked as the state is loaded.

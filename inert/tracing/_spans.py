@@ -11,7 +11,11 @@ other is ``inert.call``, its tool shown by length and digest (the name a model s
 text, of any length).
 
 Spans correlate and nothing else: they are made after the decisions, from the log, and never
-while the log is replayed (the runtime feeds this only once it is live).
+while the log is replayed (the runtime feeds this only once it is live). One span is made
+before its event: that of a turn started here with no caller's context (``open_turn``), so
+that its own context is recorded with the turn. A turn is then one trace across restarts: a
+call decided after a restart (by the process that replayed the log) gets its span, marked
+resumed, under the context its turn's start recorded: the turn's own span, or the caller's.
 """
 
 from __future__ import annotations
@@ -94,6 +98,16 @@ def _remote(context: TraceContext | None) -> SpanContext | None:
     return span_context if span_context.is_valid else None
 
 
+def _context_of(span: Span) -> TraceContext | None:
+    """The W3C context of one of our spans (``None`` for a span of no valid context)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    traceparent = carrier.get("traceparent")
+    if traceparent is None:
+        return None
+    return TraceContext(traceparent=traceparent, tracestate=carrier.get("tracestate"))
+
+
 def _key_attributes(key: CallKey) -> dict[str, str]:
     return {
         "inert.tenant": key.tenant,
@@ -126,6 +140,8 @@ class CallSpans:
         self._offered = offered
         self._digest_key = digest_key
         self._turns: dict[TurnRef, Span] = {}
+        # Turns started here whose span was made before their start was recorded.
+        self._opening: dict[TurnRef, Span] = {}
         self._calls: dict[CallKey, Span] = {}
         self._phases: dict[CallKey, tuple[str, Span]] = {}
         self._links: dict[CallKey, list[SpanContext]] = {}
@@ -139,13 +155,26 @@ class CallSpans:
     def context_of(self, key: CallKey) -> TraceContext | None:
         """The W3C context of a call's span, for the executor to continue its trace."""
         span = self._calls.get(key)
-        if span is None:
+        return None if span is None else _context_of(span)
+
+    def open_turn(self, turn: TurnRef, at: datetime) -> TraceContext | None:
+        """Start the span of a turn about to be started here without a caller's context, and
+        give its context, to be recorded with the turn's start: the calls of the turn resumed
+        after a restart find the trace there (``None``: the tracer makes no valid span)."""
+        span = self._tracer.start_span("inert.turn", start_time=_ns(at))
+        context = _context_of(span)
+        if context is None:
+            span.end(end_time=_ns(at))
             return None
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-        return TraceContext(
-            traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate")
-        )
+        self._opening[turn] = span
+        return context
+
+    def abandon_turn(self, turn: TurnRef, at: datetime) -> None:
+        """End the span ``open_turn`` made for a turn whose start was not recorded."""
+        span = self._opening.pop(turn, None)
+        if span is not None:
+            span.set_attribute("inert.turn.ended", "not started")
+            span.end(end_time=_ns(at))
 
     def remember_turn(self, turn: TurnRef, context: TraceContext | None) -> None:
         """Keep the trace a turn started in, for its calls still open when the runtime goes
@@ -249,6 +278,9 @@ class CallSpans:
             self._end_phase(key, at, "the turn was retired")
             self._end_call(key, at, "retired", None)
         self._trace_problems.pop(turn, None)
+        self._replayed_turns.pop(turn, None)
+        for key in [key for key in self._replayed_calls if key.turn_ref == turn]:
+            del self._replayed_calls[key]
 
     def note_trace_problem(self, turn: TurnRef, problem: str) -> None:
         """What was wrong with the headers a turn came with: its span will say so."""
@@ -271,11 +303,12 @@ class CallSpans:
             self.end_control(position, at)
         for key in list(self._phases):
             self._end_phase(key, moment, "open when the runtime stopped")
-        for span in [*self._calls.values(), *self._turns.values()]:
+        for span in [*self._calls.values(), *self._turns.values(), *self._opening.values()]:
             span.set_attribute("inert.open_at_stop", True)
             span.end(end_time=moment)
         self._calls.clear()
         self._turns.clear()
+        self._opening.clear()
 
     def _start_turn(
         self, turn: TurnRef, principal: str, context: TraceContext | None, at: int
@@ -291,6 +324,12 @@ class CallSpans:
         problem = self._trace_problems.pop(turn, None)
         if problem is not None:
             attributes["inert.trace.refused"] = problem
+        opened = self._opening.pop(turn, None)
+        if opened is not None:
+            # Its context is the one recorded: it is the turn's span, not a parent of it.
+            opened.set_attributes(attributes)
+            self._turns[turn] = opened
+            return
         self._turns[turn] = self._tracer.start_span(
             "inert.turn", context=parent, start_time=at, attributes=attributes
         )
@@ -379,6 +418,10 @@ class CallSpans:
     def _end_call(
         self, key: CallKey, at: int, state: str, reason: str | None, outcome: str | None = None
     ) -> None:
+        if key not in self._calls:
+            # A call whose end is the first decision since a restart: cancelled as its stream
+            # was lost, or its outcome reported (unknown, where its executor's process died).
+            self._resumed_call(key, at)
         call = self._calls.pop(key, None)
         self._links.pop(key, None)
         if call is None:

@@ -1,10 +1,15 @@
 """Spans leave the process as OTLP: over HTTP to a receiver the ``OTEL_*`` variables name, or as
-an OTLP JSON file from ``inert demo --traces``; without either, nothing is set up at all."""
+an OTLP JSON file from ``inert demo --traces``, or to the console; without either, nothing is
+set up at all. Every variable docs/tracing.md lists is tested here, and a dead endpoint is said
+in one line."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -39,20 +44,36 @@ from inert import (
     open_runtime,
 )
 from inert.cli import main
-from inert.cli._tracing import spans_asked
+from inert.cli._tracing import exported_spans, exporters_asked, spans_asked
 from inert.tracing._export import provider_from_environment
 
 SECRET = b'{"path": "/home/secret-value"}'
 UPSTREAM = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
+@pytest.fixture(autouse=True)
+def no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no ``OTEL_*`` variable but those it sets itself."""
+    for name in [name for name in os.environ if name.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+
+
+class Received(list[ExportTraceServiceRequest]):
+    """The export requests a receiver got, and the headers each came with."""
+
+    headers: list[dict[str, str]]
+
+
 class Receiver(BaseHTTPRequestHandler):
     """An OTLP/HTTP receiver: each POST to /v1/traces is one protobuf export request."""
 
-    received: list[ExportTraceServiceRequest]
+    received: Received
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.received.headers.append({name.lower(): value for name, value in self.headers.items()})
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         self.received.append(request)
@@ -65,8 +86,9 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServiceRequest]]:
-    received: list[ExportTraceServiceRequest] = []
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Received]:
+    received = Received()
+    received.headers = []
     handler = type("Handler", (Receiver,), {"received": received})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -116,12 +138,15 @@ def test_without_an_endpoint_no_span_is_asked_for(monkeypatch: pytest.MonkeyPatc
     assert spans_asked()
 
 
+@pytest.mark.parametrize(
+    "variable", ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]
+)
 def test_an_otlp_protocol_other_than_http_or_grpc_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
-    """``OTEL_EXPORTER_OTLP_PROTOCOL`` is read: one inert cannot export with is an error."""
+    """The protocol variables are read: one inert cannot export with is an error."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    monkeypatch.setenv(variable, "http/json")
     with pytest.raises(ConfigurationError, match=r"'http/json'.*http/protobuf or grpc"):
         provider_from_environment()
 
@@ -170,8 +195,7 @@ def key(call: str) -> CallKey:
 
 
 async def two_calls_one_dispatched_one_cancelled() -> None:
-    provider = provider_from_environment()
-    assert provider is not None
+    provider, _ = provider_from_environment()
     tools = [ToolDeclaration(name="read_file"), ToolDeclaration(name="delete_file")]
     async with open_runtime(log="memory://", tools=tools, tracer_provider=provider) as runtime:
         turn = await runtime.start_turn(
@@ -271,3 +295,153 @@ def test_spans_reach_an_otlp_grpc_receiver_when_the_protocol_says_grpc(
         server.stop(grace=None)
     names = names_in_the_caller_s_trace(collector.received)
     assert {"inert.turn", "inert.call get_weather", "inert.dispatch"} <= names
+
+
+# --- the OTEL_* variables, each as docs/tracing.md lists it ----------------------------------
+
+
+def test_the_docs_list_the_variables_tested_here() -> None:
+    """docs/tracing.md lists exactly the ``OTEL_*`` variables this module tests (``HONOURED``
+    names the test of each)."""
+    page = (ROOT / "docs" / "tracing.md").read_text()
+    table = page.split("## The `OTEL_*` variables", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(OTEL_[A-Z_]+)`", table, flags=re.MULTILINE))
+    assert listed == set(HONOURED)
+
+
+@pytest.mark.parametrize(
+    ("variables", "exporters"),
+    [
+        ({}, set()),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, {"otlp"}),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, {"otlp"}),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, {"otlp"}),
+        ({"OTEL_TRACES_EXPORTER": "console"}, {"console"}),
+        ({"OTEL_TRACES_EXPORTER": " OTLP , console "}, {"otlp", "console"}),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, set()),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, set()),
+        ({"OTEL_SDK_DISABLED": "TRUE", "OTEL_TRACES_EXPORTER": "console"}, set()),
+        ({"OTEL_SDK_DISABLED": "false", "OTEL_TRACES_EXPORTER": "console"}, {"console"}),
+    ],
+)
+def test_the_variables_ask_for_these_exporters(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], exporters: set[str]
+) -> None:
+    """``OTEL_SDK_DISABLED`` turns every exporter off; ``OTEL_TRACES_EXPORTER`` names them
+    (``otlp`` by default where an endpoint is named); no span is asked for without one."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert exporters_asked() == exporters
+    assert spans_asked() == bool(exporters)
+
+
+def test_an_exporter_inert_does_not_have_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_TRACES_EXPORTER=zipkin`` is an error naming what inert exports with."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,zipkin")
+    with pytest.raises(ConfigurationError, match=r"'zipkin': inert exports with otlp, console"):
+        exporters_asked()
+
+
+async def test_the_console_exporter_writes_each_span_to_standard_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``OTEL_TRACES_EXPORTER=console`` writes the spans as JSON on standard error, standard
+    output left to the command."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    with exported_spans() as provider:
+        assert provider is not None
+        async with open_runtime(log="memory://", tracer_provider=provider) as runtime:
+            await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="a")
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert '"name": "inert.turn"' in printed.err
+
+
+async def test_the_otlp_variables_reach_the_receiver(
+    monkeypatch: pytest.MonkeyPatch, receiver: Received
+) -> None:
+    """The traces endpoint, the headers, gzip compression, the service's name and the resource's
+    attributes are the exporter's as the variables say."""
+    base = os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{base}/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme,x-token=t0ken")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "agent-server")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging")
+    await two_calls_one_dispatched_one_cancelled()
+    assert receiver
+    for headers in receiver.headers:
+        assert (headers["x-tenant"], headers["x-token"]) == ("acme", "t0ken")
+        assert headers["content-encoding"] == "gzip"
+    resource = {
+        attribute.key: attribute.value.string_value
+        for request in receiver
+        for spans in request.resource_spans
+        for attribute in spans.resource.attributes
+    }
+    assert resource["service.name"] == "agent-server"
+    assert resource["deployment.environment"] == "staging"
+
+
+async def test_a_sampler_that_keeps_nothing_exports_nothing(
+    monkeypatch: pytest.MonkeyPatch, receiver: Received
+) -> None:
+    """``OTEL_TRACES_SAMPLER=traceidratio`` with ``OTEL_TRACES_SAMPLER_ARG=0`` keeps no span."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    await two_calls_one_dispatched_one_cancelled()
+    assert spans_of(receiver) == []
+
+
+@pytest.mark.slow(seconds=8)
+def test_a_dead_endpoint_is_said_in_one_line() -> None:
+    """A command whose OTLP endpoint refuses every connection says so in one line once its
+    spans are flushed (within ``OTEL_EXPORTER_OTLP_TIMEOUT``), not a warning per retry between
+    its own lines; its output and its exit status are those of a run without spans."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    environment = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "3",
+    }
+    demo = subprocess.run(
+        [sys.executable, "-m", "inert", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert "dispatched" in demo.stdout
+    [line] = demo.stderr.splitlines()
+    assert re.fullmatch(
+        rf"inert: (\d+) of \1 spans were not exported to http://127\.0\.0\.1:{port}/v1/traces"
+        r" \(Connection refused\)",
+        line,
+    ), line
+
+
+HONOURED = {
+    "OTEL_SDK_DISABLED": (test_the_variables_ask_for_these_exporters),
+    "OTEL_TRACES_EXPORTER": (test_the_variables_ask_for_these_exporters),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": (test_spans_reach_an_otlp_http_receiver),
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": (test_the_otlp_variables_reach_the_receiver),
+    "OTEL_EXPORTER_OTLP_PROTOCOL": (
+        test_spans_reach_an_otlp_grpc_receiver_when_the_protocol_says_grpc
+    ),
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": (
+        test_an_otlp_protocol_other_than_http_or_grpc_is_refused
+    ),
+    "OTEL_EXPORTER_OTLP_HEADERS": (test_the_otlp_variables_reach_the_receiver),
+    "OTEL_EXPORTER_OTLP_COMPRESSION": (test_the_otlp_variables_reach_the_receiver),
+    "OTEL_EXPORTER_OTLP_TIMEOUT": (test_a_dead_endpoint_is_said_in_one_line),
+    "OTEL_SERVICE_NAME": (test_the_otlp_variables_reach_the_receiver),
+    "OTEL_RESOURCE_ATTRIBUTES": (test_the_otlp_variables_reach_the_receiver),
+    "OTEL_TRACES_SAMPLER": (test_a_sampler_that_keeps_nothing_exports_nothing),
+    "OTEL_TRACES_SAMPLER_ARG": (test_a_sampler_that_keeps_nothing_exports_nothing),
+}
+"""Each variable docs/tracing.md lists, and the test that shows it honoured."""

@@ -20,6 +20,7 @@ from inert import (
     CallKey,
     CallOpened,
     Event,
+    RefusedError,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -174,6 +175,74 @@ async def test_a_call_dispatched_after_a_restart_gets_its_spans_in_its_turn_s_tr
     assert dispatch_span.parent.span_id == call_span.context.span_id
     assert dispatch.trace is not None
     assert f"{call_span.context.span_id:016x}" in dispatch.trace.traceparent
+
+
+@pytest.mark.parametrize("from_snapshot", [False, True], ids=["replayed", "from-a-snapshot"])
+async def test_a_turn_started_without_a_caller_is_one_trace_across_a_restart(
+    tmp_path: Path, from_snapshot: bool
+) -> None:
+    """A turn started with no caller's context records its own span's context; after a restart
+    its calls, the one dispatched and the one its lost stream cancels, get their spans under
+    that turn span, in its trace, whether the restart replays the log or loads a snapshot."""
+    url = f"sqlite:///{tmp_path / 'restart.db'}"
+    every = 5 if from_snapshot else None
+    tools = [ToolDeclaration(name="send")]
+    sent, lost = key("call_1"), call_key("call_2", response="resp_lost", item="fc")
+    before, exported_before = provider()
+    async with open_runtime(
+        log=url, create=True, tools=tools, tracer_provider=before, snapshot_every=every
+    ) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
+        await runtime.feed(stream(sent, "send"))
+        await runtime.feed(stream(lost, "send")[:2])
+        await runtime.settle()
+        [started] = [
+            recorded
+            for recorded in await runtime.log.read_stream(sent.turn_ref.stream)
+            if isinstance(recorded.event, TurnStarted)
+        ]
+    [turn_span] = named(exported_before.get_finished_spans(), "inert.turn")
+    assert turn_span.parent is None
+    assert started.trace is not None
+    assert started.trace.traceparent.startswith(
+        f"00-{turn_span.context.trace_id:032x}-{turn_span.context.span_id:016x}-"
+    )
+    after, exported_after = provider()
+    async with open_runtime(
+        log=url, tools=tools, tracer_provider=after, snapshot_every=every
+    ) as runtime:
+        assert (runtime.restored_from is not None) == from_snapshot
+        dispatch = await runtime.claim(sent, executor="worker-1")
+        await runtime.complete(dispatch)
+        await runtime.settle()
+    spans = exported_after.get_finished_spans()
+    assert named(spans, "inert.turn") == []
+    resumed = named(spans, "inert.call send")
+    assert len(resumed) == 2
+    for call_span in resumed:
+        assert call_span.attributes is not None
+        assert call_span.attributes["inert.call.resumed"] is True
+        assert call_span.context.trace_id == turn_span.context.trace_id
+        assert call_span.parent is not None
+        assert call_span.parent.span_id == turn_span.context.span_id
+    reasons = {span.attributes["inert.call.state"] for span in resumed if span.attributes}
+    assert reasons == {"dispatched", "cancelled"}
+    assert {span.context.trace_id for span in spans} == {turn_span.context.trace_id}
+
+
+async def test_a_turn_refused_as_started_before_ends_the_span_made_for_it() -> None:
+    """A second start of the same turn is refused; the span made for it ends saying so, and the
+    turn's own span is the first start's."""
+    tracer_provider, exporter = provider()
+    async with open_runtime(
+        log="memory://", tools=[ToolDeclaration(name="send")], tracer_provider=tracer_provider
+    ) as runtime:
+        await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
+        with pytest.raises(RefusedError, match="was started before"):
+            await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal="alice")
+    turns = named(exporter.get_finished_spans(), "inert.turn")
+    ended = sorted(str((span.attributes or {}).get("inert.turn.ended")) for span in turns)
+    assert ended == ["None", "not started"]
 
 
 @pytest.mark.parametrize("rules", [7, 8])

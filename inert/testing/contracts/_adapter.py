@@ -1,8 +1,8 @@
 """The adapter contract: every awkward order of the provider-neutral suite, worded in one
 adapter's wire format by its renderer, ends as the suite expects.
 
-Subclass :class:`AdapterContract` in a test module and give it ``renderer``, a fixture that
-returns a :class:`Renderer` turning each step of a scenario into the wire format of the adapter
+Subclass ``AdapterContract`` in a test module and give it ``renderer``, a fixture that
+returns a ``Renderer`` turning each step of a scenario into the wire format of the adapter
 under test and feeding it through the adapter::
 
     class TestMyAdapter(AdapterContract):

@@ -9,8 +9,8 @@ event-stream frame's is): an adapter that read past it without a word would leav
 reading a stream it can learn nothing from. And nothing before it is lost: the events the same
 chunk held before it come out (with the violation, or in the error's ``events``).
 
-Subclass :class:`EventLimitContract` in a test module and give it ``wire``, a fixture that
-returns the :class:`LimitWire` of the adapter under test::
+Subclass ``EventLimitContract`` in a test module and give it ``wire``, a fixture that
+returns the ``LimitWire`` of the adapter under test::
 
     class TestMyAdapterLimits(EventLimitContract):
         @pytest.fixture

@@ -1,6 +1,6 @@
 """The log contract: what every log backend keeps, as a suite of tests to run against one.
 
-Subclass :class:`LogContract` in a test module and give it ``open_log``, a fixture returning a
+Subclass ``LogContract`` in a test module and give it ``open_log``, a fixture returning a
 function that opens the backend under test on one storage, empty the first time, as it was left
 each time after::
 
