@@ -149,25 +149,32 @@ async def fold_log(
     """Apply every event of the log, in position order, read a page at a time; how many. A log
     long enough to take a while shows how far the reading is (``Progress``). ``opened`` is
     given the log before its first event is read (a fold that needs its keys)."""
-    count = position = 0
     # A read must not leave a new, empty log behind where a path was mistyped.
     async with open_log(url, create=False) as log:
         if opened is not None:
             opened(log)
-        progress = Progress(what, await log.head())
-        # What a fold of a long log keeps grows with it: a runtime's thresholds spare the
-        # collector walking all of it every few hundred events.
-        with thresholds_of():
-            try:
-                while page := await log.read(position + 1, limit=READ_PAGE):
-                    for recorded in page:
-                        for fold in folds:
-                            fold(recorded)
-                    count += len(page)
-                    position = page[-1].position
-                    progress.advance(count)
-            finally:
-                progress.finish()
+        return await fold_opened(log, *folds, what=what)
+
+
+async def fold_opened(
+    log: Log, *folds: Callable[[RecordedEvent], object], what: str = "reading the log"
+) -> int:
+    """``fold_log`` of a log opened already (or of one partition of it)."""
+    count = position = 0
+    progress = Progress(what, await log.head())
+    # What a fold of a long log keeps grows with it: a runtime's thresholds spare the
+    # collector walking all of it every few hundred events.
+    with thresholds_of():
+        try:
+            while page := await log.read(position + 1, limit=READ_PAGE):
+                for recorded in page:
+                    for fold in folds:
+                        fold(recorded)
+                count += len(page)
+                position = page[-1].position
+                progress.advance(count)
+        finally:
+            progress.finish()
     return count
 
 

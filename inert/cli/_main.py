@@ -228,6 +228,16 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     )
 
 
+def _partition_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--partition",
+        type=int,
+        metavar="N",
+        help="this partition of a partitioned log alone (0: its control partition); by default"
+        " every partition, each on its own, and the digest over all of them",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inert",
@@ -272,16 +282,20 @@ def _parser() -> argparse.ArgumentParser:
     log_option(ledger)
     _ledger_arguments(ledger)
 
-    log_command(
-        "replay",
-        "rebuild every call and projection from a log; print counts and the digest",
-        "one JSON object",
+    _partition_option(
+        log_command(
+            "replay",
+            "rebuild every call and projection from a log; print counts and the digest",
+            "one JSON object",
+        )
     )
-    log_command(
-        "verify",
-        "check a log whole: the storage's own checks, every row's position and checksum, a"
-        " replay of every decision; exits non-zero and lists what is wrong if anything is",
-        "one JSON object",
+    _partition_option(
+        log_command(
+            "verify",
+            "check a log whole: the storage's own checks, every row's position and checksum, a"
+            " replay of every decision; exits non-zero and lists what is wrong if anything is",
+            "one JSON object",
+        )
     )
 
     cancel = command(
@@ -417,9 +431,23 @@ def _run(arguments: argparse.Namespace) -> None:
                 )
             )
         case "replay":
-            trio.run(partial(replay_command, arguments.log, as_json=arguments.json))
+            trio.run(
+                partial(
+                    replay_command,
+                    arguments.log,
+                    as_json=arguments.json,
+                    partition=arguments.partition,
+                )
+            )
         case "verify":
-            trio.run(partial(verify_command, arguments.log, as_json=arguments.json))
+            trio.run(
+                partial(
+                    verify_command,
+                    arguments.log,
+                    as_json=arguments.json,
+                    partition=arguments.partition,
+                )
+            )
         case "cancel-turn":
             turn = _turn_option(arguments)
             trio.run(

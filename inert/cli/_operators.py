@@ -33,10 +33,10 @@ from ..projections import (
     preview,
     without_effect,
 )
-from ..projections._controls import target_of
+from ..projections._controls import control_event, target_of
 from ..projections._shown import stage_of
 from ..runtime import PendingConfirmation, Runtime, trio_clock
-from ..runtime._controls import control_event, give_control
+from ..runtime._controls import give_control
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
 from ._common import READ_PAGE, fold_log, runtime_on, settle_within
 from ._tables import Keys, key_json

@@ -20,8 +20,8 @@ from ..events._identity import key_part, shown_text
 from ..log import Log, open_log
 from ..projections import JSON, Projections
 from ..projections._shown import EVERY_ROW, RowFilter, shown_time
-from ..runtime._verify import DEFAULT_MAX_PROBLEMS, verify_log
-from ._common import Progress, fold_log, in_colour
+from ..runtime._verify import DEFAULT_MAX_PROBLEMS, Verification, partitions_digest, verify_log
+from ._common import Progress, fold_log, fold_opened, in_colour
 from ._tables import (
     Seen,
     ledger_json,
@@ -117,91 +117,142 @@ async def _follow(
 # --- replay ----------------------------------------------------------------------------------
 
 
-async def replay_command(url: str, *, as_json: bool) -> None:
-    fold = CallFold(live=False)
+def _partitions_of(log: Log, partition: int | None) -> list[int]:
+    """The partitions a command reads: the one asked for (refused if the log has none of that
+    number), or every partition of the log, partition 0 first."""
+    if partition is not None:
+        log.partition(partition)
+        return [partition]
+    return sorted({0, *log.call_partitions()})
+
+
+async def _replay_partition(log: Log) -> dict[str, JSON]:
+    """Replay one partition (or a log of one): its counts and digest."""
+    fold = CallFold(live=False, digest_key=log.key(DIGEST_KEY))
     projections = Projections()
     kinds: Counter[str] = Counter()
-
-    def keyed(log: Log) -> None:
-        # Turns of rules 10 on digest their arguments keyed by the log.
-        fold.digest_key = log.key(DIGEST_KEY)
-
-    events = await fold_log(
-        url,
+    events = await fold_opened(
+        log,
         fold.apply,
         projections.apply,
         lambda recorded: kinds.update((recorded.event_type,)),
         what="replay",
-        opened=keyed,
     )
-    rejections = kinds[EventRejected.TAG]
     # A key that only ever had events rejected stays absent: it is no call.
     phases = Counter(record.state.phase for record in fold.records.values())
     states: dict[str, JSON] = {
         phase.value: phases[phase] for phase in Phase if phase in phases and phase != Phase.ABSENT
     }
-    summary: dict[str, JSON] = {
+    return {
         "events": events,
         "calls": sum(phases.values()) - phases[Phase.ABSENT],
         "states": states,
         "ready": len(projections.queue),
-        "rejections": rejections,
+        "rejections": kinds[EventRejected.TAG],
         "digest": projections.digest(),
     }
+
+
+def _summed(parts: dict[int, dict[str, JSON]]) -> dict[str, JSON]:
+    """The counts of several partitions' replays added up, and the digest over them."""
+    states: Counter[str] = Counter()
+    for part in parts.values():
+        states.update(part["states"])  # type: ignore[arg-type]
+    summary: dict[str, JSON] = {
+        name: sum(part[name] for part in parts.values())  # type: ignore[misc]
+        for name in ("events", "calls", "ready", "rejections")
+    }
+    summary["states"] = {phase.value: states[phase.value] for phase in Phase if states[phase.value]}
+    summary["digest"] = partitions_digest({n: str(part["digest"]) for n, part in parts.items()})
+    return summary
+
+
+async def replay_command(url: str, *, as_json: bool, partition: int | None = None) -> None:
+    async with open_log(url, create=False) as log:
+        numbers = _partitions_of(log, partition)
+        parts = {number: await _replay_partition(log.partition(number)) for number in numbers}
+    summary = _summed(parts)
+    if len(numbers) > 1 or log.partitions > 1:
+        summary["partitions"] = [{"partition": number, **part} for number, part in parts.items()]
     if as_json:
         print(json.dumps(summary))
         return
-    print(f"replayed {events} events; every decision found in the log was made again")
+    print(f"replayed {summary['events']} events; every decision found in the log was made again")
     print(f"calls       {summary['calls']}")
-    for state, count in states.items():
+    for state, count in summary["states"].items():  # type: ignore[union-attr]
         print(f"  {state:<18} {count}")
     print(f"ready       {summary['ready']}")
-    print(f"rejections  {rejections}")
+    print(f"rejections  {summary['rejections']}")
+    if len(numbers) > 1 or log.partitions > 1:
+        for number, part in parts.items():
+            print(f"partition {number}: {part['events']} events, digest {part['digest']}")
     print(f"digest {summary['digest']}")
 
 
 # --- verify ----------------------------------------------------------------------------------
 
 
-async def verify_command(url: str, *, as_json: bool) -> None:
+async def verify_command(url: str, *, as_json: bool, partition: int | None = None) -> None:
+    found: dict[int, Verification] = {}
     async with open_log(url, create=False) as log:
-        progress = Progress("verify", await log.head())
-        try:
-            found = await verify_log(log, progress=progress.advance)
-        finally:
-            progress.finish()
+        for number in _partitions_of(log, partition):
+            part = log.partition(number)
+            progress = Progress("verify", await part.head())
+            try:
+                found[number] = await verify_log(part, progress=progress.advance)
+            finally:
+                progress.finish()
+    partitioned = len(found) > 1 or log.partitions > 1
+    problems = [
+        (number, problem) for number, verified in found.items() for problem in verified.problems
+    ]
+    events = sum(verified.events for verified in found.values())
+    digests = {number: verified.digest for number, verified in found.items()}
+    digest = (
+        partitions_digest({n: d for n, d in digests.items() if d is not None})
+        if all(d is not None for d in digests.values())
+        else None
+    )
     if as_json:
-        print(
-            json.dumps(
+        report: dict[str, JSON] = {
+            "events": events,
+            "ok": not problems,
+            "replayed": all(verified.replayed for verified in found.values()),
+            "digest": digest,
+            "problems": [
                 {
-                    "events": found.events,
-                    "ok": found.ok,
-                    "replayed": found.replayed,
-                    "digest": found.digest,
-                    "problems": [
-                        {"position": problem.position, "problem": problem.what}
-                        for problem in found.problems
-                    ],
-                },
-                ensure_ascii=False,
-            )
-        )
+                    **({"partition": number} if partitioned else {}),
+                    "position": problem.position,
+                    "problem": problem.what,
+                }
+                for number, problem in problems
+            ],
+        }
+        if partitioned:
+            report["partitions"] = [
+                {"partition": number, "events": verified.events, "digest": verified.digest}
+                for number, verified in found.items()
+            ]
+        print(json.dumps(report, ensure_ascii=False))
     else:
-        for problem in found.problems:
-            print(problem)
-    if not found.ok:
-        more = " (the first of them)" if len(found.problems) >= DEFAULT_MAX_PROBLEMS else ""
-        count = len(found.problems)
+        for number, problem in problems:
+            print(f"partition {number}, {problem}" if partitioned else problem)
+    if problems:
+        more = " (the first of them)" if len(problems) >= DEFAULT_MAX_PROBLEMS else ""
+        count = len(problems)
         raise LogError(
             f"the log failed verification: {count} problem{'' if count == 1 else 's'}{more} in"
-            f" {found.events} events read"
+            f" {events} events read"
         )
     if not as_json:
         print(
-            f"verified {found.events} events: the storage's own checks, every row's position and"
+            f"verified {events} events: the storage's own checks, every row's position and"
             " checksum, and a replay of every decision and what it implies"
         )
-        print(f"digest {found.digest}")
+        if partitioned:
+            for number, verified in found.items():
+                print(f"partition {number}: {verified.events} events, digest {verified.digest}")
+        print(f"digest {digest}")
 
 
 async def audit_command(url: str, *, as_json: bool) -> None:

@@ -31,7 +31,13 @@ from starlette.responses import (
 from ..events import InertError, OperatorControl, RefusedError
 from ..events._identity import key_part
 from ..projections import AuditEntry
-from ..projections._controls import control_of, target_of
+from ..projections._controls import (
+    ACTIONS,
+    TENANT_ACTIONS,
+    control_event,
+    control_of,
+    target_of,
+)
 from ..projections._shown import (
     STATES,
     FilterError,
@@ -42,7 +48,6 @@ from ..projections._shown import (
     state_named,
     time_named,
 )
-from ..runtime._controls import ACTIONS, TENANT_ACTIONS, control_event
 from ._auth import same_origin
 from ._pages import Paging, chart, page_number, paging, render
 from ._slices import Slices, page_of

@@ -9,7 +9,6 @@ from typing import Protocol
 import trio
 
 from ..events._codec import Codec
-from ..events._errors import LogError
 from ..events._identity import CallKey
 from ._log import Clock, FrozenRedaction, Log
 from ._records import PendingRecord, StoredRecord
@@ -60,7 +59,8 @@ class PartitionHost(Protocol):
 
 class PartitionLog(Log):
     """One partition of a log whose storage holds several: a log of its own (positions,
-    streams, head and snapshots), written and read through its host's connections."""
+    streams, head and snapshots), written and read through its host's connections. As a log,
+    it has one partition: itself."""
 
     def __init__(
         self,
@@ -69,7 +69,6 @@ class PartitionLog(Log):
         *,
         identity: str,
         secret: bytes,
-        partitions: int,
         codec: Codec,
         clock: Clock,
     ) -> None:
@@ -78,14 +77,10 @@ class PartitionLog(Log):
         self.number = number
         self._identity = identity
         self._secret = secret
-        self._partitions = partitions
 
     @property
     def name(self) -> str:
         return f"partition {self.number} of {self._host.name}"
-
-    def partition(self, number: int) -> Log:
-        raise LogError(f"{self.name} is one partition: ask the log it is a partition of")
 
     def _heard_of(self, head: int) -> None:
         """Another process committed up to ``head`` in this partition."""

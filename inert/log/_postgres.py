@@ -791,7 +791,6 @@ class PostgresLog(GroupCommitLog[Connection]):
                 number,
                 identity=self._identity,
                 secret=self._secret,
-                partitions=self._partitions,
                 codec=self.codec,
                 clock=self._clock,
             )

@@ -29,6 +29,47 @@ from ..events import (
 from ._audit import Audit, AuditEntry
 from ._rows import LedgerRow
 
+ACTIONS = {
+    "quarantine-response": "quarantine a response",
+    "disable-tool": "disable a tool",
+    "enable-tool": "enable a tool",
+    "stop-tenant": "stop a tenant (emergency stop)",
+    "resume-tenant": "resume a tenant",
+}
+"""The controls, by the names ``inert control`` and the console give them."""
+
+TENANT_ACTIONS = frozenset({"stop-tenant", "resume-tenant"})
+"""The controls whose target is a tenant (they take no other tenant)."""
+
+_ACTION_OF_TAG = {
+    ResponseQuarantined.TAG: "quarantine-response",
+    ToolDisabled.TAG: "disable-tool",
+    ToolEnabled.TAG: "enable-tool",
+    TenantStopped.TAG: "stop-tenant",
+    TenantResumed.TAG: "resume-tenant",
+}
+
+
+def control_event(
+    action: str, target: str, *, tenant: str | None, operator: str, reason: str
+) -> OperatorControl:
+    """The control event of an action (one of ``ACTIONS``) on its target; ``tenant`` narrows a
+    quarantine or a tool's control, and a tenant's own control names none besides its target."""
+    match action:
+        case "quarantine-response":
+            return ResponseQuarantined(
+                response=target, tenant=tenant, operator=operator, reason=reason
+            )
+        case "disable-tool":
+            return ToolDisabled(tool=target, tenant=tenant, operator=operator, reason=reason)
+        case "enable-tool":
+            return ToolEnabled(tool=target, tenant=tenant, operator=operator, reason=reason)
+        case "stop-tenant":
+            return TenantStopped(tenant=target, operator=operator, reason=reason)
+        case "resume-tenant":
+            return TenantResumed(tenant=target, operator=operator, reason=reason)
+    raise ValueError(f"no such control: {action!r}")
+
 
 def concerns(event: OperatorControl, row: LedgerRow) -> bool:
     """Whether ``event`` names the call of ``row`` (its response, its tool or its tenant, in
@@ -154,27 +195,16 @@ def without_effect(event: OperatorControl, audit: Audit) -> str | None:
 
 def control_of(entry: AuditEntry) -> OperatorControl | None:
     """The control an audit entry records (``None`` for a refused one)."""
-    if entry.refused:
+    action = _ACTION_OF_TAG.get(entry.control)
+    if entry.refused or action is None:
         return None
-    scope, operator, reason = entry.scope, entry.operator, entry.reason
-    match entry.control:
-        case ResponseQuarantined.TAG:
-            return ResponseQuarantined(
-                response=scope["response"] or "",
-                tenant=scope["tenant"],
-                operator=operator,
-                reason=reason,
-            )
-        case ToolDisabled.TAG:
-            return ToolDisabled(
-                tool=scope["tool"] or "", tenant=scope["tenant"], operator=operator, reason=reason
-            )
-        case ToolEnabled.TAG:
-            return ToolEnabled(
-                tool=scope["tool"] or "", tenant=scope["tenant"], operator=operator, reason=reason
-            )
-        case TenantStopped.TAG:
-            return TenantStopped(tenant=scope["tenant"] or "", operator=operator, reason=reason)
-        case TenantResumed.TAG:
-            return TenantResumed(tenant=scope["tenant"] or "", operator=operator, reason=reason)
-    return None
+    scope = entry.scope
+    tenant = scope["tenant"]
+    if action in TENANT_ACTIONS:
+        return control_event(
+            action, tenant or "", tenant=None, operator=entry.operator, reason=entry.reason
+        )
+    target = scope["response"] if action == "quarantine-response" else scope["tool"]
+    return control_event(
+        action, target or "", tenant=tenant, operator=entry.operator, reason=entry.reason
+    )

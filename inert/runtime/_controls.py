@@ -9,62 +9,10 @@ call actors of whichever runtimes own the log hear it there and end the calls it
 
 from __future__ import annotations
 
-from ..events import (
-    ControlRefused,
-    OperatorControl,
-    RefusedError,
-    ResponseQuarantined,
-    TenantResumed,
-    TenantStopped,
-    ToolDisabled,
-    ToolEnabled,
-    control_stream,
-)
+from ..events import ControlRefused, OperatorControl, RefusedError, control_stream
 from ..log import Log, NewEvent
+from ..projections._controls import target_of
 from ._boundary import OperatorAuthorizer
-
-ACTIONS = {
-    "quarantine-response": "quarantine a response",
-    "disable-tool": "disable a tool",
-    "enable-tool": "enable a tool",
-    "stop-tenant": "stop a tenant (emergency stop)",
-    "resume-tenant": "resume a tenant",
-}
-"""The controls, by the names ``inert control`` and the console give them."""
-
-TENANT_ACTIONS = frozenset({"stop-tenant", "resume-tenant"})
-"""The controls whose target is a tenant (they take no other tenant)."""
-
-
-def control_event(
-    action: str, target: str, *, tenant: str | None, operator: str, reason: str
-) -> OperatorControl:
-    """The control event of an action (one of ``ACTIONS``) on its target; ``tenant`` narrows a
-    quarantine or a tool's control, and a tenant's own control names none besides its target."""
-    match action:
-        case "quarantine-response":
-            return ResponseQuarantined(
-                response=target, tenant=tenant, operator=operator, reason=reason
-            )
-        case "disable-tool":
-            return ToolDisabled(tool=target, tenant=tenant, operator=operator, reason=reason)
-        case "enable-tool":
-            return ToolEnabled(tool=target, tenant=tenant, operator=operator, reason=reason)
-        case "stop-tenant":
-            return TenantStopped(tenant=target, operator=operator, reason=reason)
-        case "resume-tenant":
-            return TenantResumed(tenant=target, operator=operator, reason=reason)
-    raise ValueError(f"no such control: {action!r}")
-
-
-def control_target(event: OperatorControl) -> str:
-    """What a control names: its response, its tool, or its tenant."""
-    match event:
-        case ResponseQuarantined(response=response):
-            return response
-        case ToolDisabled(tool=tool) | ToolEnabled(tool=tool):
-            return tool
-    return event.tenant or ""
 
 
 async def give_control(log: Log, event: OperatorControl, operators: OperatorAuthorizer) -> int:
@@ -77,7 +25,7 @@ async def give_control(log: Log, event: OperatorControl, operators: OperatorAuth
     if not operator or not operators(operator):
         refusal = ControlRefused(
             control=event.TAG,
-            target=control_target(event),
+            target=target_of(event)[1],
             tenant=event.tenant,
             operator=operator,
             reason=event.reason,

@@ -13,7 +13,8 @@ damage wants the whole picture instead, so verification goes on past a damaged r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Mapping
 
 from attrs import frozen
 
@@ -129,3 +130,13 @@ def _replayed(
     else:
         return True
     return False
+
+
+def partitions_digest(digests: Mapping[int, str]) -> str:
+    """The digest of a log from the digests of its partitions' replays: a log of one partition
+    has its partition's; a partitioned log ``sha256:`` of the lines ``N DIGEST`` (each
+    partition's number and digest, partition 0 first, each line ending in a newline)."""
+    if set(digests) == {0}:
+        return digests[0]
+    lines = "".join(f"{number} {digests[number]}\n" for number in sorted(digests))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
