@@ -82,3 +82,20 @@ def test_an_asyncio_embedding_is_shown_in_under_40_lines() -> None:
     ]
     assert asyncio_examples
     assert min(len(code.strip().splitlines()) for code in asyncio_examples) < 40
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_first_embedding_feeds_a_provider_sdk_s_stream_and_shows_what_it_prints(
+    page: str,
+) -> None:
+    """The first example of the README and of getting started asks OpenAI through its SDK and
+    feeds the raw bytes of its stream through an adapter; the page shows what it prints, which
+    the example's run above checks."""
+    _, code, output = next(example for example in EXAMPLES if example[0].startswith(page))
+    assert "openai.AsyncOpenAI()" in code
+    assert "with_streaming_response" in code
+    assert "response.iter_bytes()" in code
+    assert "feed_stream(" in code
+    assert "Adapter(turn)" in code
+    assert "CallOpened" not in code
+    assert output
