@@ -498,11 +498,12 @@ NARROW_WORDS = (
 WIDE_WORDS = (
     OUTCOMES,
     "terminal event: the provider's event that ended the call's arguments, by its sequence"
-    " number in the response; parse and validation: the strict parse of the arguments at that"
-    " event, and their check against the tool's declaration",
-    "dispatch: what may happen to the call now: await_response (until its response ends"
-    " well), await_confirmation, ready, dispatched (claimed by an executor, once), or reject:"
-    " it will never be dispatched",
+    " number in the response (or its digest, where the protocol numbers none); parse and"
+    " validation: the strict parse of the arguments at that event, and their check against the"
+    " tool's declaration",
+    "dispatch: what may happen to the call now: inert (its arguments still arrive),"
+    " await_response (until its response ends well), await_confirmation, ready, dispatched"
+    " (claimed by an executor, once), or reject: it will never be dispatched",
 )
 """What the words of the wide ledger mean."""
 
