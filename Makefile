@@ -30,7 +30,7 @@ $(STAMP): $(DEMO_STAMP)
 # The demo's log stays in demo.db (ignored by git) for the commands it ends with; each run
 # starts it afresh.
 demo: $(DEMO_STAMP)
-	rm -f demo.db demo.db-wal demo.db-shm demo.db-journal
+	rm -f demo.db demo.db-*
 	$(BIN)/inert demo --log sqlite:///demo.db
 
 test: lint typecheck docs package pytest

@@ -32,9 +32,10 @@ def demo_recipe() -> list[str]:
 
 
 def test_the_demo_s_log_is_ignored_by_git() -> None:
-    """demo.db and the files SQLite keeps beside it match a pattern of .gitignore."""
+    """demo.db and the files kept beside it (SQLite's, and the one whose locks say that a
+    runtime runs on the log) match a pattern of .gitignore."""
     patterns = (ROOT / ".gitignore").read_text().split()
-    for name in ("demo.db", "demo.db-wal", "demo.db-shm", "demo.db-journal"):
+    for name in ("demo.db", "demo.db-wal", "demo.db-shm", "demo.db-journal", "demo.db-runtimes"):
         assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
 
 
@@ -56,6 +57,8 @@ def test_make_demo_keeps_its_log_and_ends_with_commands_that_work_on_it(
         assert main(arguments) == 0
     output = capsys.readouterr().out
     assert (tmp_path / "demo.db").is_file()
+    # The log, and the file whose locks say that a runtime runs on it: nothing else is left.
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["demo.db", "demo.db-runtimes"]
     assert max(len(line) for line in output.splitlines()) <= 100
     digest = next(line for line in output.splitlines() if line.startswith("digest sha256:"))
     commands = [
