@@ -11,13 +11,13 @@ STAMP := $(VENV)/.installed
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-# What the demo needs and nothing more: inert, its own dependencies and the OTLP export of
-# its spans.
+# What the demo and the commands it ends with need and nothing more: inert, its own
+# dependencies, the OTLP export of its spans and the console.
 $(DEMO_STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing inert and its dependencies into $(VENV) (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --disable-pip-version-check \
-		--progress-bar on -e '.[otlp]'
+		--progress-bar on -e '.[otlp,console]'
 	touch $(DEMO_STAMP)
 
 # Everything the tests, the benchmarks and the examples use besides.
@@ -27,8 +27,11 @@ $(STAMP): $(DEMO_STAMP)
 		--disable-pip-version-check -e '.[test,bench,postgresql,examples,console,otlp,otlp-grpc,docs]'
 	touch $(STAMP)
 
+# The demo's log stays in demo.db (ignored by git) for the commands it ends with; each run
+# starts it afresh.
 demo: $(DEMO_STAMP)
-	$(BIN)/inert demo
+	rm -f demo.db demo.db-*
+	$(BIN)/inert demo --log sqlite:///demo.db
 
 test: lint typecheck docs package pytest
 

@@ -4,11 +4,15 @@ twin: starting a chat and reading a turn's server-sent events."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import httpx
+from attrs import evolve, frozen
+from locations import ROOT
 
 EMAIL = "call_example_email"
 WEATHER = "call_example_weather"
@@ -84,3 +88,58 @@ async def start(client: httpx.AsyncClient, message: str = "mail bob, weather in 
     turn: str = response.json()["turn"]
     assert response.json()["events"] == f"/turns/{turn}/events"
     return turn
+
+
+@frozen
+class Documented:
+    """A request of docs/example-server.md, as its ``curl`` command sends it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes | None
+
+    def written(self, turn: str, digest: str = "") -> Documented:
+        """The request with the turn, and the digest, where the page writes ``TURN`` and
+        ``hmac-sha256:...``."""
+        body = self.body
+        if body is not None:
+            body = body.replace(b"hmac-sha256:...", digest.encode())
+        return evolve(self, path=self.path.replace("TURN", turn), body=body)
+
+    async def send(self, client: httpx.AsyncClient) -> httpx.Response:
+        return await client.request(self.method, self.path, headers=self.headers, content=self.body)
+
+
+def documented_requests() -> list[Documented]:
+    """Every ``curl`` command of docs/example-server.md, in the page's order."""
+    page = (ROOT / "docs" / "example-server.md").read_text()
+    requests = []
+    for block in re.findall(r"```sh\n(.*?)```", page, flags=re.DOTALL):
+        for command in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(command, comments=True)
+            if words and words[0] == "curl":
+                requests.append(_as_curl_sends(words[1:]))
+    return requests
+
+
+def _as_curl_sends(options: list[str]) -> Documented:
+    method, url, body = "", "", None
+    headers: dict[str, str] = {}
+    given = iter(options)
+    for option in given:
+        if option == "-X":
+            method = next(given)
+        elif option == "-H":
+            name, _, value = next(given).partition(":")
+            headers[name.strip().lower()] = value.strip()
+        elif option == "-d":
+            body = next(given).encode()
+        elif not option.startswith("-"):
+            url = option
+    assert url.startswith("localhost:8000/"), url
+    if body is not None:
+        # What curl says of a body given with -d, unless a header says otherwise.
+        headers.setdefault("content-type", "application/x-www-form-urlencoded")
+    method = method or ("POST" if body is not None else "GET")
+    return Documented(method, url.removeprefix("localhost:8000"), headers, body)

@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
 import trio
 from adapter_support import FIXTURES
 from attrs import define
-from example_support import EMAIL, WEATHER, Events, cue, is_end, start
+from console_support import OPERATOR_TOKEN, settings
+from example_support import EMAIL, WEATHER, Events, cue, documented_requests, is_end, start
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,6 +39,7 @@ from examples.agent_server import (
     run,
     serve,
 )
+from inert.console import Console
 
 
 @define
@@ -84,7 +87,9 @@ async def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() 
             stopped = await client.post(f"/turns/{turn}/calls/{WEATHER}/stop")
             assert stopped.json() == {"call": WEATHER, "stopped": True}
             _, cancelled = await events.until(cue(WEATHER, "cancelled: nothing was done"))
-            assert cancelled["reason"] == "confirmation_denied"
+            # The person stopped it: inert's record of that refusal, a denied confirmation,
+            # would mislead the person about a call that never asked for one.
+            assert cancelled["reason"] == "stopped_by_user"
             assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
             _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             # The person is shown what they confirm: the arguments, and their digest.
@@ -484,3 +489,64 @@ def test_the_openai_request_offers_the_tools_in_the_responses_format() -> None:
         ("function", "send_email"),
     ]
     assert request["tools"][1]["parameters"]["required"] == ["to", "subject", "body"]
+
+
+async def test_the_documented_requests_work_as_written() -> None:
+    """The requests of docs/example-server.md, sent as their curl commands send them (the turn
+    and the digest shown put where the page writes them): a chat starts, its events stream,
+    and either confirmation the page shows confirms the email."""
+    chat, events_of, confirm, confirm_digest = documented_requests()
+    async with example(two_calls(hold=False)) as run:
+        client = run.client
+        for confirmation in (confirm, confirm_digest):
+            started = await chat.send(client)
+            assert started.status_code == 202, started.text
+            turn = started.json()["turn"]
+            path = events_of.written(turn).path
+            async with client.stream(events_of.method, path) as response:
+                events = Events(response)
+                _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
+                written = confirmation.written(turn, pending["arguments_digest"])
+                confirmed = await written.send(client)
+                assert confirmed.status_code == 200, confirmed.text
+                _, end = await events.until(is_end)
+            assert end["calls"] == {EMAIL: "done", WEATHER: "done"}
+
+
+async def test_the_server_restarts_on_its_log_and_the_console_reads_it(tmp_path: Path) -> None:
+    """Run on an SQLite log, stopped and run again on it: the chats after the restart run as
+    before (each replayed response is new, in every process), and the console beside the
+    running server, over the same log, shows the calls of both runs."""
+    log = f"sqlite:///{tmp_path / 'chat.db'}"
+    pages = []
+    for _ in range(2):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(partial(run, port=0, environ={}, delay=0.0, log=log))
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                turn = await start(client)
+                async with client.stream("GET", f"/turns/{turn}/events") as response:
+                    events = Events(response)
+                    await events.first(cue(EMAIL, "needs your confirmation"))
+                    await client.post(f"/turns/{turn}/calls/{EMAIL}/confirm")
+                    _, end = await events.until(is_end)
+                assert end["calls"] == {EMAIL: "done", WEATHER: "done"}
+            pages.append(await console_page(log, "/?stage=completed"))
+            nursery.cancel_scope.cancel()
+    # Each run's email call is a row of the same markup: the second page holds two.
+    once, twice = (page.count(EMAIL) for page in pages)
+    assert once > 0
+    assert twice == 2 * once
+
+
+async def console_page(log: str, path: str) -> str:
+    """A page of the operator console over ``log``, as an operator reads it."""
+    console = Console(log, settings())
+    transport = httpx.ASGITransport(app=console.app, client=("127.0.0.1", 50000))
+    headers = {"authorization": f"Bearer {OPERATOR_TOKEN}"}
+    async with (
+        console.running(),
+        httpx.AsyncClient(transport=transport, base_url="http://console", headers=headers) as web,
+    ):
+        page = await web.get(path)
+    assert page.status_code == 200
+    return page.text

@@ -7,13 +7,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from adapter_support import FIXTURES
 from attrs import define
-from example_support import EMAIL, WAIT, WEATHER, Events, Message, cue, is_end, start
+from example_support import (
+    EMAIL,
+    WAIT,
+    WEATHER,
+    Events,
+    Message,
+    cue,
+    documented_requests,
+    is_end,
+    start,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -84,7 +95,7 @@ def test_a_confirmed_call_runs_once_and_a_call_stopped_mid_stream_never() -> Non
             stopped = await client.post(f"/turns/{turn}/calls/{WEATHER}/stop")
             assert stopped.json() == {"call": WEATHER, "stopped": True}
             _, cancelled = await events.until(cue(WEATHER, "cancelled: nothing was done"))
-            assert cancelled["reason"] == "confirmation_denied"
+            assert cancelled["reason"] == "stopped_by_user"
             assert (await client.post(f"{run.replay_url}/release")).json() == {"released": 1}
             _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
             assert pending["arguments"] == EMAIL_ARGUMENTS
@@ -281,3 +292,56 @@ def test_the_server_runs_as_python_m_runs_it(capsys: pytest.CaptureFixture[str])
     printed = capsys.readouterr().out
     assert f"agent server: {url}\n" in printed
     assert "provider: a replay of two-calls.sse at http://127.0.0.1:" in printed
+
+
+def test_the_documented_requests_work_as_written() -> None:
+    """The requests of docs/example-server.md, sent as their curl commands send them: the chat
+    starts, its events stream and the confirmation naming the digest shown confirms; the one
+    without a digest is 422, as the page says, and a JSON body sent without its content type
+    is 422 with an error that asks for it."""
+    chat, events_of, confirm, confirm_digest = documented_requests()
+
+    async def test(run: Example) -> None:
+        client = run.client
+        started = await chat.send(client)
+        assert started.status_code == 202, started.text
+        turn = started.json()["turn"]
+        async with client.stream(events_of.method, events_of.written(turn).path) as response:
+            events = Events(response)
+            _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
+            assert (await confirm.written(turn).send(client)).status_code == 422
+            written = confirm_digest.written(turn, pending["arguments_digest"])
+            confirmed = await written.send(client)
+            assert confirmed.status_code == 200, confirmed.text
+            _, end = await events.until(is_end)
+        assert end["calls"] == {EMAIL: "done", WEATHER: "done"}
+        untyped = await client.post("/chat", content=chat.body)
+        assert untyped.status_code == 422
+        assert "content-type: application/json" in untyped.json()["error"]
+
+    scenario(test, two_calls(hold=False))
+
+
+def test_the_server_restarts_on_its_log(tmp_path: Path) -> None:
+    """Run on an SQLite log, stopped and run again on it: the chats after the restart run as
+    before, each replayed response new in every process."""
+    log = f"sqlite:///{tmp_path / 'chat.db'}"
+
+    async def chat_once() -> Any:
+        async with (
+            running(port=0, environ={}, delay=0.0, log=log) as url,
+            httpx.AsyncClient(base_url=url, timeout=WAIT) as client,
+        ):
+            turn = await start(client)
+            async with client.stream("GET", f"/turns/{turn}/events") as response:
+                events = Events(response)
+                _, pending = await events.first(cue(EMAIL, "needs your confirmation"))
+                await client.post(
+                    f"/turns/{turn}/calls/{EMAIL}/confirm",
+                    json={"arguments_digest": pending["arguments_digest"]},
+                )
+                _, end = await events.until(is_end)
+            return end["calls"]
+
+    for _ in range(2):
+        assert asyncio.run(chat_once()) == {EMAIL: "done", WEATHER: "done"}

@@ -2,17 +2,19 @@
 
 The example server's default provider: every POST gets ``200 text/event-stream`` and the
 recorded body, one server-sent event at a time. Ids named in ``fresh_ids`` get a suffix per
-request, so that each replay is a new response, as from a provider (which never reuses a
-response id: inert knows a response's events by it). With ``hold``, the replay waits at each
-``: pause`` comment line of the body until ``release()`` (or ``POST /release``) lets every
-stream waiting there go on: meanwhile a person can stop a call whose arguments are still
-streaming, before its terminal event is sent. It waits with AnyIO, so that it serves on Trio
-(the example) and on asyncio (its FastAPI twin) alike.
+request, new in each process too, so that each replay is a new response, as from a provider
+(which never reuses a response id: inert knows a response's events by it, and refuses a
+response seen in another turn, before a restart of the server on the same log included). With
+``hold``, the replay waits at each ``: pause`` comment line of the body until ``release()`` (or
+``POST /release``) lets every stream waiting there go on: meanwhile a person can stop a call
+whose arguments are still streaming, before its terminal event is sent. It waits with AnyIO,
+so that it serves on Trio (the example) and on asyncio (its FastAPI twin) alike.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,9 @@ class Replay:
     delay: float = 0.0
     """Seconds between events, so that a person watching sees the stream unfold."""
     requests: list[tuple[str, Any]] = field(factory=list)
+    replay: bytes = field(factory=lambda: secrets.token_hex(4).encode())
+    """Names this replay in the ids it makes fresh: the requests of another process, counted
+    from 1 again, get other ids."""
     waiting: int = 0
     """Streams waiting at a pause point now."""
     _released: anyio.Event = field(factory=anyio.Event, init=False)
@@ -61,7 +66,7 @@ class Replay:
         """The body for the ``number``-th request, one event (or comment) at a time."""
         body = self.body.replace(b"\r\n", b"\n")
         for identity in self.fresh_ids:
-            body = body.replace(identity, identity + b"-%d" % number)
+            body = body.replace(identity, b"%s-%s-%d" % (identity, self.replay, number))
         for block in body.split(b"\n\n"):
             if not block.strip(b"\n"):
                 continue

@@ -33,6 +33,7 @@ from inert import (
     TraceContext,
     TurnRef,
 )
+from inert.events import CancelReason
 
 from ._providers import Provider
 from ._tools import TOOLS, Toolbox
@@ -55,6 +56,12 @@ FINAL_CUES = frozenset(
     }
 )
 """Cues after which nothing more happens to a call."""
+
+STOPPED_BY_USER = "stopped_by_user"
+REASONS = {CancelReason.CONFIRMATION_DENIED.value: STOPPED_BY_USER}
+"""The reasons a cue gives in this server's words where inert's would mislead: inert records a
+person's refusal of one call as a denied confirmation, and here the person's stop is the only
+way to refuse one, whether the call waited for a confirmation or still streamed."""
 
 R = TypeVar("R", Runtime, AsyncioRuntime)
 
@@ -314,7 +321,7 @@ class AgentCore(Generic[R]):
                     data["expires_at"] = pending.expires_at.isoformat()
             row = runtime.projections.ledger.row(key)
             if cue in FINAL_CUES and row is not None and row.terminal_reason:
-                data["reason"] = row.terminal_reason
+                data["reason"] = REASONS.get(row.terminal_reason, row.terminal_reason)
             session.say("status", data)
         if (
             not session.streaming

@@ -122,12 +122,17 @@ async def _refused(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"error": str(error)}, status_code=409)
 
 
-async def _invalid(_: Request, error: Exception) -> JSONResponse:
+async def _invalid(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     said = "; ".join(
         f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
         for problem in error.errors()
     )
+    kind = request.headers.get("content-type", "")
+    if request.method == "POST" and not kind.startswith("application/json"):
+        # FastAPI reads a body as JSON only when it says it is: curl -d says otherwise.
+        sent = f"as {kind}" if kind else "without a content type"
+        said += f"; the body was sent {sent}: send it with content-type: application/json"
     return JSONResponse({"error": said}, status_code=422)
 
 

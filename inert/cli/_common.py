@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 READ_PAGE = 1024
 """Events read from the log at a time."""
 
+LOG_VARIABLE = "INERT_LOG"
+"""Names the log of every command that takes ``--log`` and is given none."""
+
 EXECUTOR = "inert-execute"
 """The executor name claims of this command are recorded under."""
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import sys
+import textwrap
 from collections import Counter
 from datetime import timedelta
 from functools import partial
@@ -28,9 +33,9 @@ from ..events import (
 )
 from ..log import open_log
 from ..runtime import Dispatch, Runtime, open_runtime
-from ._common import EXECUTOR
-from ._execute import Recorder, execute_ready, execution_lines
-from ._tables import Keys, ledger_table, times_text
+from ._common import EXECUTOR, LOG_VARIABLE
+from ._execute import SHORT_DIGEST, Recorder, execute_ready, execution_lines
+from ._tables import LEDGER_HEADER, NARROW_COLUMNS, Keys, ledger_table, times_text
 
 # --- demo ------------------------------------------------------------------------------------
 
@@ -38,6 +43,22 @@ TENANT = "acme"
 PRINCIPAL = "user:alice"
 CONFIRMED_FOR = timedelta(seconds=0.2)
 """How long the demo's outlived confirmation lets its call be claimed."""
+WIDTH = 100
+"""The most characters of a line the demo prints, but for the wide ledger it is asked for."""
+
+
+def say(text: str) -> None:
+    """Print one step of the demo, wrapped to :data:`WIDTH`, its next lines indented."""
+    print(
+        textwrap.fill(
+            text,
+            width=WIDTH,
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
+
 
 DEMO_TOOLS = (
     ToolDeclaration(
@@ -220,7 +241,7 @@ async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) ->
     weather = b'{"city": "Ouagadougou", "units": "metric"}'
     second = calls["t1b"] = _Streamed(turn, "resp_1", "fc_2", tool="get_weather", arguments=weather)
     await _stream(runtime, first, second)
-    print(
+    say(
         f"turn t1: two get_weather calls in one response, {len(first.fragments)} fragments each,"
         f" interleaved on the wire: fc_1 {_what_became_of(runtime, first.key)};"
         f" fc_2 {_what_became_of(runtime, second.key)}"
@@ -233,7 +254,7 @@ async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) ->
         turn, "resp_2", "fc_1", tool="delete_files", arguments=duplicate
     )
     await _stream(runtime, wrong)
-    print(
+    say(
         "turn t2: delete_files whose arguments hold one key twice: at its end event it"
         f" {_what_became_of(runtime, wrong.key)}"
     )
@@ -246,9 +267,7 @@ async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) ->
     )
     email = calls["t3"] = _Streamed(turn, "resp_3", "fc_1", tool="send_email", arguments=message)
     await _stream(runtime, email)
-    print(
-        f"turn t3: send_email streamed, response completed: {_what_became_of(runtime, email.key)}"
-    )
+    say(f"turn t3: send_email streamed, response completed: {_what_became_of(runtime, email.key)}")
 
     # A call still streaming when the process stops.
     turn = await _start(runtime, "c4", "t4")
@@ -259,7 +278,7 @@ async def _demo_before_restart(runtime: Runtime, calls: dict[str, _Streamed]) ->
     for event in (open_call.opened(), open_call.fragment(1), open_call.fragment(2)):
         await runtime.feed([event])
     await runtime.settle()
-    print(
+    say(
         f"turn t4: get_weather opened, 2 of its {len(open_call.fragments)} fragments arrived,"
         f" then the process stops; the call is {_what_became_of(runtime, open_call.key)}"
     )
@@ -285,7 +304,7 @@ async def _stop_while_running(runtime: Runtime, calls: dict[str, _Streamed]) -> 
         before = _what_became_of(runtime, slow.key)
         await runtime.cancel_turn(turn, principal=PRINCIPAL, reason="too slow")
     await runtime.settle()
-    print(
+    say(
         f"turn t7: {PRINCIPAL} cancels the turn while get_weather is {before}: its executor is"
         f" asked to stop and stops; the call is {_what_became_of(runtime, slow.key)}, never"
         " run again"
@@ -311,7 +330,7 @@ async def _email_asked_twice(runtime: Runtime) -> None:
     else:
         claimed = "DISPATCHED, which is a bug"
     await runtime.settle()
-    print(
+    say(
         f"turn t8: the model asks twice for the same send_email, which runs once per"
         f" conversation; {PRINCIPAL} confirms both; fc_1 is sent, a claim of fc_2 is {claimed}:"
         f" fc_2 is {_what_became_of(runtime, twice.key)}"
@@ -325,14 +344,14 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     try:
         await runtime.confirm(email, principal="user:mallory", arguments_digest=digest)
     except ConfirmationRefused as refused:
-        print(f"turn t3: user:mallory tries to confirm send_email: refused ({refused.reason})")
+        say(f"turn t3: user:mallory tries to confirm send_email: refused ({refused.reason})")
     else:
-        print("turn t3: user:mallory tries to confirm send_email: ACCEPTED, which is a bug")
+        say("turn t3: user:mallory tries to confirm send_email: ACCEPTED, which is a bug")
     await runtime.confirm(email, principal=PRINCIPAL, arguments_digest=digest)
     await runtime.settle()
-    print(
-        f"turn t3: {PRINCIPAL} confirms send_email for arguments {digest[:19]}...:"
-        f" {_what_became_of(runtime, email)}"
+    say(
+        f"turn t3: {PRINCIPAL} confirms send_email for the arguments it was shown, by their"
+        f" digest {digest[:SHORT_DIGEST]}…: {_what_became_of(runtime, email)}"
     )
 
     # (d) The person cancels a turn while its call is still collecting.
@@ -352,7 +371,7 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     late = Counter(await _rejections(runtime, call.key, position))
     discarded = await _discarded(runtime, call.key, position)
     rejected = "".join(f", {count} rejected {reason}" for reason, count in late.items())
-    print(
+    say(
         f"turn t5: {PRINCIPAL} cancels the turn while get_weather is {collecting}: it was"
         f" {cancelled}; its late fragments and end event were counted, not stored"
         f" ({discarded} events discarded{rejected})"
@@ -375,7 +394,7 @@ async def _demo_after_restart(runtime: Runtime, calls: dict[str, _Streamed]) -> 
     else:
         claimed = "DISPATCHED, which is a bug"
     await runtime.settle()
-    print(
+    say(
         f"turn t6: {PRINCIPAL} confirms send_email for {CONFIRMED_FOR.total_seconds():g} s;"
         f" a claim after that is {claimed}: the call is {_what_became_of(runtime, outlived.key)}"
     )
@@ -394,7 +413,7 @@ async def _end_event_twice(runtime: Runtime, calls: dict[str, _Streamed]) -> Non
     await runtime.feed([first.ended()])
     await runtime.settle()
     reasons = ", ".join(await _rejections(runtime, first.key, position)) or "not rejected"
-    print(
+    say(
         f"turn t1: fc_1's end event delivered a second time: rejected ({reasons});"
         f" the call is still {_what_became_of(runtime, first.key)}"
     )
@@ -408,21 +427,24 @@ def _settings(tool: ToolDeclaration) -> str:
     return f" ({', '.join(settings)})" if settings else ""
 
 
-async def demo_command(url: str, tracer_provider: TracerProvider | None = None) -> None:
+async def demo_command(
+    url: str, tracer_provider: TracerProvider | None = None, *, wide: bool = False
+) -> None:
+    """Run the demo on the empty log at ``url``; ``wide``: the ledger with every column."""
     async with open_log(url) as log:
         stored = await log.head()
     if stored:
         raise ConfigurationError(f"the demo needs an empty log; {url} holds {stored} events")
-    print(f"inert demo on {url}")
+    say(f"inert demo on {url}")
     names = ", ".join(tool.name + _settings(tool) for tool in DEMO_TOOLS)
-    print(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
+    say(f"tools: {names}; every turn is {PRINCIPAL}'s, in tenant {TENANT}")
     calls: dict[str, _Streamed] = {}
     async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
         stored = await _demo_before_restart(runtime, calls)
 
     async with open_runtime(log=url, tools=DEMO_TOOLS, tracer_provider=tracer_provider) as runtime:
         await runtime.settle()
-        print(
+        say(
             f"restart: runtime closed, log closed; a new runtime rebuilt"
             f" {len(runtime.projections.ledger.rows())} calls from the {stored} events of the log"
             f" and recorded turn t4's stream as lost (its feeder died with the old process):"
@@ -433,22 +455,93 @@ async def demo_command(url: str, tracer_provider: TracerProvider | None = None) 
         shown = Keys(row.key for row in runtime.projections.ledger.rows())
         recorder = Recorder()
         results = await execute_ready(runtime, recorder)
-        print(
+        say(
             f"execute: {len(results)} ready calls claimed; {EXECUTOR!r}, an executor that"
-            f" records that it ran and nothing else, ran {times_text(len(recorder.ran))}:"
+            f" records that it ran and nothing else, ran {times_text(len(recorder.ran))}"
+            " (each with the digest of the arguments it ran with):"
         )
-        for line in execution_lines(results, shown):
+        for line in execution_lines(results, shown, wide=wide):
             print("  " + line)
         first = calls["t1a"].key
         try:
             await runtime.claim(first, executor="someone-else")
         except ClaimRefused as refused:
-            print(f"a second claim of {shown.show(first)}: refused ({refused.reason})")
+            say(f"a second claim of {shown.show(first)}: refused ({refused.reason})")
         else:
-            print(f"a second claim of {shown.show(first)}: DISPATCHED AGAIN, which is a bug")
+            say(f"a second claim of {shown.show(first)}: DISPATCHED AGAIN, which is a bug")
         await runtime.settle()
 
         print("ledger:")
-        for line in ledger_table(runtime.projections.ledger):
+        columns = LEDGER_HEADER if wide else NARROW_COLUMNS
+        for line in ledger_table(runtime.projections.ledger, wide=wide, columns=columns):
             print("  " + line)
+        for words in WIDE_WORDS if wide else NARROW_WORDS:
+            say("  " + words)
         print(f"digest {runtime.digest()}")
+        say(
+            "  the state digest: one hash of every call's state, which `inert replay` and"
+            " `inert verify` compute again from the log alone; another run writes another log"
+            " (its own times, and its own key for the digests of arguments), so its digest"
+            " differs"
+        )
+
+
+OUTCOMES = (
+    "reason: why a call ended without running (it never will); outcome: what the executor"
+    " reported of a call it ran"
+)
+NARROW_WORDS = (
+    OUTCOMES,
+    "with --wide the demo shows every column of the ledger, as inert ledger does",
+)
+"""What the narrow ledger's words mean, and where the others are."""
+WIDE_WORDS = (
+    OUTCOMES,
+    "terminal event: the provider's event that ended the call's arguments, by its sequence"
+    " number in the response (or its digest, where the protocol numbers none); parse and"
+    " validation: the strict parse of the arguments at that event, and their check against the"
+    " tool's declaration",
+    "dispatch: what may happen to the call now: inert (its arguments still arrive),"
+    " await_response (until its response ends well), await_confirmation, ready, dispatched"
+    " (claimed by an executor, once), or reject: it will never be dispatched",
+)
+"""What the words of the wide ledger mean."""
+
+
+def next_steps(url: str) -> list[str]:
+    """What to run on the log a demo kept, the console first: each an exact command."""
+    program = _program()
+    commands = [
+        (f"{program} console --log {url}", "the operator console, in a browser"),
+        (f"{program} ledger --log {url} --history", "each call and every step it took"),
+        (f"{program} replay --log {url}", "every decision made again"),
+        (f"{program} verify --log {url}", "the log checked whole"),
+        (f"{program} audit --log {url}", "the operators' controls (none here)"),
+    ]
+    width = max(len(command) for command, _ in commands)
+    lines = [f"the demo's log stays at {url}; next, look into it:"]
+    if not _console_installed():
+        lines.append("  pip install 'inert[console]'   # once: the console's web server")
+    lines += [f"  {command.ljust(width)}  # {what}" for command, what in commands]
+    lines.append(f"(export {LOG_VARIABLE}={url} to leave --log out)")
+    return lines
+
+
+def _program() -> str:
+    """How to run this ``inert`` again from the folder the demo ran in: ``inert`` where the
+    shell finds this one by that name, else the path it was run by (``.venv/bin/inert`` from
+    ``make demo``)."""
+    script = sys.argv[0]
+    if os.path.basename(script) != "inert":
+        return "inert"
+    found = shutil.which("inert")
+    if found is not None and os.path.exists(script) and os.path.samefile(found, script):
+        return "inert"
+    return script
+
+
+def _console_installed() -> bool:
+    """Whether the console's optional dependencies (the ``console`` extra) are installed."""
+    return all(
+        importlib.util.find_spec(name) is not None for name in ("hypercorn", "jinja2", "starlette")
+    )

@@ -60,7 +60,13 @@ async def execute_ready(
     return results
 
 
-def execution_lines(results: Sequence[Executed], keys: Keys) -> list[str]:
+SHORT_DIGEST = 24
+"""The characters of an arguments digest a narrow line shows (``hmac-sha256:`` and 12 of its
+hex digits), enough to tell the calls of one run apart."""
+
+
+def execution_lines(results: Sequence[Executed], keys: Keys, *, wide: bool = True) -> list[str]:
+    """A line per call executed or refused; ``wide`` shows each arguments digest whole."""
     cells = [
         [
             "refused" if "refused" in entry else "executed",
@@ -68,11 +74,15 @@ def execution_lines(results: Sequence[Executed], keys: Keys) -> list[str]:
             str(entry["tool"]),
             f"{entry['refused']}: {entry['detail']}"
             if "refused" in entry
-            else f"arguments {entry['arguments_digest']}",
+            else f"arguments {_digest_shown(str(entry['arguments_digest']), wide)}",
         ]
         for key, entry in results
     ]
     return text_table(("", "call", "tool", ""), cells, set())[1:]
+
+
+def _digest_shown(digest: str, wide: bool) -> str:
+    return digest if wide or len(digest) <= SHORT_DIGEST else digest[:SHORT_DIGEST] + "…"
 
 
 async def execute_command(url: str, *, as_json: bool) -> None:

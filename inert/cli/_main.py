@@ -35,8 +35,9 @@ from ._arguments import (
     seconds_argument,
     text_argument,
 )
+from ._common import LOG_VARIABLE
 from ._console import console_arguments, console_command
-from ._demo import demo_command
+from ._demo import demo_command, next_steps
 from ._execute import execute_command
 from ._feed import FeedRequest, feed_command
 from ._operators import (
@@ -217,7 +218,13 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--log",
         metavar="URL",
-        help="an empty log (default: a new SQLite file in a temporary folder)",
+        help="an empty log, kept for the commands the demo ends with (default: a new SQLite"
+        " file in a temporary folder, deleted at the end)",
+    )
+    demo.add_argument(
+        "--wide",
+        action="store_true",
+        help="the ledger with every column, about 190 characters wide (without it: 100 at most)",
     )
     demo.add_argument(
         "--traces",
@@ -536,14 +543,17 @@ def _run(arguments: argparse.Namespace) -> None:
                     url = arguments.log
                     if url == "memory://":
                         url = "memory://inert-demo-" + secrets.token_hex(4)
-                    trio.run(demo_command, url, provider)
+                    trio.run(partial(demo_command, url, provider, wide=arguments.wide))
                     if not url.startswith("memory://"):
-                        print(_next_steps(url))
+                        print("\n".join(next_steps(url)))
                 else:
                     with tempfile.TemporaryDirectory(prefix="inert-demo-") as folder:
-                        trio.run(
-                            demo_command, "sqlite:///" + os.path.join(folder, "demo.db"), provider
-                        )
+                        url = "sqlite:///" + os.path.join(folder, "demo.db")
+                        trio.run(partial(demo_command, url, provider, wide=arguments.wide))
+                    print(
+                        "its log was temporary, and is gone: inert demo --log sqlite:///demo.db"
+                        " keeps it, to look into"
+                    )
 
 
 class _HelpWithDefaults(argparse.HelpFormatter):
@@ -562,24 +572,6 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         ):
             return text
         return f"{text} (default: %(default)s)"
-
-
-LOG_VARIABLE = "INERT_LOG"
-"""Names the log of every command that takes ``--log`` and is given none."""
-
-
-def _next_steps(url: str) -> str:
-    """What to run on the log a demo kept."""
-    return "\n".join(
-        [
-            f"the demo's log stays at {url}; look into it with:",
-            f"  inert ledger --log {url} --history",
-            f"  inert replay --log {url}",
-            f"  inert verify --log {url}",
-            f"  inert audit --log {url}",
-            f"(export {LOG_VARIABLE}={url} to leave --log out)",
-        ]
-    )
 
 
 MAX_MESSAGE = 400

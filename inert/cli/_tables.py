@@ -195,6 +195,11 @@ class Seen:
 NOTHING_SEEN = Seen({}, {}, {})
 
 
+NARROW_COLUMNS = ("call", "tool", "state", "bytes", "reason", "outcome")
+"""The columns of a ledger that fits 100 characters a line (with ids as short as the demo's):
+what became of each call, without how its arguments ended and were judged."""
+
+
 def ledger_table(
     ledger: Ledger,
     *,
@@ -203,6 +208,7 @@ def ledger_table(
     shown_rows: RowFilter = EVERY_ROW,
     seen: Seen | None = None,
     colour: bool = False,
+    columns: Sequence[str] = LEDGER_HEADER,
 ) -> list[str]:
     """The ledger as lines a person reads: a legend, a header and one line per call key.
 
@@ -210,7 +216,9 @@ def ledger_table(
     rejected events (no row) are listed too, each transition with the log's time of its record
     where ``seen`` has it; ``wide`` shows every id whole; ``shown_rows`` says which calls to
     show; ``seen``, where given, when the log recorded each call's events: the time of its last
-    is shown in a last column; ``colour``, each state in its colour (for a terminal).
+    is shown in a last column; ``colour``, each state in its colour (for a terminal);
+    ``columns``, which of the ledger's columns to show (``call``, ``tool`` and ``state`` first,
+    where the colours of the states go).
     """
     rows = ledger.rows()
     by_key = {row.key: row for row in rows}
@@ -232,7 +240,13 @@ def ledger_table(
         for key, row_cells in zip(keys, cells, strict=True):
             moment = seen.changed.get(key)
             row_cells.append("-" if moment is None else shown_time(moment))
-    table = text_table(header, cells, {3, 4}, paint_state if colour else None)
+    shown_columns = [
+        index for index, name in enumerate(header) if name in columns or index >= len(LEDGER_HEADER)
+    ]
+    header = tuple(header[index] for index in shown_columns)
+    cells = [[row_cells[index] for index in shown_columns] for row_cells in cells]
+    numeric = {index for index, name in enumerate(header) if name in ("fragments", "bytes")}
+    table = text_table(header, cells, numeric, paint_state if colour else None)
     lines = [shown.legend(), table[0]]
     histories = ledger.histories() if history else {}
     steps = [

@@ -153,12 +153,12 @@ def digest_line(output: str) -> str:
 def test_demo_narrates_each_step_and_ends_with_the_ledger_and_digest(
     demo: tuple[str, str],
 ) -> None:
-    """The demo prints a line per step, the executed calls, a ledger table and the digest, then
-    (on a log it keeps) what to run on it."""
+    """The demo prints a line per step, the executed calls, a ledger table and the digest, each
+    explained, then (on a log it keeps) what to run on it, the console first."""
     _, output = demo
     lines = output.splitlines()
     kept = next(i for i, line in enumerate(lines) if line.startswith("the demo's log stays at"))
-    assert lines[kept + 1].strip().startswith("inert ledger --log ")
+    assert lines[kept + 1].strip().startswith("inert console --log ")
     lines = lines[:kept]
     steps = (
         "turn t1:",
@@ -173,24 +173,45 @@ def test_demo_narrates_each_step_and_ends_with_the_ledger_and_digest(
     )
     for step in steps:
         assert any(line.startswith(step) for line in lines), step
-    assert "interleaved" in output
-    assert "bug" not in output
-    assert "duplicate_key" in output
-    assert "wrong_principal" in output
-    assert "connection_lost" in output
-    assert "turn_cancelled" in output
-    assert "confirmation_expired" in output
-    assert "asked to stop and stops" in output
+    # A step's sentence may be wrapped over lines.
+    prose = " ".join(output.split())
+    assert "interleaved" in prose
+    assert "bug" not in prose
+    assert "duplicate_key" in prose
+    assert "wrong_principal" in prose
+    assert "connection_lost" in prose
+    assert "turn_cancelled" in prose
+    assert "confirmation_expired" in prose
+    assert "asked to stop and stops" in prose
     assert "  c7/t7/resp_7/fc_1/call_1  get_weather   dispatched" in output
-    assert "a claim of fc_2 is refused: fc_2 is cancelled (duplicate_of)" in output
-    assert "rejected (duplicate)" in output
-    assert "refused (call_terminal)" in output
+    assert "a claim of fc_2 is refused: fc_2 is cancelled (duplicate_of)" in prose
+    assert "rejected (duplicate)" in prose
+    assert "refused (call_terminal)" in prose
     assert sum(line.lstrip().startswith("executed ") for line in lines) == 3
     header = next(line for line in lines if line.lstrip().startswith("call "))
-    assert header.split()[:3] == ["call", "tool", "state"]
+    assert header.split() == ["call", "tool", "state", "bytes", "reason", "outcome"]
     assert "  c1/t1/resp_1/fc_1/call_1  get_weather   dispatched" in output
-    assert lines[-1].startswith("digest sha256:")
-    assert len(lines[-1]) == len("digest sha256:") + 64
+    assert "reason: why a call ended without running" in prose
+    digest = next(line for line in lines if line.startswith("digest "))
+    assert re.fullmatch(r"digest sha256:[0-9a-f]{64}", digest)
+    assert "the state digest: one hash of every call's state" in prose
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_demo_shows_every_column_of_the_ledger_with_wide(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--wide`` shows the ledger's every column, as ``inert ledger`` does, with the words of
+    the wide table (``terminal event``, a ``dispatch`` of ``reject``) explained under it."""
+    assert main(["demo", "--log", "memory://", "--wide"]) == 0
+    output = capsys.readouterr().out
+    header = next(line for line in output.splitlines() if line.lstrip().startswith("call "))
+    assert len(header) > 100
+    assert "terminal event" in header
+    assert "dispatch" in header
+    prose = " ".join(output.split())
+    assert "or reject: it will never be dispatched" in prose
+    assert "terminal event: the provider's event that ended the call's arguments" in prose
 
 
 def test_demo_prints_no_argument_value(demo: tuple[str, str]) -> None:
@@ -216,7 +237,7 @@ def test_demo_runs_on_a_fresh_memory_log(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["demo", "--log", "memory://"]) == 0
     output = capsys.readouterr().out
     assert "rebuilt 5 calls" in output
-    assert output.splitlines()[-1].startswith("digest sha256:")
+    assert digest_line(output)
 
 
 def test_demo_runs_as_a_console_script_on_a_temporary_log() -> None:
@@ -230,7 +251,8 @@ def test_demo_runs_as_a_console_script_on_a_temporary_log() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "sqlite:///" in done.stdout.splitlines()[0]
-    assert done.stdout.splitlines()[-1].startswith("digest sha256:")
+    assert digest_line(done.stdout)
+    assert done.stdout.splitlines()[-1].startswith("its log was temporary, and is gone")
 
 
 # --- ledger ----------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from inert import (
     open_runtime,
 )
 from inert.cli import _common, _read, main
-from inert.cli._common import Progress
-from inert.cli._main import LOG_VARIABLE, _parser
+from inert.cli._common import LOG_VARIABLE, Progress
+from inert.cli._main import _parser
 from inert.cli._read import ledger_command
 from inert.cli._tables import paint_state
 
@@ -73,13 +73,14 @@ def demo_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
 def test_the_demo_keeps_its_log_and_says_what_to_run_on_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``inert demo --log URL`` ends with the commands that inspect its log, and they work, with
-    the log named once in ``INERT_LOG``."""
+    """``inert demo --log URL`` ends with the commands that inspect its log, the console first,
+    and they work, with the log named once in ``INERT_LOG``."""
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     status, out, err = run(capsys, ["demo", "--log", url])
     assert status == 0, err
-    steps = [line.strip() for line in out.splitlines() if line.startswith("  inert ")]
+    steps = [line.split("#")[0].strip() for line in out.splitlines() if line.startswith("  inert ")]
     assert steps == [
+        f"inert console --log {url}",
         f"inert ledger --log {url} --history",
         f"inert replay --log {url}",
         f"inert verify --log {url}",

@@ -533,6 +533,41 @@ async def test_a_raw_body_in_chunks_is_fed_through_the_adapter_given() -> None:
         assert [lost(row) for row in await rows(runtime)] == [True, True]
 
 
+def raw_response(client: Any, provider: str) -> Any:
+    """The manager of each SDK's raw response to one streamed request, whose ``iter_bytes()``
+    is the body as it comes off the wire."""
+    if provider == "anthropic":
+        return client.messages.with_streaming_response.create(
+            model="claude-sonnet-4-5",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "?"}],
+            stream=True,
+        )
+    if provider == "openai-chat":
+        return client.chat.completions.with_streaming_response.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "?"}], stream=True
+        )
+    return client.responses.with_streaming_response.create(model="gpt-4o", input="?", stream=True)
+
+
+@pytest.mark.parametrize("provider", sorted(STREAMS))
+def test_an_sdk_s_raw_bytes_are_fed_through_the_adapter_given(provider: str) -> None:
+    """The raw body each SDK gives through ``with_streaming_response`` (``iter_bytes()``), as
+    docs/adapters.md shows it, goes through the adapter given: its calls run once."""
+    body, tools = STREAMS[provider]
+
+    async def run(url: str) -> list[str]:
+        async with open_runtime(log="memory://", tools=declarations()) as runtime:
+            turn = await open_turn(runtime)
+            adapter = PROVIDERS[provider](turn, response="req-1")
+            async with client_of(url, provider) as client, raw_response(client, provider) as raw:
+                await feed_stream(runtime, raw.iter_bytes(), adapter=adapter).run()
+            return await run_ready(runtime)
+
+    with threaded_replay_server(body) as url:
+        assert trio.run(run, url) == tools
+
+
 async def test_raw_chunks_without_an_adapter_or_mixed_with_events_are_refused() -> None:
     """Raw chunks do not say their protocol: with only the turn they are refused, asking for
     the adapter; a stream that yields chunks and then an event is refused naming both."""
