@@ -41,7 +41,9 @@ PUBLIC = [
     "LogDamaged",
     "LogError",
     "LogNotFound",
+    "NotOwner",
     "OperatorAuthorizer",
+    "PartitionedRuntime",
     "PendingConfirmation",
     "PermissionPolicy",
     "Phase",
@@ -77,6 +79,7 @@ PUBLIC = [
     "feed_stream",
     "open_asyncio_runtime",
     "open_log",
+    "open_partitioned_runtime",
     "open_runtime",
     "trio_clock",
 ]

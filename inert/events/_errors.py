@@ -71,6 +71,11 @@ class RefusedError(InertError):
     cannot be claimed or confirmed. Nothing was done."""
 
 
+class NotOwner(RefusedError):
+    """The turn or call lives in a partition of a partitioned log that another runtime process
+    takes (new turns) or folds (everything else): send it to that process."""
+
+
 class RequestRefused(RefusedError):
     """A call's actor answered a request (a confirmation, a denial, a claim) with a rejection.
 

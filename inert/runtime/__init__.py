@@ -14,7 +14,8 @@ from ._boundary import (
     StopSignal,
 )
 from ._collector import CollectorSettings
-from ._open import open_runtime
+from ._open import open_partitioned_runtime, open_runtime
+from ._partitioned import PartitionedRuntime
 from ._retention import Retention
 from ._runtime import Runtime, trio_clock
 from ._sdk_streams import StreamFeed, feed_stream
@@ -25,6 +26,7 @@ __all__ = [
     "Dispatch",
     "Executor",
     "OperatorAuthorizer",
+    "PartitionedRuntime",
     "PendingConfirmation",
     "ReadyCall",
     "Retention",
@@ -33,6 +35,7 @@ __all__ = [
     "StreamFeed",
     "feed_stream",
     "open_asyncio_runtime",
+    "open_partitioned_runtime",
     "open_runtime",
     "trio_clock",
 ]

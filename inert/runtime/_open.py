@@ -9,6 +9,7 @@ import math
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import trio
 import trio.lowlevel
@@ -38,6 +39,7 @@ from . import _collector
 from ._boundary import OperatorAuthorizer
 from ._collector import DEFAULT_COLLECTOR, CollectorSettings
 from ._ingress import DEFAULT_MAX_PENDING_BYTES
+from ._partitioned import PartitionedRuntime
 from ._peers import DEFAULT_LEASE_TIME
 from ._recovery import keep_company, recover
 from ._retention import DEFAULT_RETENTION, Retention
@@ -142,13 +144,15 @@ async def open_runtime(
                 ) from None
         if opened.partitions > 1:
             raise ConfigurationError(
-                f"the log has {opened.partitions} partitions of calls, and a runtime does not"
-                " run on a partitioned log yet: open a log of one partition"
+                f"the log has {opened.partitions} partitions of calls: open it with"
+                " open_partitioned_runtime, which folds the partitions this process takes"
             )
-        runtime = Runtime(
+        runtime = _new_runtime(
             opened,
             registry,
             limits,
+            operators=authorizer,
+            tracer_provider=tracer_provider,
             ledger_horizon=ledger_horizon,
             retention=retention,
             process=process,
@@ -160,15 +164,104 @@ async def open_runtime(
             max_busy_actors=max_busy_actors,
             request_timeout=request_timeout,
         )
-        runtime.operators = authorizer
-        provider = tracer_provider if tracer_provider is not None else global_tracer_provider()
-        if provider is not None:
-            runtime.spans = CallSpans(
-                provider.get_tracer("inert"),
-                offered=runtime._offered_tools,
-                digest_key=runtime._digest_key_of,
-            )
         async with _run(runtime, collector) as running:
+            yield running
+
+
+def _new_runtime(
+    log: Log,
+    registry: ToolRegistry,
+    limits: CallLimits,
+    *,
+    operators: OperatorAuthorizer,
+    tracer_provider: TracerProvider | None,
+    **settings: Any,
+) -> Runtime:
+    """A runtime on a log (or one partition of it), with its operators and spans."""
+    runtime = Runtime(log, registry, limits, **settings)
+    runtime.operators = operators
+    provider = tracer_provider if tracer_provider is not None else global_tracer_provider()
+    if provider is not None:
+        runtime.spans = CallSpans(
+            provider.get_tracer("inert"),
+            offered=runtime._offered_tools,
+            digest_key=runtime._digest_key_of,
+        )
+    return runtime
+
+
+@asynccontextmanager
+async def open_partitioned_runtime(
+    *,
+    log: str | Log,
+    process: str,
+    create: bool = False,
+    partitions: int | None = None,
+    tools: Iterable[ToolDeclaration] = (),
+    check: Validator | None = None,
+    limits: CallLimits = DEFAULT_LIMITS,
+    operators: OperatorAuthorizer | Iterable[str] = (),
+    ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+    retention: Retention = DEFAULT_RETENTION,
+    lease_time: float = DEFAULT_LEASE_TIME,
+    tracer_provider: TracerProvider | None = None,
+    snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> AsyncIterator[PartitionedRuntime]:
+    """Open the runtime of one process (named ``process``, unique among the processes of the
+    log) on a partitioned log: it beats in the control partition, takes its share of the
+    partitions of the processes alive, and folds those alone, each with a ``Runtime`` of its
+    own (see [Partitions][partitions]). A log created here has ``partitions`` partitions of
+    calls. The other options are ``open_runtime``'s, for each partition's runtime.
+    """
+    if not process:
+        raise ConfigurationError("a runtime on a partitioned log needs a process name")
+    for name, seconds in (("lease_time", lease_time), ("request_timeout", request_timeout)):
+        if not 0 < seconds < math.inf:
+            raise ConfigurationError(
+                f"{name} must be a positive, finite number of seconds, not {seconds}"
+            )
+    registry = ToolRegistry(tools, check=check)
+    authorizer = operators if callable(operators) else frozenset(operators).__contains__
+    async with AsyncExitStack() as stack:
+        if isinstance(log, Log):
+            opened = log
+        else:
+            try:
+                opened = await stack.enter_async_context(
+                    open_log(log, clock=trio_clock(), create=create, partitions=partitions)
+                )
+            except LogNotFound as error:
+                raise LogNotFound(
+                    f"{error}; open_partitioned_runtime(create=True) makes a new log there"
+                ) from None
+
+        def make_core(partition: Log) -> Runtime:
+            core = _new_runtime(
+                partition,
+                registry,
+                limits,
+                operators=authorizer,
+                tracer_provider=tracer_provider,
+                ledger_horizon=ledger_horizon,
+                retention=retention,
+                process=process,
+                lease_time=lease_time,
+                snapshot_every=snapshot_every,
+                request_timeout=request_timeout,
+            )
+            # Heartbeats go to the control partition, once a process.
+            core._beats_here = False
+            return core
+
+        runtime = PartitionedRuntime(
+            opened,
+            process=process,
+            lease_time=lease_time,
+            make_core=make_core,
+            serve_core=lambda core: _serving(core, None),
+        )
+        async with runtime.running() as running:
             yield running
 
 

@@ -47,9 +47,10 @@ async def keep_company(runtime: Runtime, peers: Peers) -> None:
     beat = process_stream(runtime.process)
     period = peers.lease_time.total_seconds() / 4
     while True:
-        await runtime.log.append(
-            [NewEvent(stream=beat, event=ProcessHeartbeat(process=runtime.process))]
-        )
+        if runtime._beats_here:
+            await runtime.log.append(
+                [NewEvent(stream=beat, event=ProcessHeartbeat(process=runtime.process))]
+            )
         for dead in peers.newly_dead(runtime.log.now()):
             await _bury(runtime, peers, dead)
         while peers.gained:

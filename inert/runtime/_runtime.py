@@ -207,6 +207,9 @@ class Runtime:
             name=process or "",
             state=self._state_at,
         )
+        self._beats_here = True
+        """Whether this runtime's process beats in its own log (a runtime of one partition
+        leaves that to its process, which beats in the control partition)."""
         self.restored_from: int | None = None
         """The position of the snapshot this runtime started from (``None``: the whole log)."""
         self._last_folded = (0, "")

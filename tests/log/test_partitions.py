@@ -267,9 +267,9 @@ async def test_an_append_to_one_partition_takes_no_lock_of_another(schema: str) 
         assert blocked_positions == [2]
 
 
-async def test_a_runtime_refuses_a_log_of_several_partitions() -> None:
-    """A runtime does not run on a partitioned log yet: opening one says so rather than run
-    every call in the control partition."""
-    with pytest.raises(ConfigurationError, match="4 partitions of calls, and a runtime does not"):
+async def test_open_runtime_sends_a_partitioned_log_to_open_partitioned_runtime() -> None:
+    """``open_runtime`` folds a log whole: on a partitioned log it says which function folds
+    the partitions a process takes."""
+    with pytest.raises(ConfigurationError, match="4 partitions of calls: open it with"):
         async with open_runtime(log="memory://?partitions=4", tools=[]):
             pass

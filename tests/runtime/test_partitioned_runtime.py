@@ -1,0 +1,174 @@
+"""Runtime processes on a partitioned log: each folds the partitions it takes, turns start in
+the process of their partition, controls reach every partition, and the partitions of a process
+that falls silent are taken over with its turns."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+from test_runtime import PRINCIPAL, TOOLS, call_events, response_end
+
+from inert import (
+    CallKey,
+    ClaimRefused,
+    NotOwner,
+    PartitionedRuntime,
+    Phase,
+    TurnRef,
+    open_partitioned_runtime,
+)
+from inert.events import ToolDisabled
+from inert.log import Log, MemoryLog, MemoryStore
+
+LEASE_TIME = 0.6
+PARTITIONS = 4
+
+
+@pytest.fixture
+def log() -> Log:
+    """One log, shared by the processes of a test as a database is."""
+    return MemoryLog(MemoryStore(partitions=PARTITIONS))
+
+
+@asynccontextmanager
+async def process(log: Log, name: str) -> AsyncIterator[PartitionedRuntime]:
+    async with open_partitioned_runtime(
+        log=log, process=name, tools=TOOLS, lease_time=LEASE_TIME, operators=["operator:olga"]
+    ) as runtime:
+        yield runtime
+
+
+async def until(runtime: PartitionedRuntime, condition: Callable[[], bool]) -> None:
+    """Until the condition holds, looked at again as the runtime changes and every tenth of
+    a second (who is alive changes with time alone)."""
+    with trio.fail_after(10):
+        while not condition():
+            with trio.move_on_after(0.1):
+                await runtime.changed()
+
+
+def conversation_in(log: Log, partitions: list[int], name: str = "c") -> str:
+    """A conversation of tenant acme that lives in one of these partitions."""
+    return next(
+        f"{name}{n}" for n in range(1000) if log.partition_of("acme", f"{name}{n}") in partitions
+    )
+
+
+def key_in(conversation: str, call: str = "a") -> CallKey:
+    return CallKey(
+        tenant="acme",
+        conversation=conversation,
+        turn="t1",
+        response=f"r-{conversation}",
+        item=call,
+        call=call,
+    )
+
+
+async def start(runtime: PartitionedRuntime, key: CallKey) -> TurnRef:
+    return await runtime.start_turn(
+        tenant=key.tenant, conversation=key.conversation, turn=key.turn, principal=PRINCIPAL
+    )
+
+
+async def test_one_process_folds_every_partition_and_runs_calls(log: Log) -> None:
+    """Alone on the log, a process folds every partition and runs a call of any of them once."""
+    async with process(log, "p1") as runtime:
+        assert runtime.partitions_owned() == [1, 2, 3, 4]
+        key = key_in(conversation_in(log, [3]))
+        await start(runtime, key)
+        await runtime.feed([*call_events(key), response_end(key)])
+        await runtime.settle()
+        dispatch = await runtime.claim(key, executor="worker")
+        assert dict(dispatch.arguments) == {"city": "Paris"}
+        await runtime.complete(dispatch)
+        await runtime.settle()
+        row = runtime.row(key)
+        assert row is not None
+        assert row.outcome == "completed"
+        assert [e.event_type for e in await log.partition(3).read_stream(key.stream)].count(
+            "decision.dispatched"
+        ) == 1
+        assert await log.partition(1).read_stream(key.stream) == []
+
+
+async def test_two_processes_share_the_partitions_and_turns_go_to_theirs(log: Log) -> None:
+    """Two processes each fold half the partitions; a turn is started in the process of its
+    partition, and refused elsewhere, naming that process."""
+    async with process(log, "p1") as first, process(log, "p2") as second:
+        await until(first, lambda: len(first.partitions_owned()) == 2)
+        await until(second, lambda: len(second.partitions_owned()) == 2)
+        assert sorted(first.partitions_owned() + second.partitions_owned()) == [1, 2, 3, 4]
+        key = key_in(conversation_in(log, second.partitions_owned()))
+        with pytest.raises(NotOwner, match="which process 'p2' takes new turns of"):
+            await start(first, key)
+        await start(second, key)
+        await second.feed([*call_events(key), response_end(key)])
+        await second.settle()
+        assert first.row(key) is None
+        row = second.row(key)
+        assert row is not None
+        assert row.state is Phase.VALIDATED
+
+
+async def test_a_control_stops_the_calls_of_every_partition(log: Log) -> None:
+    """A tool disabled through one process ends the ready calls of both processes'
+    partitions before any claim, and a claim after it is refused."""
+    async with process(log, "p1") as first, process(log, "p2") as second:
+        await until(first, lambda: len(first.partitions_owned()) == 2)
+        await until(second, lambda: len(second.partitions_owned()) == 2)
+        keys = []
+        for runtime in (first, second):
+            key = key_in(conversation_in(log, runtime.partitions_owned(), runtime.process))
+            await start(runtime, key)
+            await runtime.feed([*call_events(key), response_end(key)])
+            await runtime.settle()
+            keys.append(key)
+        await first.give_control(
+            ToolDisabled(tool="get_weather", tenant=None, operator="operator:olga", reason="x")
+        )
+        for runtime, key in zip((first, second), keys, strict=True):
+            with pytest.raises(ClaimRefused):
+                await runtime.claim(key, executor="worker")
+            await runtime.settle()
+            row = runtime.row(key)
+            assert row is not None
+            assert row.state is Phase.CANCELLED
+            assert row.terminal_reason == "tool_disabled"
+
+
+async def test_a_silent_process_s_partitions_and_turns_are_taken_over(log: Log) -> None:
+    """A process that stops beating loses its partitions to the survivor: what it streamed is
+    lost, what its executor claimed has an unknown outcome, and nothing runs twice."""
+    async with process(log, "survivor") as survivor:
+        async with process(log, "doomed") as doomed:
+            await until(doomed, lambda: len(doomed.partitions_owned()) == 2)
+            await until(survivor, lambda: len(survivor.partitions_owned()) == 2)
+            mine = doomed.partitions_owned()
+            collecting = key_in(conversation_in(log, mine, "x"))
+            claimed = key_in(conversation_in(log, mine, "y"))
+            await start(doomed, collecting)
+            await start(doomed, claimed)
+            await doomed.feed(call_events(collecting)[:2])
+            await doomed.feed([*call_events(claimed), response_end(claimed)])
+            await doomed.settle()
+            await doomed.claim(claimed, executor="doomed-worker")
+            await doomed.settle()
+        await until(survivor, lambda: survivor.partitions_owned() == [1, 2, 3, 4])
+        await until(
+            survivor,
+            lambda: (row := survivor.row(collecting)) is not None and row.state is Phase.CANCELLED,
+        )
+        row = survivor.row(collecting)
+        assert row is not None
+        assert row.terminal_reason == "connection_lost"
+        await until(
+            survivor,
+            lambda: (row := survivor.row(claimed)) is not None and row.outcome == "unknown",
+        )
+        partition = log.partition(log.partition_of("acme", claimed.conversation))
+        decisions = [e.event_type for e in await partition.read_stream(claimed.stream)]
+        assert decisions.count("decision.dispatched") == 1
