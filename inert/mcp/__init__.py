@@ -1,0 +1,30 @@
+"""Ready calls run on MCP servers (the ``mcp`` extra: ``pip install 'inert[mcp]'``).
+
+``MCPExecutor`` reads an MCP server's tools as declarations (``tools/list``) and runs the
+ready calls of those tools there (``tools/call``), recording each outcome as the server
+answered; the documentation's page on MCP servers says what it guarantees and what it cannot.
+"""
+
+from ._declarations import ConfirmationRule, confirm_unless_harmless, declaration_from_tool
+from ._executor import (
+    DEFAULT_DEADLINE,
+    IDEMPOTENCY_KEY,
+    MCPExecutor,
+    Outcome,
+    ServerError,
+    ServerRun,
+    call_meta,
+)
+
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "IDEMPOTENCY_KEY",
+    "ConfirmationRule",
+    "MCPExecutor",
+    "Outcome",
+    "ServerError",
+    "ServerRun",
+    "call_meta",
+    "confirm_unless_harmless",
+    "declaration_from_tool",
+]
