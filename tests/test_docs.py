@@ -11,7 +11,7 @@ from adapter_support import FIXTURES, recorded_body
 from locations import ROOT
 from replay_server import threaded_replay_server
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 EXAMPLES = [
     (f"{page.relative_to(ROOT)} example {number}", code)
     for page in PAGES
