@@ -9,6 +9,7 @@ request carried: the tests read there what ran on the server, how often, and wit
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ async def refuse(secret: str, ctx: Context) -> str:
     """Answer a JSON-RPC error whose message holds the argument."""
     note(ctx, "refuse", "ran")
     raise MCPError(REFUSAL_CODE, f"refused {secret}")
+
+
+@server.tool()
+async def crash(ctx: Context) -> str:
+    """Exit the server's process in the middle of the call, answering nothing."""
+    note(ctx, "crash", "started")
+    os._exit(1)
 
 
 @server.tool()

@@ -168,20 +168,27 @@ class MCPExecutor:
 
         Before the request, the server's listing is read again: a tool it no longer lists, or
         lists with another declaration than the turn offered (renamed, its schema or its
-        annotations changed), is not called, and the call fails ``tool_changed``.
+        annotations changed), is not called, and the call fails ``tool_changed``
+        (``server_unavailable`` where the listing cannot be read within the deadline).
         ``ClaimRefused`` (from the claim) is raised as the runtime raises it.
         """
         dispatch = await runtime.claim(call, executor=self.name)
+        deadline = math.inf if self.deadline is None else self.deadline
         try:
-            changed = await self._changed(dispatch)
-        except ServerError:
+            with anyio.fail_after(deadline):
+                changed = await self._changed(dispatch)
+        except (ServerError, TimeoutError):
             # Nothing was sent: the call did not run.
             await runtime.fail(dispatch, "server_unavailable")
             return ServerRun(dispatch=dispatch, outcome=Outcome.FAILED, error="server_unavailable")
         if changed:
             await runtime.fail(dispatch, "tool_changed")
             return ServerRun(dispatch=dispatch, outcome=Outcome.FAILED, error="tool_changed")
-        return await self._call(runtime, dispatch)
+        if dispatch.stop.requested:
+            # Asked to stop before anything was sent: nothing is.
+            await runtime.stopped(dispatch)
+            return ServerRun(dispatch=dispatch, outcome=Outcome.STOPPED)
+        return await self._call(runtime, dispatch, deadline)
 
     async def _changed(self, dispatch: Dispatch) -> bool:
         listed = {tool.name: tool for tool in await self._listed()}
@@ -190,7 +197,7 @@ class MCPExecutor:
             return True
         return declaration_from_tool(tool, confirm=self.confirm).digest != dispatch.tool_digest
 
-    async def _call(self, runtime: _Runtime, dispatch: Dispatch) -> ServerRun:
+    async def _call(self, runtime: _Runtime, dispatch: Dispatch, deadline: float) -> ServerRun:
         result: CallToolResult | None = None
         stopped = False
 
@@ -200,7 +207,6 @@ class MCPExecutor:
             stopped = True
             scope.cancel()
 
-        deadline = math.inf if self.deadline is None else self.deadline
         refused: MCPError | None = None
         lost = False
         async with anyio.create_task_group() as group:

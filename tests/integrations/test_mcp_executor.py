@@ -41,6 +41,9 @@ from inert import (
 from inert.events import ExecutionFailed
 from inert.mcp import IDEMPOTENCY_KEY, MCPExecutor, Outcome, confirm_unless_harmless
 
+# Each test starts an MCP server process, and the SDK takes seconds to import.
+pytestmark = pytest.mark.slow(seconds=10)
+
 SERVER = ROOT / "tests" / "mcp_server.py"
 PRINCIPAL = "user:alice"
 # The SDK's Streamable HTTP client of 2025-11-25 leaves the async generators of its standalone
@@ -270,6 +273,32 @@ async def test_a_restart_mid_call_gives_outcome_unknown_and_never_a_second_run(
     assert [entry["step"] for entry in steps(journal, key)].count("started") == 1
 
 
+async def test_a_server_that_dies_mid_call_leaves_the_outcome_to_the_restart(
+    journal: Path, errlog: TextIO, tmp_path: Path
+) -> None:
+    """The server's process exits while the tool runs: nothing is reported (whether the tool
+    acted is unknown), the call stays dispatched, and a restart records it unknown."""
+    log = f"sqlite:///{tmp_path / 'inert.db'}"
+    async with connected("stdio", journal, None, errlog) as client:
+        executor = MCPExecutor(client)
+        tools = await executor.declarations()
+        async with open_runtime(log=log, create=True, tools=tools) as runtime:
+            await start(runtime)
+            key = await ready(runtime, "c", "crash", {})
+            run = await executor.run(runtime, key)
+            assert run.outcome is Outcome.UNREPORTED
+            await runtime.settle()
+            row = runtime.ledger.row(key)
+            assert row is not None
+            assert row.outcome is None
+    async with open_runtime(log=log, tools=tools) as runtime:
+        await runtime.settle()
+        row = runtime.ledger.row(key)
+        assert row is not None
+        assert row.outcome == "unknown"
+    assert [entry["step"] for entry in steps(journal, key)] == ["started"]
+
+
 async def test_a_server_that_hangs_is_bounded_by_the_deadline(
     transport: str, journal: Path, server_url: str | None, errlog: TextIO
 ) -> None:
@@ -355,7 +384,7 @@ async def test_declarations_are_the_listing_and_confirmation_follows_the_annotat
         assert set(declared) == set(listed)
         assert dict(declared["echo"].parameters) == listed["echo"].input_schema
         confirmed = {name for name, tool in declared.items() if tool.needs_confirmation}
-        assert confirmed == {"wait", "broken", "refuse", "retire"}
+        assert confirmed == {"wait", "broken", "refuse", "crash", "retire"}
         assert confirmed == {name for name, tool in listed.items() if confirm_unless_harmless(tool)}
         everything = await MCPExecutor(client, confirm=lambda tool: True).declarations()
         assert all(declaration.needs_confirmation for declaration in everything)
