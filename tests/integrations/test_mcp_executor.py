@@ -443,3 +443,22 @@ def test_under_asyncio_a_call_runs_and_a_stop_cancels_it_on_the_server(
     while "cancelled" not in [entry["step"] for entry in steps(journal, wait)]:
         assert time.monotonic() < deadline, steps(journal, wait)
         time.sleep(0.05)
+
+
+def test_inert_imports_without_the_sdk_and_inert_mcp_names_the_extra() -> None:
+    """``import inert`` never loads the MCP SDK; without it, ``import inert.mcp`` is a
+    ``ConfigurationError`` naming the extra to install."""
+    program = """
+import sys
+import inert
+assert "mcp" not in sys.modules and "mcp_types" not in sys.modules
+sys.modules["mcp"] = None
+try:
+    import inert.mcp
+except inert.ConfigurationError as error:
+    print(error)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "pip install 'inert[mcp]'" in done.stdout
