@@ -462,3 +462,96 @@ except inert.ConfigurationError as error:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
     )
     assert "pip install 'inert[mcp]'" in done.stdout
+
+
+def streamed(key: CallKey, tool: str, arguments: dict[str, Any]) -> list[Any]:
+    """A call's events as a model streams it: opened, its arguments in three fragments, its
+    end."""
+    data = json.dumps(arguments).encode()
+    cut = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+    fragments = [
+        ArgumentsAppended(
+            key=key,
+            data=data[cut[index] : cut[index + 1]],
+            offset=cut[index],
+            first_sequence=index + 1,
+            last_sequence=index + 1,
+        )
+        for index in range(3)
+    ]
+    return [
+        CallOpened(key=key, tool=tool, sequence=0),
+        *fragments,
+        CallEnded(key=key, terminal=TerminalRef(sequence=4)),
+    ]
+
+
+def response_end(key: CallKey) -> ResponseEnded:
+    return ResponseEnded(
+        response=key.response_ref,
+        reason=ResponseEndReason.COMPLETED,
+        terminal=TerminalRef(sequence=5),
+    )
+
+
+async def test_serve_runs_nothing_early_twice_or_after_a_stop(
+    journal: Path, errlog: TextIO
+) -> None:
+    """With ``serve`` running: two interleaved calls reach the server only once their response
+    has ended, each once; a call whose turn the person cancels before its end, and a call of a
+    turn superseded while its fragments still arrive, never reach it."""
+
+    def key(turn: str, call: str) -> CallKey:
+        return CallKey(
+            tenant="acme", conversation="c1", turn=turn, response=f"r-{turn}", item=call, call=call
+        )
+
+    async with connected("stdio", journal, None, errlog) as client:
+        executor = MCPExecutor(client)
+        tools = await executor.declarations()
+        async with open_runtime(log="memory://", tools=tools) as runtime, trio.open_nursery() as n:
+            n.start_soon(executor.serve, runtime)
+
+            async def turn(name: str) -> None:
+                await runtime.start_turn(
+                    tenant="acme", conversation="c1", turn=name, principal=PRINCIPAL
+                )
+
+            await turn("t1")
+            a, b = key("t1", "a"), key("t1", "b")
+            first, second = streamed(a, "echo", {"text": "a"}), streamed(b, "echo", {"text": "b"})
+            await runtime.feed(
+                [event for pair in zip(first, second, strict=True) for event in pair]
+            )
+            await runtime.settle()
+            await trio.sleep(0.5)
+            assert steps(journal, a) == steps(journal, b) == []
+            await runtime.feed([response_end(a)])
+            await until_step(journal, a, "ran")
+            await until_step(journal, b, "ran")
+
+            await turn("t2")
+            c = key("t2", "c")
+            cancelled = streamed(c, "echo", {"text": "c"})
+            await runtime.feed(cancelled[:2])
+            await runtime.cancel_turn(c.turn_ref, principal=PRINCIPAL)
+            await runtime.feed([*cancelled[2:], response_end(c)])
+
+            await turn("t3")
+            d = key("t3", "d")
+            superseded = streamed(d, "echo", {"text": "d"})
+            await runtime.feed(superseded[:2])
+            await turn("t4")
+            await runtime.feed([*superseded[2:], response_end(d)])
+            e = key("t4", "e")
+            await runtime.feed([*streamed(e, "echo", {"text": "e"}), response_end(e)])
+            await until_step(journal, e, "ran")
+            await runtime.settle()
+            await trio.sleep(0.5)
+            n.cancel_scope.cancel()
+    assert [len(steps(journal, call)) for call in (a, b, c, d, e)] == [1, 1, 0, 0, 1]
+    assert [steps(journal, call)[0]["arguments"] for call in (a, b, e)] == [
+        {"text": "a"},
+        {"text": "b"},
+        {"text": "e"},
+    ]
