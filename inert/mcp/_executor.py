@@ -208,7 +208,7 @@ class MCPExecutor:
             scope.cancel()
 
         refused: MCPError | None = None
-        lost = False
+        lost = invalid = False
         async with anyio.create_task_group() as group:
             with anyio.move_on_after(deadline) as call_scope:
                 group.start_soon(stop_when_asked, call_scope)
@@ -220,9 +220,17 @@ class MCPExecutor:
                     refused = error
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     lost = True
+                except (ValidationError, RuntimeError):
+                    # The SDK's refusals of what the server answered (off the protocol, off the
+                    # tool's output schema, input asked past its rounds, an extension's shape):
+                    # their messages quote the values, so only the kind is kept.
+                    invalid = True
             group.cancel_scope.cancel()
         if lost or (refused is not None and refused.code == CONNECTION_CLOSED):
             return ServerRun(dispatch=dispatch, outcome=Outcome.UNREPORTED)
+        if invalid:
+            await runtime.fail(dispatch, "invalid_result")
+            return ServerRun(dispatch=dispatch, outcome=Outcome.FAILED, error="invalid_result")
         if refused is not None:
             # The code alone: the message may quote the arguments.
             failure = f"mcp_error:{refused.code}"

@@ -21,7 +21,9 @@ import trio
 from locations import ROOT
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.server import Server
 from mcp_server import REFUSAL_CODE
+from mcp_types import CallToolResult, ListToolsResult, Tool, ToolAnnotations
 from opentelemetry.sdk.trace import TracerProvider
 
 from inert import (
@@ -555,3 +557,35 @@ async def test_serve_runs_nothing_early_twice_or_after_a_stop(
         {"text": "b"},
         {"text": "e"},
     ]
+
+
+async def test_a_result_the_sdk_refuses_is_recorded_failed_by_its_kind() -> None:
+    """A server (in-process here) whose structured result breaks its own output schema: the
+    SDK refuses it, the call is recorded failed ``invalid_result``, and the SDK's message,
+    which quotes the value, is nowhere."""
+    tool = Tool(
+        name="count",
+        input_schema={"type": "object"},
+        output_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+
+    async def list_tools(context: object, params: object) -> ListToolsResult:
+        return ListToolsResult(tools=[tool])
+
+    async def call_tool(context: object, params: object) -> CallToolResult:
+        return CallToolResult(content=[], structured_content={"n": SECRET})
+
+    server: Server[Any] = Server("invalid", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with Client(server) as client:
+        executor = MCPExecutor(client)
+        async with open_runtime(log="memory://", tools=await executor.declarations()) as runtime:
+            await start(runtime)
+            key = await ready(runtime, "n", "count", {})
+            run = await executor.run(runtime, key)
+            assert (run.outcome, run.error) == (Outcome.FAILED, "invalid_result")
+            await runtime.settle()
+            recorded = [
+                record.event for record in await runtime.log.read_stream(key.request_stream)
+            ]
+            assert SECRET not in repr(recorded)
