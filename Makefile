@@ -20,11 +20,11 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 		--progress-bar on -e '.[otlp,console]'
 	touch $(DEMO_STAMP)
 
-# Everything the tests, the benchmarks and the examples use besides.
+# Everything the tests, the benchmarks and the examples use besides, and the integrations.
 $(STAMP): $(DEMO_STAMP)
 	@echo "Installing the tools of the tests, the benchmarks and the examples (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
-		--disable-pip-version-check -e '.[test,bench,postgresql,examples,console,otlp,otlp-grpc,docs]'
+		--disable-pip-version-check -e '.[test,bench,postgresql,examples,console,otlp,otlp-grpc,docs,mcp]'
 	touch $(STAMP)
 
 # The demo's log stays in demo.db (ignored by git) for the commands it ends with; each run

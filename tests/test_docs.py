@@ -16,7 +16,7 @@ RESPONSES = "two-function-calls-gpt-4o.sse"
 CHAT = "parallel-tool-calls-gpt-4o.sse"
 """The captured stream an example asking OpenAI's Chat Completions is answered with."""
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(
     # A Python block, and the text block of what it prints where a line saying so follows it.
     r"```python\n(?P<code>.*?)```\n(?:\n[^`]*?\bprints\b[^`]*?:\n\n```text\n(?P<output>.*?)```)?",

@@ -135,6 +135,7 @@ def test_the_layout_of_the_design_exists() -> None:
         "runtime",
         "console",
         "cli",
+        "mcp",
     ):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
@@ -143,6 +144,7 @@ def test_the_layout_of_the_design_exists() -> None:
 LAYERS = [
     "cli",
     "console",
+    "mcp",
     "testing",
     "runtime",
     "tracing",

@@ -1,0 +1,40 @@
+"""Ready calls run on MCP servers (the ``mcp`` extra: ``pip install 'inert[mcp]'``).
+
+``MCPExecutor`` reads an MCP server's tools as declarations (``tools/list``) and runs the
+ready calls of those tools there (``tools/call``), recording each outcome as the server
+answered; the documentation's page on MCP servers says what it guarantees and what it cannot.
+"""
+
+from ..events import ConfigurationError
+
+try:
+    from ._declarations import ConfirmationRule, confirm_unless_harmless, declaration_from_tool
+    from ._executor import (
+        DEFAULT_DEADLINE,
+        IDEMPOTENCY_KEY,
+        MCPExecutor,
+        Outcome,
+        ServerError,
+        ServerRun,
+        call_meta,
+    )
+except ModuleNotFoundError as error:
+    # The SDK is an optional dependency: say which extra brings it, not which module is missing.
+    if error.name is None or error.name.split(".")[0] not in {"mcp", "mcp_types"}:
+        raise
+    raise ConfigurationError(
+        f"inert.mcp needs the MCP SDK: pip install 'inert[mcp]' ({error})"
+    ) from None
+
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "IDEMPOTENCY_KEY",
+    "ConfirmationRule",
+    "MCPExecutor",
+    "Outcome",
+    "ServerError",
+    "ServerRun",
+    "call_meta",
+    "confirm_unless_harmless",
+    "declaration_from_tool",
+]
