@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import platform
@@ -64,6 +65,9 @@ import psycopg
 import trio
 
 from benchmarks.call_actors import (
+    CALLS_PER_TURN,
+    PRINCIPAL,
+    TENANT,
     TOOL,
     call_key,
     check_phases,
@@ -84,16 +88,20 @@ from inert import (
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
+    TurnRef,
     open_log,
+    open_partitioned_runtime,
     open_runtime,
 )
 from inert.log import NewEvent
+from inert.runtime._assignment import owned_by
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_EVENTS = 20_000
 DEFAULT_CALLS = 1_000
 DEFAULT_REPLAY_EVENTS = 100_000
 DEFAULT_RUNS = 3
+DEFAULT_PARTITIONS = 64
 APPENDERS = 64
 PROCESSES = (1, 2, 4)
 FEEDERS = 256
@@ -109,25 +117,29 @@ PARTS = (b'{"query": "', b"weather in ", b"Lisbon", b'"}')
 # --- logs ------------------------------------------------------------------------------------
 
 
-def postgres_url(server: str, schema: str) -> str:
+def postgres_url(server: str, schema: str, partitions: int = 1) -> str:
     parts = urlsplit(server)
-    query = "&".join(filter(None, [parts.query, urlencode({"schema": schema})]))
+    options: dict[str, object] = {"schema": schema}
+    if partitions > 1:
+        options["partitions"] = partitions
+    query = "&".join(filter(None, [parts.query, urlencode(options)]))
     return parts._replace(query=query).geturl()
 
 
 class Target:
     """Where one run writes: a fresh PostgreSQL schema or a fresh SQLite file."""
 
-    def __init__(self, kind: str, server: str, directory: Path) -> None:
+    def __init__(self, kind: str, server: str, directory: Path, partitions: int = 1) -> None:
         self.kind = kind
         self.server = server
+        self.partitions = partitions
         self.name = f"bench_{uuid.uuid4().hex[:12]}"
         self.path = directory / f"{self.name}.db"
 
     @property
     def url(self) -> str:
         if self.kind == "postgresql":
-            return postgres_url(self.server, self.name)
+            return postgres_url(self.server, self.name, self.partitions)
         return f"sqlite:///{self.path}?synchronous=FULL"
 
     def remove(self) -> None:
@@ -242,8 +254,9 @@ async def _touch(url: str) -> None:
 
 
 async def _head(url: str) -> int:
+    """The events of the log, in all its partitions."""
     async with open_log(url) as log:
-        return await log.head()
+        return sum([await log.partition(n).head() for n in {0, *log.call_partitions()}])
 
 
 def append_in_process(target: Target, events: int) -> float:
@@ -359,18 +372,121 @@ async def _runtime_work(
     return result
 
 
+async def _partitioned_work(
+    url: str, process: int, calls: int, total: int, *, processes: int, ready: Callable[[], None]
+) -> RuntimeChildRun:
+    """``_runtime_work`` on a partitioned log: once every process is alive and this one folds
+    the partitions assigned to it, feed ``calls`` calls of conversations of those partitions
+    (a load balancer that sends each conversation to its partition's process) and execute the
+    calls this process folds, until each of its calls has its outcome and ``settle()`` returns.
+    """
+    async with (
+        open_partitioned_runtime(
+            log=url,
+            create=True,
+            process=f"bench-{process}",
+            tools=[TOOL],
+            limits=limits_for(total),
+            lease_time=LEASE_TIME,
+        ) as runtime,
+        trio.open_nursery() as nursery,
+    ):
+
+        def settled() -> bool:
+            alive = runtime.alive()
+            assignment = runtime.assignment()
+            return (
+                len(alive) == processes
+                and set(assignment.values()) == set(alive)
+                and runtime.partitions_owned() == owned_by(assignment, runtime.process)
+            )
+
+        with trio.fail_after(IDLE_TIMEOUT):
+            while not settled():
+                with trio.move_on_after(0.05):
+                    await runtime.changed()
+        mine = set(runtime.partitions_owned())
+        conversations = (
+            index
+            for index in range(process * 1_000_000, (process + 1) * 1_000_000)
+            if runtime.partition_of(TENANT, f"conversation-{index}") in mine
+        )
+        keys = [
+            call_key(conversation * CALLS_PER_TURN + call)
+            for conversation in itertools.islice(conversations, -(-calls // CALLS_PER_TURN))
+            for call in range(CALLS_PER_TURN)
+        ][:calls]
+
+        async def execute(call: ReadyCall) -> None:
+            try:
+                dispatch = await runtime.claim(call, executor=f"bench-{process}")
+            except ClaimRefused:
+                return
+            await runtime.complete(dispatch)
+
+        async def executor() -> None:
+            async for call in runtime.ready_calls():
+                nursery.start_soon(execute, call)
+
+        nursery.start_soon(executor)
+        await trio.to_thread.run_sync(ready)
+        cpu = _cpu_seconds()
+        rows = runtime.rows_read
+        start = time.perf_counter()
+
+        async def begin(turn: TurnRef) -> None:
+            await runtime.start_turn(
+                tenant=turn.tenant,
+                conversation=turn.conversation,
+                turn=turn.turn,
+                principal=PRINCIPAL,
+            )
+
+        await each(list(dict.fromkeys(key.turn_ref for key in keys)), begin, FEEDERS)
+
+        async def feed(key: CallKey) -> None:
+            await runtime.feed(_lifecycle(key))
+
+        await each(keys, feed, FEEDERS)
+        waiting = iter(keys)
+        first = next(waiting, None)
+        while first is not None:
+            while first is not None and (row := runtime.row(first)) and row.outcome:
+                first = next(waiting, None)
+            if first is not None:
+                await runtime.changed()
+        await runtime.settle()
+        result = RuntimeChildRun(
+            time.perf_counter() - start, _cpu_seconds() - cpu, runtime.rows_read - rows
+        )
+        outcomes = {row.outcome for key in keys if (row := runtime.row(key))}
+        if outcomes != {"completed"}:
+            raise RuntimeError(f"runtimes: outcomes {outcomes}, every call completed expected")
+        print(f"done {result.seconds} {result.cpu_seconds} {result.rows_read}", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+        nursery.cancel_scope.cancel()
+    return result
+
+
 def _cpu_seconds() -> float:
     """The CPU time (user and system) of this process so far, all its threads."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
-def _runtime_child(url: str, process: int, calls: int, total: int) -> None:
+def _runtime_child(url: str, process: int, calls: int, total: int, processes: int) -> None:
     def ready() -> None:
         print("ready", flush=True)
         sys.stdin.readline()
 
-    trio.run(_runtime_work, url, process, calls, total, ready)
+    if "partitions=" in url:
+        trio.run(
+            functools.partial(
+                _partitioned_work, url, process, calls, total, processes=processes, ready=ready
+            )
+        )
+    else:
+        trio.run(_runtime_work, url, process, calls, total, ready)
 
 
 @dataclass
@@ -487,6 +603,7 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
                 str(number),
                 str(calls // processes),
                 str(calls),
+                str(processes),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -601,6 +718,8 @@ class Case:
     unit: str
     run: Callable[[Target], float | RuntimeRun]
     processes: int = 1
+    partitions: int = 1
+    """The partitions of calls of the log the case writes."""
     seconds: list[float] = field(default_factory=list)
     runtime_runs: list[RuntimeRun] = field(default_factory=list)
     """Per run, what the runtime processes did (runtime processes only)."""
@@ -639,6 +758,7 @@ class Case:
             "case": "runtimes",
             "kind": self.kind,
             "processes": self.processes,
+            "partitions": self.partitions,
             "calls": self.count,
             "runs": len(runs),
             "calls_per_s": self.median_rate,
@@ -657,7 +777,11 @@ CASES = ("append", "ready", "runtimes", "replay")
 
 
 def build_cases(
-    events: int, calls: int, replay_events: int, processes: Sequence[int] = PROCESSES
+    events: int,
+    calls: int,
+    replay_events: int,
+    processes: Sequence[int] = PROCESSES,
+    partitions: int = DEFAULT_PARTITIONS,
 ) -> list[Case]:
     cases = [
         Case(
@@ -713,13 +837,14 @@ def build_cases(
             Case(
                 f"postgresql_runtimes_{number}",
                 f"PostgreSQL, {number} runtime process{'es' if number > 1 else ''},"
-                " calls fed and executed",
+                f" {partitions} partition{'s' if partitions > 1 else ''}, calls fed and executed",
                 "postgresql",
                 "runtimes",
                 count,
                 "calls/s",
                 functools.partial(runtime_processes, processes=number, calls=count),
                 number,
+                partitions,
             )
         )
     for kind, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
@@ -865,8 +990,8 @@ def main(argv: list[str] | None = None) -> int:
         _child(url, int(process), int(events))
         return 0
     if arguments[:1] == ["--runtime-child"]:
-        url, process, calls, all_calls = arguments[1:5]
-        _runtime_child(url, int(process), int(calls), int(all_calls))
+        url, process, calls, all_calls, processes = arguments[1:6]
+        _runtime_child(url, int(process), int(calls), int(all_calls), int(processes))
         return 0
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.postgres_log", description=__doc__.splitlines()[0]
@@ -883,6 +1008,13 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=list(PROCESSES),
         help="the runtime process counts of the runtimes case (default: 1 2 4)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="the partitions of calls of the PostgreSQL log of the runtimes case (1: a log"
+        " every process folds whole, open_runtime; more: open_partitioned_runtime)",
     )
     parser.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="events per append case")
     parser.add_argument(
@@ -906,7 +1038,9 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "server": server_facts(args.url),
     }
-    cases = build_cases(args.events, args.calls, args.replay_events, args.processes)
+    cases = build_cases(
+        args.events, args.calls, args.replay_events, args.processes, args.partitions
+    )
     if args.case is not None:
         cases = [case for case in cases if case.group == args.case]
     if args.case == "runtimes":
@@ -915,7 +1049,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="inert-bench-") as name:
         for run in range(args.runs):
             for case in cases:
-                target = Target(case.kind, args.url, Path(name))
+                target = Target(case.kind, args.url, Path(name), case.partitions)
                 try:
                     case.record(case.run(target))
                 finally:

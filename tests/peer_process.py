@@ -10,6 +10,11 @@ stops when its standard input closes, saying ``redactions N``: how many times it
 
 ``EXECUTOR`` is ``none`` for a process that executes nothing, or ``until:PATH`` for one that
 completes each call it got only once the file ``PATH`` exists.
+
+``PROCESSES`` (after ``EXECUTOR``) runs the process on a partitioned log (created with 8
+partitions) with ``open_partitioned_runtime``: it waits until that many processes are alive and
+it folds the partitions assigned to it, then starts each turn in a conversation of its own
+partitions (``NAME-tN-K``, the first ``K`` that lands there).
 """
 
 from __future__ import annotations
@@ -28,16 +33,23 @@ from inert import (
     ClaimRefused,
     Dispatch,
     Event,
+    PartitionedRuntime,
     ResponseEnded,
     ResponseEndReason,
     Runtime,
     TerminalRef,
     ToolDeclaration,
+    open_partitioned_runtime,
     open_runtime,
 )
+from inert.runtime._assignment import owned_by
 
 TOOLS = [ToolDeclaration(name="get_weather"), ToolDeclaration(name="send_email")]
 LEASE_TIME = 1.0
+PARTITIONS = 8
+PARTITIONED_LEASE_TIME = 2.0
+"""Four processes with a runtime per partition on two CPUs: a beat can be late by a second."""
+AnyRuntime = Runtime | PartitionedRuntime
 
 
 def say(line: str) -> None:
@@ -75,9 +87,22 @@ def call_events(key: CallKey, tool: str, data: bytes, *, whole: bool) -> list[Ev
     return events
 
 
-async def feed_turns(runtime: Runtime, name: str, turns: int) -> None:
+def turn_name(runtime: AnyRuntime, name: str, number: int) -> str:
+    """The turn (and conversation) ``number`` of a process: in one of its own partitions on a
+    partitioned log."""
+    if isinstance(runtime, Runtime):
+        return f"{name}-t{number}"
+    mine = runtime.partitions_owned()
+    return next(
+        turn
+        for turn in (f"{name}-t{number}-{k}" for k in range(10_000))
+        if runtime.partition_of("acme", turn) in mine
+    )
+
+
+async def feed_turns(runtime: AnyRuntime, name: str, turns: int) -> None:
     for number in range(turns):
-        turn = f"{name}-t{number}"
+        turn = turn_name(runtime, name, number)
         await runtime.start_turn(
             tenant="acme", conversation=turn, turn=turn, principal="user:alice"
         )
@@ -106,12 +131,12 @@ async def release_when_found(path: Path, release: trio.Event) -> None:
     release.set()
 
 
-async def complete(runtime: Runtime, dispatch: Dispatch, release: trio.Event) -> None:
+async def complete(runtime: AnyRuntime, dispatch: Dispatch, release: trio.Event) -> None:
     await release.wait()
     await runtime.complete(dispatch)
 
 
-async def execute(runtime: Runtime, name: str, release: trio.Event) -> None:
+async def execute(runtime: AnyRuntime, name: str, release: trio.Event) -> None:
     async with trio.open_nursery() as nursery:
         async for ready in runtime.ready_calls():
             try:
@@ -126,13 +151,40 @@ async def wait_for_stdin_to_close() -> None:
     await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
 
-async def main(url: str, name: str, turns: int, executor: str) -> None:
-    async with (
-        open_runtime(
-            log=url, create=True, tools=TOOLS, process=name, lease_time=LEASE_TIME
-        ) as runtime,
-        trio.open_nursery() as nursery,
+async def settled(runtime: PartitionedRuntime, processes: int) -> None:
+    """Until ``processes`` processes are alive and this one folds what is assigned to it."""
+    while not (
+        len(runtime.alive()) == processes
+        and set(runtime.assignment().values()) == set(runtime.alive())
+        and runtime.partitions_owned() == owned_by(runtime.assignment(), runtime.process)
     ):
+        with trio.move_on_after(0.05):
+            await runtime.changed()
+
+
+async def main(url: str, name: str, turns: int, executor: str, processes: int) -> None:
+    if not processes:
+        async with open_runtime(
+            log=url, create=True, tools=TOOLS, process=name, lease_time=LEASE_TIME
+        ) as runtime:
+            await serve(runtime, name, turns, executor)
+        return
+    async with open_partitioned_runtime(
+        log=url,
+        create=True,
+        partitions=PARTITIONS,
+        tools=TOOLS,
+        process=name,
+        lease_time=PARTITIONED_LEASE_TIME,
+    ) as partitioned:
+        with trio.fail_after(60):
+            await settled(partitioned, processes)
+        say("settled")
+        await serve(partitioned, name, turns, executor)
+
+
+async def serve(runtime: AnyRuntime, name: str, turns: int, executor: str) -> None:
+    async with trio.open_nursery() as nursery:
         release = trio.Event()
         if executor.startswith("until:"):
             nursery.start_soon(release_when_found, Path(executor.removeprefix("until:")), release)
@@ -147,4 +199,11 @@ async def main(url: str, name: str, turns: int, executor: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4:] or ["all"])[0])
+    trio.run(
+        main,
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        (sys.argv[4:] or ["all"])[0],
+        int((sys.argv[5:] or ["0"])[0]),
+    )

@@ -43,6 +43,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import attrs
 import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -208,6 +209,16 @@ class _PresenceHolder:
             connection.close()
 
 
+@attrs.define
+class _WaitingRedaction:
+    """Redactions of one partition waiting for a transaction, and what became of them."""
+
+    partition: int
+    redactions: list[FrozenRedaction]
+    done: int | None = None
+    error: InertError | None = None
+
+
 class _GroupPlan:
     """The plan of one group's appends, partition by partition: each request's outcome, the
     rows to write to each partition, the streams they touch and the payloads to seal."""
@@ -319,6 +330,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         self._create = create
         self._asked_partitions = None if partitions is None else check_partitions(partitions)
         self._partition_logs: dict[int, PartitionLog] = {}
+        self._redactions_waiting: list[_WaitingRedaction] = []
         self._sql = Statements.of(schema)
         self._sealed = sealed_types()
         self._channel = f"inert_log_{schema}"
@@ -870,14 +882,37 @@ class PostgresLog(GroupCommitLog[Connection]):
         return await self._redact_many_in(0, redactions)
 
     async def _redact_many_in(self, partition: int, redactions: list[FrozenRedaction]) -> int:
+        """Redact in a partition, in one transaction with the redactions of the other
+        partitions waiting meanwhile: the runtimes of a process's partitions each make their
+        own, and a transaction each would cost the server one commit per partition."""
         self._check_accepting("nothing was redacted")
+        waiting = _WaitingRedaction(partition, redactions)
+        self._redactions_waiting.append(waiting)
         try:
-            return await self._background(
-                "redaction",
-                lambda connection: self._redact_all_in(connection, redactions, partition),
-            )
+            async with self._background_lock:
+                if waiting.done is None and waiting.error is None:
+                    batch, self._redactions_waiting = self._redactions_waiting, []
+                    try:
+                        done = await trio.to_thread.run_sync(
+                            self._in_own_transaction,
+                            "redaction",
+                            lambda connection: [
+                                self._redact_all_in(connection, each.redactions, each.partition)
+                                for each in batch
+                            ],
+                        )
+                    except InertError as error:
+                        for each in batch:
+                            each.error = error
+                    else:
+                        for each, count in zip(batch, done, strict=True):
+                            each.done = count
         finally:
             self._erase_destroyed_keys()
+        if waiting.error is not None:
+            raise waiting.error
+        assert waiting.done is not None
+        return waiting.done
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await self._write_snapshot_of(0, snapshot)
@@ -1171,25 +1206,26 @@ class PostgresLog(GroupCommitLog[Connection]):
             while (notification := pgconn.notifies()) is not None:
                 # This process's own appends wake its subscriptions as they commit.
                 if notification.be_pid != self._writer_pid:
-                    others = True
-                    self._heard_of(notification.extra)
+                    others = self._heard_of(notification.extra) or others
             if others:
                 self._notify_appended()
 
-    def _heard_of(self, payload: bytes) -> None:
+    def _heard_of(self, payload: bytes) -> bool:
         """Note the head another writer's notification names (the partition and the position
         its commit reached there), so that subscriptions look in storage past this log's own
-        rows."""
+        rows; whether it names partition 0, whose subscriptions are then woken (those of
+        another partition are woken here: a commit elsewhere wakes none of this log's)."""
         try:
             partition, head = map(int, payload.split())
         except ValueError:
-            return
+            return False
         if partition == 0:
             self._known_head = max(self._known_head, head)
-            return
+            return True
         log = self._partition_logs.get(partition)
         if log is not None:
             log._heard_of(head)
+        return False
 
     async def _wait_for_appends(self, since: trio.Event) -> None:
         # Notifications may be lost with the listening connection; polling bounds the delay.

@@ -252,17 +252,22 @@ async def open_partitioned_runtime(
             )
             # Heartbeats go to the control partition, once a process.
             core._beats_here = False
+            core._heartbeats = opened
             return core
 
         runtime = PartitionedRuntime(
             opened,
             process=process,
             lease_time=lease_time,
+            operators=authorizer,
             make_core=make_core,
             serve_core=lambda core: _serving(core, None),
         )
-        async with runtime.running() as running:
-            yield running
+        try:
+            async with runtime.running() as running:
+                yield running
+        except BaseExceptionGroup as group:
+            raise sole_inert_error(group) from None
 
 
 @asynccontextmanager

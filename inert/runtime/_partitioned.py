@@ -58,7 +58,7 @@ from ..events import (
 from ..log import Log, NewEvent
 from ..projections import LedgerRow
 from ._assignment import assign, owned_by
-from ._boundary import Dispatch, ReadyCall
+from ._boundary import Dispatch, OperatorAuthorizer, ReadyCall
 from ._controls import give_control
 from ._runtime import Runtime
 
@@ -75,11 +75,13 @@ class PartitionedRuntime:
         *,
         process: str,
         lease_time: float,
+        operators: OperatorAuthorizer,
         make_core: MakeCore,
         serve_core: ServeCore,
     ) -> None:
         self.log = log
         self.process = process
+        self.operators = operators
         self.lease_time = timedelta(seconds=lease_time)
         self._make_core = make_core
         self._serve_core = serve_core
@@ -92,6 +94,7 @@ class PartitionedRuntime:
         self._followed = trio.Event()
         self._changed = trio.Event()
         self._owners: dict[int, str] = {}
+        self._rebalance_due = trio.Event()
 
     # --- what this process folds ---
 
@@ -114,6 +117,13 @@ class PartitionedRuntime:
                 if now - beat.recorded_at <= self.lease_time
             }
         )
+
+    @property
+    def rows_read(self) -> int:
+        """The log rows this process has read from storage: of the control partition and of
+        every partition it has folded."""
+        logs = [self.log, *(self.log.partition(n) for n in self.log.call_partitions())]
+        return sum(log.rows_read for log in logs)
 
     def partition_of(self, tenant: str, conversation: str) -> int:
         return self.log.partition_of(tenant, conversation)
@@ -239,10 +249,7 @@ class PartitionedRuntime:
     async def give_control(self, event: OperatorControl) -> int:
         """Give a control (authorized as ``Runtime``'s controls are), in the control partition;
         returns once this process has copied it into every partition it folds."""
-        operators = next(iter(self._cores.values())).operators if self._cores else None
-        if operators is None:
-            raise RefusedError("this process folds no partition yet: give the control again")
-        position = await give_control(self.log, event, operators)
+        position = await give_control(self.log, event, self.operators)
         await self._controls_copied()
         return position
 
@@ -267,6 +274,7 @@ class PartitionedRuntime:
             await self._rebalance()
             nursery.start_soon(self._follow)
             nursery.start_soon(self._keep_beating)
+            nursery.start_soon(self._keep_balance)
             try:
                 yield self
             except BaseException as error:
@@ -291,6 +299,15 @@ class PartitionedRuntime:
         while True:
             await trio.sleep(period)
             await self._beat()
+            self._rebalance_due.set()
+
+    async def _keep_balance(self) -> None:
+        # Apart from following the control partition: starting a partition's runtime or
+        # handing one on takes a while, and the heartbeats heard meanwhile must reach the
+        # runtimes, or they would take a live process for dead.
+        while True:
+            await self._rebalance_due.wait()
+            self._rebalance_due = trio.Event()
             await self._rebalance()
 
     async def _follow_to(self, head: int) -> None:
@@ -302,7 +319,7 @@ class PartitionedRuntime:
         async for recorded in self.log.subscribe(self._control_position + 1):
             await self._heard(recorded)
             if isinstance(recorded.event, ProcessHeartbeat):
-                await self._rebalance()
+                self._rebalance_due.set()
 
     async def _heard(self, recorded: RecordedEvent) -> None:
         event = recorded.event
@@ -354,18 +371,30 @@ class PartitionedRuntime:
                         core.peers.heard(beat, True)
                 self._cores[partition] = core
                 self._scopes[partition] = scope
+                # A control heard while the runtime started went to the runtimes running then:
+                # copied again (once, by its id), it is in the partition before any claim.
+                if self._controls:
+                    await core.log.append(self._controls)
                 task_status.started()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._relay_changes, core)
-        self._cores.pop(partition, None)
-        self._scopes.pop(partition, None)
+        # Handed on already, or replaced by a runtime started for the partition since.
+        if self._cores.get(partition) is core:
+            del self._cores[partition]
+            del self._scopes[partition]
 
     async def _relay_changes(self, core: Runtime) -> None:
         async for _ in core.changes():
             self._announce()
 
     async def _hand_on(self, partition: int) -> None:
-        core = self._cores[partition]
+        core = self._cores.get(partition)
+        if core is None:
+            # Stopped meanwhile: handed on by an earlier pass.
+            return
+        # Judged on everything in the log and fed here so far: a call fed a moment ago is
+        # under way.
+        await core.settle()
         fold = core._fold
         mine = {turn for turn, (owner, _) in fold.leases().items() if owner == self.process}
         if any(response.turn_ref in mine for response in fold.interrupted_responses()):
@@ -385,7 +414,9 @@ class PartitionedRuntime:
                     [NewEvent(stream=turn.lease_stream, event=lease)], {turn.lease_stream: version}
                 )
         await core.settle()
-        self._scopes[partition].cancel()
+        # Out of the routing first: nothing is sent to a runtime that is stopping.
+        del self._cores[partition]
+        self._scopes.pop(partition).cancel()
 
     def _announce(self) -> None:
         self._changed.set()

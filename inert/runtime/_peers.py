@@ -80,6 +80,11 @@ class Peers:
         """The process whose executor made the claim, if it named one."""
         return self._claimers.get(claim_id)
 
+    def spare(self, process: str) -> None:
+        """A process taken for dead is alive after all (the log holds a recent heartbeat of
+        it): it is judged again from its heartbeats."""
+        self._buried.discard(process)
+
     def newly_dead(self, now: datetime) -> list[str]:
         """Processes silent for longer than the lease time, not reported dead before."""
         dead = [

@@ -52,10 +52,26 @@ async def keep_company(runtime: Runtime, peers: Peers) -> None:
                 [NewEvent(stream=beat, event=ProcessHeartbeat(process=runtime.process))]
             )
         for dead in peers.newly_dead(runtime.log.now()):
-            await _bury(runtime, peers, dead)
+            if await _silent(runtime, peers, dead):
+                await _bury(runtime, peers, dead)
+            else:
+                peers.spare(dead)
         while peers.gained:
             await _take_over(runtime, peers.gained.pop(0))
         await trio.sleep(period)
+
+
+async def _silent(runtime: Runtime, peers: Peers, process: str) -> bool:
+    """Whether the log itself holds no heartbeat of the process within the lease time: what
+    this process heard may lag behind the log (a busy process hears late), and a process
+    taken for dead on a late hearing would lose its turns while it beats."""
+    log = runtime._heartbeats
+    stream = process_stream(process)
+    version = await log.stream_version(stream)
+    if not version:
+        return True
+    last = await log.read_stream(stream, version)
+    return not last or log.now() - last[-1].recorded_at > peers.lease_time
 
 
 async def _bury(runtime: Runtime, peers: Peers, dead: str) -> None:

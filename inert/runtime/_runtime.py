@@ -207,6 +207,9 @@ class Runtime:
             name=process or "",
             state=self._state_at,
         )
+        self._heartbeats = log
+        """The log the processes beat in: this runtime's own, or its process's control
+        partition for a runtime of one partition."""
         self._beats_here = True
         """Whether this runtime's process beats in its own log (a runtime of one partition
         leaves that to its process, which beats in the control partition)."""

@@ -22,6 +22,7 @@ from inert import (
 )
 from inert.events import ToolDisabled
 from inert.log import Log, MemoryLog, MemoryStore
+from inert.runtime._assignment import assign, owned_by
 
 LEASE_TIME = 0.6
 PARTITIONS = 4
@@ -172,3 +173,46 @@ async def test_a_silent_process_s_partitions_and_turns_are_taken_over(log: Log) 
         partition = log.partition(log.partition_of("acme", claimed.conversation))
         decisions = [e.event_type for e in await partition.read_stream(claimed.stream)]
         assert decisions.count("decision.dispatched") == 1
+
+
+async def test_a_joining_process_takes_its_share_once_its_turns_are_done_elsewhere(
+    log: Log,
+) -> None:
+    """A process that joins takes its share at once where nothing is under way; a partition
+    where the first process's call is still arriving stays with it until the call is over,
+    then its turn is leased to the newcomer, which decides for it from there; nothing is
+    decided twice."""
+    theirs = owned_by(assign(range(1, PARTITIONS + 1), ["p1", "p2"]), "p2")
+    key = key_in(conversation_in(log, theirs[:1]))
+    partition = theirs[0]
+    async with process(log, "p1") as first:
+        turn = await start(first, key)
+        await first.feed(call_events(key)[:2])
+        await first.settle()
+        async with process(log, "p2") as second:
+            await until(second, lambda: second.partitions_owned() == theirs)
+            await until(first, lambda: first.assignment().get(partition) == "p2")
+            assert partition in first.partitions_owned()
+            await first.feed([*call_events(key)[2:], response_end(key)])
+            dispatch = await first.claim(key, executor="worker-1")
+            await first.complete(dispatch)
+            await until(first, lambda: partition not in first.partitions_owned())
+            await until(second, lambda: second.core(partition).turn_owner(turn) == "p2")
+            later = CallKey(
+                tenant=key.tenant,
+                conversation=key.conversation,
+                turn=key.turn,
+                response="r-later",
+                item="b",
+                call="b",
+            )
+            await second.feed([*call_events(later), response_end(later)])
+            await second.settle()
+            row = second.row(later)
+            assert row is not None
+            assert row.state is Phase.VALIDATED
+            decisions = [
+                e.event_type for e in await log.partition(partition).read_stream(key.stream)
+            ]
+            assert decisions.count("decision.dispatched") == 1
+            assert decisions.count("decision.validated") == 1

@@ -40,10 +40,12 @@ VICTIM = "p1"
 class Child:
     """A child runtime process and the lines it printed, read as they come."""
 
-    def __init__(self, url: str, name: str, turns: int = TURNS, executor: str = "all") -> None:
+    def __init__(
+        self, url: str, name: str, turns: int = TURNS, executor: str = "all", processes: int = 0
+    ) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), url, name, str(turns), executor],
+            [sys.executable, str(CHILD), url, name, str(turns), executor, str(processes)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -267,8 +269,10 @@ def test_only_the_owner_of_a_turn_redacts_the_payloads_of_its_calls() -> None:
         try:
             owner.wait_for(lambda line: line == "fed-all")
             records = wait_until_redacted(url, ("get_weather",))
-            owner.stop()
+            # The worker first: stopped second, it could outlive the owner by a lease time and
+            # take its turns over, as a survivor does.
             worker.stop()
+            owner.stop()
         finally:
             owner.close()
             worker.close()
