@@ -1,15 +1,16 @@
 """One runtime process of several sharing a log, for tests/test_peer_processes.py.
 
-``python tests/peer_process.py URL NAME TURNS [EXECUTOR]`` starts TURNS turns named ``NAME-tN``,
-each with a ``get_weather`` call fed whole (it becomes ready) and a ``send_email`` call fed only
-in part (it keeps collecting), and executes every ready call it can claim, whoever owns its
-turn. It prints one line per fact the test checks: ``turn T`` once a turn's start is
+``python tests/peer_process.py URL NAME TURNS [EXECUTOR [LEASE_TIME]]`` starts TURNS turns named
+``NAME-tN``, each with a ``get_weather`` call fed whole (it becomes ready) and a ``send_email``
+call fed only in part (it keeps collecting), and executes every ready call it can claim, whoever
+owns its turn. It prints one line per fact the test checks: ``turn T`` once a turn's start is
 acknowledged, ``fed T N`` once N promises of it are (its ingress events but fragments),
 ``dispatched T TOOL`` when its executor got a call, ``fed-all`` when it is done feeding. It
 stops when its standard input closes, saying ``redactions N``: how many times its log redacted.
 
 ``EXECUTOR`` is ``none`` for a process that executes nothing, or ``until:PATH`` for one that
-completes each call it got only once the file ``PATH`` exists.
+completes each call it got only once the file ``PATH`` exists. ``LEASE_TIME`` is the
+process's lease time in seconds (``LEASE_TIME``, 1 s, by default).
 """
 
 from __future__ import annotations
@@ -37,9 +38,7 @@ from inert import (
 )
 
 TOOLS = [ToolDeclaration(name="get_weather"), ToolDeclaration(name="send_email")]
-LEASE_TIME = 3.0
-# A second was too short on a loaded machine: a process starved of CPU that long missed its
-# heartbeats, was buried alive, and the outcomes its executor reported then were refused.
+LEASE_TIME = 1.0
 
 
 def say(line: str) -> None:
@@ -128,10 +127,10 @@ async def wait_for_stdin_to_close() -> None:
     await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
 
-async def main(url: str, name: str, turns: int, executor: str) -> None:
+async def main(url: str, name: str, turns: int, executor: str, lease_time: float) -> None:
     async with (
         open_runtime(
-            log=url, create=True, tools=TOOLS, process=name, lease_time=LEASE_TIME
+            log=url, create=True, tools=TOOLS, process=name, lease_time=lease_time
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
@@ -149,4 +148,6 @@ async def main(url: str, name: str, turns: int, executor: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4:] or ["all"])[0])
+    executor = sys.argv[4] if len(sys.argv) > 4 else "all"
+    lease_time = float(sys.argv[5]) if len(sys.argv) > 5 else LEASE_TIME
+    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), executor, lease_time)
