@@ -18,6 +18,10 @@ def _expected_seconds(item: pytest.Item) -> float:
     marker = item.get_closest_marker("slow")
     if marker is None:
         return 0.0
+    if marker.args:
+        # A duration given by position was read as none at all: the test was queued with the
+        # default duration instead of its own.
+        raise pytest.UsageError(f"{item.nodeid}: write @pytest.mark.slow(seconds=...)")
     return float(marker.kwargs.get("seconds", _SLOW_DEFAULT_SECONDS))
 
 

@@ -1,17 +1,19 @@
 """One runtime process of several sharing a log, for tests/test_peer_processes.py.
 
-``python tests/peer_process.py URL NAME TURNS [EXECUTOR]`` starts TURNS turns named ``NAME-tN``,
-each with a ``get_weather`` call fed whole (it becomes ready) and a ``send_email`` call fed only
-in part (it keeps collecting), and executes every ready call it can claim, whoever owns its
-turn. It prints one line per fact the test checks: ``turn T`` once a turn's start is
+``python tests/peer_process.py URL NAME TURNS [EXECUTOR [LEASE_TIME [PROCESSES]]]`` starts TURNS
+turns named ``NAME-tN``, each with a ``get_weather`` call fed whole (it becomes ready) and a
+``send_email`` call fed only in part (it keeps collecting), and executes every ready call it can
+claim, whoever owns its turn. It prints one line per fact the test checks: ``turn T`` once a
+turn's start is
 acknowledged, ``fed T N`` once N promises of it are (its ingress events but fragments),
 ``dispatched T TOOL`` when its executor got a call, ``fed-all`` when it is done feeding. It
 stops when its standard input closes, saying ``redactions N``: how many times its log redacted.
 
 ``EXECUTOR`` is ``none`` for a process that executes nothing, or ``until:PATH`` for one that
-completes each call it got only once the file ``PATH`` exists.
+completes each call it got only once the file ``PATH`` exists. ``LEASE_TIME`` is the
+process's lease time in seconds (``LEASE_TIME``, 1 s, by default).
 
-``PROCESSES`` (after ``EXECUTOR``) runs the process on a partitioned log (created with 8
+``PROCESSES`` (not 0) runs the process on a partitioned log (created with 8
 partitions) with ``open_partitioned_runtime``: it waits until that many processes are alive and
 it folds the partitions assigned to it, then starts each turn in a conversation of its own
 partitions (``NAME-tN-K``, the first ``K`` that lands there).
@@ -47,8 +49,6 @@ from inert.runtime._assignment import owned_by
 TOOLS = [ToolDeclaration(name="get_weather"), ToolDeclaration(name="send_email")]
 LEASE_TIME = 1.0
 PARTITIONS = 8
-PARTITIONED_LEASE_TIME = 2.0
-"""Four processes with a runtime per partition on two CPUs: a beat can be late by a second."""
 AnyRuntime = Runtime | PartitionedRuntime
 
 
@@ -162,10 +162,12 @@ async def settled(runtime: PartitionedRuntime, processes: int) -> None:
             await runtime.changed()
 
 
-async def main(url: str, name: str, turns: int, executor: str, processes: int) -> None:
+async def main(  # noqa: PLR0917
+    url: str, name: str, turns: int, executor: str, lease_time: float, processes: int
+) -> None:
     if not processes:
         async with open_runtime(
-            log=url, create=True, tools=TOOLS, process=name, lease_time=LEASE_TIME
+            log=url, create=True, tools=TOOLS, process=name, lease_time=lease_time
         ) as runtime:
             await serve(runtime, name, turns, executor)
         return
@@ -175,7 +177,7 @@ async def main(url: str, name: str, turns: int, executor: str, processes: int) -
         partitions=PARTITIONS,
         tools=TOOLS,
         process=name,
-        lease_time=PARTITIONED_LEASE_TIME,
+        lease_time=lease_time,
     ) as partitioned:
         with trio.fail_after(60):
             await settled(partitioned, processes)
@@ -199,11 +201,7 @@ async def serve(runtime: AnyRuntime, name: str, turns: int, executor: str) -> No
 
 
 if __name__ == "__main__":
-    trio.run(
-        main,
-        sys.argv[1],
-        sys.argv[2],
-        int(sys.argv[3]),
-        (sys.argv[4:] or ["all"])[0],
-        int((sys.argv[5:] or ["0"])[0]),
-    )
+    executor = sys.argv[4] if len(sys.argv) > 4 else "all"
+    lease_time = float(sys.argv[5]) if len(sys.argv) > 5 else LEASE_TIME
+    processes = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), executor, lease_time, processes)

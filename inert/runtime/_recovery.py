@@ -51,11 +51,20 @@ async def keep_company(runtime: Runtime, peers: Peers) -> None:
             await runtime.log.append(
                 [NewEvent(stream=beat, event=ProcessHeartbeat(process=runtime.process))]
             )
-        for dead in peers.newly_dead(runtime.log.now()):
-            if await _silent(runtime, peers, dead):
-                await _bury(runtime, peers, dead)
-            else:
-                peers.spare(dead)
+        # Silence is judged only by a fold that has read the log as it stood then: a fold
+        # that lags (its router held up, or the process starved of CPU for a while) has not
+        # heard the heartbeats written meanwhile, and would bury processes that still beat.
+        # The wait is bounded, so that this process's own heartbeats go on meanwhile.
+        now = runtime.log.now()
+        head = await runtime.log.head()
+        with trio.move_on_after(period):
+            await runtime._router.wait_for(head)
+        if runtime._router.position >= head:
+            for dead in peers.newly_dead(now):
+                if await _silent(runtime, peers, dead):
+                    await _bury(runtime, peers, dead)
+                else:
+                    peers.spare(dead)
         while peers.gained:
             await _take_over(runtime, peers.gained.pop(0))
         await trio.sleep(period)

@@ -22,7 +22,7 @@ from postgres_support import fresh_schema, log_url
 from inert import open_runtime
 from inert.cli import main
 
-pytestmark = pytest.mark.slow(8)
+pytestmark = pytest.mark.slow(seconds=8)
 
 OPERATOR = ["--operator", "olga", "--reason", "prompt injection"]
 

@@ -60,7 +60,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-pytestmark = pytest.mark.slow(12)
+pytestmark = pytest.mark.slow(seconds=12)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from inert.cli import main
 TOKEN = "command-token-0123456789abcdef"
 
 
-@pytest.mark.slow(3)
+@pytest.mark.slow(seconds=3)
 def test_the_command_serves_the_console_at_the_address_it_prints(tmp_path: Path) -> None:
     """It prints the URL with its token; the token opens the ledger, and no token gets 401."""
     log = f"sqlite:///{tmp_path / 'demo.db'}"

@@ -166,7 +166,7 @@ def _csrf(page: str) -> str:
     return found[1]
 
 
-@pytest.mark.slow(4)
+@pytest.mark.slow(seconds=4)
 async def test_hidden_characters_in_every_id_read_escaped_on_every_page() -> None:
     """Every Cf character, and the other characters that hide, in each of a call's ids: the
     ledger, a filter by one, the waiting page, the overview and each call's page show every id
@@ -197,7 +197,7 @@ async def test_hidden_characters_in_every_id_read_escaped_on_every_page() -> Non
             assert 'of <span id="total">1</span>' in filtered
 
 
-@pytest.mark.slow(4)
+@pytest.mark.slow(seconds=4)
 async def test_hidden_characters_read_escaped_in_the_controls_and_the_audit() -> None:
     """The controls' form filled from a call's page, each control's question and the
     audit (its list and each entry) show the response, tool and tenant escaped, a reason's
@@ -290,7 +290,7 @@ async def _live_rows(console: Console, path: str) -> list[dict[str, object]]:
     return rows
 
 
-@pytest.mark.slow(3)
+@pytest.mark.slow(seconds=3)
 async def test_hidden_characters_read_escaped_in_the_live_feed() -> None:
     """The live feed's rows (set as text by the page's script) carry every id as the pages
     show it, with no hidden character once the JSON is read."""

@@ -192,7 +192,7 @@ async def test_a_call_its_responses_end_made_ready_is_listed_ready() -> None:
             assert ">late<" in waiting
 
 
-@pytest.mark.slow(4)
+@pytest.mark.slow(seconds=4)
 async def test_the_controls_answer_while_heavy_pages_are_drawn() -> None:
     """Eight requests of a waiting page of 1,000 calls at once: the controls page answers
     while the first of them is still being drawn (they take turns, in slices), not after

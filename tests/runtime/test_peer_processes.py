@@ -35,6 +35,10 @@ CHILD = TESTS / "peer_process.py"
 TURNS = 8
 NAMES = ("p0", "p1", "p2")
 VICTIM = "p1"
+LEASE_TIME = 3.0
+"""The children's lease time: with one second, a child starved of CPU that long on a loaded
+machine missed its heartbeats, was buried alive, and the outcomes its executor reported then
+were refused."""
 
 
 class Child:
@@ -45,7 +49,16 @@ class Child:
     ) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), url, name, str(turns), executor, str(processes)],
+            [
+                sys.executable,
+                str(CHILD),
+                url,
+                name,
+                str(turns),
+                executor,
+                str(LEASE_TIME),
+                str(processes),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -7,9 +7,21 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
-from test_runtime import PRINCIPAL, TOOLS, call_events, ready_call
+from test_runtime import PRINCIPAL, TOOLS, call_events, ready_call, response_end
 
-from inert import CallKey, ClaimRefused, Log, Phase, RecordedEvent, Runtime, TurnRef, open_runtime
+from inert import (
+    CallKey,
+    CallUnderValidation,
+    ClaimRefused,
+    Log,
+    Phase,
+    RecordedEvent,
+    Runtime,
+    ToolDeclaration,
+    TurnRef,
+    open_log,
+    open_runtime,
+)
 from inert.events import CallCancelled, CallDispatched, ProcessHeartbeat, TurnLeased
 from inert.log import NewEvent
 
@@ -42,6 +54,11 @@ def key_of(call: str, *, turn: str, response: str) -> CallKey:
     return CallKey(
         tenant="acme", conversation=turn, turn=turn, response=response, item=call, call=call
     )
+
+
+async def read_all(path: Path) -> list[RecordedEvent]:
+    async with open_log(f"sqlite:///{path / 'shared.db'}") as log:
+        return await log.read()
 
 
 async def caught_up(*runtimes: Runtime) -> None:
@@ -175,3 +192,47 @@ async def test_a_silent_process_s_turns_are_taken_over(tmp_path: Path) -> None:
             if isinstance(recorded.event, ProcessHeartbeat)
         ]
         assert {recorded.event.process for recorded in beats} == {"survivor", "doomed"}  # type: ignore[union-attr]
+
+
+async def test_a_process_whose_fold_lags_buries_no_peer_that_still_beats(tmp_path: Path) -> None:
+    """A process whose router is held up (its one busy actor waits for a slow validation) takes
+    no peer for dead on the heartbeats it has not folded yet: the live peer keeps its turn."""
+    validating = trio.Event()
+    release = trio.Event()
+
+    async def slow_validator(call: CallUnderValidation) -> None:
+        validating.set()
+        await release.wait()
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}?poll_interval=0.02"
+    async with (
+        process(tmp_path, "peer") as peer,
+        open_runtime(
+            log=url,
+            tools=[ToolDeclaration(name="get_weather", validator=slow_validator)],
+            process="lagging",
+            lease_time=LEASE_TIME,
+            validation_timeout=60,
+            max_busy_actors=1,
+        ) as lagging,
+    ):
+        owned = await start(peer, "tp")
+        await caught_up(peer, lagging)
+        await start(lagging, "t1")
+        slow = key_of("a", turn="t1", response="r1")
+        await lagging.feed([*call_events(slow), response_end(slow)])
+        await validating.wait()
+        # The router waits for the busy actor to finish before it starts this call's actor,
+        # and folds nothing meanwhile: the peer's heartbeats pile up unread.
+        other = key_of("b", turn="t1", response="r2")
+        await lagging.feed(call_events(other)[:1])
+        await trio.sleep(LEASE_TIME * 4)
+        release.set()
+        await caught_up(peer, lagging)
+        assert lagging.turn_owner(owned) == peer.turn_owner(owned) == "peer"
+    leases = [
+        recorded.event
+        for recorded in await read_all(tmp_path)
+        if isinstance(recorded.event, TurnLeased)
+    ]
+    assert not [lease for lease in leases if lease.previous is not None], leases

@@ -197,6 +197,7 @@ async def fault_run(
     return problems
 
 
+@pytest.mark.slow(seconds=6)
 @pytest.mark.parametrize("block", range(5))
 async def test_seeded_fault_runs_keep_the_contract(
     block: int, autojump_clock: trio.testing.MockClock
