@@ -29,10 +29,6 @@ ConnectionT = TypeVar("ConnectionT")
 _T = TypeVar("_T")
 
 
-GATHER_PASSES = 2
-"""Passes of the scheduler the writer lets run before it takes a group."""
-
-
 @attrs.define
 class AppendRequest:
     """One append waiting for the writer, and what became of it."""
@@ -215,11 +211,6 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
                     await self._work.wait()
                     self._work = trio.Event()
                     continue
-                # Appenders woken by the same commit (the runtimes of a process's partitions,
-                # each with its own actors) queue within a pass or two of the scheduler: taken
-                # after them, a group holds them all and they share one commit.
-                for _ in range(GATHER_PASSES):
-                    await trio.lowlevel.cancel_shielded_checkpoint()
                 group = self._take_group()
                 try:
                     outcomes, rows, elsewhere = await trio.to_thread.run_sync(
