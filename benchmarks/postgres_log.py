@@ -21,20 +21,25 @@ JSON object per line and process count.
    end) by 256 tasks, timed from the first turn started until ``settle()`` returns with every
    call ready for dispatch. PostgreSQL beside SQLite.
 3. ``runtimes``: ``--calls`` calls split evenly between 1, 2 or 4 runtime processes on one
-   database (``open_runtime(process=...)`` with the library's defaults otherwise, retention and
-   snapshots included; this module run with ``--runtime-child``); each starts its own turns,
-   feeds each of its calls as one batch as in ``ready`` (256 tasks), and claims and completes
-   every call it sees ready, its own or another process's (the first claim wins; the others
-   are refused). Timed by the parent from its word until every process has folded every
-   call's outcome and ``settle()`` has returned (its redactions and snapshot written), and no
-   backend of the log's database is active on the server. Per call: the events the log gained;
-   the CPU time of the runtime processes (each its own, from its word to its end) and of the
-   server's processes (read from ``/proc``: the postmaster's children alive, and those that
-   exited through the postmaster's children's times; a server on this machine only, and all
-   of its databases: give the case a database of its own); the transactions and sessions the
-   server counted in the database (``pg_stat_database``, read once every session of the
-   runtimes has ended); and per process, the log rows it read (``Log.rows_read``). Beside,
-   in a full run: one runtime process on SQLite (no server figures).
+   database (this module run with ``--runtime-child``). On a log of ``--partitions`` partitions
+   (16 by default; more than 1), each process is an ``open_partitioned_runtime(process=...)``
+   with the library's defaults otherwise (retention and snapshots included); once every process
+   is alive and folds the partitions assigned to it, each starts turns of conversations of its
+   own partitions (as a load balancer sending each conversation to its partition's process
+   would), feeds each of its calls as one batch as in ``ready`` (256 tasks), and claims and
+   completes the calls of the partitions it folds. With ``--partitions 1``, each process is an
+   ``open_runtime(process=...)`` folding the whole log, and claims and completes every call it
+   sees ready, its own or another process's (the first claim wins; the others are refused).
+   Timed by the parent from its word until every process has folded every call's outcome (of its
+   own calls, on a partitioned log) and ``settle()`` has returned (its redactions and snapshot
+   written), and no backend of the log's database is active on the server. Per call: the events
+   the log gained; the CPU time of the runtime processes (each its own, from its word to its
+   end) and of the server's processes (read from ``/proc``: the postmaster's children alive, and
+   those that exited through the postmaster's children's times; a server on this machine only,
+   and all of its databases: give the case a database of its own); the transactions and sessions
+   the server counted in the database (``pg_stat_database``, read once every session of the
+   runtimes has ended); and per process, the log rows it read (``Log.rows_read``, of every
+   partition). Beside, in a full run: one runtime process on SQLite (no server figures).
 4. ``replay``: a log of ``--replay-events`` events (appended in batches of 4,096 before the
    clock starts), read back page by page (``log.read(position, limit=4096)``), every event
    decoded. PostgreSQL beside SQLite.
@@ -101,7 +106,9 @@ DEFAULT_EVENTS = 20_000
 DEFAULT_CALLS = 1_000
 DEFAULT_REPLAY_EVENTS = 100_000
 DEFAULT_RUNS = 3
-DEFAULT_PARTITIONS = 64
+DEFAULT_PARTITIONS = 16
+"""Two partitions a process at the most processes measured (8): a process folds one runtime per
+partition it takes, and each costs it commits of its own (see RESULTS.md)."""
 APPENDERS = 64
 PROCESSES = (1, 2, 4)
 FEEDERS = 256
@@ -509,6 +516,8 @@ class RuntimeRun:
     """The rows the log holds at the end."""
     cpu_seconds: float
     """CPU seconds of the runtime processes and (PostgreSQL) of the server's processes."""
+    server_cpu_seconds: float
+    """Of ``cpu_seconds``, those of the server's processes (0 for SQLite)."""
     rows_read: list[int]
     """Per runtime process, the log rows it read."""
     transactions: int
@@ -648,13 +657,15 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
                 child.wait()
     transactions = sessions = 0
     cpu = sum(report.cpu_seconds for report in reports)
+    server = 0.0
     if probe is not None:
         try:
             # Counted once every session of the runtimes has ended, which reports its figures.
             probe.wait_until(lambda: probe.backends(active=False) == 0, "stayed open")
             after = probe.counts()
             transactions, sessions = after[0] - counts[0], after[1] - counts[1]
-            cpu += probe.cpu_seconds() - server_cpu
+            server = probe.cpu_seconds() - server_cpu
+            cpu += server
         finally:
             probe.close()
     # Read after the counts: this reader's own session is not among them.
@@ -664,6 +675,7 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
         events=after_head - before,
         log_rows=after_head,
         cpu_seconds=cpu,
+        server_cpu_seconds=server,
         rows_read=[report.rows_read for report in reports],
         transactions=transactions,
         sessions=sessions,
@@ -764,6 +776,7 @@ class Case:
             "calls_per_s": self.median_rate,
             "events_per_call": median(lambda run: run.events / self.count),
             "cpu_s_per_call": median(lambda run: run.cpu_seconds / self.count),
+            "server_cpu_s_per_call": median(lambda run: run.server_cpu_seconds / self.count),
             "rows_read_per_process": median(lambda run: statistics.mean(run.rows_read)),
             "log_rows": median(lambda run: run.log_rows),
             "transactions_per_call": median(lambda run: run.transactions / self.count),
