@@ -102,9 +102,12 @@ from inert import (
     CallKey,
     CallLimits,
     CallOpened,
+    ClaimRefused,
     CollectorSettings,
     Event,
+    PartitionedRuntime,
     Phase,
+    ReadyCall,
     RecordedEvent,
     ResponseEnded,
     ResponseEndReason,
@@ -678,6 +681,22 @@ def _response_ended(key: CallKey) -> ResponseEnded:
         reason=ResponseEndReason.COMPLETED,
         terminal=TerminalRef(sequence=len(LATENCY_PARTS) + 2),
     )
+
+
+async def complete_every_ready_call(runtime: Runtime | PartitionedRuntime, executor: str) -> None:
+    """Claim every call the runtime offers as it becomes ready, and complete each, each in a
+    task of its own; a claim refused (another executor's won) is left. Runs until cancelled."""
+    async with trio.open_nursery() as nursery:
+
+        async def complete(call: ReadyCall) -> None:
+            try:
+                dispatch = await runtime.claim(call, executor=executor)
+            except ClaimRefused:
+                return
+            await runtime.complete(dispatch)
+
+        async for call in runtime.ready_calls():
+            nursery.start_soon(complete, call)
 
 
 async def every_outcome(runtime: Runtime, keys: Sequence[CallKey]) -> None:

@@ -36,6 +36,7 @@ from benchmarks.call_actors import (
     TOOL,
     call_key,
     call_lifecycle,
+    complete_every_ready_call,
     each,
     every_outcome,
     limits_for,
@@ -44,8 +45,6 @@ from benchmarks.call_actors import (
 )
 from inert import (
     CallKey,
-    ClaimRefused,
-    ReadyCall,
     Retention,
     open_runtime,
 )
@@ -66,19 +65,7 @@ async def _run(url: str, calls: int, retention: Retention) -> float:
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
-
-        async def execute(call: ReadyCall) -> None:
-            try:
-                dispatch = await runtime.claim(call, executor="bench")
-            except ClaimRefused:
-                return
-            await runtime.complete(dispatch)
-
-        async def executor() -> None:
-            async for call in runtime.ready_calls():
-                nursery.start_soon(execute, call)
-
-        nursery.start_soon(executor)
+        nursery.start_soon(complete_every_ready_call, runtime, "bench")
         start = time.perf_counter()
         await start_turns(runtime, keys)
 

@@ -76,6 +76,7 @@ from benchmarks.call_actors import (
     TOOL,
     call_key,
     check_phases,
+    complete_every_ready_call,
     each,
     every_outcome,
     limits_for,
@@ -86,10 +87,8 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
-    ClaimRefused,
     Event,
     Phase,
-    ReadyCall,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -342,19 +341,7 @@ async def _runtime_work(
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
-
-        async def execute(call: ReadyCall) -> None:
-            try:
-                dispatch = await runtime.claim(call, executor=f"bench-{process}")
-            except ClaimRefused:
-                return
-            await runtime.complete(dispatch)
-
-        async def executor() -> None:
-            async for call in runtime.ready_calls():
-                nursery.start_soon(execute, call)
-
-        nursery.start_soon(executor)
+        nursery.start_soon(complete_every_ready_call, runtime, f"bench-{process}")
         await trio.to_thread.run_sync(ready)
         cpu = _cpu_seconds()
         rows = runtime.log.rows_read
@@ -424,18 +411,7 @@ async def _partitioned_work(
             for call in range(CALLS_PER_TURN)
         ][:calls]
 
-        async def execute(call: ReadyCall) -> None:
-            try:
-                dispatch = await runtime.claim(call, executor=f"bench-{process}")
-            except ClaimRefused:
-                return
-            await runtime.complete(dispatch)
-
-        async def executor() -> None:
-            async for call in runtime.ready_calls():
-                nursery.start_soon(execute, call)
-
-        nursery.start_soon(executor)
+        nursery.start_soon(complete_every_ready_call, runtime, f"bench-{process}")
         await trio.to_thread.run_sync(ready)
         cpu = _cpu_seconds()
         rows = runtime.rows_read

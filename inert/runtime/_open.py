@@ -130,18 +130,7 @@ async def open_runtime(
         raise ConfigurationError(f"max_busy_actors must be at least 1, not {max_busy_actors}")
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
-    async with AsyncExitStack() as stack:
-        if isinstance(log, Log):
-            opened = log
-        else:
-            try:
-                opened = await stack.enter_async_context(
-                    open_log(log, clock=trio_clock(), create=create)
-                )
-            except LogNotFound as error:
-                raise LogNotFound(
-                    f"{error}; open_runtime(create=True) makes a new log there"
-                ) from None
+    async with _opened(log, create=create, partitions=None, opener="open_runtime") as opened:
         if opened.partitions > 1:
             raise ConfigurationError(
                 f"the log has {opened.partitions} partitions of calls: open it with"
@@ -166,6 +155,25 @@ async def open_runtime(
         )
         async with _run(runtime, collector) as running:
             yield running
+
+
+@asynccontextmanager
+async def _opened(
+    log: str | Log, *, create: bool, partitions: int | None, opener: str
+) -> AsyncIterator[Log]:
+    """The log a runtime runs on: one opened already, or the one a URL names (opened here, on
+    the runtime's clock, and closed after)."""
+    if isinstance(log, Log):
+        yield log
+        return
+    async with AsyncExitStack() as stack:
+        try:
+            opened = await stack.enter_async_context(
+                open_log(log, clock=trio_clock(), create=create, partitions=partitions)
+            )
+        except LogNotFound as error:
+            raise LogNotFound(f"{error}; {opener}(create=True) makes a new log there") from None
+        yield opened
 
 
 def _new_runtime(
@@ -223,18 +231,9 @@ async def open_partitioned_runtime(
             )
     registry = ToolRegistry(tools, check=check)
     authorizer = operators if callable(operators) else frozenset(operators).__contains__
-    async with AsyncExitStack() as stack:
-        if isinstance(log, Log):
-            opened = log
-        else:
-            try:
-                opened = await stack.enter_async_context(
-                    open_log(log, clock=trio_clock(), create=create, partitions=partitions)
-                )
-            except LogNotFound as error:
-                raise LogNotFound(
-                    f"{error}; open_partitioned_runtime(create=True) makes a new log there"
-                ) from None
+    async with _opened(
+        log, create=create, partitions=partitions, opener="open_partitioned_runtime"
+    ) as opened:
 
         def make_core(partition: Log) -> Runtime:
             core = _new_runtime(

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 import trio
 from postgres_support import fresh_schema, log_url
-from test_peer_processes import Child, every_call_ended, fed, started_turns
+from test_peer_processes import Child, every_call_ended, started_turns, survived_the_kill
 
-from inert import ArgumentsAppended, RecordedEvent, open_log
-from inert.events import CallDispatched, ToolDisabled, TurnLeased, TurnStarted
+from inert import RecordedEvent, open_log
+from inert.events import ToolDisabled
 from inert.runtime._controls import give_control
 
 NAMES = ("p0", "p1", "p2", "p3")
@@ -89,37 +89,7 @@ def test_four_processes_on_a_partitioned_log_survive_the_sigkill_of_one() -> Non
             for child in children.values():
                 child.close()
 
-    events = [recorded.event for recorded in records]
-    dispatched = Counter(event.key for event in events if isinstance(event, CallDispatched))
-    assert dispatched, "nothing was dispatched"
-    assert max(dispatched.values()) == 1, "a call was dispatched twice"
-    printed = Counter(
-        line for child in children.values() for line in child.lines if line.startswith("disp")
-    )
-    assert max(printed.values()) == 1
-
-    started = {event.turn.turn for event in events if isinstance(event, TurnStarted)}
-    for child in children.values():
-        assert set(started_turns(child)) <= started, f"{child.name}: an acknowledged turn is lost"
-        for turn, count in fed(child).items():
-            fed_events = [
-                recorded
-                for recorded in records
-                if recorded.stream.startswith(f"response/acme/{turn}-")
-                and recorded.event_type.startswith("ingress.")
-                and recorded.event_type != ArgumentsAppended.TAG
-            ]
-            assert len(fed_events) >= count, f"{child.name}: acknowledged events of {turn} lost"
-
-    victim_turns = set(started_turns(victim))
-    assert victim_turns
-    assert "fed-all" not in victim.lines, "the victim was not killed in the middle"
-    taken = {
-        event.turn.turn
-        for event in events
-        if isinstance(event, TurnLeased) and event.previous == VICTIM
-    }
-    assert taken == victim_turns
+    survived_the_kill(records, children, VICTIM)
     # The control reached every partition (copied once into each), and ended every call of a
     # survivor's turn still arriving there; a survivor whose beat came late under load may
     # have lost a turn to another before (its stream then ends connection_lost).

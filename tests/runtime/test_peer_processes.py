@@ -144,6 +144,45 @@ def every_call_ended(records: list[RecordedEvent]) -> bool:
     return bool(opened) and opened <= done
 
 
+def survived_the_kill(
+    records: list[RecordedEvent], children: dict[str, Child], victim: str
+) -> None:
+    """What a killed process leaves behind, checked: nothing dispatched twice (by the log and
+    by what the executors printed), no acknowledged turn or promise of any process lost, and
+    every turn of the victim leased to a survivor."""
+    events = [recorded.event for recorded in records]
+    dispatched = Counter(event.key for event in events if isinstance(event, CallDispatched))
+    assert dispatched, "nothing was dispatched"
+    assert max(dispatched.values()) == 1, "a call was dispatched twice"
+    printed = Counter(
+        line for child in children.values() for line in child.lines if line.startswith("disp")
+    )
+    assert max(printed.values()) == 1
+
+    started = {event.turn.turn for event in events if isinstance(event, TurnStarted)}
+    for child in children.values():
+        assert set(started_turns(child)) <= started, f"{child.name}: an acknowledged turn is lost"
+        for turn, count in fed(child).items():
+            fed_events = [
+                recorded
+                for recorded in records
+                if recorded.stream.startswith(f"response/acme/{turn}-")
+                and recorded.event_type.startswith("ingress.")
+                and recorded.event_type != ArgumentsAppended.TAG
+            ]
+            assert len(fed_events) >= count, f"{child.name}: acknowledged events of {turn} lost"
+
+    victim_turns = set(started_turns(children[victim]))
+    assert victim_turns
+    assert "fed-all" not in children[victim].lines, "the victim was not killed in the middle"
+    taken = {
+        event.turn.turn
+        for event in events
+        if isinstance(event, TurnLeased) and event.previous == victim
+    }
+    assert taken == victim_turns
+
+
 @pytest.mark.slow
 def test_three_processes_survive_the_sigkill_of_one() -> None:
     """No duplicate dispatch, no lost acknowledged event, the dead process's calls all end,
@@ -173,40 +212,13 @@ def test_three_processes_survive_the_sigkill_of_one() -> None:
                 child.close()
 
     events = [recorded.event for recorded in records]
+    survived_the_kill(records, children, VICTIM)
     dispatched = Counter(event.key for event in events if isinstance(event, CallDispatched))
-    assert dispatched, "nothing was dispatched"
-    assert max(dispatched.values()) == 1, "a call was dispatched twice"
-    printed = Counter(
-        line for child in children.values() for line in child.lines if line.startswith("disp")
-    )
-    assert max(printed.values()) == 1
-
-    started = {event.turn.turn for event in events if isinstance(event, TurnStarted)}
-    for child in children.values():
-        assert set(started_turns(child)) <= started, f"{child.name}: an acknowledged turn is lost"
-        for turn, count in fed(child).items():
-            fed_events = [
-                recorded
-                for recorded in records
-                if recorded.stream.startswith(f"response/acme/{turn}-")
-                and recorded.event_type.startswith("ingress.")
-                and recorded.event_type != ArgumentsAppended.TAG
-            ]
-            assert len(fed_events) >= count, f"{child.name}: acknowledged events of {turn} lost"
-
     owners = {}
     for event in events:
         if isinstance(event, TurnLeased):
             owners[event.turn.turn] = event.owner
     victim_turns = set(started_turns(victim))
-    assert victim_turns
-    assert "fed-all" not in victim.lines, "the victim was not killed in the middle"
-    taken = {
-        event.turn.turn
-        for event in events
-        if isinstance(event, TurnLeased) and event.previous == VICTIM
-    }
-    assert taken == victim_turns
     assert all(owners[turn] != VICTIM for turn in victim_turns), "a turn of the dead stayed its"
 
     ended = {event.key for event in events if isinstance(event, CallCancelled | CallDispatched)}
