@@ -94,6 +94,8 @@ class PartitionedRuntime:
         self._followed = trio.Event()
         self._changed = trio.Event()
         self._owners: dict[int, str] = {}
+        self._head_asked = self._head_answered = self._head = 0
+        self._head_reading: trio.Event | None = None
         self._rebalance_due = trio.Event()
 
     # --- what this process folds ---
@@ -256,9 +258,30 @@ class PartitionedRuntime:
     async def _controls_copied(self) -> None:
         """Until every control the control partition holds now is in the partitions this
         process folds."""
-        head = await self.log.head()
+        head = await self._control_head()
         while self._control_position < head:
             await self._followed.wait()
+
+    async def _control_head(self) -> int:
+        """The head of the control partition, read after this was asked: one read serves every
+        caller that asked before it began (claims come many at a time, and each read is a
+        round trip and a transaction of the server)."""
+        self._head_asked += 1
+        ticket = self._head_asked
+        while self._head_answered < ticket:
+            reading = self._head_reading
+            if reading is not None:
+                await reading.wait()
+                continue
+            reading = self._head_reading = trio.Event()
+            covered = self._head_asked
+            try:
+                self._head = await self.log.head()
+                self._head_answered = covered
+            finally:
+                self._head_reading = None
+                reading.set()
+        return self._head
 
     # --- running ---
 

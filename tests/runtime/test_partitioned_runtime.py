@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
@@ -216,3 +217,31 @@ async def test_a_joining_process_takes_its_share_once_its_turns_are_done_elsewhe
             ]
             assert decisions.count("decision.dispatched") == 1
             assert decisions.count("decision.validated") == 1
+
+
+async def test_claims_made_together_share_a_read_of_the_control_head(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims made at once read the control partition's head a few times, not once each, and
+    each is dispatched once."""
+    async with process(log, "p1") as runtime:
+        keys = [key_in(f"c{n}") for n in range(20)]
+        for key in keys:
+            await start(runtime, key)
+            await runtime.feed([*call_events(key), response_end(key)])
+        await runtime.settle()
+        reads = 0
+        head = log.head
+
+        async def counted() -> int:
+            nonlocal reads
+            reads += 1
+            return await head()
+
+        monkeypatch.setattr(log, "head", counted)
+        async with trio.open_nursery() as nursery:
+            for key in keys:
+                nursery.start_soon(partial(runtime.claim, key, executor="worker"))
+        assert 1 <= reads < len(keys) // 2
+        await runtime.settle()
+        assert all((row := runtime.row(key)) and row.state is Phase.DISPATCHED for key in keys)
