@@ -39,7 +39,7 @@ def test_the_demo_s_log_is_ignored_by_git() -> None:
         assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
 
 
-@pytest.mark.slow(20)
+@pytest.mark.slow(seconds=20)
 def test_make_demo_keeps_its_log_and_ends_with_commands_that_work_on_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
