@@ -147,6 +147,21 @@ Rules:
     later one ignored. Rule 11 reads "running" so: a call with an outcome is not running. No
     decision of the table reads an outcome, so the rule holds for logs written before it.
 
+Inputs per partition and global (a partitioned log, ``inert.log._partitions``). Every input of a
+call lives in its conversation's partition and is judged in that partition's order: its turn's
+events, its response's ingress, the requests addressed to it (claims, confirmations, deadlines),
+the leases of its turn and its own decisions. Rule 12's "conversation" is one partition's. No
+rule reads an order across conversations. The global inputs are the operator controls (rule
+6's quarantine, tool disable and tenant stop): they are given in the control partition and
+copied, the same event on the same stream, into every partition, where the decider reads them
+like any other input. A control takes effect in a partition at the position of its copy there:
+the inputs of the partition before it are judged without it, those after it with it, on every
+replay alike. A process copies every control the control partition holds before it asks a
+call of its partitions to dispatch (``inert.runtime._partitioned``), so a control acknowledged
+before a claim was requested is before that claim in its partition. Heartbeats are global too,
+but no rule reads them: the process that folds a partition decides from them who is dead, and
+what follows (a turn leased, a stream lost, an outcome unknown) is written into the partition.
+
 The transition table below is closed: a (state, input) pair missing from it is an
 ``IllegalTransition``. Beside this module: the call's state, its inputs and its decisions
 (``inert.actors._call``), one handler per row of the table (``inert.actors._handlers``), the
