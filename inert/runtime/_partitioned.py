@@ -34,12 +34,14 @@ both decide for one turn. An assignment only says who folds what.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import trio
 
+from ..actors import ToolDeclaration
 from ..events import (
     TERMINAL_PHASES,
     CallKey,
@@ -50,6 +52,7 @@ from ..events import (
     ProcessHeartbeat,
     RecordedEvent,
     RefusedError,
+    TraceContext,
     TurnLeased,
     TurnRef,
     process_stream,
@@ -57,10 +60,11 @@ from ..events import (
 )
 from ..log import Log, NewEvent
 from ..projections import LedgerRow
+from ..tracing import IncomingTrace
 from ._assignment import assign, owned_by
 from ._boundary import Dispatch, OperatorAuthorizer, ReadyCall
 from ._controls import give_control
-from ._runtime import Runtime
+from ._runtime import DEFAULT_CONFIRMATION_VALIDITY, Runtime
 
 MakeCore = Callable[[Log], Runtime]
 ServeCore = Callable[[Runtime], contextlib.AbstractAsyncContextManager[Runtime]]
@@ -154,7 +158,8 @@ class PartitionedRuntime:
         conversation: str,
         turn: str,
         principal: str,
-        tools: Collection[str] | None = None,
+        tools: Iterable[str | ToolDeclaration] | None = None,
+        trace: TraceContext | IncomingTrace | None = None,
     ) -> TurnRef:
         """Start a turn in this process, which must be the one its partition is assigned to."""
         partition = self.log.partition_of(tenant, conversation)
@@ -166,13 +171,18 @@ class PartitionedRuntime:
                 " start the turn there"
             )
         return await self.core(partition).start_turn(
-            tenant=tenant, conversation=conversation, turn=turn, principal=principal, tools=tools
+            tenant=tenant,
+            conversation=conversation,
+            turn=turn,
+            principal=principal,
+            tools=tools,
+            trace=trace,
         )
 
     async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None:
         await self._core_of(turn).cancel_turn(turn, principal=principal, reason=reason)
 
-    async def feed(self, events: Sequence[Event]) -> None:
+    async def feed(self, events: Sequence[Event], *, trace: TraceContext | None = None) -> None:
         """Feed ingress events; those of one call's partition go to its runtime, in order."""
         runs: list[tuple[Runtime, list[Event]]] = []
         for event in events:
@@ -185,10 +195,25 @@ class PartitionedRuntime:
             else:
                 runs.append((core, [event]))
         for core, run in runs:
-            await core.feed(run)
+            await core.feed(run, trace=trace)
 
-    async def confirm(self, key: CallKey, *, principal: str, **options: object) -> None:
-        await self._core_of(key).confirm(key, principal=principal, **options)  # type: ignore[arg-type]
+    async def confirm(
+        self,
+        key: CallKey,
+        *,
+        principal: str,
+        arguments_digest: str,
+        expires_in: timedelta = DEFAULT_CONFIRMATION_VALIDITY,
+        arguments: Mapping[str, Any] | bytes | None = None,
+    ) -> datetime:
+        """``Runtime.confirm`` in the runtime of the call's partition."""
+        return await self._core_of(key).confirm(
+            key,
+            principal=principal,
+            arguments_digest=arguments_digest,
+            expires_in=expires_in,
+            arguments=arguments,
+        )
 
     async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None:
         await self._core_of(key).deny(key, principal=principal, reason=reason)
