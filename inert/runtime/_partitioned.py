@@ -71,7 +71,8 @@ ServeCore = Callable[[Runtime], contextlib.AbstractAsyncContextManager[Runtime]]
 
 
 class PartitionedRuntime:
-    """The runtime of one process on a partitioned log. Open one with ``open_runtime``."""
+    """The runtime of one process on a partitioned log. Open one with
+    [`open_partitioned_runtime`][inert.open_partitioned_runtime]."""
 
     def __init__(
         self,
