@@ -339,13 +339,14 @@ class PostgresLog(GroupCommitLog[Connection]):
         self._reader: Connection | None = None
         self._reader_lock = trio.Lock()
         self._background_connection: Connection | None = None
-        self._vacuumer: Connection | None = None
-        self._keys_destroyed = False
+        # The file of the table of keys as a transaction that destroyed keys saw it (in the
+        # worker thread), and as the last one of them committed saw it (in Trio's).
+        self._keys_destroyed_in: int | None = None
+        self._keys_file_destroyed: int | None = None
         self._eraser = Eraser(
-            self._vacuum_keys,
+            self._rewrite_keys,
             holds=f"the pages of {schema}.payload_keys (appends hold the table)",
             timeout=erase_timeout,
-            close=self._close_vacuumer,
         )
 
     @property
@@ -430,26 +431,49 @@ class PostgresLog(GroupCommitLog[Connection]):
             raise LogError(f"cannot set up a connection to {self.url}: {_reason(error)}") from None
         return connection
 
-    def _vacuum_keys(self) -> bool:
-        """Rewrite the table of keys, leaving no page that held a destroyed one, once; whether
-        it could (it waits a moment at most for the appends holding the table)."""
-        connection = self._vacuumer
+    async def _rewrite_keys(self) -> bool:
+        """Rewrite the table of keys, leaving no page that held a destroyed one, unless a
+        rewrite has begun since the last transaction that destroyed keys here (another
+        process's: every process of the log shares the table); whether it is done. On the
+        background connection: the rewrite waits for redactions and snapshots, which hold
+        the table too."""
+        async with self._background_lock:
+            return await trio.to_thread.run_sync(self._rewrite_keys_once)
+
+    def _rewrite_keys_once(self) -> bool:
+        connection = None
         try:
-            if connection is None or connection.closed:
-                connection = self._vacuumer = self._open_connection(autocommit=True)
+            connection = self._background_connected()
+            connection.autocommit = True
+            try:
+                # A file that is not the one the last transaction destroying keys saw was
+                # written by a rewrite that began after it committed: the rewrite needs its
+                # lock, which that transaction held while it read the file's number.
+                if self._keys_file(connection) != self._keys_file_destroyed:
+                    return True
                 connection.execute(f"SET lock_timeout = {_VACUUM_LOCK_WAIT_MS}")
-            connection.execute(f"VACUUM (FULL) {self.schema}.payload_keys")
+                try:
+                    connection.execute(f"VACUUM (FULL) {self.schema}.payload_keys")
+                finally:
+                    connection.execute("RESET lock_timeout")
+            finally:
+                if not connection.closed:
+                    connection.autocommit = False
         except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
             return False
         except (psycopg.Error, InertError, _ConnectionLost):
-            self._close_vacuumer()
+            if connection is not None and connection.broken:
+                connection.close()
             return False
         return True
 
-    def _close_vacuumer(self) -> None:
-        if self._vacuumer is not None:
-            self._vacuumer.close()
-            self._vacuumer = None
+    def _keys_file(self, connection: Connection) -> int:
+        """The number of the file that holds the table of keys now."""
+        row = connection.execute(
+            "SELECT pg_relation_filenode(%s::regclass)", (f"{self.schema}.payload_keys",)
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
 
     def _connect(self) -> None:
         try:
@@ -831,6 +855,10 @@ class PostgresLog(GroupCommitLog[Connection]):
     @asynccontextmanager
     async def _presence(self) -> AsyncIterator[None]:
         holder = await trio.to_thread.run_sync(self._hold_presence)
+        # A runtime redacts and writes snapshots from its start: its background connection is
+        # opened with it rather than in the middle of its work.
+        async with self._background_lock:
+            await trio.to_thread.run_sync(self._background_connected)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_presence, holder)
@@ -941,8 +969,8 @@ class PostgresLog(GroupCommitLog[Connection]):
             self._erase_destroyed_keys()
 
     def _erase_destroyed_keys(self) -> None:
-        if self._keys_destroyed:
-            self._keys_destroyed = False
+        if self._keys_destroyed_in is not None:
+            self._keys_file_destroyed, self._keys_destroyed_in = self._keys_destroyed_in, None
             self._eraser.redacted()
 
     async def _storage_problems(self) -> list[str]:
@@ -1061,8 +1089,9 @@ class PostgresLog(GroupCommitLog[Connection]):
         # Taken first, so that an append sealing with one of them commits before the check.
         connection.execute(sql.lock_keys, (ordered,))
         if connection.execute(sql.delete_keys, (ordered,)).fetchall():
-            # Told to the eraser once the transaction is done, from the Trio thread.
-            self._keys_destroyed = True
+            # Told to the eraser once the transaction is done, from the Trio thread; read
+            # while this transaction holds the table, which a rewrite cannot then hold.
+            self._keys_destroyed_in = self._keys_file(connection)
 
     def _calls_at(
         self, connection: Connection, partition: int, stream: str, versions: Sequence[int]
@@ -1128,6 +1157,13 @@ class PostgresLog(GroupCommitLog[Connection]):
             )
         self._destroy_keys(connection, {key_id for (key_id,) in deleted if key_id is not None})
 
+    def _background_connected(self) -> Connection:
+        """The background connection (under the background lock), opened if it is not."""
+        connection = self._background_connection
+        if connection is None or connection.closed:
+            connection = self._background_connection = self._open_connection(autocommit=False)
+        return connection
+
     def _in_own_transaction(self, what: str, work: Callable[[Connection], _T]) -> _T:
         return self._with_reconnection(
             lambda: self._in_own_transaction_once(what, work),
@@ -1138,9 +1174,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         # The writer connection belongs to the write loop, which may be committing right now:
         # redactions and snapshots have a connection of their own, kept (a new one per
         # redaction would cost the server a session each, several per call).
-        connection = self._background_connection
-        if connection is None or connection.closed:
-            connection = self._background_connection = self._open_connection(autocommit=False)
+        connection = self._background_connected()
         try:
             with connection.transaction():
                 return work(connection)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import math
 import os
 import sqlite3
@@ -294,7 +295,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
         self._stream_names_capacity = min(max(stream_cache_size, 1), _READ_STREAM_NAMES)
         self._checkpointer: sqlite3.Connection | None = None
         self._eraser = Eraser(
-            self._checkpoint,
+            functools.partial(trio.to_thread.run_sync, self._checkpoint),
             holds=f"{self.path}-wal (another connection reads it)",
             timeout=erase_timeout,
             close=self._close_checkpointer,
