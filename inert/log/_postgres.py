@@ -20,8 +20,9 @@ lock with it, after ``STALLED_TRANSACTION_TIMEOUT``.
 
 Subscribers are woken by ``NOTIFY``, sent in the appending transaction and so delivered only
 at its commit. Each log ``LISTEN``\\s on a connection of its own whose socket the Trio loop
-waits on directly; subscriptions also poll every ``poll_interval``, which covers a lost
-listening connection until it is open again.
+waits on directly; every ``poll_interval`` the log also reads the head of every partition in
+one query and wakes the subscriptions of those that moved, which covers a lost listening
+connection until it is open again (one query a process, not one a subscription).
 
 Tables live in a schema of their own (``schema``, ``inert`` by default), created on first
 open unless the log is opened with ``create=False``: then a schema without them is refused,
@@ -389,7 +390,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         )
         await trio.to_thread.run_sync(log._connect)
         try:
-            async with log._running(log._listen_loop, log._eraser.run):
+            async with log._running(log._listen_loop, log._poll_loop, log._eraser.run):
                 yield log
         finally:
             log._mark_closed()
@@ -834,9 +835,6 @@ class PostgresLog(GroupCommitLog[Connection]):
                 log._mark_closed()
         return log
 
-    def _poll_interval(self) -> float:
-        return self.poll_interval
-
     def _committed_elsewhere(self, rows: dict[int, list[StoredRecord]]) -> None:
         for number, committed in rows.items():
             log = self._partition_logs.get(number)
@@ -1253,15 +1251,37 @@ class PostgresLog(GroupCommitLog[Connection]):
             partition, head = map(int, payload.split())
         except ValueError:
             return False
+        return self._heard_of_head(partition, head, wake=False)
+
+    def _heard_of_head(self, partition: int, head: int, *, wake: bool) -> bool:
+        """Note a partition's head, read or heard of, waking its subscriptions if it is past
+        what this log knew (those of partition 0 only if ``wake``); whether it was, there."""
         if partition == 0:
-            self._known_head = max(self._known_head, head)
+            if head <= self._known_head:
+                return False
+            self._known_head = head
+            if wake:
+                self._notify_appended()
             return True
         log = self._partition_logs.get(partition)
-        if log is not None:
+        if log is not None and head > log._known_head:
             log._heard_of(head)
         return False
 
     async def _wait_for_appends(self, since: trio.Event) -> None:
-        # Notifications may be lost with the listening connection; polling bounds the delay.
-        with trio.move_on_after(self.poll_interval):
-            await since.wait()
+        # Woken by this process's commits, by another's notification, or by the poll.
+        await since.wait()
+
+    async def _poll_loop(self) -> None:
+        """Every poll interval, one read of every partition's head for the whole log: a
+        notification lost with the listening connection is made up for within the interval,
+        at the cost of one query a process, however many partitions and subscriptions it
+        has."""
+        while True:
+            await trio.sleep(self.poll_interval)
+            try:
+                heads = await self._query(self._sql.heads, ())
+            except InertError:
+                continue
+            for partition, head in heads:
+                self._heard_of_head(int(partition), int(head), wake=True)

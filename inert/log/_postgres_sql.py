@@ -231,6 +231,7 @@ class Statements:
     read: str
     read_stream: str
     head: str
+    heads: str
     stream_version: str
     to_redact: str
     to_redact_of_types: str
@@ -304,6 +305,7 @@ class Statements:
                 " ORDER BY e.version"
             ),
             head=f"SELECT position FROM {schema}.heads WHERE partition = %s",
+            heads=f"SELECT partition, position FROM {schema}.heads",
             stream_version=(
                 f"SELECT version FROM {schema}.streams WHERE partition = %s AND name = %s"
             ),
