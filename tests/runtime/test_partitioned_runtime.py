@@ -4,6 +4,7 @@ that falls silent are taken over with its turns."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -299,3 +300,17 @@ async def test_a_process_whose_turn_was_taken_over_and_handed_back_answers_its_r
         await paused.settle()
         decisions = [e.event_type for e in await log.partition(partition).read_stream(key.stream)]
         assert decisions.count("decision.cancelled") == 1
+
+
+async def test_an_executor_may_stop_taking_ready_calls_without_a_warning(log: Log) -> None:
+    """An executor that leaves the ready calls it iterates (here, after the first) leaves
+    nothing unfinished behind: nothing warns when it is collected."""
+    async with process(log, "p1") as runtime:
+        key = key_in(conversation_in(log, [2]))
+        await start(runtime, key)
+        await runtime.feed([*call_events(key), response_end(key)])
+        await runtime.settle()
+        async for ready in runtime.ready_calls():
+            assert ready.key == key
+            break
+        gc.collect()
