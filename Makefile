@@ -86,14 +86,16 @@ example: $(STAMP)
 # Long runs kept out of `make test`, which runs a sample of each: 200 SIGKILLs of a process in
 # the middle of appending (6 in make test); 200 of a process running the runtime (4), 10,000
 # fault runs (500), 100 of them on SQLite (8), the load of 10,000 call keys for 10 minutes with
-# faults (1,000 for 30 s), 10,000 simulator seeds (200), 20,000 examples of the decider's state
-# machine (1,000) and 100 seeds of power cuts (6).
+# faults (1,000 for 30 s), 10,000 simulator seeds (200), 2,000 seeds of runtime processes on a
+# partitioned log (8), 20,000 examples of the decider's state machine (1,000) and 100 seeds of
+# power cuts (6).
 soak: $(STAMP)
 	INERT_CRASH_KILLS=200 $(BIN)/pytest tests/log/test_log_crash.py
 	INERT_RUNTIME_KILLS=200 INERT_FAULT_SEEDS=10000 INERT_FAULT_SQLITE_SEEDS=100 \
 		INERT_LOAD_KEYS=10000 INERT_LOAD_SECONDS=600 \
 		$(BIN)/pytest tests/runtime/test_crash_points.py tests/testing/test_faults.py tests/runtime/test_load_smoke.py
 	INERT_SIMULATION_SEEDS=10000 $(BIN)/pytest tests/testing/test_simulator.py -k every_seed
+	INERT_CLUSTER_SEEDS=2000 $(BIN)/pytest tests/testing/test_cluster_simulator.py -k every_cluster_seed
 	INERT_DECIDER_EXAMPLES=20000 $(BIN)/pytest tests/actors/test_decider_stateful.py
 	INERT_POWER_CUT_SEEDS=100 $(BIN)/pytest tests/log/test_power_loss.py
 

@@ -252,12 +252,16 @@ class CallRouter:
             return
         stream = key.stream
         version = self._written.get(key)
+        record = self._fold.records.get(key)
+        read = record.version if record is not None else None
+        if version is None or (read is not None and read > version):
+            # What this process wrote last, unless the fold has read further since: another
+            # process decided for the call meanwhile (it took the turn over, and handed it
+            # back), and an append at the old version would be refused and its decisions lost.
+            version = read
         if version is None:
-            record = self._fold.records.get(key)
-            version = record.version if record is not None else None
-            if version is None:
-                # A call this fold forgot, or never knew: its stream may hold events.
-                version = await self._log.stream_version(stream)
+            # A call this fold forgot, or never knew: its stream may hold events.
+            version = await self._log.stream_version(stream)
         expected = {stream: version}
         if self._fold.process is None:
             await self._log.append(events, expected)

@@ -7,9 +7,23 @@ import argparse
 import json
 import sys
 
-from ..testing import PLANTS, RETENTIONS, SimulationFailed, plant_description, simulate_many
+from ..testing import (
+    PLANTS,
+    RETENTIONS,
+    ClusterResult,
+    SimulationFailed,
+    SimulationResult,
+    plant_description,
+    simulate_cluster_many,
+    simulate_many,
+)
+from ..testing._cluster_simulator import MAX_PROCESSES
 from ._arguments import MAX_KEYS, MAX_SEEDS, MAX_WORKERS, count_argument, text_argument
 from ._common import Progress
+
+DEFAULT_PROCESSES = 3
+DEFAULT_PARTITIONS = 4
+MAX_PARTITIONS = 64
 
 
 def simulate_command(arguments: argparse.Namespace) -> None:
@@ -19,17 +33,33 @@ def simulate_command(arguments: argparse.Namespace) -> None:
         return
     if arguments.plant is not None:
         plant_description(arguments.plant)
+    cluster = arguments.processes is not None or arguments.partitions is not None
     progress = Progress("simulate: seeds", arguments.seeds)
+    seeds = range(arguments.seed, arguments.seed + arguments.seeds)
+    results: list[SimulationResult] | list[ClusterResult]
     try:
-        results = simulate_many(
-            range(arguments.seed, arguments.seed + arguments.seeds),
-            keys=arguments.keys,
-            plant=arguments.plant,
-            retention=arguments.retention,
-            workers=arguments.workers,
-            progress=progress.advance,
-            suite=arguments.tools,
-        )
+        if cluster:
+            results = simulate_cluster_many(
+                seeds,
+                keys=arguments.keys,
+                processes=arguments.processes or DEFAULT_PROCESSES,
+                partitions=arguments.partitions or DEFAULT_PARTITIONS,
+                plant=arguments.plant,
+                retention=arguments.retention,
+                workers=arguments.workers,
+                progress=progress.advance,
+                suite=arguments.tools,
+            )
+        else:
+            results = simulate_many(
+                seeds,
+                keys=arguments.keys,
+                plant=arguments.plant,
+                retention=arguments.retention,
+                workers=arguments.workers,
+                progress=progress.advance,
+                suite=arguments.tools,
+            )
     finally:
         progress.finish()
     for result in results:
@@ -57,6 +87,7 @@ def simulate_command(arguments: argparse.Namespace) -> None:
                         ],
                         "command": result.command,
                         "tools": result.suite,
+                        **_cluster_fields(result),
                     },
                     sort_keys=True,
                 )
@@ -69,6 +100,11 @@ def simulate_command(arguments: argparse.Namespace) -> None:
     steps = sum(result.steps for result in results)
     found = sum(len(result.violations) for result in results)
     tools = f", tools from {arguments.tools}" if arguments.tools else ""
+    if cluster:
+        tools += (
+            f", {arguments.processes or DEFAULT_PROCESSES} processes on"
+            f" {arguments.partitions or DEFAULT_PARTITIONS} partitions"
+        )
     summary = (
         f"{len(results)} seeds run twice, {arguments.keys} call keys each{tools}:"
         f" {steps:,} steps checked, {found} violations"
@@ -80,6 +116,21 @@ def simulate_command(arguments: argparse.Namespace) -> None:
             f"{found} violations in {len(failed)} of {len(results)} seeds; replay the first"
             f" with: {failed[0].command}"
         )
+
+
+def _cluster_fields(result: SimulationResult | ClusterResult) -> dict[str, object]:
+    if not isinstance(result, ClusterResult):
+        return {}
+    return {
+        "processes": result.processes,
+        "partitions": result.partitions,
+        "kills": result.kills,
+        "stalls": result.stalls,
+        "joins": result.joins,
+        "leaves": result.leaves,
+        "leases_moved": result.leases_moved,
+        "unknown_outcomes": result.unknown_outcomes,
+    }
 
 
 def simulate_arguments(sub: argparse.ArgumentParser) -> None:
@@ -116,5 +167,17 @@ def simulate_arguments(sub: argparse.ArgumentParser) -> None:
         type=count_argument(MAX_WORKERS),
         default=1,
         help="processes running seeds (default 1)",
+    )
+    sub.add_argument(
+        "--processes",
+        type=count_argument(MAX_PROCESSES),
+        help=f"run the runtime as this many processes on one partitioned log, killed, leaving"
+        f" and joining on the way (default {DEFAULT_PROCESSES} when --partitions is given)",
+    )
+    sub.add_argument(
+        "--partitions",
+        type=count_argument(MAX_PARTITIONS),
+        help="the partitions of calls of that log, 2 at least (default"
+        f" {DEFAULT_PARTITIONS} when --processes is given)",
     )
     sub.add_argument("--json", action="store_true", help="one JSON object per seed")

@@ -5,11 +5,23 @@ checks the contract's invariants (I1-I12) over the log it wrote; run your own to
 and business check through it with ``simulate(seed, tools=[SimulatedTool(...)], check=...)``,
 or name them for ``inert simulate --tools module:attribute`` (a ``ToolSuite`` or a list of
 tools, ``load_suite``).
-``check_log`` checks any settled log; ``planted(name)`` plants one of ``PLANTS`` for a block.
+``simulate_cluster(seed, processes=K, partitions=P)`` runs the plan against ``K`` runtime
+processes sharing a log of ``P`` partitions, killed, leaving and joining on the way.
+``check_log`` checks any settled log, ``check_partitioned_log`` a partitioned one;
+``planted(name)`` plants one of ``PLANTS`` for a block.
 ``FaultyLog`` wraps any log and injects seeded storage faults into its appends and deliveries.
 """
 
-from ._checker import InvariantChecker, Observation, Violation, check_log, strict_json_object
+from ._checker import (
+    InvariantChecker,
+    Observation,
+    PartitionedCheck,
+    Violation,
+    check_log,
+    check_partitioned_log,
+    strict_json_object,
+)
+from ._cluster_simulator import ClusterResult, simulate_cluster, simulate_cluster_many
 from ._faults import (
     Fault,
     FaultRates,
@@ -40,6 +52,7 @@ __all__ = [
     "PLANTS",
     "RETENTIONS",
     "SIMULATION_LIMITS",
+    "ClusterResult",
     "Fault",
     "FaultRates",
     "FaultyLog",
@@ -47,6 +60,7 @@ __all__ = [
     "Injection",
     "InvariantChecker",
     "Observation",
+    "PartitionedCheck",
     "SimulatedTool",
     "SimulationFailed",
     "SimulationResult",
@@ -56,6 +70,7 @@ __all__ = [
     "UnknownPlant",
     "Violation",
     "check_log",
+    "check_partitioned_log",
     "demo_check",
     "load_suite",
     "log_hash",
@@ -63,6 +78,8 @@ __all__ = [
     "planted",
     "seeded_scheduling",
     "simulate",
+    "simulate_cluster",
+    "simulate_cluster_many",
     "simulate_many",
     "strict_json_object",
     "tear_memory_tail",

@@ -38,7 +38,13 @@ may claim given everything before it:
 - I13: in a turn of rules 8 on, a ready call's lifetime counts from when it became ready (its
   own end event, the first successful end of its response after it, its confirmation, whichever
   came last): an expired call never dispatches (no dispatch answers a claim made at or after
-  the lifetime's end), and no ``ready`` decision lets it be claimed later than that.
+  the lifetime's end), and no ``ready`` decision lets it be claimed later than that;
+- I14: on a partitioned log, every operator control of the control partition is in every
+  partition of calls once (``check_partitioned_log``), where it takes effect.
+
+A partitioned log is checked partition by partition: a call, its turn and everything addressed
+to them live in one partition, where its copy of each control takes effect; I7 there also
+covers the calls claimed in a process that stopped for good (``departed``).
 
 I8 (a replay gives the live state) needs the runtime's views; the simulator checks it. On a
 log whose argument payloads retention redacted, I4 checks sequences and order only (the
@@ -49,10 +55,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+import attrs
 import jsonschema_rs
 from attrs import define, field, frozen
 
@@ -115,9 +123,13 @@ class Violation:
     key: str
     detail: str
     position: int = 0
+    partition: int | None = None
+    """The partition of a partitioned log the position is in (None for a log of one)."""
 
     def line(self) -> str:
         where = f" at position {self.position}" if self.position else ""
+        if self.partition is not None:
+            where = f" in partition {self.partition}{where}"
         call = f" {self.key}" if self.key else ""
         return f"{self.invariant}{call}{where}: {self.detail}"
 
@@ -952,6 +964,25 @@ class InvariantChecker:
                     "I7", call.key, "dispatched, without an outcome after a restart", head
                 )
 
+    def departed(self, processes: Iterable[str]) -> None:
+        """Once everything settled, after these processes stopped for good: every call
+        dispatched for a claim made in one of them has an outcome, if only unknown (I7)."""
+        gone = frozenset(processes)
+        for call in self._calls.values():
+            if not call.dispatched or call.outcome is not None:
+                continue
+            claim = self._requests.get(call.dispatched[0].cause)
+            made_in = (
+                claim.event.process if claim and isinstance(claim.event, ClaimRequested) else None
+            )
+            if made_in is not None and made_in in gone:
+                self._violate(
+                    "I7",
+                    call.key,
+                    f"dispatched in process {made_in!r}, which stopped, and without an outcome",
+                    self.head,
+                )
+
     def settled(self) -> None:
         """Once everything in the log was answered: every input accounted for (I9), every call
         that became unwanted while it ran asked to stop (I11)."""
@@ -1151,3 +1182,75 @@ def check_log(
             checker.observed(observation)
     checker.settled()
     return checker
+
+
+CONTROL_PARTITION = 0
+"""The partition of the heartbeats and the operator controls (as ``inert.log`` numbers it: the
+checker imports no storage)."""
+
+
+@frozen(kw_only=True)
+class PartitionedCheck:
+    """What ``check_partitioned_log`` found: the violations of every partition, each naming
+    its partition, and the events checked in all of them."""
+
+    violations: tuple[Violation, ...]
+    steps: int
+
+
+def check_partitioned_log(
+    partitions: Mapping[int, Iterable[RecordedEvent]],
+    tools: Iterable[ToolDeclaration],
+    limits: CallLimits,
+    *,
+    observations: Mapping[int, Mapping[int, list[Observation]]] | None = None,
+    departed: Iterable[str] = (),
+) -> PartitionedCheck:
+    """Check a whole, settled partitioned log: each partition of calls (1 to ``P``) as a log of
+    its own (its positions, its copies of the controls, the observations made at its heads),
+    and the control partition (0) against them all (I14: every control there is in every
+    partition of calls, once). ``departed``: the processes that stopped for good, whose
+    dispatched calls must have an outcome (I7).
+
+    A call lives in one partition with its turn and everything addressed to it, and a control
+    takes effect in a partition where its copy is: nothing in one partition's invariants
+    depends on the order of another's events.
+    """
+    gone = tuple(departed)
+    tools = tuple(tools)
+    seen = {number: list(records) for number, records in partitions.items()}
+    violations: list[Violation] = []
+    steps = 0
+    controls = Counter(
+        (recorded.stream, recorded.event)
+        for recorded in seen.get(CONTROL_PARTITION, ())
+        if isinstance(recorded.event, CONTROL_TYPES)
+    )
+    for number in sorted(seen):
+        if number == CONTROL_PARTITION:
+            steps += len(seen[number])
+            continue
+        checker = check_log(
+            seen[number], tools, limits, observations=(observations or {}).get(number)
+        )
+        checker.departed(gone)
+        steps += checker.steps
+        violations.extend(attrs.evolve(v, partition=number) for v in checker.violations)
+        copied = Counter(
+            (recorded.stream, recorded.event)
+            for recorded in seen[number]
+            if isinstance(recorded.event, CONTROL_TYPES)
+        )
+        if copied != controls:
+            missing = sum((controls - copied).values())
+            extra = sum((copied - controls).values())
+            violations.append(
+                Violation(
+                    invariant="I14",
+                    key="",
+                    detail=f"{missing} controls of the control partition are not in the"
+                    f" partition, {extra} are more than once or not in the control partition",
+                    partition=number,
+                )
+            )
+    return PartitionedCheck(violations=tuple(violations), steps=steps)

@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -49,6 +49,7 @@ from ..actors import (
     CallLimits,
     Phase,
     ReplayDivergence,
+    ToolDeclaration,
     ValidationRequested,
     ValidationResult,
     Validator,
@@ -71,11 +72,12 @@ from ..events import (
     ResponseRef,
     StreamLost,
     StreamResumed,
+    TurnRef,
 )
 from ..log import MemoryLog, MemoryStore, NewEvent
 from ..log._records import StoredRecord, decode_record
 from ..projections import DEFAULT_LEDGER_HORIZON, Projections
-from ..runtime import Runtime, open_runtime
+from ..runtime import PendingConfirmation, Runtime, open_runtime
 from ..runtime._collector import CollectorSettings
 from ..runtime._retention import DEFAULT_RETENTION, KEEP_EVERYTHING, Retention
 from ._checker import Observation, Violation, check_log
@@ -211,25 +213,32 @@ _HEX_MASK = bytes(ord("x") if byte in b"0123456789abcdef" else ord(".") for byte
 """A translation table: each lowercase hex digit to ``x``, any other byte to ``.``."""
 
 
+def _hashed_row(row: StoredRecord) -> bytes:
+    # The checksum is left out: it covers the random ids, and everything it covers is hashed
+    # here. So is the digest of a redacted confirmation, whose payload held its random nonce:
+    # the rest of the row (what remains, the payload's length) still is.
+    columns: tuple[object, ...] = row[:-1]
+    if row.event_type == ConfirmationGiven.TAG:
+        columns = row[:9] + row[10:-1]
+    text = "\x00".join([str(value) for value in columns if not isinstance(value, bytes)])
+    data = [value for value in columns if isinstance(value, bytes)]
+    return b"\x00".join([text.encode(), *data]) if data else text.encode()
+
+
 def log_hash(store: MemoryStore) -> str:
-    """A hash of what a memory log stores, row by row, that two runs of one seed must share.
+    """A hash of what a memory log stores, row by row (partition by partition), that two runs
+    of one seed must share.
 
     Event ids, claim ids and confirmation nonces are drawn at random by design (32 hex digits
     each); they are renamed by order of first appearance, so that the hash still sees which
     event names which. Everything else (positions, streams, versions, times, types, payload
     bytes, redactions) is hashed as it is.
     """
-    rows = []
-    for row in store.rows:
-        # The checksum is left out: it covers the random ids, and everything it covers is
-        # hashed here. So is the digest of a redacted confirmation, whose payload held its
-        # random nonce: the rest of the row (what remains, the payload's length) still is.
-        columns: tuple[object, ...] = row[:-1]
-        if row.event_type == ConfirmationGiven.TAG:
-            columns = row[:9] + row[10:-1]
-        text = "\x00".join([str(value) for value in columns if not isinstance(value, bytes)])
-        data = [value for value in columns if isinstance(value, bytes)]
-        rows.append(b"\x00".join([text.encode(), *data]) if data else text.encode())
+    rows = [_hashed_row(row) for row in store.rows]
+    # A partitioned log's partitions follow its control partition, each after its number.
+    for number in sorted(store.partition_stores):
+        rows.append(b"partition %d" % number)
+        rows.extend(_hashed_row(row) for row in store.partition_stores[number].rows)
     # Neither separator is a hex digit: no id spans two rows, and the ids of the whole log, in
     # order, are those of each row in turn.
     log = b"\x01".join([*rows, b""])
@@ -301,6 +310,39 @@ class _Life:
     limits: CallLimits
     horizon: timedelta | None
     digest_key: bytes
+
+
+class Serving(Protocol):
+    """What the conversations and the person ask of a runtime: a ``Runtime``, or what routes
+    each request to the process of a partitioned log that serves it."""
+
+    async def start_turn(
+        self,
+        *,
+        tenant: str,
+        conversation: str,
+        turn: str,
+        principal: str,
+        tools: Iterable[str | ToolDeclaration] | None = None,
+    ) -> object: ...
+
+    async def cancel_turn(self, turn: TurnRef, *, principal: str, reason: str = "") -> None: ...
+
+    async def feed(self, events: Sequence[Event]) -> None: ...
+
+    async def pending_confirmation(self, key: CallKey) -> PendingConfirmation | None: ...
+
+    async def confirm(
+        self,
+        key: CallKey,
+        *,
+        principal: str,
+        arguments_digest: str,
+        expires_in: timedelta = ...,
+        arguments: Mapping[str, Any] | bytes | None = None,
+    ) -> object: ...
+
+    async def deny(self, key: CallKey, *, principal: str, reason: str = "") -> None: ...
 
 
 class _Stop(Exception):
@@ -421,7 +463,7 @@ class _Run:
 
     # --- the parties ---
 
-    async def _converse(self, runtime: Runtime, conversation: Conversation) -> None:
+    async def _converse(self, runtime: Serving, conversation: Conversation) -> None:
         name = f"{conversation.tenant}/{conversation.name}"
         cursor = self.cursors.get(name, 0)
         if cursor == 0:
@@ -435,7 +477,7 @@ class _Run:
 
     async def _act(
         self,
-        runtime: Runtime,
+        runtime: Serving,
         conversation: Conversation,
         action: Feed | StartTurn | CancelTurn | Confirmations,
         rng: random.Random,
@@ -477,7 +519,7 @@ class _Run:
                     await self._answer(runtime, conversation, key, choice)
 
     async def _answer(
-        self, runtime: Runtime, conversation: Conversation, key: CallKey, choice: str
+        self, runtime: Serving, conversation: Conversation, key: CallKey, choice: str
     ) -> None:
         pending = await runtime.pending_confirmation(key)
         digest = pending.arguments_digest if pending is not None else "sha256:" + "0" * 64
@@ -697,11 +739,11 @@ def _replay_violations(records: Sequence[RecordedEvent], life: _Life) -> list[Vi
     return violations
 
 
-def _seeded_store(seed: int) -> MemoryStore:
+def _seeded_store(seed: int, *, partitions: int = 1) -> MemoryStore:
     """A log for ``seed`` whose identity and secret, and so its keyed digests, every run of the
     seed shares."""
     made = hashlib.sha256(f"inert simulation {seed}".encode()).digest()
-    return MemoryStore(identity=f"simulation-{seed}", secret=made)
+    return MemoryStore(identity=f"simulation-{seed}", secret=made, partitions=partitions)
 
 
 async def _read(rows: Sequence[StoredRecord]) -> list[RecordedEvent]:

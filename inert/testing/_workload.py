@@ -266,7 +266,15 @@ def _weighted(rng: random.Random, choices: Sequence[tuple[str, int]]) -> str:
 
 
 class _Planner:
-    def __init__(self, seed: int, keys: int, tools: Sequence[SimulatedTool], limits: CallLimits):
+    def __init__(
+        self,
+        seed: int,
+        keys: int,
+        tools: Sequence[SimulatedTool],
+        limits: CallLimits,
+        per_conversation: int = CALLS_PER_CONVERSATION,
+    ):
+        self.per_conversation = per_conversation
         self.rng = random.Random(seed)
         self.keys = keys
         self.tools = tools
@@ -275,7 +283,7 @@ class _Planner:
 
     def plan(self) -> Plan:
         rng = self.rng
-        count = max(1, -(-self.keys // CALLS_PER_CONVERSATION))
+        count = max(1, -(-self.keys // self.per_conversation))
         conversations = []
         for index in range(count):
             share = self.keys // count + (1 if index < self.keys % count else 0)
@@ -518,9 +526,16 @@ def _interleave(rng: random.Random, first: list[Action], second: list[Action]) -
 
 
 def make_plan(
-    seed: int, keys: int, tools: Sequence[SimulatedTool], limits: CallLimits = SIMULATION_LIMITS
+    seed: int,
+    keys: int,
+    tools: Sequence[SimulatedTool],
+    limits: CallLimits = SIMULATION_LIMITS,
+    *,
+    per_conversation: int = CALLS_PER_CONVERSATION,
 ) -> Plan:
-    """The plan of one seed: the same for the same arguments, always."""
+    """The plan of one seed: the same for the same arguments, always. ``per_conversation``:
+    the call keys of a conversation (fewer make more conversations, which a partitioned log
+    spreads over more partitions)."""
     if keys < 1:
         raise ValueError(f"a simulation needs at least one call key, not {keys}")
-    return _Planner(seed, keys, tools, limits).plan()
+    return _Planner(seed, keys, tools, limits, per_conversation).plan()

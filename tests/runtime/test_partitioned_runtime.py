@@ -4,12 +4,14 @@ that falls silent are taken over with its turns."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import gc
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 
 import pytest
 import trio
+import trio.testing
 from test_runtime import PRINCIPAL, TOOLS, call_events, response_end
 
 from inert import (
@@ -20,9 +22,10 @@ from inert import (
     Phase,
     TurnRef,
     open_partitioned_runtime,
+    trio_clock,
 )
-from inert.events import ToolDisabled
-from inert.log import Log, MemoryLog, MemoryStore
+from inert.events import ProcessHeartbeat, ToolDisabled
+from inert.log import Log, MemoryLog, MemoryStore, NewEvent
 from inert.runtime._assignment import assign, owned_by
 
 LEASE_TIME = 0.6
@@ -245,3 +248,69 @@ async def test_claims_made_together_share_a_read_of_the_control_head(
         assert 1 <= reads < len(keys) // 2
         await runtime.settle()
         assert all((row := runtime.row(key)) and row.state is Phase.DISPATCHED for key in keys)
+
+
+class PausableLog(MemoryLog):
+    """A shared memory log on the trio clock whose heartbeats of one process can be held
+    back, as a long pause of that process would: it runs on, and the others bury it."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store, clock=trio_clock())
+        self.paused: str | None = None
+        self.resumed = trio.Event()
+
+    async def append(
+        self, events: Sequence[NewEvent], expected_versions: Mapping[str, int] | None = None
+    ) -> list[int]:
+        if any(
+            isinstance(new.event, ProcessHeartbeat) and new.event.process == self.paused
+            for new in events
+        ):
+            await self.resumed.wait()
+        return await super().append(events, expected_versions)
+
+
+async def test_a_process_whose_turn_was_taken_over_and_handed_back_answers_its_requests(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A process taken for dead while it ran on loses its turn to a survivor, which decides
+    for its call; once it beats again and gets the turn back, it answers the call's next
+    request at once, after those decisions (before, its append at the call's old version
+    was refused and the answer lost, and the next decision broke its fold)."""
+    log = PausableLog(MemoryStore(partitions=PARTITIONS))
+    async with process(log, "survivor") as survivor, process(log, "paused") as paused:
+        await until(paused, lambda: len(paused.partitions_owned()) == 2)
+        await until(survivor, lambda: len(survivor.partitions_owned()) == 2)
+        mine = paused.partitions_owned()
+        key = key_in(conversation_in(log, mine))
+        partition = log.partition_of(key.tenant, key.conversation)
+        turn = await start(paused, key)
+        await paused.feed(call_events(key)[:2])
+        await paused.settle()
+        log.paused = "paused"
+        await until(
+            survivor,
+            lambda: (row := survivor.row(key)) is not None and row.state is Phase.CANCELLED,
+        )
+        log.paused = None
+        log.resumed.set()
+        await until(paused, lambda: paused.core(partition).turn_owner(turn) == "paused")
+        with pytest.raises(ClaimRefused, match="call_terminal"):
+            await paused.claim(key, executor="worker")
+        await paused.settle()
+        decisions = [e.event_type for e in await log.partition(partition).read_stream(key.stream)]
+        assert decisions.count("decision.cancelled") == 1
+
+
+async def test_an_executor_may_stop_taking_ready_calls_without_a_warning(log: Log) -> None:
+    """An executor that leaves the ready calls it iterates (here, after the first) leaves
+    nothing unfinished behind: nothing warns when it is collected."""
+    async with process(log, "p1") as runtime:
+        key = key_in(conversation_in(log, [2]))
+        await start(runtime, key)
+        await runtime.feed([*call_events(key), response_end(key)])
+        await runtime.settle()
+        async for ready in runtime.ready_calls():
+            assert ready.key == key
+            break
+        gc.collect()
