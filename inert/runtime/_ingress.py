@@ -37,6 +37,7 @@ from ..events import (
     CallEnded,
     CallKey,
     CallOpened,
+    ConflictError,
     DiscardReason,
     Event,
     EventsDiscarded,
@@ -47,11 +48,11 @@ from ..events import (
     response_of,
 )
 from ..events._identity import shared_key
-from ..log import Log, NewEvent
+from ..log import NO_STREAM, Log, NewEvent
 
 FEED_VERSIONS_KEPT = 65_536
 """Response streams whose version the ingress remembers (the most recently written); a stream
-written after it was dropped costs one read of its version from the log."""
+written after it was dropped costs one refused append, which tells its version."""
 
 DEFAULT_MAX_PENDING_BYTES = 16 * 1024 * 1024
 """Fragment bytes held for the next append before a feed waits for it to be written."""
@@ -364,15 +365,30 @@ class Ingress:
         for new in news:
             counts[new.stream] = counts.get(new.stream, 0) + 1
         expected: dict[str, int] = {}
+        guessed: set[str] = set()
         for stream in counts:
             # Taken out, and put back after the append: most recently written last, so that
             # the oldest entry is the one dropped past the bound. After a failure they stay
-            # out, and are read again when next needed.
+            # out, and are learnt again when next needed.
             version = self._versions.pop(stream, None)
             if version is None:
-                version = await self._log.stream_version(stream)
+                # A stream this ingress has not written is most often a new response: taken
+                # to be new rather than read (a round trip and a transaction of the server
+                # for each response), and its version learnt from the refusal if it is not.
+                version = NO_STREAM
+                guessed.add(stream)
             expected[stream] = version
-        await self._log.append(news, expected)
+        while True:
+            try:
+                await self._log.append(news, expected)
+                break
+            except ConflictError as conflict:
+                # Nothing was written: appended at the version the stream is at, as a read of
+                # its version before the append would have, once a stream.
+                if conflict.stream not in guessed:
+                    raise
+                guessed.discard(conflict.stream)
+                expected[conflict.stream] = conflict.actual
         versions = self._versions
         for stream, count in counts.items():
             versions[stream] = expected[stream] + count

@@ -180,7 +180,7 @@ async def test_a_failed_append_of_fragments_is_raised_by_the_next_feed_of_their_
 
 async def test_a_stream_another_writer_appended_to_is_a_conflict() -> None:
     """Each response stream has one feeder: a promise fed after another writer appended to
-    the stream is refused with a ConflictError, and the next feed reads the version again."""
+    the stream is refused with a ConflictError, and the next feed learns the version again."""
     log = MemoryLog()
     ingress = Ingress(log)
     key = key_of("a")
@@ -191,6 +191,36 @@ async def test_a_stream_another_writer_appended_to_is_a_conflict() -> None:
         await feed(ingress, [end(key, 1)])
     await feed(ingress, [end(key, 1)])
     assert await log.head() == 3
+
+
+class VersionCountingLog(MemoryLog):
+    """A memory log that counts the reads of a stream's version."""
+
+    version_reads = 0
+
+    async def _stream_version(self, stream: str) -> int:
+        self.version_reads += 1
+        return await super()._stream_version(stream)
+
+
+async def test_a_stream_the_ingress_has_not_written_is_taken_to_be_new() -> None:
+    """A new response's first append reads no version; a response written before (by another
+    process, or before a restart) is appended at the version its refusal names, and the
+    feed succeeds."""
+    log = VersionCountingLog()
+    earlier = key_of("a")
+    opened = CallOpened(key=earlier, tool="get_weather", sequence=0)
+    await log.append([NewEvent(stream=earlier.response_ref.stream, event=opened)])
+    ingress = Ingress(log)
+    await feed(ingress, [end(earlier, 1)])
+    fresh = key_of("b", response="r2")
+    await feed(ingress, [CallOpened(key=fresh, tool="get_weather", sequence=0)])
+    assert [(recorded.stream, recorded.version) for recorded in await stored(log)] == [
+        (earlier.response_ref.stream, 1),
+        (earlier.response_ref.stream, 2),
+        (fresh.response_ref.stream, 1),
+    ]
+    assert log.version_reads == 0
 
 
 async def test_past_the_bound_a_fragments_feed_waits_for_the_writer() -> None:
