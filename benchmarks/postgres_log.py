@@ -7,8 +7,9 @@ Run with ``python -m benchmarks.postgres_log [--url URL] [--case CASE] [--proces
 every run writes to a fresh schema, dropped afterwards. SQLite runs write fresh files (WAL,
 ``synchronous=FULL``) in a temporary directory. Cases are repeated ``--runs`` times with the
 runs interleaved; medians are reported. ``--case`` measures one case alone (``runtimes``: its
-PostgreSQL runs, at each of ``--processes``, 1 2 4 by default); with ``--json`` it prints one
-JSON object per line and process count.
+PostgreSQL runs, at each of ``--processes``, 1 2 4 8 by default, and one process on SQLite
+beside); with ``--json`` it prints one JSON object per line and process count (and one for
+SQLite, ``"kind": "sqlite"``).
 
 1. ``append``: ``--events`` events per case, split evenly between 1, 2 or 4 writer processes on
    one database; in each process 64 Trio tasks append one ``ArgumentsAppended`` (32 bytes of
@@ -20,7 +21,7 @@ JSON object per line and process count.
    response) are each fed as one batch (opened, four fragments, the call's end, the response's
    end) by 256 tasks, timed from the first turn started until ``settle()`` returns with every
    call ready for dispatch. PostgreSQL beside SQLite.
-3. ``runtimes``: ``--calls`` calls split evenly between 1, 2 or 4 runtime processes on one
+3. ``runtimes``: ``--calls`` calls split evenly between 1, 2, 4 or 8 runtime processes on one
    database (this module run with ``--runtime-child``). On a log of ``--partitions`` partitions
    (16 by default; more than 1), each process is an ``open_partitioned_runtime(process=...)``
    with the library's defaults otherwise (retention and snapshots included); once every process
@@ -37,9 +38,11 @@ JSON object per line and process count.
    end) and of the server's processes (read from ``/proc``: the postmaster's children alive, and
    those that exited through the postmaster's children's times; a server on this machine only,
    and all of its databases: give the case a database of its own); the transactions and sessions
-   the server counted in the database (``pg_stat_database``, read once every session of the
-   runtimes has ended); and per process, the log rows it read (``Log.rows_read``, of every
-   partition). Beside, in a full run: one runtime process on SQLite (no server figures).
+   the server counted in the database (``pg_stat_database``, read ``STATS_FLUSH_WAIT`` after the
+   processes are ready, as the server reports an idle backend's counts up to 10 s late, and
+   once every session of the runtimes has ended); and per process, the log rows it read
+   (``Log.rows_read``, of every partition). Beside: one runtime process on SQLite (no server
+   figures).
 4. ``replay``: a log of ``--replay-events`` events (appended in batches of 4,096 before the
    clock starts), read back page by page (``log.read(position, limit=4096)``), every event
    decoded. PostgreSQL beside SQLite.
@@ -106,10 +109,14 @@ DEFAULT_CALLS = 1_000
 DEFAULT_REPLAY_EVENTS = 100_000
 DEFAULT_RUNS = 3
 DEFAULT_PARTITIONS = 16
+STATS_FLUSH_WAIT = 11.0
+"""Seconds between the runtime processes' start-up and the first reading of the server's
+counts: PostgreSQL reports an idle backend's counts up to 10 s late."""
 """Two partitions a process at the most processes measured (8): a process folds one runtime per
 partition it takes, and each costs it commits of its own (see RESULTS.md)."""
 APPENDERS = 64
 PROCESSES = (1, 2, 4)
+RUNTIME_PROCESSES = (1, 2, 4, 8)
 FEEDERS = 256
 LEASE_TIME = 60.0
 """Long enough that a runtime process busy on a shared CPU is never taken for dead."""
@@ -605,6 +612,10 @@ def runtime_processes(target: Target, processes: int, calls: int) -> RuntimeRun:
         before = trio.run(_head, target.url)
         if probe is not None:
             probe.wait_until(lambda: probe.backends(active=True) == 0, "stayed busy")
+            # A backend reports its counts to pg_stat_database at most once a second while
+            # busy and, idle, up to 10 s later (PGSTAT_IDLE_INTERVAL): without this wait the
+            # processes' start-up would be counted as the case's.
+            time.sleep(STATS_FLUSH_WAIT)
             counts = probe.counts()
             server_cpu = probe.cpu_seconds()
         start = time.perf_counter()
@@ -769,7 +780,7 @@ def build_cases(
     events: int,
     calls: int,
     replay_events: int,
-    processes: Sequence[int] = PROCESSES,
+    processes: Sequence[int] = RUNTIME_PROCESSES,
     partitions: int = DEFAULT_PARTITIONS,
 ) -> list[Case]:
     cases = [
@@ -989,14 +1000,16 @@ def main(argv: list[str] | None = None) -> int:
         "--url", default=os.environ.get("INERT_BENCH_POSTGRESQL", DEFAULT_URL), help="the server"
     )
     parser.add_argument(
-        "--case", choices=CASES, help="measure this case only (runtimes: on PostgreSQL only)"
+        "--case",
+        choices=CASES,
+        help="measure this case only (runtimes: on PostgreSQL, and one process on SQLite)",
     )
     parser.add_argument(
         "--processes",
         type=int,
         nargs="+",
-        default=list(PROCESSES),
-        help="the runtime process counts of the runtimes case (default: 1 2 4)",
+        default=list(RUNTIME_PROCESSES),
+        help="the runtime process counts of the runtimes case (default: 1 2 4 8)",
     )
     parser.add_argument(
         "--partitions",
@@ -1033,7 +1046,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.case is not None:
         cases = [case for case in cases if case.group == args.case]
     if args.case == "runtimes":
-        cases = [case for case in cases if case.kind == "postgresql"]
+        # One process on SQLite beside, the floor of the PostgreSQL figures (same run).
+        cases = [
+            case for case in cases if case.kind == "postgresql" or case.key == "sqlite_runtimes_1"
+        ]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="inert-bench-") as name:
         for run in range(args.runs):
