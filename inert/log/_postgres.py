@@ -150,6 +150,20 @@ def public_url(conninfo: str) -> str:
     return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{dbname}"
 
 
+def _redaction_groups(redactions: list[FrozenRedaction]) -> list[list[FrozenRedaction]]:
+    """The redactions in order, in runs of one set of event types and no stream twice: each
+    run is made with one statement of each kind."""
+    groups: list[list[FrozenRedaction]] = []
+    streams: set[str] = set()
+    for redaction in redactions:
+        if not groups or groups[-1][0][2] != redaction[2] or redaction[0] in streams:
+            groups.append([])
+            streams = set()
+        groups[-1].append(redaction)
+        streams.add(redaction[0])
+    return groups
+
+
 class _ConnectionLost(Exception):
     """A connection the server ended or lost: worth one new connection and one more try."""
 
@@ -1007,75 +1021,95 @@ class PostgresLog(GroupCommitLog[Connection]):
         connection.execute(self._sql.lock_snapshots)
         sealed_by: set[int] = set()
         done = sum(
-            self._redact_in(connection, *redaction, partition=partition, sealed_by=sealed_by)
-            for redaction in redactions
+            self._redact_group_in(connection, group, partition=partition, sealed_by=sealed_by)
+            for group in _redaction_groups(redactions)
         )
         # Once for the whole transaction: keys locked in one order, as the appends lock them.
         self._destroy_keys(connection, sealed_by)
         return done
 
-    def _redact_in(
+    def _redact_group_in(
         self,
         connection: Connection,
-        stream: str,
-        up_to_version: int,
-        event_types: frozenset[str] | None,
-        keys: frozenset[CallKey] | None,
+        group: list[FrozenRedaction],
         *,
         partition: int,
         sealed_by: set[int],
     ) -> int:
-        """Redact one stream's rows, adding the keys that sealed what went to ``sealed_by``."""
+        """Redact the rows of a group of redactions of one set of event types, each of a
+        stream of its own, with a statement of each kind; add the keys that sealed what went
+        to ``sealed_by``."""
         sql = self._sql
+        event_types = group[0][2]
+        names = [stream for stream, _, _, _ in group]
+        up_to = [version for _, version, _, _ in group]
         selected = (
-            connection.execute(sql.to_redact, (partition, stream, up_to_version))
+            connection.execute(sql.to_redact_in, (names, up_to, partition))
             if event_types is None
             else connection.execute(
-                sql.to_redact_of_types, (partition, stream, up_to_version, sorted(event_types))
+                sql.to_redact_of_types_in, (names, up_to, partition, sorted(event_types))
             )
         )
+        keys_of = {stream: keys for stream, _, _, keys in group}
         done = []
+        digest_key = self.key(PAYLOAD_DIGEST_KEY)
         for values in selected:
             row = _row(values)
-            if reached(row, self.codec, event_types, keys):
-                done.append(redacted(row, self.codec, self.key(PAYLOAD_DIGEST_KEY)))
+            if reached(row, self.codec, event_types, keys_of[row.stream]):
+                done.append(redacted(row, self.codec, digest_key))
                 if values[13] is not None:
                     sealed_by.add(values[13])
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                sql.redact,
-                [
-                    (
-                        row.schema_version,
-                        row.payload,
-                        row.digest,
-                        row.checksum,
-                        partition,
-                        row.position,
-                    )
-                    for row in done
-                ],
+        if done:
+            connection.execute(
+                sql.redact_rows,
+                (
+                    [row.schema_version for row in done],
+                    [row.payload for row in done],
+                    [row.digest for row in done],
+                    [row.checksum for row in done],
+                    [row.position for row in done],
+                    partition,
+                ),
             )
-        if keys is None:
-            deleted = connection.execute(sql.redact_snapshots, (partition, stream, up_to_version))
-        else:
-            firsts = [
-                version
-                for (version,) in connection.execute(
-                    sql.snapshot_first_versions, (partition, stream, up_to_version)
-                )
-            ]
-            calls = self._calls_at(connection, partition, stream, firsts)
-            doomed = [
-                version
-                for version in firsts
-                if redaction_takes(version, up_to_version, keys, calls.get(version))
-            ]
+        whole = [(stream, version) for stream, version, _, keys in group if keys is None]
+        if whole:
             deleted = connection.execute(
-                sql.delete_snapshot_payloads_from, (partition, stream, doomed)
+                sql.redact_snapshots_in,
+                ([stream for stream, _ in whole], [version for _, version in whole], partition),
             )
-        sealed_by.update(key_id for (key_id,) in deleted if key_id is not None)
+            sealed_by.update(key_id for (key_id,) in deleted if key_id is not None)
+        for stream, version, _, keys in group:
+            if keys is not None:
+                self._redact_snapshots_of_calls(
+                    connection, partition, (stream, version, keys), sealed_by
+                )
         return len(done)
+
+    def _redact_snapshots_of_calls(
+        self,
+        connection: Connection,
+        partition: int,
+        redaction: tuple[str, int, frozenset[CallKey]],
+        sealed_by: set[int],
+    ) -> None:
+        """Delete the snapshot payloads of a stream that hold an event of these calls up to a
+        version, adding the keys that sealed them to ``sealed_by``."""
+        sql = self._sql
+        stream, up_to_version, keys = redaction
+        firsts = [
+            version
+            for (version,) in connection.execute(
+                sql.snapshot_first_versions, (partition, stream, up_to_version)
+            )
+        ]
+        calls = self._calls_at(connection, partition, stream, firsts)
+        doomed = [
+            version
+            for version in firsts
+            if redaction_takes(version, up_to_version, keys, calls.get(version))
+        ]
+        deleted = connection.execute(sql.delete_snapshot_payloads_from, (partition, stream, doomed))
+        sealed_by.update(key_id for (key_id,) in deleted if key_id is not None)
 
     def _destroy_keys(self, connection: Connection, key_ids: set[int]) -> None:
         """Destroy those of these keys that seal nothing unredacted any more: every copy of

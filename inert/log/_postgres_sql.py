@@ -233,11 +233,11 @@ class Statements:
     head: str
     heads: str
     stream_version: str
-    to_redact: str
-    to_redact_of_types: str
-    redact: str
     lock_snapshots: str
-    redact_snapshots: str
+    to_redact_in: str
+    to_redact_of_types_in: str
+    redact_rows: str
+    redact_snapshots_in: str
     snapshot_first_versions: str
     delete_snapshot_payloads_from: str
     rows_at: str
@@ -309,28 +309,37 @@ class Statements:
             stream_version=(
                 f"SELECT version FROM {schema}.streams WHERE partition = %s AND name = %s"
             ),
-            to_redact=(
-                f"{select} WHERE s.partition = %s AND s.name = %s AND e.version <= %s"
+            # A batch of redactions, each of a stream up to a version, costs the server a
+            # statement of each kind, not one a stream and a row. Only the rows of the types
+            # asked for leave the server: a redaction limited to some calls is made for each
+            # batch of calls that end, over a stream of others' rows.
+            to_redact_in=(
+                f"{select} JOIN unnest(%s::text[], %s::int8[]) AS r(name, up_to)"
+                " ON r.name = s.name WHERE s.partition = %s AND e.version <= r.up_to"
                 " AND e.payload_digest IS NULL ORDER BY e.position FOR UPDATE OF e"
             ),
-            # Only the rows of the types asked for leave the server: a redaction limited to some
-            # calls is made for each batch of calls that end, over a stream of others' rows.
-            to_redact_of_types=(
-                f"{select} WHERE s.partition = %s AND s.name = %s AND e.version <= %s"
+            to_redact_of_types_in=(
+                f"{select} JOIN unnest(%s::text[], %s::int8[]) AS r(name, up_to)"
+                " ON r.name = s.name WHERE s.partition = %s AND e.version <= r.up_to"
                 " AND e.payload_digest IS NULL AND e.event_type = ANY(%s)"
                 " ORDER BY e.position FOR UPDATE OF e"
             ),
-            redact=(
-                f"UPDATE {schema}.events SET schema_version = %s, payload = %s,"
-                " payload_digest = %s, checksum = %s, key_id = NULL"
-                " WHERE partition = %s AND position = %s"
+            redact_rows=(
+                f"UPDATE {schema}.events AS e SET schema_version = v.schema_version,"
+                " payload = v.payload, payload_digest = v.payload_digest,"
+                " checksum = v.checksum, key_id = NULL"
+                " FROM unnest(%s::int4[], %s::bytea[], %s::bytea[], %s::int8[], %s::int8[])"
+                " AS v(schema_version, payload, payload_digest, checksum, position)"
+                " WHERE e.partition = %s AND e.position = v.position"
             ),
             # Taken by redactions and snapshot writes, and by nothing else: one that waits for
             # the other then sees what it committed (a payload to delete, or a redacted stream).
             lock_snapshots=f"LOCK TABLE {schema}.snapshot_payloads IN SHARE ROW EXCLUSIVE MODE",
-            redact_snapshots=(
-                f"DELETE FROM {schema}.snapshot_payloads WHERE partition = %s AND stream = %s"
-                " AND first_version <= %s RETURNING key_id"
+            redact_snapshots_in=(
+                f"DELETE FROM {schema}.snapshot_payloads AS p"
+                " USING unnest(%s::text[], %s::int8[]) AS r(stream, up_to)"
+                " WHERE p.partition = %s AND p.stream = r.stream AND p.first_version <= r.up_to"
+                " RETURNING p.key_id"
             ),
             snapshot_first_versions=(
                 f"SELECT DISTINCT first_version FROM {schema}.snapshot_payloads"

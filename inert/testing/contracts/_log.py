@@ -645,6 +645,36 @@ class LogContract:
         assert stored.state == b"after"
         assert stored.intact()
 
+    async def test_redactions_made_together_each_reach_what_they_would_alone(
+        self, log: Log
+    ) -> None:
+        """``redact_many`` makes each redaction as ``redact`` would: several streams each up
+        to its own version, one stream twice (of other event types, then further), and one
+        limited to a call, in one call; the count is theirs together."""
+        await log.append(
+            [_new("s", f"s{i}", data=b"s-%d" % i) for i in range(3)]
+            + [_new("t", f"t{i}", data=b"t-%d" % i) for i in range(2)]
+        )
+        await log.append(_siblings())
+        fragments = {ArgumentsAppended.TAG, CallEnded.TAG}
+        done = await log.redact_many(
+            [
+                ("s", 1, None, None),
+                ("t", 2, None, None),
+                ("r", 7, fragments, [_key("b")]),
+                ("s", 2, {CallOpened.TAG}, None),
+                ("s", 2, None, None),
+            ]
+        )
+        assert done == 1 + 2 + 1 + 0 + 1
+
+        def shapes(events: list[RecordedEvent]) -> list[bool]:
+            return [isinstance(recorded.event, Redacted) for recorded in events]
+
+        assert shapes(await log.read_stream("s")) == [True, True, False]
+        assert shapes(await log.read_stream("t")) == [True, True]
+        assert shapes(await log.read_stream("r")) == [False] * 3 + [True] + [False] * 3
+
     async def test_redact_limited_to_a_call_leaves_the_other_calls_of_its_stream(
         self, log: Log
     ) -> None:
