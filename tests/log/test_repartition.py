@@ -5,22 +5,33 @@ it, and every golden log copied into other partitions replaying to its recorded 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import trio
 from golden_logs import golden_paths, golden_store, load, replay
 
-from inert import CallLimits, LogError
+from inert import (
+    CallLimits,
+    LogError,
+    RefusedError,
+    ToolDeclaration,
+    open_partitioned_runtime,
+)
 from inert.cli._repartition import repartition_verified
 from inert.events import (
+    ArgumentsAppended,
+    CallEnded,
     CallKey,
     CallOpened,
+    Event,
     ProcessHeartbeat,
     ResponseEnded,
     ResponseEndReason,
     TenantStopped,
     TerminalRef,
+    ToolDisabled,
     TurnRef,
     TurnStarted,
     control_stream,
@@ -219,5 +230,75 @@ def test_a_response_stream_redacted_whole_is_placed_by_its_calls() -> None:
         assert [row.stream for row in rows] == [stream, key.request_stream]
         assert rows[0].payload is None
         assert rows[0].digest == (await source._read_rows(1, 1))[0].digest
+
+    trio.run(run)
+
+
+def _call(conversation: str) -> tuple[CallKey, list[Event]]:
+    key = CallKey(
+        tenant="acme",
+        conversation=conversation,
+        turn="t1",
+        response=f"r-{conversation}",
+        item="i",
+        call="c",
+    )
+    return key, [
+        CallOpened(key=key, tool="get_weather", sequence=0),
+        ArgumentsAppended(key=key, data=b'{"city": "Lima"}', first_sequence=1, last_sequence=1),
+        CallEnded(key=key, terminal=TerminalRef(sequence=2)),
+        ResponseEnded(
+            response=key.response_ref,
+            reason=ResponseEndReason.COMPLETED,
+            terminal=TerminalRef(sequence=3),
+        ),
+    ]
+
+
+def test_a_log_a_partitioned_runtime_wrote_is_repartitioned_once_it_stopped() -> None:
+    """A log of 4 partitions written by a runtime process (heartbeats, a control it copied into
+    every partition, calls it ended and ran) is refused while its heartbeat is recent, then
+    copied into 3 partitions and into 1, each verifying with the same ledger."""
+    store = MemoryStore(partitions=4)
+
+    async def run() -> None:
+        log = MemoryLog(store)
+        names = [f"c{n}" for n in range(8)]
+        async with open_partitioned_runtime(
+            log=log,
+            process="p1",
+            tools=[ToolDeclaration(name="get_weather")],
+            lease_time=0.6,
+            operators=["op"],
+        ) as runtime:
+            for conversation in names[:6]:
+                await runtime.start_turn(
+                    tenant="acme", conversation=conversation, turn="t1", principal="p"
+                )
+                await runtime.feed(_call(conversation)[1])
+            await runtime.settle()
+            dispatch = await runtime.claim(_call(names[0])[0], executor="worker")
+            await runtime.complete(dispatch)
+            await runtime.give_control(
+                ToolDisabled(tool="get_weather", tenant=None, operator="op", reason="incident")
+            )
+            for conversation in names[6:]:
+                await runtime.start_turn(
+                    tenant="acme", conversation=conversation, turn="t1", principal="p"
+                )
+                await runtime.feed(_call(conversation)[1])
+            await runtime.settle()
+        for number in range(1, 5):
+            rows = await log.partition(number)._read_rows(1, None)
+            assert [row.event_id[: len(CONTROL_COPY)] for row in rows].count(CONTROL_COPY) == 1
+        with pytest.raises(RefusedError, match="runtime process 'p1' is running on the log"):
+            await repartition_verified(log, MemoryLog(MemoryStore(partitions=3)))
+        later = MemoryLog(store, clock=lambda: datetime.now(UTC) + timedelta(hours=1))
+        for partitions in (3, 1):
+            target = MemoryLog(MemoryStore(partitions=partitions))
+            report = await repartition_verified(later, target)
+            assert report.calls == len(names)
+            assert report.done.controls == 1
+            assert report.done.causes_moved > 0
 
     trio.run(run)
