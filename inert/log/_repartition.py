@@ -7,7 +7,9 @@ events (or another stream of a call of that response) name the conversation. The
 controls and heartbeats, and any stream of another kind, go to the control partition. A stream
 moves whole and in order, so it keeps its versions; every event keeps its id, the time it was
 recorded, its payload or what redaction left of it (a redacted payload is copied redacted, never
-the bytes it had), its digest and its trace context; it takes a new position.
+the bytes it had), its digest and its trace context; it takes a new position. A decision names
+the position of the input it answers (``cause``): where that input moved, the decision is
+written naming its new position (its payload, or its remains, encoded again).
 
 An operator control is a barrier. A partitioned log holds each control in its control partition
 and a copy in each partition a process folded (the same event, under the id ``control:ID``),
@@ -19,7 +21,8 @@ partition of calls of the copy (none to a log of one partition, whose control pa
 the calls). Snapshots are not copied: a runtime makes them again.
 
 The copy takes the source's identity and secret (the digests in its events are keyed by them):
-it is the same log, laid out anew. Reading and planning are pure; ``repartition`` does the I/O.
+it is the same log, laid out anew. Where a stream goes (``Survey``, ``target_of``), a control's
+copies and a decision's new cause are pure; ``repartition`` reads and writes.
 """
 
 from __future__ import annotations
