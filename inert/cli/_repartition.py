@@ -14,7 +14,7 @@ from ..events._identity import key_part
 from ..log import Log, open_log
 from ..log._repartition import Repartitioned, repartition
 from ..projections import LedgerRow, Projections
-from ..runtime._verify import Verification, partitions_digest, verify_log
+from ..runtime._verify import verify_log
 from ._common import Progress, _running_processes
 
 SHOWN_DIFFERENCES = 5
@@ -41,13 +41,10 @@ def _numbers(log: Log) -> list[int]:
     return sorted({0, *log.call_partitions()})
 
 
-async def _verified(
-    log: Log, which: str
-) -> tuple[dict[int, Verification], dict[CallKey, LedgerRow]]:
+async def _verified(log: Log, which: str) -> dict[CallKey, LedgerRow]:
     """``inert verify`` of every partition of the log, and the ledger row of every call its
     replay finds (without the horizon that ages finished calls out: when a row ages out depends
     on the later events of its partition, which a repartition changes)."""
-    found: dict[int, Verification] = {}
     rows: dict[CallKey, LedgerRow] = {}
     for number in _numbers(log):
         part = log.partition(number)
@@ -63,9 +60,8 @@ async def _verified(
                 f"the {which} fails verification in partition {number}: {verified.problems[0]}"
                 f" ({count} problem{'' if count == 1 else 's'}; inert verify lists them)"
             )
-        found[number] = verified
         rows.update((row.key, row) for row in projections.ledger.rows())
-    return found, rows
+    return rows
 
 
 def _shown(key: CallKey) -> str:
@@ -93,22 +89,15 @@ def _differences(before: dict[CallKey, LedgerRow], after: dict[CallKey, LedgerRo
     return found
 
 
-def _digest(found: dict[int, Verification]) -> str:
-    return partitions_digest({number: str(verified.digest) for number, verified in found.items()})
-
-
 @frozen(kw_only=True)
 class Report:
-    """What a repartition did and what proves it: the rows it read and wrote by partition, the
-    digests of both logs' replays (by the definition of ``inert verify``; a log of one partition
-    and a partitioned one differ by it, as their audits hold positions), and the calls whose
-    ledger rows agree."""
+    """What a repartition did and what proves it: the rows it read and wrote by partition, and
+    the calls whose ledger rows agree. No digest: a log's digest holds its audit's positions,
+    so a log and its copy in other partitions differ by definition."""
 
     done: Repartitioned
     source_partitions: int
     target_partitions: int
-    source_digest: str
-    target_digest: str
     calls: int
 
 
@@ -117,7 +106,7 @@ async def repartition_verified(source: Log, target: Log) -> Report:
     compare the ledgers of both call for call. ``LogError`` (or ``RefusedError``) on any failure,
     the source left as it was."""
     await _refuse_running(source)
-    source_found, before = await _verified(source, "source")
+    before = await _verified(source, "source")
     try:
         done = await repartition(source, target)
     except LogError as error:
@@ -125,7 +114,7 @@ async def repartition_verified(source: Log, target: Log) -> Report:
             f"{error}; the source is as it was, and the target may hold part of a copy: make it"
             " empty again (a new file or schema) before trying again"
         ) from None
-    target_found, after = await _verified(target, "copy")
+    after = await _verified(target, "copy")
     differences = _differences(before, after)
     if differences:
         left = len(differences) - SHOWN_DIFFERENCES
@@ -138,8 +127,6 @@ async def repartition_verified(source: Log, target: Log) -> Report:
         done=done,
         source_partitions=source.partitions,
         target_partitions=target.partitions,
-        source_digest=_digest(source_found),
-        target_digest=_digest(target_found),
         calls=len(before),
     )
 
@@ -164,13 +151,11 @@ async def repartition_command(
                         "partitions": report.source_partitions,
                         "events": read,
                         "read": [{"partition": n, "events": c} for n, c in done.read.items()],
-                        "digest": report.source_digest,
                     },
                     "target": {
                         "partitions": report.target_partitions,
                         "events": written,
                         "written": [{"partition": n, "events": c} for n, c in done.written.items()],
-                        "digest": report.target_digest,
                     },
                     "controls": done.controls,
                     "calls": report.calls,
@@ -190,10 +175,7 @@ async def repartition_command(
             f"controls: {done.controls}, in partition 0"
             + (" and copied into every partition of calls" if report.target_partitions > 1 else "")
         )
-    print(
-        f"verified both logs, whose ledgers agree for each of {report.calls} calls"
-        f" (digest {report.source_digest} of the source, {report.target_digest} of the copy)"
-    )
+    print(f"verified both logs, whose ledgers agree for each of {report.calls} calls")
     print("snapshots are not copied: a runtime on the copy makes them again")
 
 
