@@ -4,6 +4,7 @@ it, and every golden log copied into other partitions replaying to its recorded 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,12 +12,14 @@ from pathlib import Path
 import pytest
 import trio
 from golden_logs import golden_paths, golden_store, load, replay
+from postgres_support import fresh_schema, log_url
 
 from inert import (
     CallLimits,
     LogError,
     RefusedError,
     ToolDeclaration,
+    open_log,
     open_partitioned_runtime,
 )
 from inert.cli._repartition import repartition_verified
@@ -302,3 +305,32 @@ def test_a_log_a_partitioned_runtime_wrote_is_repartitioned_once_it_stopped() ->
             assert report.done.causes_moved > 0
 
     trio.run(run)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgresql"])
+def test_an_empty_log_takes_another_logs_identity_and_one_with_events_refuses(
+    backend: str, tmp_path: Path
+) -> None:
+    """An empty log takes an identity and secret (its keys change, and stay changed when it is
+    opened again); once it holds an event it refuses to."""
+    secret = bytes(range(32))
+    with contextlib.ExitStack() as stack:
+        if backend == "memory":
+            url = f"memory://identity-{tmp_path.name}"
+        elif backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'log.db'}"
+        else:
+            url = log_url(stack.enter_context(fresh_schema()))
+
+        async def run() -> None:
+            async with open_log(url) as log:
+                await log._adopt_identity("log-other", secret)
+                assert log.identity == "log-other"
+                assert log.key("k") == MemoryLog(MemoryStore(secret=secret)).key("k")
+                await log.append([_turn("c", "e1")])
+                with pytest.raises(LogError, match="holds events: it cannot take another log's"):
+                    await log._adopt_identity("log-third", secret)
+            async with open_log(url, create=False) as log:
+                assert log.identity == "log-other"
+
+        trio.run(run)
