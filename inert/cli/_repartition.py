@@ -101,12 +101,16 @@ class Report:
     calls: int
 
 
-async def repartition_verified(source: Log, target: Log) -> Report:
-    """Refuse a source a runtime runs on; verify it; copy it into ``target``; verify the copy;
-    compare the ledgers of both call for call. ``LogError`` (or ``RefusedError``) on any failure,
-    the source left as it was."""
+async def checked_source(source: Log) -> dict[CallKey, LedgerRow]:
+    """Refuse a source a runtime runs on, and verify it: the ledger row of each of its calls."""
     await _refuse_running(source)
-    before = await _verified(source, "source")
+    return await _verified(source, "source")
+
+
+async def copied(source: Log, target: Log, before: dict[CallKey, LedgerRow]) -> Report:
+    """Copy a checked source (its ledger: ``before``) into ``target``, verify the copy and
+    compare the ledgers of both call for call. ``LogError`` on any failure, the source left as
+    it was."""
     try:
         done = await repartition(source, target)
     except LogError as error:
@@ -131,15 +135,20 @@ async def repartition_verified(source: Log, target: Log) -> Report:
     )
 
 
+async def repartition_verified(source: Log, target: Log) -> Report:
+    """``checked_source``, then ``copied``: what ``inert repartition`` does once both are open."""
+    return await copied(source, target, await checked_source(source))
+
+
 async def repartition_command(
     source_url: str, target_url: str, *, partitions: int, as_json: bool
 ) -> None:
     started = time.monotonic()
-    async with (
-        open_log(source_url, create=False) as source,
-        open_log(target_url, partitions=partitions) as target,
-    ):
-        report = await repartition_verified(source, target)
+    async with open_log(source_url, create=False) as source:
+        # The target is opened (and made, where it does not exist) only for a source that passed.
+        before = await checked_source(source)
+        async with open_log(target_url, partitions=partitions) as target:
+            report = await copied(source, target, before)
     milliseconds = round((time.monotonic() - started) * 1000)
     done = report.done
     read, written = sum(done.read.values()), sum(done.written.values())
