@@ -27,6 +27,7 @@ from ..events import (
     Phase,
     TurnRef,
 )
+from ..log._partitions import MAX_PARTITIONS
 from ..projections._shown import STATES, FilterError, RowFilter, Stage, stage_named, time_named
 from ._arguments import (
     MAX_CONFIRMATION_SECONDS,
@@ -50,6 +51,7 @@ from ._operators import (
     deny_command,
 )
 from ._read import audit_command, ledger_command, replay_command, verify_command
+from ._repartition import repartition_command
 from ._simulate import simulate_arguments, simulate_command
 from ._streams import read_edit, read_tools
 from ._tracing import exported_spans
@@ -87,7 +89,9 @@ def _confirm_arguments(confirm: argparse.ArgumentParser) -> None:
     )
 
 
-def _control_arguments(control: argparse.ArgumentParser) -> None:
+def _control_arguments(
+    control: argparse.ArgumentParser, log_option: Callable[[argparse.ArgumentParser], None]
+) -> None:
     control.add_argument(
         "action",
         choices=[
@@ -126,6 +130,7 @@ def _control_arguments(control: argparse.ArgumentParser) -> None:
         f" (default {CONTROL_WAIT_SECONDS:g})",
     )
     control.add_argument("--json", action="store_true", help="one JSON object")
+    log_option(control)
 
 
 def _ledger_arguments(ledger: argparse.ArgumentParser) -> None:
@@ -235,6 +240,23 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     )
 
 
+def _repartition_arguments(repartition: argparse.ArgumentParser) -> None:
+    repartition.add_argument(
+        "--to",
+        metavar="URL",
+        required=True,
+        help="the log to copy into: empty, or made here (a PostgreSQL schema, or an SQLite file"
+        " for one partition)",
+    )
+    repartition.add_argument(
+        "--partitions",
+        type=count_argument(MAX_PARTITIONS),
+        required=True,
+        metavar="N",
+        help="how many partitions of calls the copy has (1: one partition, as SQLite logs have)",
+    )
+
+
 def _partition_option(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--partition",
@@ -305,6 +327,16 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
 
+    _repartition_arguments(
+        log_command(
+            "repartition",
+            "copy a log no process writes into an empty log of another number of partitions,"
+            " then verify both and compare their ledgers call for call; exits non-zero if any"
+            " of it fails",
+            "one JSON object",
+        )
+    )
+
     cancel = command(
         "cancel-turn",
         "cancel a turn for its principal (opens a runtime on the log, as a restart does)",
@@ -360,8 +392,7 @@ def _parser() -> argparse.ArgumentParser:
         "give an operator control beside the runtimes running on the log, and report what"
         f" they decided ({OPERATORS_VARIABLE} names the operators)",
     )
-    _control_arguments(control)
-    log_option(control)
+    _control_arguments(control, log_option)
     log_command(
         "controls",
         "the controls in force now: who gave each, when and why",
@@ -453,6 +484,16 @@ def _run(arguments: argparse.Namespace) -> None:
                     arguments.log,
                     as_json=arguments.json,
                     partition=arguments.partition,
+                )
+            )
+        case "repartition":
+            trio.run(
+                partial(
+                    repartition_command,
+                    arguments.log,
+                    arguments.to,
+                    partitions=arguments.partitions,
+                    as_json=arguments.json,
                 )
             )
         case "cancel-turn":

@@ -79,6 +79,7 @@ from ._records import (
     plan_appends,
     reached,
     redacted,
+    restored_record,
 )
 from ._snapshots import (
     StoredSnapshot,
@@ -249,6 +250,23 @@ class Log(abc.ABC):
             if type(new.event) in _EXACT_ROUND_TRIP:
                 keep(position, new.event)
         return positions
+
+    async def _restore(self, rows: Sequence[StoredRecord]) -> list[int]:
+        """Append rows read from another log of this log's identity and secret (the digests of
+        its redacted payloads are keyed by them) as they were written there: event ids, times,
+        payloads or what redaction left of them, digests and trace contexts. Each takes the next
+        position here and the next version of its stream; a row whose event id is here already
+        returns its position, as ``append`` does. What ``inert repartition`` copies with."""
+        self._check_open()
+        records = [restored_record(row, self.codec) for row in rows]
+        if not records:
+            return []
+        return await self._append_records(records, {})
+
+    async def _adopt_identity(self, identity: str, secret: bytes) -> None:
+        """Take another log's identity and secret, while this log holds no event: a copy of
+        that log is written here. ``LogError`` if it holds one."""
+        raise LogError(f"{type(self).__name__} cannot take another log's identity")
 
     async def read(
         self, from_position: int = 0, *, limit: int | None = None
@@ -599,6 +617,16 @@ class MemoryLog(Log):
             if self._closed:
                 log._mark_closed()
         return log
+
+    async def _adopt_identity(self, identity: str, secret: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        stores = [self.store, *self.store.partition_stores.values()]
+        if any(store.rows for store in stores):
+            raise LogError("the memory log holds events: it cannot take another log's identity")
+        for store in stores:
+            store.identity, store.secret = identity, secret
+        for log in [self, *self._partition_logs.values()]:
+            log._identity, log._secret = identity, secret
 
     async def _append_records(
         self, records: list[PendingRecord], expected: dict[str, int]

@@ -1216,6 +1216,24 @@ class PostgresLog(GroupCommitLog[Connection]):
                 raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"PostgreSQL {what} in {self.url} failed: {_reason(error)}") from None
 
+    async def _adopt_identity(self, identity: str, secret: bytes) -> None:
+        schema = self.schema
+
+        def adopt(connection: Connection) -> None:
+            if connection.execute(f"SELECT 1 FROM {schema}.events LIMIT 1").fetchone():
+                raise LogError(
+                    f"schema {schema} of {self.url} holds events: it cannot take another log's"
+                    " identity"
+                )
+            connection.execute(
+                f"UPDATE {schema}.inert_meta SET identity = %s, secret = %s", (identity, secret)
+            )
+
+        self._check_accepting("its identity was not changed")
+        await self._background("identity change", adopt)
+        for log in [self, *self._partition_logs.values()]:
+            log._identity, log._secret = identity, secret
+
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
         return await self._read_snapshot_of(0, name)
 

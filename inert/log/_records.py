@@ -81,6 +81,10 @@ class PendingRecord(NamedTuple):
     call: str | None = None
     """The stream of the call whose argument bytes the payload holds (an event of a type that
     names ``SENSITIVE`` fields), for a backend that seals them by call."""
+    restored: StoredRecord | None = None
+    """The row of another log of the same identity this event is copied from (``Log._restore``):
+    its row keeps that row's columns (time, payload or what redaction left of it, digest, trace)
+    and takes a position and version here."""
 
 
 class StoredRecord(NamedTuple):
@@ -258,6 +262,29 @@ def encode_batch(codec: Codec, events: Iterable[NewEvent]) -> list[PendingRecord
     return records
 
 
+def restored_record(row: StoredRecord, codec: Codec) -> PendingRecord:
+    """A row read (and checked) from another log, to append as it is (see
+    ``PendingRecord.restored``): a payload of a type that names ``SENSITIVE`` fields is a call's,
+    for a backend that seals payloads by call; a redacted one is sealed under nothing."""
+    call = None
+    if row.digest is None and row.payload is not None:
+        cls = registered_event_types().get(row.event_type)
+        if cls is not None and cls.SENSITIVE:
+            key = call_of(row, codec)
+            call = None if key is None else key.stream
+    return PendingRecord(
+        row.event_id,
+        row.stream,
+        row.event_type,
+        row.schema_version,
+        row.payload or b"",
+        row.traceparent,
+        row.tracestate,
+        call,
+        row,
+    )
+
+
 def check_expected_versions(expected_versions: Mapping[str, int] | None) -> dict[str, int]:
     checked: dict[str, int] = {}
     for stream, expected in (expected_versions or {}).items():
@@ -274,6 +301,8 @@ def _same_content(stored: StoredRecord, pending: PendingRecord, key: bytes) -> s
         return "stream"
     if stored.event_type != pending.event_type:
         return "event type"
+    if pending.restored is not None:
+        return None if stored[6:12] == pending.restored[6:12] else "payload"
     if stored.digest is None:
         same_payload = stored.payload == pending.payload
     else:
@@ -372,6 +401,7 @@ def _plan_one(
         version = versions.get(stream) or stream_versions.get(stream, NO_STREAM)
         versions[stream] = version = version + 1
         position = head + len(rows) + 1
+        restored = pending.restored
         row = with_checksum(
             (
                 position,
@@ -387,6 +417,8 @@ def _plan_one(
                 pending.traceparent,
                 pending.tracestate,
             )
+            if restored is None
+            else (position, event_id, stream, version, *restored[4:12])
         )
         in_batch[event_id] = row
         rows.append(row)

@@ -879,6 +879,20 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             raise LogError(f"SQLite {what} in {self.path!r} failed: {error}") from error
         return result
 
+    async def _adopt_identity(self, identity: str, secret: bytes) -> None:
+        def adopt(connection: sqlite3.Connection) -> None:
+            if connection.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+                raise LogError(
+                    f"SQLite log {self.path!r} holds events: it cannot take another log's identity"
+                )
+            connection.execute(
+                "UPDATE log_identity SET identity = ?, secret = ?", (identity, secret)
+            )
+
+        self._check_accepting("its identity was not changed")
+        await self._background("identity change", adopt)
+        self._identity, self._secret = identity, secret
+
     async def _read_snapshot(self, name: str) -> StoredSnapshot | None:
         return snapshot_from_rows(name, await self._query(_READ_SNAPSHOT, (name, name)))
 

@@ -59,6 +59,7 @@ from ..events import (
     response_of,
 )
 from ..log import Log, NewEvent
+from ..log._partitions import CONTROL_COPY
 from ..projections import LedgerRow
 from ..tracing import IncomingTrace
 from ._assignment import assign, owned_by
@@ -367,7 +368,7 @@ class PartitionedRuntime:
             # The same event on the same stream, under an id of its own in each partition
             # (the same in every partition, so that processes copying it write it once).
             copy = NewEvent(
-                stream=recorded.stream, event=event, event_id=f"control:{recorded.event_id}"
+                stream=recorded.stream, event=event, event_id=CONTROL_COPY + recorded.event_id
             )
             self._controls.append(copy)
             for core in list(self._cores.values()):

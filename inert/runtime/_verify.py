@@ -60,15 +60,17 @@ async def verify_log(
     *,
     max_problems: int = DEFAULT_MAX_PROBLEMS,
     progress: Callable[[int], object] | None = None,
+    projections: Projections | None = None,
 ) -> Verification:
     """Run every check on the log; stops listing after ``max_problems``. ``progress`` is told
-    how many events were read after each page."""
+    how many events were read after each page. The replay folds ``projections`` (new ones if
+    not given), which a caller that gives them may read after."""
     try:
         problems = [Problem(position=None, what=what) for what in await log.storage_problems()]
     except LogError as error:
         problems = [Problem(position=None, what=f"the storage's own checks failed: {error}")]
     fold = CallFold(live=False, digest_key=log.key(DIGEST_KEY))
-    projections = Projections()
+    projections = Projections() if projections is None else projections
     replaying = True
     events = 0
     expected = 1

@@ -78,6 +78,7 @@ def base_values(command: str, inputs: Path) -> dict[str, str]:
         "ledger": {},
         "replay": {},
         "verify": {},
+        "repartition": {"--to": "memory://", "--partitions": "2"},
         "audit": {},
         "controls": {},
         "execute": {},
