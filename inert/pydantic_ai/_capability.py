@@ -57,6 +57,8 @@ class InertTurn(AbstractCapability[Any]):
     _adapter: ModelStreamAdapter = field(init=False, repr=False)
     _started: bool = field(default=False, init=False, repr=False)
     _finish: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _ends: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    """Set when a response's stream ends (and replaced): a call may then be decided."""
 
     def __post_init__(self) -> None:
         self._adapter = ModelStreamAdapter(self.ref)
@@ -166,6 +168,8 @@ class InertTurn(AbstractCapability[Any]):
             ]
             if ended:
                 await asyncio.shield(self.runtime.feed(ended))
+            ends, self._ends = self._ends, asyncio.Event()
+            ends.set()
 
     # --- the calls ---
 
@@ -200,8 +204,8 @@ class InertTurn(AbstractCapability[Any]):
     async def decided(self, key: CallKey) -> ReadyCall | None:
         """The call once inert has decided it: ready to claim, or ``None`` (waiting for the
         person, or ended, or never finished). Waits while its response still streams."""
-        changes = self.runtime.changes()
         while True:
+            ends = self._ends
             await self.runtime.settle()
             ready = self.runtime.ready_call(key)
             if ready is not None:
@@ -213,7 +217,7 @@ class InertTurn(AbstractCapability[Any]):
                 return None
             if not self._adapter.streaming(key.response):
                 return None
-            await anext(changes)
+            await ends.wait()
 
     def refusal(self, key: CallKey) -> str:
         """What the model is told of a call inert does not run (no argument values)."""
