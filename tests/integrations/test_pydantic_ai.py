@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from locations import ROOT
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, FunctionToolset
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
@@ -506,3 +508,14 @@ def test_a_tool_declared_once_per_intent_runs_an_intent_once() -> None:
             assert states(runtime)["b"] == ("cancelled", "duplicate_of", None)
 
     run(main)
+
+
+def test_the_page_shows_an_agent_under_inert_in_under_60_lines() -> None:
+    """The documentation's pydantic-ai page shows a whole agent under inert (the capability, an
+    approval, the resumed run) in a Python example of under 60 lines, which tests/test_docs.py
+    runs and checks the output of."""
+    page = (ROOT / "docs" / "integrations" / "pydantic-ai.md").read_text()
+    [example] = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(example.strip().splitlines()) < 60
+    for shown in ("InertTurn(", "capabilities=[turn]", "turn.approve(", "deferred_tool_results="):
+        assert shown in example
