@@ -14,7 +14,6 @@ try:
     from ._capability import Decision, InertTurn
     from ._declarations import ConfirmationRule, declaration_from_tool_def, requires_approval
     from ._stream import ModelStreamAdapter
-    from ._toolset import GatedToolset
 except ModuleNotFoundError as error:
     # The framework is an optional dependency: say which extra brings it.
     if error.name is None or error.name.split(".")[0] not in {"pydantic_ai", "pydantic_graph"}:
@@ -26,7 +25,6 @@ except ModuleNotFoundError as error:
 __all__ = [
     "ConfirmationRule",
     "Decision",
-    "GatedToolset",
     "InertTurn",
     "ModelStreamAdapter",
     "declaration_from_tool_def",

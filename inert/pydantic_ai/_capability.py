@@ -72,15 +72,9 @@ class InertTurn(AbstractCapability[Any]):
         """The turn, as inert names it."""
         return TurnRef(tenant=self.tenant, conversation=self.conversation, turn=self.turn)
 
-    @property
-    def name(self) -> str:
-        return self.executor
-
     # --- the turn ---
 
-    async def ensure_turn(
-        self, ctx: RunContext[Any], tools: list[ToolDefinition] | None = None
-    ) -> None:
+    async def _ensure_turn(self, tools: list[ToolDefinition] | None = None) -> None:
         """Start the turn with these tools, or take up the turn started before for the same
         principal (a run resumed with the person's approvals, or a turn the application
         started itself)."""
@@ -108,7 +102,7 @@ class InertTurn(AbstractCapability[Any]):
     ) -> list[ToolDefinition]:
         # The turn offers the tools of its first step: a tool renamed or changed later is not
         # what the turn offered, and its calls fail in inert.
-        await self.ensure_turn(ctx, tool_defs)
+        await self._ensure_turn(tool_defs)
         return tool_defs
 
     async def wrap_run(
@@ -124,7 +118,7 @@ class InertTurn(AbstractCapability[Any]):
         if self.runtime.turn_principal(self.ref) is not None:
             await self.runtime.cancel_turn(self.ref, principal=self.principal, reason=reason)
 
-    async def stop_cancelled(self, dispatch: Dispatch, task: asyncio.Future[Any]) -> None:
+    async def _stop_cancelled(self, dispatch: Dispatch, task: asyncio.Future[Any]) -> None:
         """A run cancelled while its call ran: the turn is cancelled (inert asks the call to
         stop), the tool's task ends, and the call is recorded stopped."""
         await self._cancel("run_cancelled")
@@ -201,7 +195,7 @@ class InertTurn(AbstractCapability[Any]):
             call=row.call,
         )
 
-    async def decided(self, key: CallKey) -> ReadyCall | None:
+    async def _decided(self, key: CallKey) -> ReadyCall | None:
         """The call once inert has decided it: ready to claim, or ``None`` (waiting for the
         person, or ended, or never finished). Waits while its response still streams."""
         while True:
@@ -219,7 +213,7 @@ class InertTurn(AbstractCapability[Any]):
                 return None
             await ends.wait()
 
-    def refusal(self, key: CallKey) -> str:
+    def _refusal(self, key: CallKey) -> str:
         """What the model is told of a call inert does not run (no argument values)."""
         row = self.runtime.ledger.row(key)
         if row is None:
@@ -247,7 +241,7 @@ class InertTurn(AbstractCapability[Any]):
             key = self.key_of(call.tool_call_id)
             pending = None if key is None else await self.runtime.pending_confirmation(key)
             if key is None or pending is None:
-                refusal = "inert holds no such call" if key is None else self.refusal(key)
+                refusal = "inert holds no such call" if key is None else self._refusal(key)
                 results.approvals[call.tool_call_id] = ToolDenied(refusal)
                 continue
             decision = await decide(pending)

@@ -42,7 +42,7 @@ class GatedToolset(WrapperToolset[Any]):
     ) -> Any:
         owner = self.owner
         assert owner is not None, "a GatedToolset is made by InertTurn"
-        await owner.ensure_turn(ctx)
+        await owner._ensure_turn()
         runtime = owner.runtime
         call = ctx.tool_call_id or ""
         key = owner.key_of(call)
@@ -51,7 +51,7 @@ class GatedToolset(WrapperToolset[Any]):
                 f"inert holds no call {call!r} of this turn: a call inert did not see streamed"
                 " does not run"
             )
-        ready = await owner.decided(key)
+        ready = await owner._decided(key)
         if ready is None:
             pending = await runtime.pending_confirmation(key)
             if pending is not None:
@@ -61,11 +61,11 @@ class GatedToolset(WrapperToolset[Any]):
                         "arguments_digest": pending.arguments_digest,
                     }
                 )
-            raise ToolFailed(owner.refusal(key))
+            raise ToolFailed(owner._refusal(key))
         try:
-            dispatch = await runtime.claim(ready, executor=owner.name)
+            dispatch = await runtime.claim(ready, executor=owner.executor)
         except ClaimRefused:
-            raise ToolFailed(owner.refusal(key)) from None
+            raise ToolFailed(owner._refusal(key)) from None
         try:
             arguments = tool.args_validator.validate_python(
                 _plain(dispatch.arguments), context=ctx.validation_context
@@ -101,7 +101,7 @@ class GatedToolset(WrapperToolset[Any]):
             # The run was cancelled: its turn is cancelled in inert, which stops this call,
             # and the outcome is recorded before the cancellation goes on.
             task.cancel()
-            await asyncio.shield(owner.stop_cancelled(dispatch, task))
+            await asyncio.shield(owner._stop_cancelled(dispatch, task))
             raise
         finally:
             stop.cancel()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -519,3 +521,22 @@ def test_the_page_shows_an_agent_under_inert_in_under_60_lines() -> None:
     assert len(example.strip().splitlines()) < 60
     for shown in ("InertTurn(", "capabilities=[turn]", "turn.approve(", "deferred_tool_results="):
         assert shown in example
+
+
+def test_inert_imports_without_pydantic_ai_and_inert_pydantic_ai_names_the_extra() -> None:
+    """``import inert`` never loads pydantic-ai; without it, ``import inert.pydantic_ai`` is a
+    ``ConfigurationError`` naming the extra to install."""
+    program = """
+import sys
+import inert
+assert "pydantic_ai" not in sys.modules
+sys.modules["pydantic_ai"] = None
+try:
+    import inert.pydantic_ai
+except inert.ConfigurationError as error:
+    print(error)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "pip install 'inert[pydantic-ai]'" in done.stdout
