@@ -7,6 +7,7 @@ goes on) does not happen; and the awkward orders end as inert's suite expects.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 import subprocess
@@ -16,10 +17,18 @@ from typing import Any
 
 import pytest
 from locations import ROOT
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, FunctionToolset
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    FunctionToolset,
+    RunContext,
+    ToolFailed,
+)
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RunUsage
 
 from inert import AsyncioRuntime, ConfirmationRefused, Phase, open_asyncio_runtime
 from inert.pydantic_ai import InertTurn, declaration_from_tool_def
@@ -540,3 +549,107 @@ except inert.ConfigurationError as error:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
     )
     assert "pip install 'inert[pydantic-ai]'" in done.stdout
+
+
+async def paris() -> AsyncIterator[DeltaToolCalls]:
+    yield {0: DeltaToolCall(name="get_weather", tool_call_id="a", json_args='{"city": "Paris"}')}
+
+
+async def by_events(agent: Agent[None, Any], turn: InertTurn) -> None:
+    async with agent.run_stream_events("weather?", capabilities=[turn]) as events:
+        async for _ in events:
+            pass
+
+
+async def by_nodes(agent: Agent[None, Any], turn: InertTurn) -> None:
+    async with agent.iter("weather?", capabilities=[turn]) as run:
+        async for _ in run:
+            pass
+
+
+async def by_stream(agent: Agent[None, Any], turn: InertTurn) -> None:
+    async with agent.run_stream("weather?", capabilities=[turn]) as result:
+        await result.get_output()
+
+
+@pytest.mark.parametrize(
+    "drive", [by_events, by_nodes, by_stream], ids=lambda drive: drive.__name__
+)
+def test_every_way_of_running_the_agent_goes_through_inert(
+    drive: Callable[[Agent[None, Any], InertTurn], Awaitable[None]],
+) -> None:
+    """``run_stream_events``, ``iter`` and ``run_stream`` feed the model's stream to inert and
+    run the call once it is dispatched, as ``run`` does."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+
+    async def main() -> None:
+        async with open_asyncio_runtime(log="memory://") as runtime:
+            await drive(make_agent(scripted(paris), ran), inert_turn(runtime))
+            assert ran == [("get_weather", {"city": "Paris"})]
+            assert states(runtime) == {"a": ("dispatched", None, "completed")}
+
+    run(main)
+
+
+def test_leaving_iter_early_cancels_the_turn() -> None:
+    """A loop over ``agent.iter`` left before the tools run ends the run: its turn is
+    cancelled and the call never runs."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+
+    async def main() -> None:
+        async with open_asyncio_runtime(log="memory://") as runtime:
+            agent = make_agent(scripted(paris), ran)
+            async with agent.iter("weather?", capabilities=[inert_turn(runtime)]) as nodes:
+                async for node in nodes:
+                    if Agent.is_call_tools_node(node):
+                        break
+            await runtime.settle()
+            assert ran == []
+            assert states(runtime) == {"a": ("cancelled", "turn_cancelled", None)}
+
+    run(main)
+
+
+def test_a_tool_called_while_its_response_streams_waits_for_the_end() -> None:
+    """A caller that asks the gate for a call before its response ended (as an eager executor
+    would) waits: the tool runs only after the end, and once between that caller and
+    pydantic-ai's own."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+    early: list[asyncio.Future[Any]] = []
+    turns: list[InertTurn] = []
+    tools = FunctionToolset[None]()
+
+    @tools.tool_plain
+    def get_weather(city: str) -> str:
+        ran.append(("get_weather", {"city": city}))
+        return "sunny"
+
+    async def eager() -> AsyncIterator[DeltaToolCalls]:
+        yield {0: DeltaToolCall(name="get_weather", tool_call_id="a", json_args='{"city": ')}
+        yield {0: DeltaToolCall(json_args='"Paris"}')}
+        turn = turns[0]
+        ctx = RunContext[None](deps=None, model=TestModel(), usage=RunUsage(), tool_call_id="a")
+        gate = turn.get_wrapper_toolset(tools)
+        assert gate is not None
+        tool = (await gate.get_tools(ctx))["get_weather"]
+        call = gate.call_tool("get_weather", {"city": "Paris"}, ctx, tool)
+        early.append(asyncio.ensure_future(call))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not early[0].done()
+        assert ran == []
+        yield {1: DeltaToolCall(name="get_weather", tool_call_id="b", json_args='{"city": "Oslo"}')}
+
+    async def main() -> None:
+        async with open_asyncio_runtime(log="memory://") as runtime:
+            turns.append(inert_turn(runtime))
+            agent: Agent[None, str] = Agent(scripted(eager), toolsets=[tools])
+            await agent.run("weather?", capabilities=turns)
+            with contextlib.suppress(ToolFailed):
+                await early[0]
+            assert sorted(ran, key=str) == [
+                ("get_weather", {"city": "Oslo"}),
+                ("get_weather", {"city": "Paris"}),
+            ]
+
+    run(main)
