@@ -105,6 +105,13 @@ class InertTurn(AbstractCapability[Any]):
         await self._ensure_turn(tool_defs)
         return tool_defs
 
+    async def prepare_output_tools(
+        self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        # Output tools give the run's answer and no toolset runs them: their calls are not fed.
+        self._adapter.outputs.update(tool.name for tool in tool_defs)
+        return tool_defs
+
     async def wrap_run(
         self, ctx: RunContext[Any], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:

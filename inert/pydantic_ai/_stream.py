@@ -51,6 +51,7 @@ class _Part:
     name: str
     call: str
     opened: bool = False
+    output: bool = False
     text: bool = False
     whole: dict[str, Any] | None = None
 
@@ -69,12 +70,15 @@ class ModelStreamAdapter:
 
     ``feed_event`` takes each event of an agent run's stream with the name of the response it
     belongs to where the event carries no origin; ``end`` says a response's stream ended, and
-    how. ``keys`` maps each tool call id to the key of the call opened under it last.
+    how. ``keys`` maps each tool call id to the key of the call opened under it last. The calls
+    of the tools named in ``outputs`` (the agent's output tools: the run's answer, which no
+    toolset runs) are not fed.
     """
 
     def __init__(self, turn: TurnRef) -> None:
         self.turn = turn
         self.keys: dict[str, CallKey] = {}
+        self.outputs: set[str] = set()
         self._responses: dict[str, _Response] = {}
         self._ended: set[str] = set()
         self._latest: dict[tuple[str, int], str] = {}
@@ -130,7 +134,12 @@ class ModelStreamAdapter:
         emitted: list[Event] = []
         for slot, part in current.parts.items():
             if not part.opened:
-                emitted += self._open(current, slot, part)
+                opened = self._open(current, slot, part)
+                if opened is None:
+                    continue
+                emitted += opened
+            if part.output:
+                continue
             final = None
             if part.whole is not None:
                 final = json.dumps(part.whole, separators=(",", ":")).encode()
@@ -172,7 +181,7 @@ class ModelStreamAdapter:
             part.call = delta.tool_call_id
         if delta.tool_name_delta:
             part.name += delta.tool_name_delta
-            if part.opened:
+            if part.opened and not part.output:
                 # A rename in flight: the call's actor sees it opened again as another tool.
                 emitted += calls.open(str(index), call=part.call, tool=part.name)
         return emitted + self._arguments(response, index, part, delta.args_delta)
@@ -181,12 +190,17 @@ class ModelStreamAdapter:
         self, response: _Response, index: int, part: _Part, args: str | dict[str, Any] | None
     ) -> list[Event]:
         calls = response.calls
-        if not args:
+        if not args or part.output:
             return []
         if isinstance(args, str):
             if part.whole is not None:
                 return calls.violate(f"part {index} mixed text arguments with an object")
-            emitted = [] if part.opened else self._open(response, index, part)
+            emitted: list[Event] = []
+            if not part.opened:
+                opened = self._open(response, index, part)
+                if opened is None:
+                    return []
+                emitted = opened
             part.text = True
             return emitted + calls.append(str(index), args.encode("utf-8", "surrogatepass"))
         if part.text:
@@ -194,8 +208,12 @@ class ModelStreamAdapter:
         part.whole = {**(part.whole or {}), **args}
         return []
 
-    def _open(self, response: _Response, index: int, part: _Part) -> list[Event]:
+    def _open(self, response: _Response, index: int, part: _Part) -> list[Event] | None:
+        """The call's opening; ``None`` for an output tool's call, which is not fed."""
         part.opened = True
+        if part.name in self.outputs:
+            part.output = True
+            return None
         if not part.name:
             return response.calls.violate(f"part {index} has arguments but no tool name")
         opened = response.calls.open(str(index), call=part.call, tool=part.name)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from locations import ROOT
+from pydantic import BaseModel
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -33,7 +34,6 @@ from pydantic_ai.usage import RunUsage
 from inert import AsyncioRuntime, ConfirmationRefused, Phase, open_asyncio_runtime
 from inert.pydantic_ai import InertTurn, declaration_from_tool_def
 
-Stream = Callable[[list[ModelMessage], AgentInfo], AsyncIterator[str | DeltaToolCalls]]
 WEATHER = ('{"city": ', '"Paris"}')
 EMAIL = ('{"to": "bob@example.com",', ' "body": "hi"}')
 
@@ -651,5 +651,31 @@ def test_a_tool_called_while_its_response_streams_waits_for_the_end() -> None:
                 ("get_weather", {"city": "Oslo"}),
                 ("get_weather", {"city": "Paris"}),
             ]
+
+    run(main)
+
+
+def test_an_output_tool_s_call_is_the_run_s_answer_and_not_fed() -> None:
+    """A structured output comes as a call of pydantic-ai's output tool: it is the run's
+    answer, which no toolset runs, so inert is not fed it (nor told of a tool the turn never
+    offered)."""
+
+    class City(BaseModel):
+        name: str
+
+    async def answer(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[DeltaToolCalls]:
+        [output] = info.output_tools
+        yield {0: DeltaToolCall(name=output.name, tool_call_id="o", json_args='{"name": ')}
+        yield {0: DeltaToolCall(json_args='"Paris"}')}
+
+    async def main() -> None:
+        async with open_asyncio_runtime(log="memory://") as runtime:
+            agent = Agent(FunctionModel(stream_function=answer), output_type=City)
+            result = await agent.run("which city?", capabilities=[inert_turn(runtime)])
+            assert result.output == City(name="Paris")
+            await runtime.settle()
+            assert states(runtime) == {}
 
     run(main)

@@ -144,3 +144,15 @@ def test_a_later_attempt_at_a_step_replaces_the_earlier_response() -> None:
     late.origin = first
     assert adapter.feed_event(late, response="ignored") == []
     assert adapter.keys["a"].response == "run:1:2"
+
+
+def test_an_output_tool_s_call_is_not_fed() -> None:
+    """A call of a tool named in ``outputs`` opens nothing and ends nothing."""
+    adapter = ModelStreamAdapter(TURN)
+    adapter.outputs.add("final_result")
+    fed = adapter.feed_event(start(0, "final_result", "o", '{"name": '), response="r1")
+    fed += adapter.feed_event(delta(0, '"Paris"}'), response="r1")
+    assert fed == []
+    assert [type(event) for event in adapter.end("r1", ResponseEndReason.COMPLETED)] == [
+        ResponseEnded
+    ]
