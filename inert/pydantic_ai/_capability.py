@@ -86,14 +86,22 @@ class InertTurn(AbstractCapability[Any]):
                 raise RefusedError(
                     f"turn {self.ref.stream!r} was never started: its first run starts it"
                 )
-            await self.runtime.start_turn(
-                tenant=self.tenant,
-                conversation=self.conversation,
-                turn=self.turn,
-                principal=self.principal,
-                tools=[self.declare(tool) for tool in tools],
-            )
-        elif owner != self.principal:
+            try:
+                await self.runtime.start_turn(
+                    tenant=self.tenant,
+                    conversation=self.conversation,
+                    turn=self.turn,
+                    principal=self.principal,
+                    tools=[self.declare(tool) for tool in tools],
+                )
+            except RefusedError:
+                # Another run of the turn started it meanwhile: take it up as below, once the
+                # views have read its start.
+                await self.runtime.settle()
+                owner = self.runtime.turn_principal(self.ref)
+                if owner is None:
+                    raise
+        if owner is not None and owner != self.principal:
             raise RefusedError(f"turn {self.ref.stream!r} belongs to another principal")
         self._started = True
 

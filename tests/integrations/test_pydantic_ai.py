@@ -679,3 +679,28 @@ def test_an_output_tool_s_call_is_the_run_s_answer_and_not_fed() -> None:
             assert states(runtime) == {}
 
     run(main)
+
+
+def test_two_first_runs_of_a_turn_at_once_share_it() -> None:
+    """Two runs of one turn that start together: one starts the turn, the other takes it up,
+    and each one's call runs once."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+
+    async def oslo() -> AsyncIterator[DeltaToolCalls]:
+        yield {0: DeltaToolCall(name="get_weather", tool_call_id="b", json_args='{"city": "Oslo"}')}
+
+    async def main() -> None:
+        async with open_asyncio_runtime(log="memory://") as runtime:
+            agent = make_agent(scripted(paris, oslo), ran)
+            turns = [inert_turn(runtime), inert_turn(runtime)]
+            await asyncio.gather(*(agent.run("weather?", capabilities=[turn]) for turn in turns))
+            assert sorted(ran, key=str) == [
+                ("get_weather", {"city": "Oslo"}),
+                ("get_weather", {"city": "Paris"}),
+            ]
+            assert states(runtime) == {
+                "a": ("dispatched", None, "completed"),
+                "b": ("dispatched", None, "completed"),
+            }
+
+    run(main)
