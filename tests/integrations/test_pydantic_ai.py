@@ -704,3 +704,28 @@ def test_two_first_runs_of_a_turn_at_once_share_it() -> None:
             }
 
     run(main)
+
+
+def test_a_turn_resumed_by_another_instance_finds_its_calls_in_the_log() -> None:
+    """The run that resumes with the approvals uses a new ``InertTurn`` (as another process
+    would, with no memory of the stream): it finds the held call in inert's ledger and runs it
+    once."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+
+    async def main() -> None:
+        async with open_asyncio_runtime(log="memory://") as runtime:
+            agent = make_agent(scripted(email), ran)
+            held = await agent.run("mail bob", capabilities=[inert_turn(runtime)])
+            later = inert_turn(runtime)
+            results = await later.approve(held.output, confirm_as_shown)
+            assert results.approvals == {"e": True}
+            resume = functools.partial(
+                agent.run,
+                message_history=held.all_messages(),
+                deferred_tool_results=results,
+            )
+            await resume(capabilities=[later])
+            await resume(capabilities=[inert_turn(runtime)])
+            assert ran == [("send_email", {"to": "bob@example.com", "body": "hi"})]
+
+    run(main)
