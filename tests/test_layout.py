@@ -136,6 +136,7 @@ def test_the_layout_of_the_design_exists() -> None:
         "console",
         "cli",
         "mcp",
+        "openai_agents",
     ):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
@@ -145,6 +146,7 @@ LAYERS = [
     "cli",
     "console",
     "mcp",
+    "openai_agents",
     "testing",
     "runtime",
     "tracing",
