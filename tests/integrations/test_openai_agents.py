@@ -6,6 +6,8 @@ a captured stream."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -19,6 +21,7 @@ from agents import (
     RunConfig,
     Runner,
     RunResultStreaming,
+    RunState,
     Tool,
     UserError,
     function_tool,
@@ -428,6 +431,44 @@ def test_an_approval_is_a_confirmation_bound_to_the_arguments_digest() -> None:
     assert rows == {"scripted": ("dispatched", "completed")}
 
 
+def test_a_call_the_sdk_asks_for_again_runs_once() -> None:
+    """Resuming the same approved ``RunState`` twice asks the tool for the same call twice:
+    inert runs it the first time and refuses it the second."""
+    ran = Ran()
+
+    async def body(runtime: AsyncioRuntime) -> Any:
+        model = ScriptedModel(
+            [
+                ModelStep(
+                    output=[function_call("send_email", {"to": "bob"}, call_id="scripted")],
+                    response_id="resp_1",
+                ),
+                answer("resp_2", "sent"),
+                answer("resp_3", "sent again"),
+            ]
+        )
+        turn = await start(runtime, model, ran, confirm_email=True)
+        result = Runner.run_streamed(turn.agent, "email bob")
+        await drain(result)
+        [interruption] = result.interruptions
+        pending = await turn.pending(interruption)
+        state = result.to_state()
+        await turn.approve(state, interruption, arguments_digest=pending.arguments_digest)
+        saved = state.to_json()
+        await drain(Runner.run_streamed(turn.agent, state))
+        again = await RunState.from_json(turn.agent, saved)
+        second = Runner.run_streamed(turn.agent, again)
+        await drain(second)
+        await runtime.settle()
+        told = [getattr(one, "output", None) for one in second.new_items]
+        return told, outcomes(turn)
+
+    told, rows = run(body)
+    assert ran.calls == [("send_email", {"to": "bob"}, Phase.DISPATCHED)]
+    assert rows == {"scripted": ("dispatched", "completed")}
+    assert any(isinstance(text, str) and text.startswith("inert did not run") for text in told)
+
+
 def test_a_rejection_denies_the_call_and_it_never_runs() -> None:
     """Rejecting an interruption denies the call in inert and rejects it in the SDK: the
     resumed run tells the model, and the tool never runs."""
@@ -505,12 +546,14 @@ def test_a_cancelled_run_stops_the_running_tool(how: str) -> None:
         else:
             result.cancel()
         await draining
-        for _ in range(50):
-            await runtime.settle()
-            row = runtime.ledger.row(turn.key("scripted"))  # type: ignore[arg-type]
-            if row is not None and row.outcome is not None:
-                break
-            await asyncio.sleep(0.01)
+        key = turn.key("scripted")
+        assert key is not None
+        # The SDK's cancellation ends the run before the tool's outcome is written.
+        async with asyncio.timeout(30):
+            async for _ in runtime.changes():
+                row = runtime.ledger.row(key)
+                if row is not None and row.outcome is not None:
+                    break
         return ended, row, model.remaining_steps
 
     ended, row, remaining = run(body)
@@ -643,3 +686,39 @@ def test_an_edit_made_while_confirming_is_what_the_tool_runs() -> None:
 
     run(body)
     assert ran.calls == [("send_email", {"to": "bob@example.com"}, Phase.DISPATCHED)]
+
+
+def test_a_run_that_is_not_streamed_is_refused() -> None:
+    """``Runner.run`` asks the model for a whole response, which inert cannot read as it comes:
+    the run is refused before any tool runs."""
+    ran = Ran()
+
+    async def body(runtime: AsyncioRuntime) -> None:
+        model = ScriptedModel(
+            [ModelStep(output=[function_call("get_weather", {"city": "Oslo"}, call_id="x")])]
+        )
+        turn = await start(runtime, model, ran)
+        with pytest.raises(ConfigurationError, match="run_streamed"):
+            await Runner.run(turn.agent, "go")
+
+    run(body)
+    assert ran.calls == []
+
+
+def test_inert_imports_without_the_sdk_and_inert_openai_agents_names_the_extra() -> None:
+    """``import inert`` never loads the Agents SDK; without it, ``import inert.openai_agents``
+    is a ``ConfigurationError`` naming the extra to install."""
+    program = """
+import sys
+import inert
+assert "agents" not in sys.modules
+sys.modules["agents"] = None
+try:
+    import inert.openai_agents
+except inert.ConfigurationError as error:
+    print(error)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "pip install 'inert[openai-agents]'" in done.stdout
