@@ -17,13 +17,13 @@ from agents import (
     HostedMCPTool,
     ImageGenerationTool,
     Model,
+    MultiProvider,
     RunContextWrapper,
     RunResultStreaming,
     RunState,
     ToolApprovalItem,
     WebSearchTool,
 )
-from agents.models.multi_provider import MultiProvider
 from agents.tool_context import ToolContext
 
 from ..actors import ToolDeclaration
@@ -111,7 +111,9 @@ class AgentTurn:
         _check_runs_nothing_unguarded(agent)
         overrides = needs_confirmation or {}
         declarations = {
-            tool.name: declaration_from_tool(tool, needs_confirmation=overrides.get(tool.name))
+            tool.qualified_name: declaration_from_tool(
+                tool, needs_confirmation=overrides.get(tool.qualified_name)
+            )
             for tool in agent.tools
             if isinstance(tool, FunctionTool)
         }
@@ -197,7 +199,7 @@ class AgentTurn:
         invoke = guarded.on_invoke_tool
 
         async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
-            return await self._invoke(tool.name, invoke, context)
+            return await self._invoke(tool.qualified_name, invoke, context)
 
         async def needs_approval(
             context: RunContextWrapper[Any], parameters: dict[str, Any], call_id: str

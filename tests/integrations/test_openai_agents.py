@@ -27,6 +27,7 @@ from agents import (
     function_tool,
     handoff,
     set_tracing_disabled,
+    tool_namespace,
 )
 from agents.items import TResponseStreamEvent
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
@@ -722,3 +723,41 @@ except inert.ConfigurationError as error:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
     )
     assert "pip install 'inert[openai-agents]'" in done.stdout
+
+
+def test_a_tool_in_a_namespace_is_declared_and_run_by_its_qualified_name() -> None:
+    """A function tool in a ``tool_namespace`` is offered as ``<namespace>.<name>``, the name
+    the adapter gives its call, and runs once; the same name outside the namespace is another
+    tool."""
+    ran = Ran()
+
+    async def body(runtime: AsyncioRuntime) -> Any:
+        weather = tools(ran)[0]
+        assert isinstance(weather, FunctionTool)
+        [namespaced] = tool_namespace(name="geo", description="Places.", tools=[weather])
+        model = ScriptedModel(
+            [
+                ModelStep(
+                    output=[
+                        function_call(
+                            "get_weather", {"city": "Oslo"}, call_id="scripted", namespace="geo"
+                        )
+                    ],
+                    response_id="resp_1",
+                ),
+                answer("resp_2"),
+            ]
+        )
+        agent = Agent(name="a", model=model, tools=[namespaced])
+        turn = await AgentTurn.start(
+            runtime, agent, tenant="acme", conversation="c1", turn="t1", principal="al"
+        )
+        ran.turn = turn
+        await drain(Runner.run_streamed(turn.agent, "weather in Oslo"))
+        await runtime.settle()
+        return list(turn.declarations), outcomes(turn)
+
+    declared, rows = run(body)
+    assert declared == ["geo.get_weather"]
+    assert ran.calls == [("get_weather", {"city": "Oslo"}, Phase.DISPATCHED)]
+    assert rows == {"scripted": ("dispatched", "completed")}
