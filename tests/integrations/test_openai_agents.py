@@ -761,3 +761,42 @@ def test_a_tool_in_a_namespace_is_declared_and_run_by_its_qualified_name() -> No
     assert declared == ["geo.get_weather"]
     assert ran.calls == [("get_weather", {"city": "Oslo"}, Phase.DISPATCHED)]
     assert rows == {"scripted": ("dispatched", "completed")}
+
+
+def test_a_tool_past_its_timeout_is_cancelled_and_recorded_failed() -> None:
+    """A tool the SDK stops at its ``timeout_seconds`` has its task cancelled and its call
+    recorded failed; the SDK tells the model and goes on."""
+
+    async def body(runtime: AsyncioRuntime) -> Any:
+        started = asyncio.Event()
+        ended: list[str] = []
+        tool = slow_tool(started, ended)
+        tool.timeout_seconds = 0.05
+        model = ScriptedModel(
+            [
+                ModelStep(
+                    output=[function_call("transfer", {"amount": 5}, call_id="scripted")],
+                    response_id="resp_1",
+                ),
+                answer("resp_2", "too slow"),
+            ]
+        )
+        agent = Agent(name="bank", model=model, tools=[tool])
+        turn = await AgentTurn.start(
+            runtime, agent, tenant="acme", conversation="c1", turn="t1", principal="al"
+        )
+        result = Runner.run_streamed(turn.agent, "move 5")
+        await drain(result)
+        key = turn.key("scripted")
+        assert key is not None
+        async with asyncio.timeout(30):
+            async for _ in runtime.changes():
+                row = runtime.ledger.row(key)
+                if row is not None and row.outcome is not None:
+                    break
+        return ended, row, result.final_output
+
+    ended, row, final = run(body)
+    assert ended == ["cancelled"]
+    assert (row.state, row.outcome) == ("dispatched", "failed")
+    assert final == "too slow"
