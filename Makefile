@@ -24,7 +24,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 $(STAMP): $(DEMO_STAMP)
 	@echo "Installing the tools of the tests, the benchmarks and the examples (once)..."
 	PIP_CONSTRAINT=constraints.txt $(BIN)/python -m pip install --quiet \
-		--disable-pip-version-check -e '.[test,bench,postgresql,examples,console,otlp,otlp-grpc,docs,mcp,pydantic-ai]'
+		--disable-pip-version-check -e '.[test,bench,postgresql,examples,console,otlp,otlp-grpc,docs,mcp,pydantic-ai,openai-agents]'
 	touch $(STAMP)
 
 # The demo's log stays in demo.db (ignored by git) for the commands it ends with; each run

@@ -137,6 +137,7 @@ def test_the_layout_of_the_design_exists() -> None:
         "cli",
         "mcp",
         "pydantic_ai",
+        "openai_agents",
     ):
         assert (PACKAGE / package / "__init__.py").is_file()
     assert (PACKAGE / "py.typed").is_file()
@@ -147,6 +148,7 @@ LAYERS = [
     "console",
     "mcp",
     "pydantic_ai",
+    "openai_agents",
     "testing",
     "runtime",
     "tracing",
