@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +86,13 @@ def test_every_golden_log_folds_as_the_reference_folds_it(path: Path, live: bool
     )
 
 
+@cache
 def _simulated(
     seed: int, horizon: timedelta = DEFAULT_LEDGER_HORIZON
 ) -> tuple[list[RecordedEvent], bytes]:
-    """The log a seed wrote, and the key of its arguments digests."""
+    """The log a seed wrote, and the key of its arguments digests. Kept for the test of the
+    other mode (never changed by the tests): the run is deterministic, a second would write the
+    same."""
     plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
     run = _run_once(
         seed,

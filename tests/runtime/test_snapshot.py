@@ -14,7 +14,7 @@ import gc
 from array import array
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -120,19 +120,48 @@ def _as_stored_later(snapshot: StoredSnapshot, later: Sequence[RecordedEvent]) -
     return attrs.evolve(snapshot, payloads=kept)
 
 
+@attrs.frozen
+class FullReplay:
+    """What folding a log from the start gives, as the comparisons read it: the same at every
+    cut of that log, so folded once for all of them."""
+
+    work: Any
+    view: dict[str, Any]
+    digest: str
+    effective: set[tuple[str, int, str]]
+
+    @classmethod
+    def of(
+        cls,
+        later: Sequence[RecordedEvent],
+        *,
+        limits: CallLimits,
+        retention: Retention,
+        digest_key: bytes = b"",
+    ) -> FullReplay:
+        full = Folded.new(limits, retention, digest_key)
+        full.apply(later)
+        # Read in the order a comparison reads them: going live and taking the redactions due
+        # change the fold and the plan.
+        work = work_of(full.fold.go_live())
+        view = folded_view(full.fold, _turns(later))
+        digest = full.projections.digest()
+        return cls(work, view, digest, _effective(full.retention, later))
+
+
 def compare_from_snapshot(
     written: Sequence[RecordedEvent],
     later: Sequence[RecordedEvent],
     cut: int,
+    full: FullReplay,
     *,
     limits: CallLimits,
     retention: Retention,
     live: bool,
     digest_key: bytes = b"",
 ) -> None:
-    """Snapshot ``written[:cut]``, load it on ``later`` and fold the rest: as a full replay."""
-    full = Folded.new(limits, retention, digest_key)
-    full.apply(later)
+    """Snapshot ``written[:cut]``, load it on ``later`` and fold the rest: as ``full``, the
+    replay of ``later`` from the start."""
     before = Folded.new(limits, retention, digest_key)
     before.fold.live = live
     before.apply(written[:cut])
@@ -143,15 +172,15 @@ def compare_from_snapshot(
     after = Folded(loaded.fold, loaded.projections, loaded.retention)
     after.apply(later[cut:])
     turns = _turns(later)
-    assert work_of(after.fold.go_live()) == work_of(full.fold.go_live())
+    assert work_of(after.fold.go_live()) == full.work
     kept = _as_stored_later(snapshot, later).payloads
     dropped = {_call_stream(p.part) for p in snapshot.payloads if p not in kept}
     dropped |= _redacted_since(written[:cut], later)
     assert _without_counts(folded_view(after.fold, turns), dropped) == _without_counts(
-        folded_view(full.fold, turns), dropped
+        full.view, dropped
     )
-    assert after.projections.digest() == full.projections.digest()
-    assert _effective(after.retention, later) == _effective(full.retention, later)
+    assert after.projections.digest() == full.digest
+    assert _effective(after.retention, later) == full.effective
 
 
 def _redacted_since(folded: Sequence[RecordedEvent], later: Sequence[RecordedEvent]) -> set[str]:
@@ -202,11 +231,13 @@ def _cuts(count: int) -> list[int]:
     return sorted({1, count // 5, count // 3, count // 2, (3 * count) // 4, count - 1, count})
 
 
+@cache
 def _simulated(
     seed: int, retention: Retention
 ) -> tuple[list[RecordedEvent], list[RecordedEvent], bytes]:
     """A seed's log as each event was written, and as the log holds it at the end, and the key of
-    its arguments digests."""
+    its arguments digests. Kept for the tests that follow (never changed by them): several read
+    each seed's log, and the run is deterministic, so a second would write the same."""
     plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
     run = _run_once(
         seed,
@@ -231,11 +262,13 @@ def test_a_snapshot_of_a_simulator_log_folds_on_as_a_full_replay(
     rest reaches the state, the work and the digest of folding the log from the start."""
     policy = DEFAULT_RETENTION if retention == "default" else KEEP_EVERYTHING
     written, later, digest_key = _simulated(seed, policy)
+    full = FullReplay.of(later, limits=SIMULATION_LIMITS, retention=policy, digest_key=digest_key)
     for cut in _cuts(len(later)):
         compare_from_snapshot(
             written,
             later,
             cut,
+            full,
             limits=SIMULATION_LIMITS,
             retention=policy,
             live=live,
@@ -248,11 +281,15 @@ def test_a_snapshot_of_a_golden_log_folds_on_as_a_full_replay(path: Path) -> Non
     """Every golden log, cut anywhere, folds on from a snapshot as from the start."""
     golden = load(path)
     records = decoded(golden.rows)
+    full = FullReplay.of(
+        records, limits=golden.limits, retention=DEFAULT_RETENTION, digest_key=GOLDEN_DIGEST_KEY
+    )
     for cut in range(1, len(records) + 1):
         compare_from_snapshot(
             records,
             records,
             cut,
+            full,
             limits=golden.limits,
             retention=DEFAULT_RETENTION,
             live=False,
