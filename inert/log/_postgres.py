@@ -19,8 +19,10 @@ it holds the lock is ended by the server (``idle_in_transaction_session_timeout`
 lock with it, after ``STALLED_TRANSACTION_TIMEOUT``.
 
 Subscribers are woken by ``NOTIFY``, sent in the appending transaction and so delivered only
-at its commit. Each log ``LISTEN``\\s on a connection of its own whose socket the Trio loop
-waits on directly; every ``poll_interval`` the log also reads the head of every partition in
+at its commit, of appends to partition 0 (the whole of a log of one partition) alone: each
+listening session costs the server a transaction a notification, and the partitions of calls
+are each folded by one process. Each log ``LISTEN``\\s on a connection of its own whose socket
+the Trio loop waits on directly; every ``poll_interval`` the log also reads the head of every partition in
 one query and wakes the subscriptions of those that moved, which covers a lost listening
 connection until it is open again (one query a process, not one a subscription).
 
@@ -754,9 +756,13 @@ class PostgresLog(GroupCommitLog[Connection]):
                 (sql.set_versions, ([stream_ids[s] for s in old], [touched[s] for s in old]))
             )
         ends = sorted((number, rows[-1].position) for number, rows in written.items())
-        finish.append(
-            (sql.set_heads, ([n for n, _ in ends], [head for _, head in ends], self._channel))
-        )
+        finish.append((sql.set_heads, ([n for n, _ in ends], [head for _, head in ends])))
+        if 0 in written:
+            # Partition 0 alone is announced: every process listens, and reading a notification
+            # costs each listening server process a transaction. A partition of calls is
+            # folded by its process, which has its own commits at once; another that folds it
+            # meanwhile (while it is handed on) reads it at its poll.
+            finish.append((sql.notify, (self._channel, f"0 {written[0][-1].position}")))
         return (
             CommittedGroup(
                 outcomes,

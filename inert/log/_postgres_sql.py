@@ -228,6 +228,7 @@ class Statements:
     set_versions: str
     insert_events: str
     set_heads: str
+    notify: str
     read: str
     read_stream: str
     head: str
@@ -290,13 +291,13 @@ class Statements:
                 " payload_digest, traceparent, tracestate, checksum, key_id)"
                 " FROM STDIN (FORMAT BINARY)"
             ),
-            # The notifications go out with the commit that moves the heads, never before.
             set_heads=(
                 f"UPDATE {schema}.heads AS h SET position = v.position"
                 " FROM unnest(%s::integer[], %s::bigint[]) AS v(partition, position)"
                 " WHERE h.partition = v.partition"
-                " RETURNING pg_notify(%s, h.partition || ' ' || h.position)"
             ),
+            # A notification goes out with the commit that moves the head, never before.
+            notify="SELECT pg_notify(%s, %s)",
             read=(
                 f"{select} WHERE e.partition = %s AND e.position >= %s ORDER BY e.position LIMIT %s"
             ),

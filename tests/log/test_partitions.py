@@ -171,9 +171,10 @@ async def test_a_subscription_of_a_partition_sees_another_processes_appends(
     schema: str,
 ) -> None:
     """A subscription of a partition of a PostgreSQL log yields what another log (another
-    process) appends to it, told by its notification."""
+    process) appends to it, found by the log's poll of every partition's head (a partition of
+    calls sends no notification)."""
     async with (
-        PostgresLog.open(server_url(), schema=schema, partitions=2, poll_interval=30) as reader,
+        PostgresLog.open(server_url(), schema=schema, partitions=2, poll_interval=0.2) as reader,
         PostgresLog.open(server_url(), schema=schema, partitions=2) as writer,
     ):
         seen: list[str] = []
