@@ -22,9 +22,9 @@ Subscribers are woken by ``NOTIFY``, sent in the appending transaction and so de
 at its commit, of appends to partition 0 (the whole of a log of one partition) alone: each
 listening session costs the server a transaction a notification, and the partitions of calls
 are each folded by one process. Each log ``LISTEN``\\s on a connection of its own whose socket
-the Trio loop waits on directly; every ``poll_interval`` the log also reads the head of every partition in
-one query and wakes the subscriptions of those that moved, which covers a lost listening
-connection until it is open again (one query a process, not one a subscription).
+the Trio loop waits on directly; every ``poll_interval`` the log also reads the head of every
+partition in one query and wakes the subscriptions of those that moved, which covers a lost
+listening connection until it is open again (one query a process, not one a subscription).
 
 Tables live in a schema of their own (``schema``, ``inert`` by default), created on first
 open unless the log is opened with ``create=False``: then a schema without them is refused,
