@@ -23,10 +23,8 @@ I8 (a replay gives the live state) is the single-process simulator's.
 
 from __future__ import annotations
 
-import multiprocessing
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 import attrs
@@ -55,6 +53,7 @@ from ._simulator import (
     _seeded_store,
     demo_check,
     log_hash,
+    run_seeds,
     seeded_scheduling,
 )
 from ._suite import ToolSuite, load_suite, tool_errors
@@ -349,25 +348,5 @@ def simulate_cluster_many(
 ) -> list[ClusterResult]:
     """Run ``simulate_cluster`` on each seed, in ``workers`` processes, in order (as
     ``simulate_many`` runs ``simulate``)."""
-    if retention not in RETENTIONS:
-        raise ConfigurationError(
-            f"no retention policy is named {retention!r}: choose from {', '.join(RETENTIONS)}"
-        )
-    loaded = load_suite(suite) if suite is not None else None
     jobs = [(seed, keys, processes, partitions, plant, retention, suite) for seed in seeds]
-    results: list[ClusterResult] = []
-
-    def done(result: ClusterResult) -> None:
-        results.append(result)
-        if progress is not None:
-            progress(len(results))
-
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            done(_simulate_job(job, loaded))
-        return results
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        for result in pool.map(_simulate_job, jobs):
-            done(result)
-    return results
+    return run_seeds(_simulate_job, jobs, retention, suite, workers=workers, progress=progress)

@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -96,6 +96,9 @@ from ._workload import (
     StartTurn,
     make_plan,
 )
+
+JobT = TypeVar("JobT")
+ResultT = TypeVar("ResultT")
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """The wall-clock time at virtual time zero: every run records the same times."""
@@ -917,28 +920,44 @@ def simulate_many(
     (``spawn``), so that nothing of the calling process (its threads, a planted bug) leaks into
     them. ``progress`` is told how many seeds are done as each one is.
     """
+    jobs = [(seed, keys, plant, retention, suite) for seed in seeds]
+    return run_seeds(_simulate_job, jobs, retention, suite, workers=workers, progress=progress)
+
+
+def run_seeds(
+    job: Callable[[JobT, ToolSuite | None], ResultT],
+    jobs: list[JobT],
+    retention: str,
+    suite: str | None,
+    *,
+    workers: int,
+    progress: Callable[[int], object] | None,
+) -> list[ResultT]:
+    """Each job run by ``job`` (a module's function, so that a worker process finds it), in
+    ``workers`` processes started fresh, in order; the retention policy's name and the suite
+    checked (and the suite loaded) first, so that a name that gives none fails before any seed
+    runs."""
     if retention not in RETENTIONS:
         raise ConfigurationError(
             f"no retention policy is named {retention!r}: choose from {', '.join(RETENTIONS)}"
         )
     loaded = load_suite(suite) if suite is not None else None
-    jobs = [(seed, keys, plant, retention, suite) for seed in seeds]
-    results: list[SimulationResult] = []
+    results: list[ResultT] = []
 
-    def done(result: SimulationResult) -> None:
+    def done(result: ResultT) -> None:
         results.append(result)
         if progress is not None:
             progress(len(results))
 
     if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            done(_simulate_job(job, loaded))
+        for each in jobs:
+            done(job(each, loaded))
         return results
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         # One seed at a time: a seed takes about a second and its result is small, so handing
         # out chunks saves nothing, and a chunk of many seeds left to one worker at the end
         # (60 of 1,000 seeds over two workers) keeps the other idle that long.
-        for result in pool.map(_simulate_job, jobs):
+        for result in pool.map(job, jobs):
             done(result)
     return results
