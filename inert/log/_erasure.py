@@ -17,7 +17,7 @@ table of keys held by an append) is tried again, backing off, for ``timeout`` se
 reported once (a warning of the ``inert.log`` logger, and the log's ``storage_problems``) and
 tried every second until it succeeds. Redactions that come while it works are cleared by its
 next step. The step holds what appends write (the table of keys, the write-ahead log) while it
-works, so after a step it rests nine times as long as the step took before the next: under a
+works, so after a step it rests nine times as long as its tries took before the next: under a
 steady stream of redactions it holds them a tenth of the time at most, and the redactions of
 the rest are cleared together.
 """
@@ -92,14 +92,13 @@ class Eraser:
                 await trio.sleep_until(rested)
                 self._due = False
                 self._running = True
-                started = trio.current_time()
+                worked = 0.0
                 try:
-                    await self._erase()
+                    worked = await self._erase()
                 finally:
                     self._running = False
                     self._signal()
-                finished = trio.current_time()
-                rested = finished + _REST_PER_STEP * (finished - started)
+                rested = trio.current_time() + _REST_PER_STEP * worked
         finally:
             self.close()
 
@@ -107,11 +106,19 @@ class Eraser:
         self._done.set()
         self._done = trio.Event()
 
-    async def _erase(self) -> None:
+    async def _erase(self) -> float:
+        """Erase, trying again while held off; the seconds its tries took (the waits between
+        them held nothing, and do not count)."""
         started = time.monotonic()
         wait = _FIRST_WAIT
         reported = False
-        while not await self.attempt():
+        worked = 0.0
+        while True:
+            trying = trio.current_time()
+            erased = await self.attempt()
+            worked += trio.current_time() - trying
+            if erased:
+                break
             waited = time.monotonic() - started
             if waited >= self.timeout and not reported:
                 reported = True
@@ -126,3 +133,4 @@ class Eraser:
         if reported:
             LOGGER.warning("redacted bytes erased from %s", self.holds)
         self.problem = None
+        return worked

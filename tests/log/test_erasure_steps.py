@@ -43,6 +43,37 @@ async def test_after_a_step_the_eraser_rests_nine_times_as_long_as_the_step_took
     assert len(starts) <= 3
 
 
+async def test_the_rest_counts_the_tries_of_a_step_not_its_waits_while_held_off(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A step held off (tried again after waits that hold nothing) rests nine times as long as
+    its tries took, not as long as it waited: the next redaction is erased seconds later, not
+    half a minute."""
+    starts: list[float] = []
+    refusals = 8
+
+    async def step() -> bool:
+        nonlocal refusals
+        starts.append(trio.current_time())
+        await trio.sleep(0.1)
+        refusals -= 1
+        return refusals < 0
+
+    eraser = Eraser(step, holds="the test's table")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eraser.run)
+        begun = trio.current_time()
+        eraser.redacted()
+        assert await eraser.erased()
+        first_done = trio.current_time()
+        eraser.redacted()
+        assert await eraser.erased()
+        nursery.cancel_scope.cancel()
+    # Nine tries of 0.1 s, and 2.27 s of waits between them.
+    assert first_done - begun > 3.0
+    assert starts[-1] - first_done <= 9 * 0.9 + 0.01
+
+
 async def test_a_redaction_is_erased_at_once_when_the_eraser_has_rested(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
