@@ -37,7 +37,8 @@ on replay the decisions it makes are found in the log already, and are checked a
   unknown here is forgotten as soon as its rejections are read back, so that events addressed
   to made-up turns leave nothing behind. A call whose slot is made again after it was
   forgotten does not know its stream's version (``Slot.version`` is ``None``): its actor asks
-  the log before writing.
+  the log for the version as of the position the decisions were made at (``AppendDecisions``
+  carries it), so that a write is refused if anyone wrote to the stream since.
 
 Pure: no trio, no storage. The actors and the runtime do the writing.
 """
@@ -176,10 +177,14 @@ class ResumePoint:
 
 @frozen(kw_only=True)
 class AppendDecisions:
-    """Write these decisions to the call's stream, after everything written for it before."""
+    """Write these decisions to the call's stream, after everything written for it before.
+
+    ``position`` is the fold's position when they were decided: where the call's stream
+    version is not known here, they are written only if the stream has nothing past it."""
 
     key: CallKey
     decisions: tuple[Event, ...]
+    position: int
 
 
 @frozen(kw_only=True)
@@ -515,7 +520,7 @@ class CallFold:
         slot.expect(written)
         work: list[Work] = []
         if acting and written and not isinstance(received, ValidationOutcome):
-            work.append(AppendDecisions(key=key, decisions=tuple(written)))
+            work.append(AppendDecisions(key=key, decisions=tuple(written), position=self.position))
         for decision in decisions:
             if isinstance(decision, ValidationRequested):
                 slot.validation_context = context
@@ -831,7 +836,9 @@ class CallFold:
         """What the call's actor must do when this process starts acting for the call."""
         work: list[Work] = []
         if slot.expected and not slot.degraded:
-            work.append(AppendDecisions(key=key, decisions=tuple(slot.expected)))
+            work.append(
+                AppendDecisions(key=key, decisions=tuple(slot.expected), position=self.position)
+            )
         validating = slot.validating
         if validating is not None and slot.validation_context is not None:
             work.append(RunValidation(key=key, request=validating, context=slot.validation_context))

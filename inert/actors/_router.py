@@ -237,17 +237,21 @@ class CallRouter:
 
     async def _work_through(self, key: CallKey, batch: list[Work]) -> None:
         pending: list[NewEvent] = []
+        # The fold's position at the first pending decision: the strictest fence of the batch.
+        basis = 0
         stream = key.stream
         for work in batch:
             if isinstance(work, AppendDecisions):
+                if not pending:
+                    basis = work.position
                 pending.extend(NewEvent(stream=stream, event=event) for event in work.decisions)
             elif isinstance(work, RunValidation):
-                await self._append(key, pending)
+                await self._append(key, pending, basis)
                 pending = []
                 await self._validate(key, work)
-        await self._append(key, pending)
+        await self._append(key, pending, basis)
 
-    async def _append(self, key: CallKey, events: list[NewEvent]) -> None:
+    async def _append(self, key: CallKey, events: list[NewEvent], basis: int) -> None:
         if not events:
             return
         stream = key.stream
@@ -260,8 +264,11 @@ class CallRouter:
             # back), and an append at the old version would be refused and its decisions lost.
             version = read
         if version is None:
-            # A call this fold forgot, or never knew: its stream may hold events.
-            version = await self._log.stream_version(stream)
+            # A call this fold forgot, or never knew: its stream may hold events. Its version
+            # as of the position the decisions were made at, not now: where processes share
+            # the log and nobody leases the turn, each decides for the call, and one that
+            # counted another's decisions written since would write the same ones again.
+            version = await self._log.stream_version(stream, as_of=basis)
         expected = {stream: version}
         if self._fold.process is None:
             await self._log.append(events, expected)
@@ -324,7 +331,11 @@ class CallRouter:
             assert self._fold.process is not None
             return
         decisions = recorded(decide(state, ValidationOutcome(result=result), work.context))
-        await self._append(key, [NewEvent(stream=key.stream, event=event) for event in decisions])
+        await self._append(
+            key,
+            [NewEvent(stream=key.stream, event=event) for event in decisions],
+            self._fold.position,
+        )
 
     # --- timers ---
 

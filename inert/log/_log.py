@@ -49,6 +49,7 @@ import hashlib
 import hmac
 import os
 import uuid
+from bisect import bisect_right
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -66,6 +67,7 @@ from ..events._recorded import RecordedEvent
 from ..events._times import datetime_to_micros
 from ._partitions import CONTROL_PARTITION, call_partitions, check_partitions, partition_of
 from ._records import (
+    NO_STREAM,
     PAYLOAD_DIGEST_KEY,
     NewEvent,
     PendingRecord,
@@ -380,10 +382,15 @@ class Log(abc.ABC):
         self._check_open()
         return await self._head()
 
-    async def stream_version(self, stream: str) -> int:
-        """The version of the last event of a stream, ``NO_STREAM`` (0) for an empty one."""
+    async def stream_version(self, stream: str, *, as_of: int | None = None) -> int:
+        """The version of the last event of a stream, ``NO_STREAM`` (0) for an empty one; with
+        ``as_of``, of its last event at that position or before: what a reader that has read
+        the log up to there knows, so that an append expecting it is refused if anything was
+        written to the stream since."""
         self._check_open()
-        return await self._stream_version(stream)
+        if as_of is None:
+            return await self._stream_version(stream)
+        return await self._stream_version_as_of(stream, as_of)
 
     @asynccontextmanager
     async def runtime_presence(self) -> AsyncIterator[None]:
@@ -506,6 +513,13 @@ class Log(abc.ABC):
 
     @abc.abstractmethod
     async def _stream_version(self, stream: str) -> int: ...
+
+    async def _stream_version_as_of(self, stream: str, position: int) -> int:
+        # Asked only where a reader lost count of a stream (a call it forgot), whose streams
+        # are short: reading the stream's rows does.
+        rows = await self._read_stream_rows(stream, 1)
+        self.rows_read += len(rows)
+        return max((row.version for row in rows if row.position <= position), default=NO_STREAM)
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -736,6 +750,10 @@ class MemoryLog(Log):
     async def _stream_version(self, stream: str) -> int:
         await trio.lowlevel.checkpoint()
         return len(self.store.streams.get(stream, ()))
+
+    async def _stream_version_as_of(self, stream: str, position: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return bisect_right(self.store.streams.get(stream, ()), position)
 
     async def _storage_problems(self) -> list[str]:
         await trio.lowlevel.checkpoint()

@@ -291,6 +291,9 @@ class FaultyLog(Log):
     async def _stream_version(self, stream: str) -> int:
         return await self.inner._stream_version(stream)
 
+    async def _stream_version_as_of(self, stream: str, position: int) -> int:
+        return await self.inner._stream_version_as_of(stream, position)
+
     async def _storage_problems(self) -> list[str]:
         return await self.inner._storage_problems()
 

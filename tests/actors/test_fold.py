@@ -330,7 +330,7 @@ def test_live_fold_gives_the_work_of_each_input_in_order() -> None:
     opened = log.add(CallOpened(key=KEY, tool=LOOKUP.name, sequence=0))
     collecting = CallCollecting(key=KEY, cause=opened.position, tool=LOOKUP.name)
     assert fold.apply(opened) == [
-        AppendDecisions(key=KEY, decisions=(collecting,)),
+        AppendDecisions(key=KEY, decisions=(collecting,), position=opened.position),
         ScheduleDeadline(key=KEY, at=opened.recorded_at + LIMITS.idle_timeout),
     ]
     assert fold.apply(log.add(collecting)) == []
@@ -377,7 +377,9 @@ def test_live_fold_gives_the_work_of_each_input_in_order() -> None:
     dispatched = CallDispatched(
         key=KEY, cause=claim.position, claim_id="claim-1", executor="worker-1"
     )
-    assert fold.apply(claim) == [AppendDecisions(key=KEY, decisions=(dispatched,))]
+    assert fold.apply(claim) == [
+        AppendDecisions(key=KEY, decisions=(dispatched,), position=claim.position)
+    ]
     assert fold.apply(log.add(dispatched)) == []
     state = fold.state(KEY)
     assert state is not None
@@ -510,6 +512,7 @@ def test_go_live_writes_the_decisions_that_were_never_written() -> None:
                 ),
                 CallCancelled(key=KEY, cause=cancel.position, reason=CancelReason.TURN_CANCELLED),
             ),
+            position=cancel.position,
         )
     ]
     assert fold.live is True

@@ -93,6 +93,15 @@ def test_cluster_seeds_move_turns_and_find_unknown_outcomes() -> None:
     assert {"dispatched", "cancelled", "failed"} <= states
 
 
+@pytest.mark.slow(seconds=3)
+def test_processes_that_each_reject_a_call_of_an_unknown_turn_write_the_rejection_once() -> None:
+    """Where nobody leases a turn (one never started), every process folding its partition
+    decides for its calls and the first to write wins: one that forgot the call fences its
+    write by the stream's version as of its decision, and never writes a rejection twice."""
+    result = simulate_cluster(1034, keys=60, processes=3, partitions=4, twice=False)
+    assert not result.violations, _report([result])
+
+
 @pytest.mark.slow(seconds=20)
 def test_a_cluster_seed_runs_the_same_in_another_process() -> None:
     """A cluster seed writes the same log here and in a fresh process, and the next seed

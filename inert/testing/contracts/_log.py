@@ -165,6 +165,18 @@ class LogContract:
         assert await log.stream_version("a") == 2
         assert await log.stream_version("never") == NO_STREAM
 
+    async def test_a_stream_version_as_of_a_position_counts_only_what_was_there(
+        self, log: Log
+    ) -> None:
+        """``stream_version(as_of=)`` is the version of the stream's last event at or before the
+        position, so that an append expecting it is refused if the stream moved on since."""
+        await log.append([_new("a", "e1"), _new("b", "e2"), _new("a", "e3"), _new("b", "e4")])
+        assert [await log.stream_version("a", as_of=at) for at in range(5)] == [0, 1, 1, 2, 2]
+        assert await log.stream_version("b", as_of=3) == 1
+        assert await log.stream_version("never", as_of=4) == NO_STREAM
+        with pytest.raises(ConflictError):
+            await log.append([_new("b", "e5")], {"b": await log.stream_version("b", as_of=3)})
+
     async def test_read_returns_the_event_and_its_envelope(self, log: Log) -> None:
         """What is read back equals what was appended, with trace context and recording time."""
         trace = TraceContext(
