@@ -20,10 +20,9 @@ from ..events import (
     TurnRef,
 )
 from ..events._identity import key_part, shown_text
-from ..log import Log, open_log
+from ..log import open_log
 from ..projections import (
     JSON,
-    Audit,
     AuditEntry,
     LedgerRow,
     Preview,
@@ -38,7 +37,8 @@ from ..projections._shown import stage_of
 from ..runtime import PendingConfirmation, Runtime, trio_clock
 from ..runtime._controls import give_control
 from ..runtime._runtime import DEFAULT_CONFIRMATION_VALIDITY
-from ._common import READ_PAGE, fold_log, runtime_on, settle_within
+from ._common import fold_log, runtime_on, settle_within
+from ._partitions import FoldedPartitions
 from ._tables import Keys, key_json
 
 # --- cancel-turn -----------------------------------------------------------------------------
@@ -118,40 +118,39 @@ CONTROL_WAIT_SECONDS = 10.0
 control ends or asks to stop."""
 
 
-async def _folded(log: Log) -> Projections:
-    projections = Projections()
-    while page := await log.read(projections.position + 1, limit=READ_PAGE):
-        for recorded in page:
-            projections.apply(recorded)
-    return projections
-
-
-def _decided(projections: Projections, shown: Preview) -> bool:
+def _decided(folded: FoldedPartitions, shown: Preview) -> bool:
     """Whether the runtimes have answered for every call of the preview: ended, or asked to
     stop (or done running)."""
-    ledger = projections.ledger
     for row in shown.ending:
-        now = ledger.row(row.key)
+        now = folded.row(row.key)
         if now is not None and now.state not in TERMINAL_PHASES:
             return False
     for row in shown.stopping:
-        now = ledger.row(row.key)
+        now = folded.row(row.key)
         if now is not None and now.outcome is None:
             return False
     return True
 
 
 async def _follow_until_decided(
-    log: Log, projections: Projections, shown: Preview, position: int, wait: float
+    folded: FoldedPartitions, shown: Preview, position: int, wait: float
 ) -> bool:
-    """Fold what the runtimes write until they have answered the control at ``position`` for
-    every call of the preview, for at most ``wait`` seconds; whether they have."""
+    """Fold what the runtimes write, in every partition, until they have answered the control
+    at ``position`` of partition 0 for every call of the preview, for at most ``wait``
+    seconds; whether they have."""
+
+    def answered() -> bool:
+        return folded.controls.position >= position and _decided(folded, shown)
+
     with trio.move_on_after(wait):
-        async for recorded in log.subscribe(projections.position + 1):
-            projections.apply(recorded)
-            if recorded.position >= position and _decided(projections, shown):
-                return True
-    return projections.position >= position and _decided(projections, shown)
+        async with trio.open_nursery() as nursery:
+            for number in folded.parts:
+                nursery.start_soon(folded.follow, number)
+            while not answered():
+                await folded.changed.wait()
+                folded.changed = trio.Event()
+            nursery.cancel_scope.cancel()
+    return answered()
 
 
 async def control_command(
@@ -177,33 +176,30 @@ async def control_command(
         )
     event = control_event(action, target, tenant=tenant, operator=operator, reason=reason)
     async with open_log(url, clock=trio_clock(), create=False) as log:
-        projections = await _folded(log)
-        audit = projections.audit
+        folded = FoldedPartitions(log)
+        await folded.catch_up()
+        audit = folded.controls.audit
         idle = without_effect(event, audit)
         if idle is not None:
             raise RefusedError(f"{idle}: {action} would change nothing, and is not given")
-        unseen = never_seen(event, projections.ledger.rows(), audit)
+        rows = folded.rows()
+        unseen = never_seen(event, rows, audit)
         if unseen is not None and not new_target:
             raise RefusedError(
                 f"{unseen}: check the name (inert ledger lists the calls), or give --new-target"
                 " to control it before it is ever seen"
             )
-        shown = preview(event, projections.ledger.rows())
+        shown = preview(event, rows)
         running = await log.runtime_running()
         if dry_run:
             _print_preview(event, action, shown, running=running, as_json=as_json)
             return
         position = await give_control(log, event, operators.__contains__)
-        decided = running and await _follow_until_decided(log, projections, shown, position, wait)
+        decided = running and await _follow_until_decided(folded, shown, position, wait)
         if not decided:
-            projections = await _folded(log)
-        entry = _entry_at(projections.audit, position)
+            await folded.catch_up()
+        entry = folded.entry(position)
     _print_given(entry, action, target, tenant, shown, running=running, as_json=as_json)
-
-
-def _entry_at(audit: Audit, position: int) -> AuditEntry:
-    [entry] = [entry for entry in audit.entries() if entry.position == position]
-    return entry
 
 
 NO_RUNTIME = (

@@ -22,6 +22,7 @@ from ..projections import JSON, Projections
 from ..projections._shown import EVERY_ROW, RowFilter, shown_time
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, Verification, partitions_digest, verify_log
 from ._common import Progress, fold_log, fold_opened, in_colour
+from ._partitions import FoldedPartitions
 from ._tables import (
     Seen,
     ledger_json,
@@ -256,13 +257,16 @@ async def verify_command(url: str, *, as_json: bool, partition: int | None = Non
 
 
 async def audit_command(url: str, *, as_json: bool) -> None:
-    projections = Projections()
-    await fold_log(url, projections.apply)
-    audit = projections.audit
+    async with open_log(url, create=False) as log:
+        folded = FoldedPartitions(log)
+        await folded.catch_up()
     # The controls refused to principals that are no operators are shown among them, marked;
-    # the last first, as the console's audit lists them.
+    # the last first, as the console's audit lists them. Each control with what it did in
+    # every partition of calls.
     entries = sorted(
-        audit.entries() + audit.refusals(), key=lambda entry: entry.position, reverse=True
+        folded.entries() + folded.controls.audit.refusals(),
+        key=lambda entry: entry.position,
+        reverse=True,
     )
     if as_json:
         for entry in entries:
@@ -297,9 +301,8 @@ async def audit_command(url: str, *, as_json: bool) -> None:
     for line in text_table(header, cells, {6, 7}):
         print(line)
     for entry in entries:
-        ledger = projections.ledger
         for key in entry.ended:
-            row = ledger.row(key)
+            row = folded.row(key)
             state = "-" if row is None else f"{row.state} {row.terminal_reason}"
             print(f"@{entry.position} ended {whole_key(key)}: {state}")
         for key, outcome in entry.asked_to_stop.items():

@@ -42,12 +42,23 @@ from ._routing import Handler, Routed
 class DispatchQueue(Routed):
     """Ready call keys in the order they became ready, and the keys awaiting confirmation."""
 
-    __slots__ = ("_awaiting", "_ended", "_ended_turns", "_pending", "_ready", "_response_ends")
+    __slots__ = (
+        "_admitted",
+        "_awaiting",
+        "_ended",
+        "_ended_turns",
+        "_pending",
+        "_ready",
+        "_response_ends",
+    )
 
     def __init__(self) -> None:
         super().__init__()
-        # Dicts as ordered sets: insertion order is the order of the log.
-        self._ready: dict[CallKey, None] = {}
+        # Insertion order is the order of the log. Each ready call has the number of its
+        # admission, increasing in that order, so that an executor asks only for the calls
+        # admitted since it last looked (``ready_after``), never for the whole queue again.
+        self._ready: dict[CallKey, int] = {}
+        self._admitted = 0
         self._awaiting: dict[CallKey, None] = {}
         self._ended: set[CallKey] = set()
         self._ended_turns: ByTurn[CallKey] = ByTurn()
@@ -59,6 +70,22 @@ class DispatchQueue(Routed):
     def ready(self) -> list[CallKey]:
         """The calls that may be claimed, in the order they became ready."""
         return list(self._ready)
+
+    @property
+    def admitted(self) -> int:
+        """The number of the latest admission to the ready calls (0 before the first)."""
+        return self._admitted
+
+    def ready_after(self, admitted: int) -> list[CallKey]:
+        """The ready calls admitted after the admission numbered ``admitted``, in order: at a
+        cost of the calls returned, however many wait in the queue."""
+        fresh: list[CallKey] = []
+        for key, number in reversed(self._ready.items()):
+            if number <= admitted:
+                break
+            fresh.append(key)
+        fresh.reverse()
+        return fresh
 
     def awaiting(self) -> list[CallKey]:
         """The validated calls waiting for their principal's confirmation, oldest first."""
@@ -129,14 +156,19 @@ class DispatchQueue(Routed):
         for key in [key for key in pending if key in ended]:
             if self._response_ends.ended_well(key):
                 self._unpend(key)
-                self._ready[key] = None
+                self._make_ready(key)
 
     def _admit(self, key: CallKey) -> None:
         ends = self._response_ends
         if not ends.judges(key) or ends.ended_well(key):
-            self._ready[key] = None
+            self._make_ready(key)
         elif ends.ended_well(key) is None:
             self._pending.setdefault(key.response_ref, {})[key] = None
+
+    def _make_ready(self, key: CallKey) -> None:
+        if key not in self._ready:
+            self._admitted += 1
+            self._ready[key] = self._admitted
 
     def _unpend(self, key: CallKey) -> None:
         response = key.response_ref

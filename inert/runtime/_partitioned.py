@@ -65,7 +65,7 @@ from ..tracing import IncomingTrace
 from ._assignment import assign, owned_by
 from ._boundary import Dispatch, OperatorAuthorizer, ReadyCall
 from ._controls import give_control
-from ._runtime import DEFAULT_CONFIRMATION_VALIDITY, Runtime
+from ._runtime import DEFAULT_CONFIRMATION_VALIDITY, ReadyCalls, Runtime
 
 MakeCore = Callable[[Log], Runtime]
 ServeCore = Callable[[Runtime], contextlib.AbstractAsyncContextManager[Runtime]]
@@ -223,8 +223,9 @@ class PartitionedRuntime:
     # --- executors ---
 
     def ready_calls(self) -> AsyncIterator[ReadyCall]:
-        """The calls of the partitions this process folds that may be claimed, each once."""
-        return _ReadyCalls(self)
+        """The calls of the partitions this process folds that may be claimed, as they become
+        ready."""
+        return ReadyCalls(lambda: list(self._cores.values()), lambda: self._changed)
 
     async def claim(self, call: CallKey | ReadyCall, *, executor: str) -> Dispatch:
         """Claim a ready call once every control given so far is in its partition."""
@@ -457,30 +458,3 @@ class PartitionedRuntime:
     def _announce(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
-
-
-class _ReadyCalls:
-    """An async iterator over the ready calls of a process's partitions, each once, waiting for
-    new ones. Not an async generator: an executor that stops iterating (cancelled, or done)
-    leaves nothing unfinished for Trio to warn of."""
-
-    def __init__(self, runtime: PartitionedRuntime) -> None:
-        self._runtime = runtime
-        self._seen: set[CallKey] = set()
-
-    def __aiter__(self) -> _ReadyCalls:
-        return self
-
-    async def __anext__(self) -> ReadyCall:
-        runtime = self._runtime
-        while True:
-            changed = runtime._changed
-            for core in list(runtime._cores.values()):
-                for key in core.projections.queue.ready():
-                    if key in self._seen:
-                        continue
-                    self._seen.add(key)
-                    call = core.ready_call(key)
-                    if call is not None:
-                        return call
-            await changed.wait()

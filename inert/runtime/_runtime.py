@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -616,8 +617,8 @@ class Runtime:
     # --- the executor boundary ---
 
     def ready_calls(self) -> ReadyCalls:
-        """The calls that may be claimed, each once, as they become ready."""
-        return ReadyCalls(self)
+        """The calls that may be claimed, as they become ready."""
+        return ReadyCalls(lambda: (self,), lambda: self._changed)
 
     def _offered_tools(self, turn: TurnRef) -> Collection[str]:
         """The names of the tools the turn offered, as the runtime knows it now (none for a
@@ -888,23 +889,42 @@ class Changes:
 
 
 class ReadyCalls:
-    """An async iterator over the calls that may be claimed, each once, waiting for new ones."""
+    """An async iterator over the calls that may be claimed, each time one becomes ready,
+    waiting for new ones: of one runtime, or of the cores of a process's partitions. Each wake
+    asks every queue only for what it admitted since (``DispatchQueue.ready_after``), so a
+    queue of many calls claimed but not yet dispatched costs nothing to look past. Not an
+    async generator: an executor that stops iterating leaves nothing unfinished for Trio to
+    warn of."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self._seen: set[CallKey] = set()
+    def __init__(self, cores: Callable[[], Iterable[Runtime]], changed: Callable[[], trio.Event]):
+        self._cores = cores
+        self._changed = changed
+        self._marks: dict[Runtime, int] = {}
+        self._fresh: deque[tuple[Runtime, CallKey]] = deque()
 
     def __aiter__(self) -> ReadyCalls:
         return self
 
     async def __anext__(self) -> ReadyCall:
-        runtime = self._runtime
+        fresh = self._fresh
         while True:
-            for key in runtime.projections.queue.ready():
-                if key in self._seen:
-                    continue
-                self._seen.add(key)
-                ready = runtime.ready_call(key)
+            changed = self._changed()
+            if not fresh:
+                self._look()
+            while fresh:
+                core, key = fresh.popleft()
+                ready = core.ready_call(key)
                 if ready is not None:
                     return ready
-            await runtime._changed.wait()
+            await changed.wait()
+
+    def _look(self) -> None:
+        marks: dict[Runtime, int] = {}
+        for core in self._cores():
+            queue = core.projections.queue
+            mark = self._marks.get(core, 0)
+            if queue.admitted > mark:
+                self._fresh.extend((core, key) for key in queue.ready_after(mark))
+            marks[core] = queue.admitted
+        # Cores this process no longer runs are forgotten with their marks.
+        self._marks = marks

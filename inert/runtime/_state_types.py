@@ -330,11 +330,12 @@ def state_shapes() -> Shapes:
             _routed(
                 DispatchQueue,
                 {
+                    "_admitted": int,
                     "_awaiting": Members,
                     "_ended": set[CallKey],
                     "_ended_turns": ByTurn[CallKey],
                     "_pending": dict[ResponseRef, Members],
-                    "_ready": Members,
+                    "_ready": dict[CallKey, int],
                     "_response_ends": ResponseEnds,
                 },
             ),
