@@ -811,6 +811,42 @@ def test_dispatch_queue_holds_ready_calls_in_the_order_they_became_ready() -> No
     assert (queue.ready(), queue.awaiting(), len(queue)) == ([], [], 0)
 
 
+def test_the_queue_gives_the_calls_admitted_since_a_number_without_the_others() -> None:
+    """Each admission to the ready calls is numbered in order; ``ready_after`` gives only
+    those admitted after a number that are still ready, and a call admitted again (ready,
+    then waiting for a person, then confirmed) is admitted under a new number."""
+    first, second, third = (other_key(f"call_{n}") for n in range(3))
+    script = Script()
+    script.turn()
+    for key in (first, second, third):
+        script.open(key)
+        script.fragment(key)
+        script.end(key)
+    script.validate(first)
+    script.validate(second)
+    queue = fold(script.records).queue
+    assert (queue.admitted, queue.ready_after(0), queue.ready_after(1)) == (
+        2,
+        [first, second],
+        [second],
+    )
+    script.dispatch(first)
+    script.validate(third)
+    queue = fold(script.records).queue
+    assert (queue.admitted, queue.ready_after(1), queue.ready_after(3)) == (3, [second, third], [])
+    script.add(
+        CallAwaitingConfirmation(
+            key=second,
+            cause=1,
+            arguments_digest="sha256:args",
+            expires_at=T0 + timedelta(minutes=5),
+        )
+    )
+    script.confirm(second)
+    queue = fold(script.records).queue
+    assert (queue.admitted, queue.ready(), queue.ready_after(3)) == (4, [third, second], [second])
+
+
 def test_rules_7_the_queue_admits_a_call_once_its_response_ended_well() -> None:
     """Under rules 7 a call validated at its own end joins the queue at its response's first
     end, if that end was successful and came after the call's end; confirmations wait for it
