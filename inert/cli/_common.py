@@ -15,6 +15,7 @@ import trio
 from ..events import (
     InertError,
     ProcessHeartbeat,
+    ProcessLeft,
     RecordedEvent,
     RefusedError,
 )
@@ -188,23 +189,32 @@ async def _running_processes(log: Log) -> dict[str, float]:
     A process beats every quarter of its lease time and its peers take it for dead after a
     lease time without one: it is running while its last beat is younger than four times the
     shortest time between two of its beats (a late beat only lengthens one), or than the
-    default lease time when the window holds one.
+    default lease time when the window holds one; not once it said it left.
     """
     now = log.now()
     since = now - RUNNING_WINDOW
     beats: dict[str, list[datetime]] = {}
+    # The position of each process's last beat and of its last word that it left.
+    beat_at: dict[str, int] = {}
+    left: dict[str, int] = {}
     end = await log.head()
     while end >= 1:
         start = max(1, end - READ_PAGE + 1)
         page = await log.read(start, limit=end - start + 1)
         for recorded in page:
-            if isinstance(recorded.event, ProcessHeartbeat) and recorded.recorded_at >= since:
-                beats.setdefault(recorded.event.process, []).append(recorded.recorded_at)
+            event = recorded.event
+            if isinstance(event, ProcessHeartbeat) and recorded.recorded_at >= since:
+                beats.setdefault(event.process, []).append(recorded.recorded_at)
+                beat_at[event.process] = max(beat_at.get(event.process, 0), recorded.position)
+            elif isinstance(event, ProcessLeft):
+                left[event.process] = max(left.get(event.process, 0), recorded.position)
         if not page or page[0].recorded_at < since:
             break
         end = start - 1
     running: dict[str, float] = {}
     for process, times in beats.items():
+        if left.get(process, 0) > beat_at[process]:
+            continue
         times.sort()
         lease = (
             4 * min(later - earlier for earlier, later in itertools.pairwise(times))

@@ -527,6 +527,17 @@ class ProcessHeartbeat(Event):
     process: str = field(validator=validators.min_len(1))
 
 
+@event_type("process.left")
+@frozen(kw_only=True)
+class ProcessLeft(Event):
+    """A runtime process stopped on purpose, its actors and executors stopped first: the
+    others take it for dead at once, not once its last heartbeat is older than the lease time,
+    and take its partitions and turns over. A heartbeat of the same name after this is a
+    process that joined again."""
+
+    process: str = field(validator=validators.min_len(1))
+
+
 @event_type("process.turn_retired")
 @frozen(kw_only=True)
 class TurnRetired(Event):

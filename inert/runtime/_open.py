@@ -41,7 +41,7 @@ from ._collector import DEFAULT_COLLECTOR, CollectorSettings
 from ._ingress import DEFAULT_MAX_PENDING_BYTES
 from ._partitioned import PartitionedRuntime
 from ._peers import DEFAULT_LEASE_TIME
-from ._recovery import keep_company, recover
+from ._recovery import keep_company, leave, recover
 from ._retention import DEFAULT_RETENTION, Retention
 from ._retirement import retire_idle_turns
 from ._runtime import DEFAULT_REQUEST_TIMEOUT, Runtime, trio_clock
@@ -346,6 +346,9 @@ async def _serving(runtime: Runtime, collector: CollectorSettings | None) -> Asy
         ) from None
     if body_error is not None:
         raise body_error
+    if runtime.process is not None and runtime._beats_here:
+        # A clean stop: the others need not wait out the lease to take its turns over.
+        await leave(runtime.log, runtime.process)
 
 
 def sole_inert_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -29,6 +29,10 @@ both decide for one turn. An assignment only says who folds what.
 - **Handing a partition on.** A process keeps folding a partition it is no longer assigned
   while a turn it leases there has a call that is not over or a response still open; then it
   leases those turns to the partition's process and stops folding it.
+- **Leaving.** A process whose block ends cleanly stops its partitions' runtimes, then says so
+  in the control partition (``ProcessLeft``): the others take it for dead at once, take its
+  partitions and bury it as a silent one (its turns leased, its executors' claims of unknown
+  outcome), instead of a lease time later. A killed process says nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ..events import (
     NotOwner,
     OperatorControl,
     ProcessHeartbeat,
+    ProcessLeft,
     RecordedEvent,
     RefusedError,
     TraceContext,
@@ -65,6 +70,7 @@ from ..tracing import IncomingTrace
 from ._assignment import assign, owned_by
 from ._boundary import Dispatch, OperatorAuthorizer, ReadyCall
 from ._controls import give_control
+from ._recovery import leave
 from ._runtime import DEFAULT_CONFIRMATION_VALIDITY, ReadyCalls, Runtime
 
 MakeCore = Callable[[Log], Runtime]
@@ -122,7 +128,8 @@ class PartitionedRuntime:
             | {
                 process
                 for process, beat in self._beats.items()
-                if now - beat.recorded_at <= self.lease_time
+                if isinstance(beat.event, ProcessHeartbeat)
+                and now - beat.recorded_at <= self.lease_time
             }
         )
 
@@ -320,6 +327,9 @@ class PartitionedRuntime:
                 nursery.cancel_scope.cancel()
         if body_error is not None:
             raise body_error
+        # A clean stop, every partition's runtime stopped: the others need not wait out the
+        # lease to take this process's partitions and turns.
+        await leave(self.log, self.process)
 
     async def _beat(self) -> None:
         await self.log.append(
@@ -355,16 +365,16 @@ class PartitionedRuntime:
     async def _follow(self) -> None:
         async for recorded in self.log.subscribe(self._control_position + 1):
             await self._heard(recorded)
-            if isinstance(recorded.event, ProcessHeartbeat):
+            if isinstance(recorded.event, ProcessHeartbeat | ProcessLeft):
                 self._rebalance_due.set()
 
     async def _heard(self, recorded: RecordedEvent) -> None:
         event = recorded.event
-        if isinstance(event, ProcessHeartbeat):
+        if isinstance(event, ProcessHeartbeat | ProcessLeft):
             self._beats[event.process] = recorded
             for core in self._cores.values():
                 if core.peers is not None:
-                    core.peers.heard(recorded, True)
+                    core._hear_peer(recorded, True)
         elif isinstance(event, OperatorControl):
             # The same event on the same stream, under an id of its own in each partition
             # (the same in every partition, so that processes copying it write it once).
@@ -405,7 +415,7 @@ class PartitionedRuntime:
             async with self._serve_core(core):
                 if core.peers is not None:
                     for beat in self._beats.values():
-                        core.peers.heard(beat, True)
+                        core._hear_peer(beat, True)
                 self._cores[partition] = core
                 self._scopes[partition] = scope
                 # A control heard while the runtime started went to the runtimes running then:

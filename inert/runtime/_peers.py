@@ -5,7 +5,8 @@ Each process of a shared log has a name (``open_runtime(process=...)``) and appe
 started it (``TurnLeased`` beside ``TurnStarted``); only the owner's actors decide for the turn's
 calls, with the lease stream's version among their expected versions, and every other process
 folds the same decisions from the log. A process whose last heartbeat is older than the lease
-time, by the log's clock, is dead: each survivor tries to lease its turns at the lease stream's
+time, by the log's clock, is dead, and so is one that said it left (``ProcessLeft``, as it
+closes): each survivor tries to lease its turns at the lease stream's
 version (one wins), and the winner cancels what the dead process was still streaming
 (``connection_lost``) and carries on with the rest. The calls the dead process's executors had
 claimed, and had not reported on, get an unknown outcome. The lease time must exceed the clock
@@ -25,6 +26,7 @@ from ..events import (
     Event,
     EventRejected,
     ProcessHeartbeat,
+    ProcessLeft,
     RecordedEvent,
     TurnLeased,
     TurnRef,
@@ -46,6 +48,8 @@ class Peers:
         # nothing behind (executors racing for a call would otherwise add one entry each).
         self._asked: dict[int, str] = {}
         self._buried: set[str] = set()
+        # Processes whose last word was that they left: dead without waiting for the lease.
+        self._left: set[str] = set()
         self.gained: list[TurnRef] = []
 
     def heard(self, recorded: RecordedEvent, live: bool) -> None:
@@ -53,7 +57,10 @@ class Peers:
         match event:
             case ProcessHeartbeat(process=process):
                 self._seen[process] = recorded.recorded_at
+                self._left.discard(process)
                 self._buried.discard(process)
+            case ProcessLeft(process=process) if process != self.process:
+                self._left.add(process)
             case TurnLeased(turn=turn, owner=owner, previous=previous):
                 self._seen.setdefault(owner, recorded.recorded_at)
                 if live and owner == self.process and previous is not None:
@@ -86,13 +93,14 @@ class Peers:
         self._buried.discard(process)
 
     def newly_dead(self, now: datetime) -> list[str]:
-        """Processes silent for longer than the lease time, not reported dead before."""
+        """Processes silent for longer than the lease time, or that left, not reported dead
+        before."""
         dead = [
             process
             for process, seen in self._seen.items()
             if process != self.process
             and process not in self._buried
-            and now - seen > self.lease_time
+            and (process in self._left or now - seen > self.lease_time)
         ]
         self._buried.update(dead)
         return dead

@@ -27,14 +27,16 @@ from ..events import (
     CallKey,
     ConflictError,
     ExecutionOutcomeUnknown,
+    InertError,
     ProcessHeartbeat,
+    ProcessLeft,
     ResponseRef,
     StreamLost,
     TurnLeased,
     TurnRef,
     process_stream,
 )
-from ..log import NewEvent
+from ..log import Log, NewEvent
 from ._peers import Peers
 
 if TYPE_CHECKING:
@@ -67,11 +69,24 @@ async def keep_company(runtime: Runtime, peers: Peers) -> None:
                     peers.spare(dead)
         while peers.gained:
             await _take_over(runtime, peers.gained.pop(0))
-        await trio.sleep(period)
+        with trio.move_on_after(period):
+            await runtime._departed.wait()
+        if runtime._departed.is_set():
+            runtime._departed = trio.Event()
+
+
+async def leave(log: Log, process: str) -> None:
+    """Say in the log that the process stopped on purpose (``ProcessLeft``), if the log still
+    takes it: one that does not is a process the others find dead once the lease runs out."""
+    with trio.CancelScope(shield=True), contextlib.suppress(InertError):
+        await log.append(
+            [NewEvent(stream=process_stream(process), event=ProcessLeft(process=process))]
+        )
 
 
 async def _silent(runtime: Runtime, peers: Peers, process: str) -> bool:
-    """Whether the log itself holds no heartbeat of the process within the lease time: what
+    """Whether the log itself holds no heartbeat of the process within the lease time, or
+    says last that it left: what
     this process heard may lag behind the log (a busy process hears late), and a process
     taken for dead on a late hearing would lose its turns while it beats."""
     log = runtime._heartbeats
@@ -80,7 +95,11 @@ async def _silent(runtime: Runtime, peers: Peers, process: str) -> bool:
     if not version:
         return True
     last = await log.read_stream(stream, version)
-    return not last or log.now() - last[-1].recorded_at > peers.lease_time
+    return (
+        not last
+        or isinstance(last[-1].event, ProcessLeft)
+        or log.now() - last[-1].recorded_at > peers.lease_time
+    )
 
 
 async def _bury(runtime: Runtime, peers: Peers, dead: str) -> None:

@@ -61,6 +61,7 @@ from ..events import (
     ExecutionFailed,
     ExecutionStopped,
     OperatorControl,
+    ProcessLeft,
     RecordedEvent,
     RefusedError,
     RequestRefused,
@@ -217,6 +218,8 @@ class Runtime:
         self.restored_from: int | None = None
         """The position of the snapshot this runtime started from (``None``: the whole log)."""
         self._last_folded = (0, "")
+        self._departed = trio.Event()
+        """Set when a process of the log says it left: its turns are taken over at once."""
 
     @property
     def snapshot_refusal(self) -> str | None:
@@ -242,13 +245,20 @@ class Runtime:
 
     # --- the log, as the router hears it ---
 
+    def _hear_peer(self, recorded: RecordedEvent, live: bool) -> None:
+        """What a record says of the processes sharing the log (the runtime has peers)."""
+        assert self.peers is not None
+        self.peers.heard(recorded, live)
+        if live and isinstance(recorded.event, ProcessLeft):
+            self._departed.set()
+
     def _fan_out(self, recorded: RecordedEvent) -> None:
         """Hand a record the fold has folded to every consumer of the runtime, in this order:
         the projections first (the others read them), the change announced once all is done."""
         self._last_folded = (recorded.position, recorded.event_id)
         self.projections.apply(recorded)
         if self.peers is not None:
-            self.peers.heard(recorded, self._live)
+            self._hear_peer(recorded, self._live)
         self._plan_retention(recorded)
         if self.spans is not None:
             if self._live:

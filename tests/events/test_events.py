@@ -63,6 +63,7 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "operator.control_refused": (inert.events.ControlRefused, 1),
     "process.turn_leased": (inert.events.TurnLeased, 1),
     "process.heartbeat": (inert.events.ProcessHeartbeat, 1),
+    "process.left": (inert.events.ProcessLeft, 1),
     "process.turn_retired": (inert.events.TurnRetired, 1),
     "request.claim": (inert.events.ClaimRequested, 1),
     "request.deadline": (inert.events.DeadlineReached, 1),

@@ -4,6 +4,7 @@ that falls silent are taken over with its turns."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from inert import (
     open_partitioned_runtime,
     trio_clock,
 )
-from inert.events import ProcessHeartbeat, ToolDisabled
+from inert.events import ProcessHeartbeat, ProcessLeft, ToolDisabled
 from inert.log import Log, MemoryLog, MemoryStore, NewEvent
 from inert.runtime._assignment import assign, owned_by
 
@@ -149,19 +150,23 @@ async def test_a_silent_process_s_partitions_and_turns_are_taken_over(log: Log) 
     """A process that stops beating loses its partitions to the survivor: what it streamed is
     lost, what its executor claimed has an unknown outcome, and nothing runs twice."""
     async with process(log, "survivor") as survivor:
-        async with process(log, "doomed") as doomed:
-            await until(doomed, lambda: len(doomed.partitions_owned()) == 2)
-            await until(survivor, lambda: len(survivor.partitions_owned()) == 2)
-            mine = doomed.partitions_owned()
-            collecting = key_in(conversation_in(log, mine, "x"))
-            claimed = key_in(conversation_in(log, mine, "y"))
-            await start(doomed, collecting)
-            await start(doomed, claimed)
-            await doomed.feed(call_events(collecting)[:2])
-            await doomed.feed([*call_events(claimed), response_end(claimed)])
-            await doomed.settle()
-            await doomed.claim(claimed, executor="doomed-worker")
-            await doomed.settle()
+        with trio.CancelScope() as killed:
+            async with process(log, "doomed") as doomed:
+                await until(doomed, lambda: len(doomed.partitions_owned()) == 2)
+                await until(survivor, lambda: len(survivor.partitions_owned()) == 2)
+                mine = doomed.partitions_owned()
+                collecting = key_in(conversation_in(log, mine, "x"))
+                claimed = key_in(conversation_in(log, mine, "y"))
+                await start(doomed, collecting)
+                await start(doomed, claimed)
+                await doomed.feed(call_events(collecting)[:2])
+                await doomed.feed([*call_events(claimed), response_end(claimed)])
+                await doomed.settle()
+                await doomed.claim(claimed, executor="doomed-worker")
+                await doomed.settle()
+                # Killed, not stopped: it never says it left, and falls silent.
+                killed.cancel()
+                await trio.lowlevel.checkpoint()
         await until(survivor, lambda: survivor.partitions_owned() == [1, 2, 3, 4])
         await until(
             survivor,
@@ -177,6 +182,39 @@ async def test_a_silent_process_s_partitions_and_turns_are_taken_over(log: Log) 
         partition = log.partition(log.partition_of("acme", claimed.conversation))
         decisions = [e.event_type for e in await partition.read_stream(claimed.stream)]
         assert decisions.count("decision.dispatched") == 1
+
+
+async def test_a_process_that_leaves_has_its_partitions_and_turns_taken_over_at_once(
+    log: Log,
+) -> None:
+    """A process that stops cleanly says so (``ProcessLeft``): the survivor takes its
+    partitions and turns without waiting out a lease far longer than the test, and records what
+    its executor claimed and never reported as of unknown outcome."""
+    long_lease = 60.0
+
+    def lasting(name: str) -> contextlib.AbstractAsyncContextManager[PartitionedRuntime]:
+        return open_partitioned_runtime(
+            log=log, process=name, tools=TOOLS, lease_time=long_lease, operators=["operator:olga"]
+        )
+
+    async with lasting("survivor") as survivor:
+        async with lasting("leaving") as leaving:
+            await until(leaving, lambda: len(leaving.partitions_owned()) == 2)
+            await until(survivor, lambda: len(survivor.partitions_owned()) == 2)
+            claimed = key_in(conversation_in(log, leaving.partitions_owned(), "y"))
+            await start(leaving, claimed)
+            await leaving.feed([*call_events(claimed), response_end(claimed)])
+            await leaving.settle()
+            await leaving.claim(claimed, executor="leaving-worker")
+            await leaving.settle()
+        await until(survivor, lambda: survivor.partitions_owned() == [1, 2, 3, 4])
+        assert survivor.alive() == ["survivor"]
+        await until(
+            survivor,
+            lambda: (row := survivor.row(claimed)) is not None and row.outcome == "unknown",
+        )
+    left = [r.event for r in await log.read() if isinstance(r.event, ProcessLeft)]
+    assert left == [ProcessLeft(process="leaving"), ProcessLeft(process="survivor")]
 
 
 async def test_a_joining_process_takes_its_share_once_its_turns_are_done_elsewhere(

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
 from test_runtime import PRINCIPAL, TOOLS, call_events, ready_call, response_end
 
@@ -22,7 +23,7 @@ from inert import (
     open_log,
     open_runtime,
 )
-from inert.events import CallCancelled, CallDispatched, ProcessHeartbeat, TurnLeased
+from inert.events import CallCancelled, CallDispatched, ProcessHeartbeat, ProcessLeft, TurnLeased
 from inert.log import NewEvent
 
 LEASE_TIME = 0.6
@@ -154,22 +155,30 @@ async def test_a_stale_owner_s_decisions_are_refused(tmp_path: Path) -> None:
         assert first.phase(key) is second.phase(key) is Phase.CANCELLED
 
 
-async def test_a_silent_process_s_turns_are_taken_over(tmp_path: Path) -> None:
-    """A process that stops beating loses its turns: what it streamed is lost, what was ready
-    runs elsewhere, and what its executor had claimed has an unknown outcome."""
+@pytest.mark.parametrize("how", ["killed", "left"])
+async def test_a_process_that_is_gone_has_its_turns_taken_over(tmp_path: Path, how: str) -> None:
+    """A process that stops beating (killed), or says it left as it stops (with a lease far
+    longer than the test, so that only its word can tell), loses its turns: what it streamed
+    is lost, what was ready runs elsewhere, and what its executor had claimed has an unknown
+    outcome."""
+    lease_time = LEASE_TIME if how == "killed" else 60.0
     collecting = key_of("a", turn="t1", response="r1")
     ready = key_of("b", turn="t2", response="r2")
     claimed = key_of("c", turn="t3", response="r3")
-    async with process(tmp_path, "survivor") as survivor:
-        async with process(tmp_path, "doomed") as doomed:
-            for turn in ("t1", "t2", "t3"):
-                await start(doomed, turn)
-            await doomed.feed(call_events(collecting)[:2])
-            await ready_call(doomed, ready)
-            await ready_call(doomed, claimed)
-            await doomed.claim(claimed, executor="doomed-worker")
-            await caught_up(doomed, survivor)
-        # Leaving the block stops it; its heartbeats stop with it.
+    async with process(tmp_path, "survivor", lease_time) as survivor:
+        with trio.CancelScope() as killed:
+            async with process(tmp_path, "doomed", lease_time) as doomed:
+                for turn in ("t1", "t2", "t3"):
+                    await start(doomed, turn)
+                await doomed.feed(call_events(collecting)[:2])
+                await ready_call(doomed, ready)
+                await ready_call(doomed, claimed)
+                await doomed.claim(claimed, executor="doomed-worker")
+                await caught_up(doomed, survivor)
+                if how == "killed":
+                    # It says nothing: its heartbeats stop with it.
+                    killed.cancel()
+                    await trio.lowlevel.checkpoint()
         await until(survivor, lambda: survivor.phase(collecting) is Phase.CANCELLED)
         await caught_up(survivor)
         assert {survivor.turn_owner(key.turn_ref) for key in (collecting, ready, claimed)} == {
@@ -186,12 +195,14 @@ async def test_a_silent_process_s_turns_are_taken_over(tmp_path: Path) -> None:
             raise AssertionError("an unknown outcome was dispatched again")
         except ClaimRefused:
             pass
-        beats = [
-            recorded
+        said = [
+            recorded.event
             for recorded in await survivor.log.read()
-            if isinstance(recorded.event, ProcessHeartbeat)
+            if isinstance(recorded.event, ProcessHeartbeat | ProcessLeft)
         ]
-        assert {recorded.event.process for recorded in beats} == {"survivor", "doomed"}  # type: ignore[union-attr]
+        assert {event.process for event in said} == {"survivor", "doomed"}
+        left = [event for event in said if isinstance(event, ProcessLeft)]
+        assert left == ([] if how == "killed" else [ProcessLeft(process="doomed")])
 
 
 async def test_a_process_whose_fold_lags_buries_no_peer_that_still_beats(tmp_path: Path) -> None:

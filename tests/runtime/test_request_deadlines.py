@@ -42,11 +42,15 @@ async def process(
 
 
 async def _ready_call_of_a_silent_owner(path: Path, key: CallKey) -> None:
-    """A ready call whose turn belongs to a process that then stops, its lease still running."""
-    async with process(path, "owner") as owner:
-        await start(owner, key.turn)
-        await ready_call(owner, key)
-        await owner.settle()
+    """A ready call whose turn belongs to a process that is then killed (one that stops
+    cleanly says it left, and is taken over at once), its lease still running."""
+    with trio.CancelScope() as killed:
+        async with process(path, "owner") as owner:
+            await start(owner, key.turn)
+            await ready_call(owner, key)
+            await owner.settle()
+            killed.cancel()
+            await trio.lowlevel.checkpoint()
 
 
 async def test_a_claim_of_a_call_whose_owner_is_silent_times_out(tmp_path: Path) -> None:
