@@ -8,7 +8,8 @@ request carried: the tests read there what ran on the server, how often, and wit
 The server speaks MCP's tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28) for the
 tools named ``task_*``: to a client that declares the extension, a call of one of them answers
 a task handle at once and runs in the background, polled with ``tasks/get`` and cancelled with
-``tasks/cancel`` (which the journal records, as ``tasks/cancel``, under the call's key).
+``tasks/cancel`` (which the journal records, as ``tasks/cancel``, under the call's key; the
+``task_stubborn`` tool's task acknowledges it and works on).
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ async def _get(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> Handl
 async def _cancel(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
     _, task = _known(params)
     journal({"key": task.key, "tool": task.tool, "step": "tasks/cancel"})
-    task.scope.cancel()
+    # Cancellation is cooperative: a stubborn task acknowledges it and works on.
+    if task.tool != "task_stubborn":
+        task.scope.cancel()
     return {}
 
 
@@ -247,6 +250,15 @@ async def task_wait(seconds: float, ctx: Context) -> str:
         raise
     note(ctx, "task_wait", "finished")
     return "waited"
+
+
+@server.tool()
+async def task_stubborn(seconds: float, ctx: Context) -> str:
+    """Sleep as a task that ``tasks/cancel`` does not cancel."""
+    note(ctx, "task_stubborn", "started")
+    await anyio.sleep(seconds)
+    note(ctx, "task_stubborn", "finished")
+    return "done anyway"
 
 
 @server.tool()

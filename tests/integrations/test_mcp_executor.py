@@ -268,6 +268,7 @@ async def test_declarations_are_the_listing_and_confirmation_follows_the_annotat
             "retire",
             "task_echo",
             "task_wait",
+            "task_stubborn",
             "task_refuse",
             "task_ask",
         }

@@ -6,6 +6,7 @@ middle leaves the call unknown and never runs it again."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TextIO
 
@@ -14,7 +15,7 @@ import trio
 from mcp_server import TASK_FAILURE_CODE
 from mcp_support import PRINCIPAL, connected, ready, start, steps, until_step
 
-from inert import ClaimRefused, open_runtime
+from inert import CallKey, ClaimRefused, open_asyncio_runtime, open_runtime
 from inert.events import ExecutionFailed
 from inert.mcp import MCPExecutor, Outcome, tasks
 
@@ -84,6 +85,74 @@ async def test_a_stopped_task_is_cancelled_on_the_server(
         "tasks/cancel",
         "cancelled",
     ]
+
+
+async def test_a_task_the_server_finishes_despite_the_stop_is_recorded_completed(
+    transport: str, journal: Path, server_url: str | None, errlog: TextIO
+) -> None:
+    """A server that acknowledges ``tasks/cancel`` and finishes the work: the call is recorded
+    completed, as the server's last answer says, and its result returned."""
+    async with connected(transport, journal, server_url, errlog, [tasks()]) as client:
+        executor = MCPExecutor(client)
+        async with open_runtime(log="memory://", tools=await executor.declarations()) as runtime:
+            await start(runtime)
+            key = await ready(runtime, "s", "task_stubborn", {"seconds": 1})
+            runs = []
+            async with trio.open_nursery() as nursery:
+
+                async def run() -> None:
+                    runs.append(await executor.run(runtime, key))
+
+                nursery.start_soon(run)
+                await until_step(journal, key, "started")
+                await runtime.cancel_turn(key.turn_ref, principal=PRINCIPAL)
+            assert runs[0].outcome is Outcome.COMPLETED
+            assert runs[0].result is not None
+            assert runs[0].result.structured_content == {"result": "done anyway"}
+            await runtime.settle()
+            row = runtime.ledger.row(key)
+            assert row is not None
+            assert row.outcome == "completed"
+    assert [entry["step"] for entry in steps(journal, key)] == [
+        "started",
+        "tasks/cancel",
+        "finished",
+    ]
+
+
+def test_under_asyncio_a_task_completes_and_a_stopped_one_is_cancelled(
+    journal: Path, errlog: TextIO
+) -> None:
+    """With the asyncio facade and the SDK on asyncio, a task completes, and a stopped task is
+    cancelled on the server with ``tasks/cancel`` and recorded stopped."""
+
+    async def main() -> tuple[Outcome, Outcome, CallKey]:
+        async with (
+            connected("stdio", journal, None, errlog, [tasks()]) as client,
+            open_asyncio_runtime(log="memory://") as runtime,
+        ):
+            executor = MCPExecutor(client)
+            await runtime.start_turn(
+                tenant="acme",
+                conversation="c1",
+                turn="t1",
+                principal=PRINCIPAL,
+                tools=await executor.declarations(),
+            )
+            echo = await ready(runtime, "e", "task_echo", {"text": "hello"})
+            wait = await ready(runtime, "w", "task_wait", {"seconds": 60})
+            echoed = await executor.run(runtime, echo)
+            waiting = asyncio.ensure_future(executor.run(runtime, wait))
+            # Another process writes the journal: nothing here could set an event.
+            while not steps(journal, wait):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            await runtime.cancel_turn(wait.turn_ref, principal=PRINCIPAL)
+            waited = await asyncio.wait_for(waiting, 30)
+            return echoed.outcome, waited.outcome, wait
+
+    echoed, waited, wait = asyncio.run(main())
+    assert (echoed, waited) == (Outcome.COMPLETED, Outcome.STOPPED)
+    assert "tasks/cancel" in [entry["step"] for entry in steps(journal, wait)]
 
 
 async def test_a_failed_task_is_recorded_with_its_code_alone(
