@@ -262,6 +262,15 @@ async def task_stubborn(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def task_forget(ctx: Context) -> str:
+    """Work as a task the server then forgets (as one whose time to live has passed)."""
+    note(ctx, "task_forget", "started")
+    _tasks.pop(next(key for key, task in _tasks.items() if task is _current.get()))
+    await anyio.sleep_forever()
+    return "never"
+
+
+@server.tool()
 async def task_refuse(secret: str, ctx: Context) -> str:
     """Fail the task with a JSON-RPC error whose message holds the argument."""
     note(ctx, "task_refuse", "ran")

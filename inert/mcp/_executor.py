@@ -5,8 +5,10 @@ The call carries the validated arguments alone (the confirmed edit where the per
 them), and in its ``_meta`` the call key as an idempotency key and the call's W3C trace
 context. A stop request cancels the request (the SDK sends ``notifications/cancelled``, or
 closes the request's stream on 2026-07-28 Streamable HTTP); a deadline does the same to a
-server that does not answer. A connection that breaks mid-call is not reported: whether the
-tool ran is unknown, and the next restart records the call ``outcome_unknown``.
+server that does not answer. A call the server makes a task (MCP's tasks extension) is
+followed to its end, and cancelled with ``tasks/cancel``, as ``TaskFollower`` says. A
+connection that breaks mid-call is not reported: whether the tool ran is unknown, and the next
+restart records the call ``outcome_unknown``.
 """
 
 from __future__ import annotations

@@ -269,6 +269,7 @@ async def test_declarations_are_the_listing_and_confirmation_follows_the_annotat
             "task_echo",
             "task_wait",
             "task_stubborn",
+            "task_forget",
             "task_refuse",
             "task_ask",
         }

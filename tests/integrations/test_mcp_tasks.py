@@ -2,7 +2,7 @@
 extension of 2026-07-28, over stdio and Streamable HTTP: a task runs once and completes, a
 stopped task is cancelled on the server with ``tasks/cancel``, a failed task is recorded with
 its code and never its message, a task asking for input ends the call, and a restart in the
-middle leaves the call unknown and never runs it again."""
+middle, or a task the server forgets, leaves the call unknown and never runs it again."""
 
 from __future__ import annotations
 
@@ -204,6 +204,33 @@ async def test_a_task_asking_for_input_ends_the_call(
         "tasks/cancel",
         "cancelled",
     ]
+
+
+async def test_a_task_the_server_no_longer_shows_is_left_to_the_restart(
+    transport: str, journal: Path, server_url: str | None, errlog: TextIO, tmp_path: Path
+) -> None:
+    """``tasks/get`` answers that the task is not found: whether the tool acted is unknown, so
+    nothing is recorded, and a restart records the call ``outcome_unknown``."""
+    log = f"sqlite:///{tmp_path / 'inert.db'}"
+    async with connected(transport, journal, server_url, errlog, [tasks()]) as client:
+        executor = MCPExecutor(client)
+        tools = await executor.declarations()
+        async with open_runtime(log=log, create=True, tools=tools) as runtime:
+            await start(runtime)
+            key = await ready(runtime, "f", "task_forget", {})
+            with trio.fail_after(30):
+                run = await executor.run(runtime, key)
+            assert run.outcome is Outcome.UNREPORTED
+            assert run.task_id is not None
+            await runtime.settle()
+            row = runtime.ledger.row(key)
+            assert row is not None
+            assert row.outcome is None
+    async with open_runtime(log=log, tools=tools) as runtime:
+        await runtime.settle()
+        row = runtime.ledger.row(key)
+        assert row is not None
+        assert row.outcome == "unknown"
 
 
 async def test_a_task_past_the_deadline_is_cancelled_on_the_server(
