@@ -39,6 +39,7 @@ REFUSAL_CODE = 4242
 """The JSON-RPC error code of the ``refuse`` tool."""
 
 TASKS = "io.modelcontextprotocol/tasks"
+"""The tasks extension's identifier."""
 TASK_FAILURE_CODE = 4343
 """The JSON-RPC error code a failed task of ``task_refuse`` carries."""
 _STAMP = "2026-01-01T00:00:00Z"
@@ -63,15 +64,19 @@ _current: ContextVar[_Task] = ContextVar("_current")
 
 
 def journal(entry: dict[str, Any]) -> None:
+    """Append one entry to the journal."""
     with Path(sys.argv[2]).open("a") as file:
         file.write(json.dumps(entry) + "\n")
 
 
 class TaskParams(RequestParams):
+    """The params of ``tasks/get`` and ``tasks/cancel``."""
+
     task_id: str
 
 
 def _shown(task_id: str, task: _Task) -> dict[str, Any]:
+    """The task as ``tasks/get`` shows it: with its result, error or input requests."""
     shown: dict[str, Any] = {
         "taskId": task_id,
         "status": task.status,
