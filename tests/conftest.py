@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+pytest_plugins = ["mcp_fixtures"]
+
 RUN_COUNTS: dict[str, int] = {}
 """How many runs of each kind this test run made (fault runs, crash points, kills, ...)."""
 

@@ -5,29 +5,32 @@ The call carries the validated arguments alone (the confirmed edit where the per
 them), and in its ``_meta`` the call key as an idempotency key and the call's W3C trace
 context. A stop request cancels the request (the SDK sends ``notifications/cancelled``, or
 closes the request's stream on 2026-07-28 Streamable HTTP); a deadline does the same to a
-server that does not answer. A connection that breaks mid-call is not reported: whether the
-tool ran is unknown, and the next restart records the call ``outcome_unknown``.
+server that does not answer. A call the server makes a task (MCP's tasks extension) is
+followed to its end, and cancelled with ``tasks/cancel``, as ``TaskFollower`` says. A
+connection that breaks mid-call is not reported: whether the tool ran is unknown, and the next
+restart records the call ``outcome_unknown``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
 from collections.abc import Collection, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import anyio
-from attrs import frozen
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParamsMeta, Tool
 from pydantic import ValidationError
 
 from ..actors import ToolDeclaration
-from ..events import CallKey, CancelReason, ClaimRefused, InertError
+from ..events import CallKey, ClaimRefused, InertError
 from ..runtime import Dispatch, ReadyCall
 from ._declarations import ConfirmationRule, confirm_unless_harmless, declaration_from_tool
+from ._following import TaskFollower
+from ._outcome import Outcome, Runtime, ServerRun
+from ._tasks import CreatedTask, TaskCreated
 
 IDEMPOTENCY_KEY = "inert/idempotency-key"
 """The ``_meta`` key of a call's idempotency key: its call key's stream name, the same for
@@ -49,44 +52,6 @@ class ServerError(InertError):
     def __init__(self, what: str, code: int | None = None) -> None:
         super().__init__(what if code is None else f"{what} (JSON-RPC error {code})")
         self.code = code
-
-
-class Outcome(enum.Enum):
-    """How a call's run on the server ended, as this executor recorded it."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    UNREPORTED = "unreported"
-    """The connection broke mid-call: nothing was recorded, a restart records the call
-    ``outcome_unknown``."""
-
-
-@frozen(kw_only=True)
-class ServerRun:
-    """One call run on an MCP server: its dispatch, the outcome recorded, the error recorded
-    with a failure, and the server's result where it answered one (for the model)."""
-
-    dispatch: Dispatch
-    outcome: Outcome
-    error: str = ""
-    result: CallToolResult | None = None
-
-
-class _Runtime(Protocol):
-    """What running a call needs of a runtime: the Trio one or its asyncio facade."""
-
-    async def claim(self, call: CallKey | ReadyCall, *, executor: str) -> Dispatch: ...
-
-    async def complete(self, dispatch: Dispatch) -> None: ...
-
-    async def fail(self, dispatch: Dispatch, error: str = "") -> None: ...
-
-    async def stopped(self, dispatch: Dispatch) -> None: ...
-
-    async def wait_for_stop(self, dispatch: Dispatch) -> CancelReason: ...
-
-    def ready_calls(self) -> Any: ...
 
 
 def call_meta(dispatch: Dispatch) -> RequestParamsMeta:
@@ -163,7 +128,7 @@ class MCPExecutor:
             raise ServerError("the MCP server's tools/list could not be read") from None
         return tools
 
-    async def run(self, runtime: _Runtime, call: CallKey | ReadyCall) -> ServerRun:
+    async def run(self, runtime: Runtime, call: CallKey | ReadyCall) -> ServerRun:
         """Claim a ready call, run it on the server and record its outcome.
 
         Before the request, the server's listing is read again: a tool it no longer lists, or
@@ -197,7 +162,7 @@ class MCPExecutor:
             return True
         return declaration_from_tool(tool, confirm=self.confirm).digest != dispatch.tool_digest
 
-    async def _call(self, runtime: _Runtime, dispatch: Dispatch, deadline: float) -> ServerRun:
+    async def _call(self, runtime: Runtime, dispatch: Dispatch, deadline: float) -> ServerRun:
         result: CallToolResult | None = None
         stopped = False
 
@@ -208,7 +173,9 @@ class MCPExecutor:
             scope.cancel()
 
         refused: MCPError | None = None
+        created: CreatedTask | None = None
         lost = invalid = False
+        started = anyio.current_time()
         async with anyio.create_task_group() as group:
             with anyio.move_on_after(deadline) as call_scope:
                 group.start_soon(stop_when_asked, call_scope)
@@ -216,6 +183,8 @@ class MCPExecutor:
                     result = await self.client.call_tool(
                         dispatch.tool, _plain(dispatch.arguments), meta=call_meta(dispatch)
                     )
+                except TaskCreated as handle:
+                    created = handle.task
                 except MCPError as error:
                     refused = error
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -226,6 +195,9 @@ class MCPExecutor:
                     # their messages quote the values, so only the kind is kept.
                     invalid = True
             group.cancel_scope.cancel()
+        if created is not None:
+            follow = TaskFollower(self.client, runtime, dispatch, created)
+            return await follow.run(started + deadline)
         if lost or (refused is not None and refused.code == CONNECTION_CLOSED):
             return ServerRun(dispatch=dispatch, outcome=Outcome.UNREPORTED)
         if invalid:
@@ -250,7 +222,7 @@ class MCPExecutor:
         await runtime.fail(dispatch, "deadline_exceeded")
         return ServerRun(dispatch=dispatch, outcome=Outcome.FAILED, error="deadline_exceeded")
 
-    async def serve(self, runtime: _Runtime, *, tools: Collection[str] | None = None) -> None:
+    async def serve(self, runtime: Runtime, *, tools: Collection[str] | None = None) -> None:
         """Run every ready call of the server's tools (``tools``, by default those
         ``declarations`` read), each once and concurrently, until cancelled."""
         names = set(self._served if tools is None else tools)
@@ -259,7 +231,7 @@ class MCPExecutor:
                 if ready.tool in names:
                     group.start_soon(self._run_claimable, runtime, ready)
 
-    async def _run_claimable(self, runtime: _Runtime, ready: ReadyCall) -> None:
+    async def _run_claimable(self, runtime: Runtime, ready: ReadyCall) -> None:
         # A call cancelled or claimed elsewhere since it was ready is not this loop's to run.
         with contextlib.suppress(ClaimRefused):
             await self.run(runtime, ready)

@@ -7,35 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
 import trio
-from locations import ROOT
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.server import Server
 from mcp_server import REFUSAL_CODE
+from mcp_support import PRINCIPAL, connected, ready, start, steps, until_step
 from mcp_types import CallToolResult, ListToolsResult, Tool, ToolAnnotations
 from opentelemetry.sdk.trace import TracerProvider
 
 from inert import (
     ArgumentsAppended,
-    AsyncioRuntime,
     CallEnded,
     CallKey,
     CallOpened,
     ClaimRefused,
     ResponseEnded,
     ResponseEndReason,
-    Runtime,
     TerminalRef,
     open_asyncio_runtime,
     open_runtime,
@@ -46,8 +40,6 @@ from inert.mcp import IDEMPOTENCY_KEY, MCPExecutor, Outcome, confirm_unless_harm
 # Each test starts an MCP server process, and the SDK takes seconds to import.
 pytestmark = pytest.mark.slow(seconds=10)
 
-SERVER = ROOT / "tests" / "mcp_server.py"
-PRINCIPAL = "user:alice"
 # The SDK's Streamable HTTP client of 2025-11-25 leaves the async generators of its standalone
 # response stream to the garbage collector, which Trio reports as unraisable ResourceWarnings.
 _SDK_STREAMS_LEFT_OPEN = pytest.mark.filterwarnings(
@@ -67,124 +59,6 @@ SECRET = "hunter2-never-logged"
 def transport(request: pytest.FixtureRequest) -> str:
     """Each transport, on the protocol version the SDK asks for and on the handshake one."""
     return str(request.param)
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Path:
-    """Where the server writes what its tools did."""
-    return tmp_path / "journal.jsonl"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def server_url(transport: str, journal: Path, tmp_path: Path) -> Iterator[str | None]:
-    """The URL of a Streamable HTTP server of the tests' own on localhost (None for stdio,
-    whose server the client starts itself)."""
-    if not transport.startswith("http"):
-        yield None
-        return
-    port = _free_port()
-    with (tmp_path / "server.log").open("w") as output:
-        process = subprocess.Popen(
-            [sys.executable, str(SERVER), "http", str(journal), str(port)],
-            stdout=output,
-            stderr=output,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    assert process.poll() is None, (tmp_path / "server.log").read_text()
-                    assert time.monotonic() < deadline, "the MCP server did not start"
-                    time.sleep(0.1)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-
-
-@asynccontextmanager
-async def connected(
-    transport: str, journal: Path, url: str | None, errlog: TextIO
-) -> AsyncIterator[Client]:
-    """A client of the server, over the transport and protocol version asked for."""
-    mode = "legacy" if transport.endswith("2025-11-25") else "auto"
-    if url is not None:
-        async with Client(url, mode=mode) as client:
-            yield client
-        return
-    command = [str(SERVER), "stdio", str(journal)]
-    params = StdioServerParameters(command=sys.executable, args=command)
-    async with Client(stdio_client(params, errlog=errlog), mode=mode) as client:
-        yield client
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    """Where a stdio server's own log goes."""
-    with (tmp_path / "stdio-server.log").open("w") as file:
-        yield file
-
-
-def steps(journal: Path, key: CallKey) -> list[dict[str, Any]]:
-    """What the server's tools recorded for one call."""
-    if not journal.exists():
-        return []
-    entries = [json.loads(line) for line in journal.read_text().splitlines()]
-    return [entry for entry in entries if entry["key"] == key.stream]
-
-
-async def until_step(journal: Path, key: CallKey, step: str, within: float = 20.0) -> None:
-    """Until the server has recorded this step of the call."""
-    with trio.fail_after(within):
-        # Another process writes the journal: nothing here could set an event.
-        while not any(entry["step"] == step for entry in steps(journal, key)):  # noqa: ASYNC110
-            await trio.sleep(0.05)
-
-
-async def ready(
-    runtime: Runtime | AsyncioRuntime,
-    call: str,
-    tool: str,
-    arguments: dict[str, Any],
-    *,
-    confirm: bool = True,
-) -> CallKey:
-    """Stream one whole call of ``tool`` as a model would, end its response, and confirm it
-    for the person where it asks for confirmation: then it is ready."""
-    key = CallKey(
-        tenant="acme", conversation="c1", turn="t1", response=f"r-{call}", item="i", call=call
-    )
-    data = json.dumps(arguments).encode()
-    await runtime.feed(
-        [
-            CallOpened(key=key, tool=tool, sequence=0),
-            ArgumentsAppended(key=key, data=data, offset=0, first_sequence=1, last_sequence=1),
-            CallEnded(key=key, terminal=TerminalRef(sequence=2)),
-            ResponseEnded(
-                response=key.response_ref,
-                reason=ResponseEndReason.COMPLETED,
-                terminal=TerminalRef(sequence=3),
-            ),
-        ]
-    )
-    await runtime.settle()
-    pending = await runtime.pending_confirmation(key)
-    if pending is not None and confirm:
-        await runtime.confirm(key, principal=PRINCIPAL, arguments_digest=pending.arguments_digest)
-    return key
-
-
-async def start(runtime: Runtime | AsyncioRuntime) -> None:
-    await runtime.start_turn(tenant="acme", conversation="c1", turn="t1", principal=PRINCIPAL)
 
 
 async def test_a_call_runs_once_with_its_arguments_key_and_trace(
@@ -386,7 +260,19 @@ async def test_declarations_are_the_listing_and_confirmation_follows_the_annotat
         assert set(declared) == set(listed)
         assert dict(declared["echo"].parameters) == listed["echo"].input_schema
         confirmed = {name for name, tool in declared.items() if tool.needs_confirmation}
-        assert confirmed == {"wait", "broken", "refuse", "crash", "retire"}
+        assert confirmed == {
+            "wait",
+            "broken",
+            "refuse",
+            "crash",
+            "retire",
+            "task_echo",
+            "task_wait",
+            "task_stubborn",
+            "task_forget",
+            "task_refuse",
+            "task_ask",
+        }
         assert confirmed == {name for name, tool in listed.items() if confirm_unless_harmless(tool)}
         everything = await MCPExecutor(client, confirm=lambda tool: True).declarations()
         assert all(declaration.needs_confirmation for declaration in everything)
