@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from datetime import datetime
+
+import trio
 
 from ..actors import CallFold, Phase
 from ..actors._call import DIGEST_KEY
@@ -21,7 +24,7 @@ from ..log import Log, open_log
 from ..projections import JSON, Projections
 from ..projections._shown import EVERY_ROW, RowFilter, shown_time
 from ..runtime._verify import DEFAULT_MAX_PROBLEMS, Verification, partitions_digest, verify_log
-from ._common import Progress, fold_log, fold_opened, in_colour
+from ._common import Progress, fold_opened, in_colour
 from ._partitions import FoldedPartitions
 from ._tables import (
     Seen,
@@ -35,6 +38,36 @@ from ._tables import (
 # --- ledger ----------------------------------------------------------------------------------
 
 
+class _PartitionLedger:
+    """One partition's ledger as a command folds it, and when the log recorded the events of
+    each of its calls (a log of one partition has one, partition 0)."""
+
+    def __init__(self, number: int, *, history: bool) -> None:
+        self.number = number
+        self.projections = Projections()
+        self.first: dict[CallKey, datetime] = {}
+        self.changed: dict[CallKey, datetime] = {}
+        # The time of each record a history shows, only where histories are printed: a
+        # fragment is never one of them.
+        self.at: dict[int, datetime] = {}
+        self._history = history
+
+    def note_time(self, recorded: RecordedEvent) -> None:
+        event = recorded.kept
+        key = call_of(event)
+        if key is None:
+            return
+        moment = recorded.recorded_at
+        self.first.setdefault(key, moment)
+        self.changed[key] = moment
+        if self._history and not isinstance(event, ArgumentsAppended):
+            self.at[recorded.position] = moment
+
+    @property
+    def seen(self) -> Seen:
+        return Seen(self.first, self.changed, self.at)
+
+
 async def ledger_command(
     url: str,
     *,
@@ -44,75 +77,90 @@ async def ledger_command(
     shown_rows: RowFilter = EVERY_ROW,
     follow: bool = False,
 ) -> None:
-    projections = Projections()
-    first: dict[CallKey, datetime] = {}
-    changed: dict[CallKey, datetime] = {}
-    # The time of each record a history shows, only where histories are printed: a fragment
-    # is never one of them.
-    at: dict[int, datetime] = {}
-
-    def note_time(recorded: RecordedEvent) -> None:
-        event = recorded.kept
-        key = call_of(event)
-        if key is None:
-            return
-        moment = recorded.recorded_at
-        first.setdefault(key, moment)
-        changed[key] = moment
-        if history and not isinstance(event, ArgumentsAppended):
-            at[recorded.position] = moment
-
-    await fold_log(url, projections.apply, note_time, what="ledger")
-    seen = Seen(first, changed, at)
-    if as_json:
-        shown = ledger_json(projections.ledger, history=history, shown_rows=shown_rows, seen=seen)
-        for entry in shown:
-            print(json.dumps(entry, ensure_ascii=False))
-    else:
-        table = ledger_table(
-            projections.ledger,
-            history=history,
-            wide=wide,
-            shown_rows=shown_rows,
-            seen=seen,
-            colour=in_colour(),
-        )
-        for line in table:
-            print(line)
-    if follow:
-        await _follow(url, projections, as_json=as_json, shown_rows=shown_rows, first=first)
+    """The ledger of every partition of calls, each partition's after the one before (a JSON
+    row names its partition, and a table is headed by it, where the log has several)."""
+    async with open_log(url, create=False) as log:
+        partitioned = log.partitions > 1
+        parts = [_PartitionLedger(number, history=history) for number in log.call_partitions()]
+        for part in parts:
+            await fold_opened(
+                log.partition(part.number),
+                part.projections.apply,
+                part.note_time,
+                what="ledger" if not partitioned else f"ledger of partition {part.number}",
+            )
+        for part in parts:
+            ledger = part.projections.ledger
+            if as_json:
+                for entry in ledger_json(
+                    ledger, history=history, shown_rows=shown_rows, seen=part.seen
+                ):
+                    if partitioned:
+                        entry["partition"] = part.number
+                    print(json.dumps(entry, ensure_ascii=False))
+                continue
+            if partitioned:
+                print(f"partition {part.number}")
+            table = ledger_table(
+                ledger,
+                history=history,
+                wide=wide,
+                shown_rows=shown_rows,
+                seen=part.seen,
+                colour=in_colour(),
+            )
+            for line in table:
+                print(line)
+        if follow:
+            async with trio.open_nursery() as nursery:
+                for part in parts:
+                    nursery.start_soon(
+                        functools.partial(
+                            _follow,
+                            log.partition(part.number),
+                            part,
+                            as_json=as_json,
+                            shown_rows=shown_rows,
+                            partitioned=partitioned,
+                        )
+                    )
 
 
 async def _follow(
-    url: str,
-    projections: Projections,
+    log: Log,
+    part: _PartitionLedger,
     *,
     as_json: bool,
     shown_rows: RowFilter,
-    first: dict[CallKey, datetime],
+    partitioned: bool,
 ) -> None:
-    """Print each row of the ledger as it changes, until stopped (or the log closes): a JSON
-    object, or a line led by the position of the event that changed it."""
+    """Print each row of a partition's ledger as it changes, until stopped (or the log
+    closes): a JSON object, or a line led by the position of the event that changed it (after
+    its partition's number and a colon, where the log has several)."""
+    projections = part.projections
     ledger = projections.ledger
-    async with open_log(url, create=False) as log:
-        async for recorded in log.subscribe(projections.position + 1):
-            key = call_of(recorded.kept)
-            before = None if key is None else ledger.row(key)
-            projections.apply(recorded)
-            if key is None:
-                continue
-            moment = recorded.recorded_at
-            seen_first = first.setdefault(key, moment)
-            row = ledger.row(key)
-            kept = shown_rows.keeps(key, row, first=seen_first, changed=moment)
-            if row is None or row == before or not kept:
-                continue
-            if as_json:
-                print(json.dumps(row.to_json(), ensure_ascii=False), flush=True)
-            else:
-                cells = [whole_key(key), *row_cells(row)]
-                shown = shown_time(moment)
-                print(f"@{recorded.position}  {shown}  " + "  ".join(cells), flush=True)
+    prefix = f"{part.number}:" if partitioned else ""
+    async for recorded in log.subscribe(projections.position + 1):
+        key = call_of(recorded.kept)
+        before = None if key is None else ledger.row(key)
+        projections.apply(recorded)
+        if key is None:
+            continue
+        moment = recorded.recorded_at
+        seen_first = part.first.setdefault(key, moment)
+        row = ledger.row(key)
+        kept = shown_rows.keeps(key, row, first=seen_first, changed=moment)
+        if row is None or row == before or not kept:
+            continue
+        if as_json:
+            entry = row.to_json()
+            if partitioned:
+                entry["partition"] = part.number
+            print(json.dumps(entry, ensure_ascii=False), flush=True)
+        else:
+            cells = [whole_key(key), *row_cells(row)]
+            shown = shown_time(moment)
+            print(f"@{prefix}{recorded.position}  {shown}  " + "  ".join(cells), flush=True)
 
 
 # --- replay ----------------------------------------------------------------------------------

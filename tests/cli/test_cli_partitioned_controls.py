@@ -1,5 +1,5 @@
-"""``inert control`` and ``inert audit`` on a partitioned (PostgreSQL) log: the calls a
-control concerns are found in every partition of calls, and what it did there is reported and
+"""``inert control``, ``inert audit`` and ``inert ledger`` on a partitioned (PostgreSQL) log:
+the calls are found in every partition of calls, and what a control did there is reported and
 audited."""
 
 from __future__ import annotations
@@ -175,3 +175,23 @@ async def test_a_control_given_while_a_runtime_runs_reports_what_it_ended_in_eac
     assert given["runtime_running"] is True
     assert _calls(given["ended"]) == {key.conversation for key in keys}
     assert given["held"] == []
+
+
+def test_the_ledger_of_a_partitioned_log_lists_the_calls_of_every_partition(
+    calls: tuple[str, list[CallKey]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``inert ledger`` folds every partition of calls: each JSON row names its partition,
+    and the table is headed by each partition's number."""
+    url, keys = calls
+    status, out, err = _run(capsys, ["ledger", "--log", url, "--json"])
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert {(row["conversation"], row["partition"]) for row in rows} == {
+        (key.conversation, number) for key, number in zip(keys, (1, 2), strict=True)
+    }
+    assert {row["state"] for row in rows} == {"validated"}
+    status, out, err = _run(capsys, ["ledger", "--log", url])
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines.index("partition 1") < lines.index("partition 2")
+    assert sum(line.count("get_weather") for line in lines) == 2
