@@ -106,6 +106,12 @@ def _reason(error: psycopg.Error) -> str:
     return " ".join(str(error).split())
 
 
+def _columns(pairs: set[tuple[int, str]]) -> tuple[list[int], list[str]]:
+    """Pairs of a partition and a name as the two arrays a statement unnests."""
+    ordered = sorted(pairs)
+    return [number for number, _ in ordered], [name for _, name in ordered]
+
+
 def _row(values: Sequence[Any]) -> StoredRecord:
     """The row of a ``select``: its payload opened where it is sealed."""
     if values[13] is None:
@@ -692,30 +698,34 @@ class PostgresLog(GroupCommitLog[Connection]):
         for index, request in enumerate(group):
             by_partition.setdefault(request.partition, []).append(index)
         numbers = sorted(by_partition)
-        lookups = {}
+        event_ids: set[tuple[int, str]] = set()
+        streams: set[tuple[int, str]] = set()
+        for request in group:
+            number = request.partition
+            event_ids.update((number, record.event_id) for record in request.records)
+            streams.update((number, record.stream) for record in request.records)
+            streams.update((number, stream) for stream in request.expected)
         # The lookups run after the locks are granted, so they see every earlier append.
         with connection.pipeline():
             locked = connection.execute(sql.lock_heads, (numbers,))
-            for number in numbers:
-                requests = [group[index] for index in by_partition[number]]
-                event_ids = list({record.event_id for q in requests for record in q.records})
-                streams = {record.stream for q in requests for record in q.records}
-                streams.update(stream for q in requests for stream in q.expected)
-                lookups[number] = (
-                    connection.execute(sql.stored, (number, event_ids)),
-                    connection.execute(sql.streams, (number, list(streams))),
-                )
+            stored = connection.execute(sql.stored, _columns(event_ids))
+            known = connection.execute(sql.streams, _columns(streams))
+        stored_in: dict[int, list[StoredRecord]] = {}
+        for values in stored.fetchall():
+            stored_in.setdefault(values[-1], []).append(_row(values))
+        known_in: dict[int, list[tuple[str, int, int]]] = {}
+        for number, name, stream_id, version in known.fetchall():
+            known_in.setdefault(number, []).append((name, stream_id, version))
         plan = _GroupPlan(len(group))
         heads: dict[int, int] = dict(locked.fetchall())
         recorded_at = self._now_micros()
         for number in numbers:
-            stored, known = lookups[number]
             plan.add(
                 number,
                 by_partition[number],
                 [group[index] for index in by_partition[number]],
-                stored=[_row(values) for values in stored.fetchall()],
-                known=known.fetchall(),
+                stored=stored_in.get(number, []),
+                known=known_in.get(number, []),
                 head=heads[number],
                 digest_key=self.key(PAYLOAD_DIGEST_KEY),
                 recorded_at=recorded_at,
@@ -726,12 +736,16 @@ class PostgresLog(GroupCommitLog[Connection]):
         if not written:
             return CommittedGroup(outcomes, [], {}), []
         new = [stream for stream in touched if stream not in stream_ids]
-        for number in sorted({number for number, _ in new}):
-            names = [name for partition, name in new if partition == number]
+        if new:
             stream_ids.update(
                 ((number, name), stream_id)
-                for name, stream_id in connection.execute(
-                    sql.insert_streams, (number, names, [touched[number, n] for n in names])
+                for number, name, stream_id in connection.execute(
+                    sql.insert_streams,
+                    (
+                        [number for number, _ in new],
+                        [name for _, name in new],
+                        [touched[stream] for stream in new],
+                    ),
                 ).fetchall()
             )
         keys = self._keys(connection, set(sealing.values())) if sealing else {}

@@ -270,14 +270,23 @@ class Statements:
                 f"SELECT partition, position FROM {schema}.heads WHERE partition = ANY(%s)"
                 " ORDER BY partition FOR UPDATE"
             ),
-            stored=f"{select} WHERE e.partition = %s AND e.event_id = ANY(%s)",
-            streams=(
-                f"SELECT name, stream_id, version FROM {schema}.streams"
-                " WHERE partition = %s AND name = ANY(%s)"
+            # What a group finds of its events and streams, in every partition it writes to,
+            # in a statement each: a row with its partition last, a stream with its first.
+            stored=(
+                select.replace(" FROM ", ", e.partition FROM ", 1)
+                + " JOIN unnest(%s::int4[], %s::text[]) AS r(partition, event_id)"
+                " ON e.partition = r.partition AND e.event_id = r.event_id"
             ),
+            streams=(
+                f"SELECT s.partition, s.name, s.stream_id, s.version FROM {schema}.streams AS s"
+                " JOIN unnest(%s::int4[], %s::text[]) AS r(partition, name)"
+                " ON s.partition = r.partition AND s.name = r.name"
+            ),
+            # The new streams of every partition a group writes to, in one round trip.
             insert_streams=(
                 f"INSERT INTO {schema}.streams (partition, name, version)"
-                " SELECT %s, * FROM unnest(%s::text[], %s::bigint[]) RETURNING name, stream_id"
+                " SELECT * FROM unnest(%s::int4[], %s::text[], %s::bigint[])"
+                " RETURNING partition, name, stream_id"
             ),
             set_versions=(
                 f"UPDATE {schema}.streams AS s SET version = v.version"

@@ -267,35 +267,44 @@ def test_a_log_a_partitioned_runtime_wrote_is_repartitioned_once_it_stopped() ->
     async def run() -> None:
         log = MemoryLog(store)
         names = [f"c{n}" for n in range(8)]
-        async with open_partitioned_runtime(
-            log=log,
-            process="p1",
-            tools=[ToolDeclaration(name="get_weather")],
-            lease_time=0.6,
-            operators=["op"],
-        ) as runtime:
-            for conversation in names[:6]:
-                await runtime.start_turn(
-                    tenant="acme", conversation=conversation, turn="t1", principal="p"
+        with trio.CancelScope() as killed:
+            async with open_partitioned_runtime(
+                log=log,
+                process="p1",
+                tools=[ToolDeclaration(name="get_weather")],
+                lease_time=0.6,
+                operators=["op"],
+            ) as runtime:
+                for conversation in names[:6]:
+                    await runtime.start_turn(
+                        tenant="acme", conversation=conversation, turn="t1", principal="p"
+                    )
+                    await runtime.feed(_call(conversation)[1])
+                await runtime.settle()
+                dispatch = await runtime.claim(_call(names[0])[0], executor="worker")
+                await runtime.complete(dispatch)
+                await runtime.give_control(
+                    ToolDisabled(tool="get_weather", tenant=None, operator="op", reason="incident")
                 )
-                await runtime.feed(_call(conversation)[1])
-            await runtime.settle()
-            dispatch = await runtime.claim(_call(names[0])[0], executor="worker")
-            await runtime.complete(dispatch)
-            await runtime.give_control(
-                ToolDisabled(tool="get_weather", tenant=None, operator="op", reason="incident")
-            )
-            for conversation in names[6:]:
-                await runtime.start_turn(
-                    tenant="acme", conversation=conversation, turn="t1", principal="p"
-                )
-                await runtime.feed(_call(conversation)[1])
-            await runtime.settle()
+                for conversation in names[6:]:
+                    await runtime.start_turn(
+                        tenant="acme", conversation=conversation, turn="t1", principal="p"
+                    )
+                    await runtime.feed(_call(conversation)[1])
+                await runtime.settle()
+                # Killed, it never says it left: its last heartbeat is recent.
+                killed.cancel()
+                await trio.lowlevel.checkpoint()
         for number in range(1, 5):
             rows = await log.partition(number)._read_rows(1, None)
             assert [row.event_id[: len(CONTROL_COPY)] for row in rows].count(CONTROL_COPY) == 1
         with pytest.raises(RefusedError, match="runtime process 'p1' is running on the log"):
             await repartition_verified(log, MemoryLog(MemoryStore(partitions=3)))
+        async with open_partitioned_runtime(log=log, process="p1", lease_time=0.6) as runtime:
+            await runtime.settle()
+        # Stopped cleanly, it said it left: nothing waits for its heartbeat to age.
+        report = await repartition_verified(log, MemoryLog(MemoryStore(partitions=3)))
+        assert report.calls == len(names)
         later = MemoryLog(store, clock=lambda: datetime.now(UTC) + timedelta(hours=1))
         for partitions in (3, 1):
             target = MemoryLog(MemoryStore(partitions=partitions))
