@@ -69,9 +69,8 @@ package: $(STAMP)
 # The tests spread over TEST_WORKERS processes (pytest-xdist), the slowest started first; idle
 # workers take queued tests from busy ones. TEST_WORKERS=0 runs them all in this process. One
 # worker more than the two CPUs of the machine make test is timed on: a worker waits on
-# PostgreSQL, on the processes its tests start and on real clocks for much of its time (the
-# tests of tests/log, tests/cli and tests/integrations about half of it), and the third takes
-# the CPU meanwhile.
+# PostgreSQL, on the processes its tests start and on real clocks for much of its time, and
+# the third takes the CPU meanwhile.
 TEST_WORKERS ?= 3
 
 pytest: $(STAMP)
