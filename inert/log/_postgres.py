@@ -790,24 +790,21 @@ class PostgresLog(GroupCommitLog[Connection]):
         """The keys of these names, each made where there is none (in ``connection``'s
         transaction, locked for sharing: a redaction cannot destroy one before it commits)."""
         sql = self._sql
-        found = {
-            name: (key_id, bytes(key))
-            for name, key_id, key in connection.execute(sql.keys, (sorted(names),))
-        }
-        missing = sorted(names - found.keys())
-        if missing:
-            made = [new_key() for _ in missing]
+        asked = sorted(names)
+        # One round trip: the keys there are, locked, and a new one for each name without
+        # (one made for a name that has a key is dropped by the conflict, and never stored).
+        with connection.pipeline():
+            there = connection.execute(sql.keys, (asked,))
+            made = connection.execute(sql.insert_keys, (asked, [new_key() for _ in asked]))
+        found = {name: (key_id, bytes(key)) for name, key_id, key in there.fetchall()}
+        found.update((name, (key_id, bytes(key))) for name, key_id, key in made.fetchall())
+        # Made meanwhile by another writer (a snapshot's): taken as it is.
+        raced = sorted(names - found.keys())
+        if raced:
             found.update(
                 (name, (key_id, bytes(key)))
-                for name, key_id, key in connection.execute(sql.insert_keys, (missing, made))
+                for name, key_id, key in connection.execute(sql.keys, (raced,))
             )
-            # Made meanwhile by another writer (a snapshot's): taken as it is.
-            raced = sorted(names - found.keys())
-            if raced:
-                found.update(
-                    (name, (key_id, bytes(key)))
-                    for name, key_id, key in connection.execute(sql.keys, (raced,))
-                )
         return found
 
     # --- reads (worker thread, one reader connection) ---
