@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import pytest
 import trio
 from mcp import Client
 from mcp.client.extension import ClientExtension
@@ -26,11 +27,14 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
+    ClaimRefused,
     ResponseEnded,
     ResponseEndReason,
     Runtime,
     TerminalRef,
+    open_runtime,
 )
+from inert.mcp import MCPExecutor, ServerRun
 
 PRINCIPAL = "user:alice"
 
@@ -71,6 +75,52 @@ async def until_step(journal: Path, key: CallKey, step: str, within: float = 20.
         # Another process writes the journal: nothing here could set an event.
         while not any(entry["step"] == step for entry in steps(journal, key)):  # noqa: ASYNC110
             await trio.sleep(0.05)
+
+
+async def run_cancelled_midway(
+    executor: MCPExecutor, runtime: Runtime, key: CallKey, journal: Path
+) -> ServerRun:
+    """Run the call on the server, and cancel its turn once the server has started it: what
+    the executor reports."""
+    runs: list[ServerRun] = []
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            runs.append(await executor.run(runtime, key))
+
+        nursery.start_soon(run)
+        await until_step(journal, key, "started")
+        await runtime.cancel_turn(key.turn_ref, principal=PRINCIPAL)
+    return runs[0]
+
+
+async def check_a_restart_mid_run(
+    client: Client, journal: Path, tmp_path: Path, tool: str
+) -> CallKey:
+    """Run a call of ``tool`` (one that waits) and stop the process following it once the
+    server has started it: the restarted runtime records the call ``outcome_unknown``, and
+    the executor never sends it again. The call."""
+    log = f"sqlite:///{tmp_path / 'inert.db'}"
+    executor = MCPExecutor(client)
+    tools = await executor.declarations()
+    async with open_runtime(log=log, create=True, tools=tools) as runtime:
+        await start(runtime)
+        key = await ready(runtime, "w", tool, {"seconds": 60})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(executor.run, runtime, key)
+            await until_step(journal, key, "started")
+            # The executor's process stops here: nothing it followed is reported.
+            nursery.cancel_scope.cancel()
+    async with open_runtime(log=log, tools=tools) as runtime:
+        await runtime.settle()
+        row = runtime.ledger.row(key)
+        assert row is not None
+        assert row.outcome == "unknown"
+        with trio.move_on_after(1):
+            await executor.serve(runtime)
+        with pytest.raises(ClaimRefused):
+            await executor.run(runtime, key)
+    return key
 
 
 async def ready(

@@ -10,55 +10,26 @@ from collections.abc import Iterator
 import pytest
 import trio
 from postgres_support import fresh_schema, log_url
+from test_cli_partitions import WEATHER, call_key, ready_call_events
 
 from inert import (
-    ArgumentsAppended,
-    CallEnded,
     CallKey,
-    CallOpened,
     PartitionedRuntime,
-    ResponseEnded,
-    ResponseEndReason,
-    TerminalRef,
-    ToolDeclaration,
     open_log,
     open_partitioned_runtime,
 )
 from inert.cli import main
 from inert.cli._operators import control_command
 
-WEATHER = ToolDeclaration(name="get_weather")
 PARTITIONS = 2
 LEASE_TIME = 0.6
-
-
-def _key(conversation: str) -> CallKey:
-    return CallKey(
-        tenant="acme",
-        conversation=conversation,
-        turn="t1",
-        response=f"r-{conversation}",
-        item="i",
-        call="c",
-    )
 
 
 async def _ready_call(runtime: PartitionedRuntime, key: CallKey) -> None:
     await runtime.start_turn(
         tenant=key.tenant, conversation=key.conversation, turn=key.turn, principal="user:alice"
     )
-    await runtime.feed(
-        [
-            CallOpened(key=key, tool=WEATHER.name, sequence=0),
-            ArgumentsAppended(key=key, data=b'{"city": "Lima"}', first_sequence=1, last_sequence=1),
-            CallEnded(key=key, terminal=TerminalRef(sequence=2)),
-            ResponseEnded(
-                response=key.response_ref,
-                reason=ResponseEndReason.COMPLETED,
-                terminal=TerminalRef(sequence=3),
-            ),
-        ]
-    )
+    await runtime.feed(ready_call_events(key))
 
 
 async def _until(runtime: PartitionedRuntime, done: object) -> None:
@@ -81,7 +52,7 @@ async def _fill(url: str) -> list[CallKey]:
 
     async with open_log(url, create=True) as log:
         keys = [
-            _key(next(f"c{n}" for n in range(1000) if log.partition_of("acme", f"c{n}") == p))
+            call_key(next(f"c{n}" for n in range(1000) if log.partition_of("acme", f"c{n}") == p))
             for p in (1, 2)
         ]
         async with open_partitioned_runtime(

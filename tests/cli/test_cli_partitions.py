@@ -14,6 +14,7 @@ from inert import (
     CallEnded,
     CallKey,
     CallOpened,
+    Event,
     ResponseEnded,
     ResponseEndReason,
     TerminalRef,
@@ -29,7 +30,8 @@ from inert.runtime._verify import partitions_digest
 WEATHER = ToolDeclaration(name="get_weather")
 
 
-def _key(conversation: str) -> CallKey:
+def call_key(conversation: str) -> CallKey:
+    """The one call of a conversation's turn ``t1``."""
     return CallKey(
         tenant="acme",
         conversation=conversation,
@@ -40,27 +42,28 @@ def _key(conversation: str) -> CallKey:
     )
 
 
+def ready_call_events(key: CallKey) -> list[Event]:
+    """The events of a whole call of ``get_weather`` and its response's end: fed, it is ready."""
+    return [
+        CallOpened(key=key, tool=WEATHER.name, sequence=0),
+        ArgumentsAppended(key=key, data=b'{"city": "Lima"}', first_sequence=1, last_sequence=1),
+        CallEnded(key=key, terminal=TerminalRef(sequence=2)),
+        ResponseEnded(
+            response=key.response_ref,
+            reason=ResponseEndReason.COMPLETED,
+            terminal=TerminalRef(sequence=3),
+        ),
+    ]
+
+
 async def _one_ready_call(log: Log, conversation: str) -> str:
     """A validated call in a log of one partition; the digest its runtime ends with."""
-    key = _key(conversation)
+    key = call_key(conversation)
     async with open_runtime(log=log, tools=[WEATHER]) as runtime:
         await runtime.start_turn(
             tenant="acme", conversation=conversation, turn="t1", principal="user:alice"
         )
-        await runtime.feed(
-            [
-                CallOpened(key=key, tool="get_weather", sequence=0),
-                ArgumentsAppended(
-                    key=key, data=b'{"city": "Lima"}', first_sequence=1, last_sequence=1
-                ),
-                CallEnded(key=key, terminal=TerminalRef(sequence=2)),
-                ResponseEnded(
-                    response=key.response_ref,
-                    reason=ResponseEndReason.COMPLETED,
-                    terminal=TerminalRef(sequence=3),
-                ),
-            ]
-        )
+        await runtime.feed(ready_call_events(key))
         await runtime.settle()
         return runtime.digest()
 

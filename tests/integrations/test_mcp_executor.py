@@ -18,7 +18,16 @@ import trio
 from mcp import Client
 from mcp.server import Server
 from mcp_server import REFUSAL_CODE
-from mcp_support import PRINCIPAL, connected, ready, start, steps, until_step
+from mcp_support import (
+    PRINCIPAL,
+    check_a_restart_mid_run,
+    connected,
+    ready,
+    run_cancelled_midway,
+    start,
+    steps,
+    until_step,
+)
 from mcp_types import CallToolResult, ListToolsResult, Tool, ToolAnnotations
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -102,16 +111,8 @@ async def test_a_stopped_call_is_cancelled_on_the_server(
         async with open_runtime(log="memory://", tools=await executor.declarations()) as runtime:
             await start(runtime)
             key = await ready(runtime, "w", "wait", {"seconds": 60})
-            runs = []
-            async with trio.open_nursery() as nursery:
-
-                async def run() -> None:
-                    runs.append(await executor.run(runtime, key))
-
-                nursery.start_soon(run)
-                await until_step(journal, key, "started")
-                await runtime.cancel_turn(key.turn_ref, principal=PRINCIPAL)
-            assert runs[0].outcome is Outcome.STOPPED
+            stopped = await run_cancelled_midway(executor, runtime, key, journal)
+            assert stopped.outcome is Outcome.STOPPED
             await runtime.settle()
             row = runtime.ledger.row(key)
             assert row is not None
@@ -125,27 +126,8 @@ async def test_a_restart_mid_call_gives_outcome_unknown_and_never_a_second_run(
 ) -> None:
     """The process holding the call goes away while the tool runs: the restarted runtime
     records the call ``outcome_unknown``, and its executor never sends it again."""
-    log = f"sqlite:///{tmp_path / 'inert.db'}"
     async with connected(transport, journal, server_url, errlog) as client:
-        executor = MCPExecutor(client)
-        tools = await executor.declarations()
-        async with open_runtime(log=log, create=True, tools=tools) as runtime:
-            await start(runtime)
-            key = await ready(runtime, "w", "wait", {"seconds": 60})
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(executor.run, runtime, key)
-                await until_step(journal, key, "started")
-                # The executor's process stops here: nothing it ran is reported.
-                nursery.cancel_scope.cancel()
-        async with open_runtime(log=log, tools=tools) as runtime:
-            await runtime.settle()
-            row = runtime.ledger.row(key)
-            assert row is not None
-            assert row.outcome == "unknown"
-            with trio.move_on_after(1):
-                await executor.serve(runtime)
-            with pytest.raises(ClaimRefused):
-                await executor.run(runtime, key)
+        key = await check_a_restart_mid_run(client, journal, tmp_path, "wait")
     assert [entry["step"] for entry in steps(journal, key)].count("started") == 1
 
 

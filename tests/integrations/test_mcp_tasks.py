@@ -13,7 +13,15 @@ from typing import TextIO
 import pytest
 import trio
 from mcp_server import TASK_FAILURE_CODE
-from mcp_support import PRINCIPAL, connected, ready, start, steps, until_step
+from mcp_support import (
+    PRINCIPAL,
+    check_a_restart_mid_run,
+    connected,
+    ready,
+    run_cancelled_midway,
+    start,
+    steps,
+)
 
 from inert import CallKey, ClaimRefused, open_asyncio_runtime, open_runtime
 from inert.events import ExecutionFailed
@@ -65,17 +73,9 @@ async def test_a_stopped_task_is_cancelled_on_the_server(
         async with open_runtime(log="memory://", tools=await executor.declarations()) as runtime:
             await start(runtime)
             key = await ready(runtime, "w", "task_wait", {"seconds": 60})
-            runs = []
-            async with trio.open_nursery() as nursery:
-
-                async def run() -> None:
-                    runs.append(await executor.run(runtime, key))
-
-                nursery.start_soon(run)
-                await until_step(journal, key, "started")
-                await runtime.cancel_turn(key.turn_ref, principal=PRINCIPAL)
-            assert runs[0].outcome is Outcome.STOPPED
-            assert runs[0].task_id is not None
+            stopped = await run_cancelled_midway(executor, runtime, key, journal)
+            assert stopped.outcome is Outcome.STOPPED
+            assert stopped.task_id is not None
             await runtime.settle()
             row = runtime.ledger.row(key)
             assert row is not None
@@ -97,18 +97,10 @@ async def test_a_task_the_server_finishes_despite_the_stop_is_recorded_completed
         async with open_runtime(log="memory://", tools=await executor.declarations()) as runtime:
             await start(runtime)
             key = await ready(runtime, "s", "task_stubborn", {"seconds": 1})
-            runs = []
-            async with trio.open_nursery() as nursery:
-
-                async def run() -> None:
-                    runs.append(await executor.run(runtime, key))
-
-                nursery.start_soon(run)
-                await until_step(journal, key, "started")
-                await runtime.cancel_turn(key.turn_ref, principal=PRINCIPAL)
-            assert runs[0].outcome is Outcome.COMPLETED
-            assert runs[0].result is not None
-            assert runs[0].result.structured_content == {"result": "done anyway"}
+            stopped = await run_cancelled_midway(executor, runtime, key, journal)
+            assert stopped.outcome is Outcome.COMPLETED
+            assert stopped.result is not None
+            assert stopped.result.structured_content == {"result": "done anyway"}
             await runtime.settle()
             row = runtime.ledger.row(key)
             assert row is not None
@@ -211,71 +203,8 @@ async def test_a_task_the_server_no_longer_shows_is_left_to_the_restart(
 ) -> None:
     """``tasks/get`` answers that the task is not found: whether the tool acted is unknown, so
     nothing is recorded, and a restart records the call ``outcome_unknown``."""
-    log = f"sqlite:///{tmp_path / 'inert.db'}"
     async with connected(transport, journal, server_url, errlog, [tasks()]) as client:
-        executor = MCPExecutor(client)
-        tools = await executor.declarations()
-        async with open_runtime(log=log, create=True, tools=tools) as runtime:
-            await start(runtime)
-            key = await ready(runtime, "f", "task_forget", {})
-            with trio.fail_after(30):
-                run = await executor.run(runtime, key)
-            assert run.outcome is Outcome.UNREPORTED
-            assert run.task_id is not None
-            await runtime.settle()
-            row = runtime.ledger.row(key)
-            assert row is not None
-            assert row.outcome is None
-    async with open_runtime(log=log, tools=tools) as runtime:
-        await runtime.settle()
-        row = runtime.ledger.row(key)
-        assert row is not None
-        assert row.outcome == "unknown"
-
-
-async def test_a_task_past_the_deadline_is_cancelled_on_the_server(
-    transport: str, journal: Path, server_url: str | None, errlog: TextIO
-) -> None:
-    """A task still working at the deadline is cancelled with ``tasks/cancel`` and the call
-    recorded failed ``deadline_exceeded``."""
-    async with connected(transport, journal, server_url, errlog, [tasks()]) as client:
-        executor = MCPExecutor(client, deadline=1.0)
-        async with open_runtime(log="memory://", tools=await executor.declarations()) as runtime:
-            await start(runtime)
-            key = await ready(runtime, "w", "task_wait", {"seconds": 600})
-            with trio.fail_after(30):
-                run = await executor.run(runtime, key)
-            assert (run.outcome, run.error) == (Outcome.FAILED, "deadline_exceeded")
-            await until_step(journal, key, "cancelled")
-    assert "tasks/cancel" in [entry["step"] for entry in steps(journal, key)]
-
-
-async def test_a_restart_mid_task_gives_outcome_unknown_and_never_a_second_run(
-    transport: str, journal: Path, server_url: str | None, errlog: TextIO, tmp_path: Path
-) -> None:
-    """The process following a task goes away while it works: the restarted runtime records
-    the call ``outcome_unknown``, and its executor never sends it again."""
-    log = f"sqlite:///{tmp_path / 'inert.db'}"
-    async with connected(transport, journal, server_url, errlog, [tasks()]) as client:
-        executor = MCPExecutor(client)
-        tools = await executor.declarations()
-        async with open_runtime(log=log, create=True, tools=tools) as runtime:
-            await start(runtime)
-            key = await ready(runtime, "w", "task_wait", {"seconds": 60})
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(executor.run, runtime, key)
-                await until_step(journal, key, "started")
-                # The executor's process stops here: nothing it followed is reported.
-                nursery.cancel_scope.cancel()
-        async with open_runtime(log=log, tools=tools) as runtime:
-            await runtime.settle()
-            row = runtime.ledger.row(key)
-            assert row is not None
-            assert row.outcome == "unknown"
-            with trio.move_on_after(1):
-                await executor.serve(runtime)
-            with pytest.raises(ClaimRefused):
-                await executor.run(runtime, key)
+        key = await check_a_restart_mid_run(client, journal, tmp_path, "task_wait")
     # A server whose client went away may cancel the task's work as it exits: one start only.
     assert [entry["step"] for entry in steps(journal, key)].count("started") == 1
 
