@@ -43,6 +43,7 @@ import re
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from itertools import zip_longest
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -134,11 +135,12 @@ def _opened_payload(row: Sequence[Any], position: int) -> Sequence[Any] | None:
 
 
 def public_url(conninfo: str) -> str:
-    """The server and database a connection string (URL or key=value) names, as a URL that may
-    be shown: no password, no options."""
+    """The servers and database a connection string (URL or key=value) names, as a URL that may
+    be shown: no password, no options. Several hosts (``host=a,b``, ``postgresql://a:1,b:2/db``)
+    are shown as libpq lists them."""
     parts = urlsplit(conninfo)
     found: list[object]
-    if parts.scheme in ("postgresql", "postgres"):
+    if parts.scheme in ("postgresql", "postgres") and "," not in parts.netloc:
         found = [parts.username, parts.hostname, parts.port, parts.path[1:]]
     else:
         try:
@@ -147,9 +149,22 @@ def public_url(conninfo: str) -> str:
             return "postgresql://(a connection string libpq cannot read)"
         found = [settings.get(name) for name in ("user", "host", "port", "dbname")]
     user, host, port, dbname = (str(value) if value else "" for value in found)
-    if ":" in host:
-        host = f"[{host}]"
-    return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{dbname}"
+    return f"postgresql://{user + '@' if user else ''}{_servers(host, port)}/{dbname}"
+
+
+def _servers(hosts: str, ports: str) -> str:
+    """Each host with its port, as a URL writes them; one port given for several hosts is each
+    one's, as libpq reads it."""
+    names = hosts.split(",")
+    numbers = ports.split(",")
+    if len(numbers) == 1:
+        numbers *= len(names)
+    shown = []
+    # Lists of different lengths are libpq's to refuse; a message must still name them.
+    for name, number in zip_longest(names, numbers, fillvalue=""):
+        bracketed = f"[{name}]" if ":" in name else name
+        shown.append(bracketed + (f":{number}" if number else ""))
+    return ",".join(shown)
 
 
 def _redaction_groups(redactions: list[FrozenRedaction]) -> list[list[FrozenRedaction]]:
