@@ -108,10 +108,22 @@ class ReplicatedPair:
             f"127.0.0.1:{self.standby_port}/{DATABASE}?{query}"
         )
 
-    def fail_over(self, head_query: str) -> int:
+    def fail_over(self, head_query: str, *, detached: float = 0.0) -> int:
         """Crash the primary (immediate stop: no more writes reach it) and promote the standby;
         returns, once the standby takes writes, what ``head_query`` read from it in between:
-        the last of the primary's writes that reached it."""
+        the last of the primary's writes that reached it.
+
+        With ``detached`` seconds, the standby first stops receiving WAL for that long before
+        the crash (its ``primary_conninfo`` emptied): a standby fallen behind."""
+        if detached:
+            with _connect(self.standby_port) as connection:
+                connection.execute("ALTER SYSTEM SET primary_conninfo = ''")
+                connection.execute("SELECT pg_reload_conf()")
+                while connection.execute(
+                    "SELECT count(*) FROM pg_stat_wal_receiver"
+                ).fetchone() != (0,):
+                    time.sleep(0.01)
+            time.sleep(detached)
         _ctl(self.primary, "stop", "-m", "immediate")
         replicated = _replayed(self.standby_port, head_query)
         _ctl(self.standby, "promote")
