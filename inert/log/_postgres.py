@@ -371,6 +371,10 @@ class PostgresLog(GroupCommitLog[Connection]):
         self._reader: Connection | None = None
         self._reader_lock = trio.Lock()
         self._background_connection: Connection | None = None
+        # The last row this process committed to each partition (in the worker thread): a new
+        # connection checks that the server still holds it.
+        self._last_written: dict[int, tuple[int, str]] = {}
+        self._diverged: str | None = None
         # The file of the table of keys as a transaction that destroyed keys saw it (in the
         # worker thread), and as the last one of them committed saw it (in Trio's).
         self._keys_destroyed_in: int | None = None
@@ -435,6 +439,8 @@ class PostgresLog(GroupCommitLog[Connection]):
     # --- connections (worker thread) ---
 
     def _open_connection(self, *, autocommit: bool) -> Connection:
+        if self._diverged is not None:
+            raise LogError(self._diverged)
         try:
             connection = psycopg.connect(self._conninfo, autocommit=autocommit)
         except psycopg.ProgrammingError as error:
@@ -453,6 +459,7 @@ class PostgresLog(GroupCommitLog[Connection]):
                 milliseconds = max(1, round(STALLED_TRANSACTION_TIMEOUT * 1000))
                 connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
                 connection.commit()
+            diverged = self._lost_writes(connection)
         except psycopg.Error as error:
             lost = connection.broken
             connection.close()
@@ -461,7 +468,32 @@ class PostgresLog(GroupCommitLog[Connection]):
                 # connections): lost like one that was in use, and worth the same new try.
                 raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"cannot set up a connection to {self.url}: {_reason(error)}") from None
+        if diverged is not None:
+            connection.close()
+            self._diverged = diverged
+            raise LogError(diverged)
         return connection
+
+    def _lost_writes(self, connection: Connection) -> str | None:
+        """What the server lost of this process's appends, if it lost any: a new connection
+        after a failover to a standby that had not received them (asynchronous replication).
+        The process's memory of the log then disagrees with the log: it must be opened again."""
+        for number, (position, event_id) in sorted(self._last_written.items()):
+            row = connection.execute(
+                f"SELECT event_id FROM {self.schema}.events WHERE partition = %s AND position = %s",
+                (number, position),
+            ).fetchone()
+            if not connection.autocommit:
+                connection.rollback()
+            if row is None or row[0] != event_id:
+                found = "nothing" if row is None else f"event {row[0]}"
+                return (
+                    f"PostgreSQL log {self.url} lost events this process appended: position"
+                    f" {position} of partition {number} holds {found}, not the event {event_id}"
+                    " it committed there (a failover to a standby that had not received it, under"
+                    " asynchronous replication); open the log again"
+                )
+        return None
 
     async def _rewrite_keys(self) -> bool:
         """Rewrite the table of keys, leaving no page that held a destroyed one, unless a
@@ -682,6 +714,9 @@ class PostgresLog(GroupCommitLog[Connection]):
                     for statement, parameters in finish:
                         connection.execute(statement, parameters)
                     connection.commit()
+                for number, rows in ((0, committed.rows), *committed.elsewhere.items()):
+                    if rows:
+                        self._last_written[number] = (rows[-1].position, rows[-1].event_id)
             except BaseException:
                 if not connection.broken:
                     connection.rollback()

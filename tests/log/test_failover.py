@@ -38,6 +38,7 @@ DETACHED = 0.5
 unreplicated tail that asynchronous replication loses."""
 RETRY_PAUSE = 0.05
 RUN_TIMEOUT = 120
+LOST = "lost events this process appended"
 HEAD_QUERY = "SELECT position FROM inert.heads WHERE partition = 0"
 
 
@@ -53,11 +54,13 @@ class Acknowledged:
 
 @attrs.define
 class Run:
-    """What a run did: its acknowledged appends, the replicated head, the refused tries."""
+    """What a run did: its acknowledged appends, the replicated head, the refused tries and
+    the logs opened again for having lost appends of their own."""
 
     acknowledged: list[Acknowledged] = attrs.Factory(list)
     replicated_head: int = 0
     refused: int = 0
+    reopened: int = 0
     promoted: bool = False
     failover_seconds: float = 0.0
 
@@ -72,42 +75,48 @@ def new_events(call: str) -> list[NewEvent]:
 
 
 async def write_through_failover(pair: ReplicatedPair, *, detached: float) -> Run:
-    """Append from ``WRITERS`` tasks, each append retried with the same event ids until it
-    returns; fail over once ``BEFORE`` have returned (the standby first detached for
+    """Append from ``WRITERS`` tasks, each on a log of its own (a process each), each append
+    retried with the same event ids until it returns, and the log opened again where it lost
+    appends of its own; fail over once ``BEFORE`` have returned (the standby first detached for
     ``detached`` seconds), stop once ``AFTER`` more have."""
     run = Run()
     after = trio.Event()
     before = trio.Event()
+    url = pair.url()
 
     async def writer(number: int) -> None:
         count = 0
+        events = new_events(f"w{number}-{count}")
+        started_after = False
         while not after.is_set():
-            events = new_events(f"w{number}-{count}")
-            started_after = run.promoted
-            while True:
-                try:
-                    positions = await log.append(events)
-                except LogError:
-                    run.refused += 1
-                    await trio.sleep(RETRY_PAUSE)
-                    continue
-                break
-            run.acknowledged.append(
-                Acknowledged(
-                    event_ids=tuple(new.event_id for new in events),
-                    positions=tuple(positions),
-                    after_promotion=started_after,
-                )
-            )
-            count += 1
-            if len(run.acknowledged) >= BEFORE:
-                before.set()
-            if sum(ack.after_promotion for ack in run.acknowledged) >= AFTER:
-                after.set()
+            async with open_log(url) as log:
+                while not after.is_set():
+                    try:
+                        positions = await log.append(events)
+                    except LogError as error:
+                        if LOST in str(error):
+                            run.reopened += 1
+                            break
+                        run.refused += 1
+                        await trio.sleep(RETRY_PAUSE)
+                        continue
+                    run.acknowledged.append(
+                        Acknowledged(
+                            event_ids=tuple(new.event_id for new in events),
+                            positions=tuple(positions),
+                            after_promotion=started_after,
+                        )
+                    )
+                    count += 1
+                    events = new_events(f"w{number}-{count}")
+                    started_after = run.promoted
+                    if len(run.acknowledged) >= BEFORE:
+                        before.set()
+                    if sum(ack.after_promotion for ack in run.acknowledged) >= AFTER:
+                        after.set()
 
-    url = pair.url()
     with trio.fail_after(RUN_TIMEOUT):
-        async with open_log(url) as log, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             for number in range(WRITERS):
                 nursery.start_soon(writer, number)
             await before.wait()
@@ -148,7 +157,8 @@ def report(kind: str, number: int, run: Run, lost: int, detached: float) -> None
         f"{kind} run {number} (standby detached {detached}s before the crash):"
         f" {len(run.acknowledged)} appends acknowledged, {run.refused} tries refused during"
         f" the failover, failover {run.failover_seconds:.2f}s, replicated head"
-        f" {run.replicated_head}, acknowledged and lost {lost}"
+        f" {run.replicated_head}, acknowledged and lost {lost}, logs opened again for"
+        f" having lost their own appends {run.reopened}"
     )
 
 
@@ -169,6 +179,7 @@ async def test_synchronous_replication_loses_nothing_acknowledged(
         lost = await check_log(pair.url(), run, synchronous=True)
     report("synchronous", number, run, lost, detached)
     assert lost == 0
+    assert run.reopened == 0
 
 
 @pytest.mark.parametrize("number", range(FAILOVER_RUNS))
@@ -184,3 +195,6 @@ async def test_asynchronous_replication_loses_at_most_the_unreplicated_tail(
     report("asynchronous", number, run, lost, detached)
     if detached:
         assert lost > 0
+        assert run.reopened > 0
+    if lost == 0:
+        assert run.reopened == 0
