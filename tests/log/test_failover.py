@@ -21,9 +21,10 @@ import attrs
 import pytest
 import trio
 from ha_support import ReplicatedPair, replicated_pair, require_clusters
-from test_log_unwritable import whole_call
+from test_log_unwritable import WEATHER, key_of, recorded_types, whole_call
 
-from inert import LogError, open_log
+from inert import ClaimRefused, Dispatch, LogError, open_log, open_runtime
+from inert.events import CallDispatched
 from inert.log import NewEvent
 from inert.runtime._verify import verify_log
 
@@ -36,6 +37,7 @@ AFTER = 60
 DETACHED = 0.5
 """Seconds the standby receives nothing before the primary crashes, in every other run: the
 unreplicated tail that asynchronous replication loses."""
+RUNTIME_CALLS = 40
 RETRY_PAUSE = 0.05
 RUN_TIMEOUT = 120
 LOST = "lost events this process appended"
@@ -198,3 +200,67 @@ async def test_asynchronous_replication_loses_at_most_the_unreplicated_tail(
         assert run.reopened > 0
     if lost == 0:
         assert run.reopened == 0
+
+
+async def fail_over_midway(pair: ReplicatedPair, midway: trio.Event) -> None:
+    """Fail over, in a thread, once a few calls have run: the others run meanwhile."""
+    await midway.wait()
+    await trio.to_thread.run_sync(pair.fail_over, HEAD_QUERY)
+
+
+async def test_a_runtime_opened_again_after_a_synchronous_failover_runs_each_call_once(
+    clusters: None,
+) -> None:
+    """A runtime on a synchronously replicated log, through a failover and opened again if it
+    stopped, dispatches each call at most once and runs none twice: one dispatched before it
+    stopped is refused to a new claim."""
+    calls = [f"call{number}" for number in range(RUNTIME_CALLS)]
+    ran: list[str] = []
+    stopped: list[BaseException] = []
+    refused: list[str] = []
+
+    midway = trio.Event()
+
+    async def executor(dispatch: Dispatch) -> None:
+        ran.append(dispatch.key.call)
+        if len(ran) >= RUNTIME_CALLS // 4:
+            midway.set()
+
+    with replicated_pair(synchronous=True) as pair:
+        url = pair.url()
+        try:
+            async with open_runtime(log=url, create=True, tools=[WEATHER]) as runtime:
+                await runtime.start_turn(
+                    tenant="acme", conversation="c1", turn="t1", principal="user:a"
+                )
+                await runtime.feed([event for call in calls for event in whole_call(call)])
+                await runtime.settle()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(fail_over_midway, pair, midway)
+                    for call in calls:
+                        await runtime.execute(key_of(call), executor, name="worker")
+        except* LogError as error:
+            stopped.append(error)
+        if stopped:
+            async with open_runtime(log=url, tools=[WEATHER]) as runtime:
+                for call in calls:
+                    if call not in ran:
+                        try:
+                            await runtime.execute(key_of(call), executor, name="worker")
+                        except ClaimRefused:
+                            # Dispatched before the runtime stopped, its executor never ran:
+                            # not dispatched again.
+                            refused.append(call)
+        dispatched = [(await recorded_types(url, call)).count(CallDispatched.TAG) for call in calls]
+    print(
+        f"runtime through a failover: stopped {len(stopped)} time(s),"
+        f" {len(ran)} of {len(calls)} calls ran, {sum(dispatched)} dispatched,"
+        f" {len(refused)} dispatched before it stopped and not run again"
+    )
+    assert len(ran) == len(set(ran))
+    assert all(count <= 1 for count in dispatched), dispatched
+    assert {call for call, count in zip(calls, dispatched, strict=True) if count} == {
+        *ran,
+        *refused,
+    }
+    assert not set(ran) & set(refused)
