@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck package docs pytest docs-package-pytest bench soak golden clean
+.PHONY: demo test lint typecheck package docs pytest docs-package-pytest bench soak failover golden clean
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
@@ -111,6 +111,12 @@ soak: $(STAMP)
 	INERT_CLUSTER_SEEDS=2000 $(BIN)/pytest tests/testing/test_cluster_simulator.py -k every_cluster_seed
 	INERT_DECIDER_EXAMPLES=20000 $(BIN)/pytest tests/actors/test_decider_stateful.py
 	INERT_POWER_CUT_SEEDS=100 $(BIN)/pytest tests/log/test_power_loss.py
+
+# Failovers of a PostgreSQL log between two clusters made for the test (root and Debian's
+# postgresql-15 tools): 20 promoted runs under synchronous replication and 20 under
+# asynchronous (2 of each in make test), each run's figures printed.
+failover: $(STAMP)
+	INERT_FAILOVER_RUNS=20 $(BIN)/pytest -s tests/log/test_failover.py
 
 # Records the golden logs of tests/golden that do not exist yet (see tests/golden/README.md);
 # make test replays them all.

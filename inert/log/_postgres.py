@@ -43,6 +43,7 @@ import re
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from itertools import zip_longest
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -140,11 +141,12 @@ def _opened_payload(row: Sequence[Any], position: int) -> Sequence[Any] | None:
 
 
 def public_url(conninfo: str) -> str:
-    """The server and database a connection string (URL or key=value) names, as a URL that may
-    be shown: no password, no options."""
+    """The servers and database a connection string (URL or key=value) names, as a URL that may
+    be shown: no password, no options. Several hosts (``host=a,b``, ``postgresql://a:1,b:2/db``)
+    are shown as libpq lists them."""
     parts = urlsplit(conninfo)
     found: list[object]
-    if parts.scheme in ("postgresql", "postgres"):
+    if parts.scheme in ("postgresql", "postgres") and "," not in parts.netloc:
         found = [parts.username, parts.hostname, parts.port, parts.path[1:]]
     else:
         try:
@@ -153,9 +155,22 @@ def public_url(conninfo: str) -> str:
             return "postgresql://(a connection string libpq cannot read)"
         found = [settings.get(name) for name in ("user", "host", "port", "dbname")]
     user, host, port, dbname = (str(value) if value else "" for value in found)
-    if ":" in host:
-        host = f"[{host}]"
-    return f"postgresql://{user + '@' if user else ''}{host}{':' + port if port else ''}/{dbname}"
+    return f"postgresql://{user + '@' if user else ''}{_servers(host, port)}/{dbname}"
+
+
+def _servers(hosts: str, ports: str) -> str:
+    """Each host with its port, as a URL writes them; one port given for several hosts is each
+    one's, as libpq reads it."""
+    names = hosts.split(",")
+    numbers = ports.split(",")
+    if len(numbers) == 1:
+        numbers *= len(names)
+    shown = []
+    # Lists of different lengths are libpq's to refuse; a message must still name them.
+    for name, number in zip_longest(names, numbers, fillvalue=""):
+        bracketed = f"[{name}]" if ":" in name else name
+        shown.append(bracketed + (f":{number}" if number else ""))
+    return ",".join(shown)
 
 
 def _redaction_groups(redactions: list[FrozenRedaction]) -> list[list[FrozenRedaction]]:
@@ -362,6 +377,10 @@ class PostgresLog(GroupCommitLog[Connection]):
         self._reader: Connection | None = None
         self._reader_lock = trio.Lock()
         self._background_connection: Connection | None = None
+        # The last row this process committed to each partition (in the worker thread): a new
+        # connection checks that the server still holds it.
+        self._last_written: dict[int, tuple[int, str]] = {}
+        self._diverged: str | None = None
         # The file of the table of keys as a transaction that destroyed keys saw it (in the
         # worker thread), and as the last one of them committed saw it (in Trio's).
         self._keys_destroyed_in: int | None = None
@@ -426,6 +445,8 @@ class PostgresLog(GroupCommitLog[Connection]):
     # --- connections (worker thread) ---
 
     def _open_connection(self, *, autocommit: bool) -> Connection:
+        if self._diverged is not None:
+            raise LogError(self._diverged)
         try:
             connection = psycopg.connect(self._conninfo, autocommit=autocommit)
         except psycopg.ProgrammingError as error:
@@ -444,6 +465,7 @@ class PostgresLog(GroupCommitLog[Connection]):
                 milliseconds = max(1, round(STALLED_TRANSACTION_TIMEOUT * 1000))
                 connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
                 connection.commit()
+            diverged = self._lost_writes(connection)
         except psycopg.Error as error:
             lost = connection.broken
             connection.close()
@@ -452,7 +474,32 @@ class PostgresLog(GroupCommitLog[Connection]):
                 # connections): lost like one that was in use, and worth the same new try.
                 raise _ConnectionLost(_reason(error)) from None
             raise LogError(f"cannot set up a connection to {self.url}: {_reason(error)}") from None
+        if diverged is not None:
+            connection.close()
+            self._diverged = diverged
+            raise LogError(diverged)
         return connection
+
+    def _lost_writes(self, connection: Connection) -> str | None:
+        """What the server lost of this process's appends, if it lost any: a new connection
+        after a failover to a standby that had not received them (asynchronous replication).
+        The process's memory of the log then disagrees with the log: it must be opened again."""
+        for number, (position, event_id) in sorted(self._last_written.items()):
+            row = connection.execute(
+                f"SELECT event_id FROM {self.schema}.events WHERE partition = %s AND position = %s",
+                (number, position),
+            ).fetchone()
+            if not connection.autocommit:
+                connection.rollback()
+            if row is None or row[0] != event_id:
+                found = "nothing" if row is None else f"event {row[0]}"
+                return (
+                    f"PostgreSQL log {self.url} lost events this process appended: position"
+                    f" {position} of partition {number} holds {found}, not the event {event_id}"
+                    " it committed there (a failover to a standby that had not received it, under"
+                    " asynchronous replication); open the log again"
+                )
+        return None
 
     async def _rewrite_keys(self) -> bool:
         """Rewrite the table of keys, leaving no page that held a destroyed one, unless a
@@ -673,6 +720,9 @@ class PostgresLog(GroupCommitLog[Connection]):
                     for statement, parameters in finish:
                         connection.execute(statement, parameters)
                     connection.commit()
+                for number, rows in ((0, committed.rows), *committed.elsewhere.items()):
+                    if rows:
+                        self._last_written[number] = (rows[-1].position, rows[-1].event_id)
             except BaseException:
                 if not connection.broken:
                     connection.rollback()

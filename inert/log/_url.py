@@ -17,7 +17,9 @@ acts write into a new, empty log where a schema was). A memory log always exists
 A ``postgresql://`` URL is a libpq connection URL; its query takes ``schema=NAME`` (the schema
 the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events`` and
 ``poll_interval``, and passes every other parameter (``sslmode``, ``connect_timeout``...) to
-libpq.
+libpq. Several hosts are written as libpq takes them,
+``postgresql://USER@HOST1:PORT1,HOST2:PORT2/DATABASE?target_session_attrs=read-write``: every
+connection the log opens, again after one is lost, goes to whichever of them takes writes now.
 
 ``partitions=N`` (in a PostgreSQL or memory URL, or ``open_log(partitions=N)``) creates a log of
 ``N`` partitions of calls (see :mod:`._partitions`); an existing log opens with the number it was

@@ -787,6 +787,11 @@ async def test_bad_urls_are_configuration_errors(url: str, message: str) -> None
             "alice@db.example:5433",
         ),
         ("postgresql://[::1]/inert", "[::1]"),
+        (
+            "postgresql://alice:s3cret@db1:5433,[::1]:5434/inert?target_session_attrs=read-write",
+            "alice@db1:5433,[::1]:5434",
+        ),
+        ("host=db1,db2 port=5433 dbname=inert user=alice", "alice@db1:5433,db2:5433"),
     ],
 )
 def test_a_connection_string_is_shown_without_password_or_options(

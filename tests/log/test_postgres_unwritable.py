@@ -191,3 +191,27 @@ async def test_a_log_whose_server_takes_no_connection_raises_a_log_error(schema:
                 await log.read()
             with pytest.raises(LogError, match="not permitted to log in"):
                 await log.append(new_events("second"))
+
+
+async def test_a_log_whose_server_lost_its_appends_refuses_to_go_on(schema: str) -> None:
+    """A new connection to a server that no longer holds the process's last append (as after
+    an asynchronous failover) makes every later use of the log a LogError saying so."""
+    application = f"inert_test_{uuid.uuid4().hex[:8]}"
+    url = log_url(schema, application_name=application)
+    async with open_log(url) as log:
+        await log.append(new_events("first"))
+        head = await log.head()
+        with connect() as connection:
+            connection.execute(f"DELETE FROM {schema}.events WHERE position = %s", (head,))
+            connection.execute(
+                f"UPDATE {schema}.heads SET position = %s WHERE partition = 0", (head - 1,)
+            )
+        assert end_connections(application) >= 1
+        lost = f"lost events this process appended: position {head} of partition 0 holds nothing"
+        with pytest.raises(LogError, match=lost):
+            await log.append(new_events("second"))
+        with pytest.raises(LogError, match=lost):
+            await log.read()
+    async with open_log(url) as log:
+        await log.append(new_events("second"))
+        assert await log.head() == head - 1 + len(whole_call("second"))
