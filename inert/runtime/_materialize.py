@@ -213,7 +213,12 @@ class LedgerMaterializer:
     async def _pump(self, send: trio.MemorySendChannel[RecordedEvent]) -> None:
         async with send:
             async for recorded in self.log.subscribe(1):
-                await send.send(recorded)
+                try:
+                    await send.send(recorded)
+                except trio.BrokenResourceError:
+                    # The fold stopped, on an error of its own that is the one raised: a
+                    # second one from here would hide it in a group.
+                    return
 
     async def _fold(self, receive: trio.MemoryReceiveChannel[RecordedEvent]) -> None:
         # Up to the offset the fold only rebuilds what the committed rows were made from.
