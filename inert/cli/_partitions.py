@@ -74,13 +74,16 @@ class FoldedPartitions:
     def entries(self) -> list[AuditEntry]:
         """The controls given (refusals aside), each with the calls it ended and asked to stop
         in every partition of calls whose copy was folded."""
-        return [self.entry(entry.position) for entry in self.controls.audit.entries()]
+        return [self._merged(entry) for entry in self.controls.audit.entries()]
 
     def entry(self, position: int) -> AuditEntry:
         """The control given at a position of partition 0, with what it did in every partition
         whose copy of it is known (all of them, on a log of one partition)."""
         [entry] = [entry for entry in self.controls.audit.entries() if entry.position == position]
-        copies = self._copies.get(self._control_ids.get(position, ""))
+        return self._merged(entry)
+
+    def _merged(self, entry: AuditEntry) -> AuditEntry:
+        copies = self._copies.get(self._control_ids.get(entry.position, ""))
         if not copies:
             return entry
         ended = list(entry.ended)
