@@ -104,6 +104,7 @@ from ._snapshot import (
     stamp,
 )
 from ._snapshotting import Snapshots
+from ._validations import KeptValidations
 
 
 def trio_clock() -> Callable[[], datetime]:
@@ -186,6 +187,7 @@ class Runtime:
         # The stop signals of the claims this runtime made, until the stop is requested or an
         # outcome is in the log.
         self._stops: dict[str, StopSignal] = {}
+        self._validations = KeptValidations()
         self._horizon = ledger_horizon
         self.spans: CallSpans | None = None
         self._live = False
@@ -266,11 +268,23 @@ class Runtime:
             else:
                 self.spans.remember(recorded)
         self._requests.heard(recorded, self._fold)
+        self._keep_validation(recorded.event)
         if self._stops:
             self._signal_stop(recorded.event)
         self._announce_change()
         if self._live:
             self._snapshots.heard(recorded.position)
+
+    def _keep_validation(self, event: object) -> None:
+        key = getattr(event, "key", None)
+        if not isinstance(key, CallKey):
+            return
+        state = self._fold.state(key)
+        self._validations.heard(
+            event,
+            None if state is None else state.phase,
+            isinstance(event, CallDispatched) and event.claim_id in self._stops,
+        )
 
     def _signal_stop(self, event: object) -> None:
         """Tell the executor of a claim made here that its call is to stop, once the request
@@ -587,7 +601,7 @@ class Runtime:
         if state is None or view is None or not state.awaiting_confirmation:
             return None
         assert state.confirmation_expires is not None
-        _, arguments = await self._validated(key)
+        _, arguments = await self._validated(key, kept=self._validations.peek(key))
         return PendingConfirmation(
             key=key,
             principal=view.principal,
@@ -598,15 +612,20 @@ class Runtime:
             expires_at=state.confirmation_expires,
         )
 
-    async def _validated(self, key: CallKey) -> tuple[CallValidated, Mapping[str, Any]]:
-        """The call's validation, read back from the log, and its arguments, parsed again."""
-        validated = [
-            recorded.event
-            for recorded in await self.log.read_stream(key.stream)
-            if isinstance(recorded.event, CallValidated)
-        ]
-        assert validated
-        decision = validated[-1]
+    async def _validated(
+        self, key: CallKey, *, kept: CallValidated | None
+    ) -> tuple[CallValidated, Mapping[str, Any]]:
+        """The call's validation (the one ``kept`` from the fold's reading, or else read back
+        from the log) and its arguments, parsed again."""
+        decision = kept
+        if decision is None:
+            validated = [
+                recorded.event
+                for recorded in await self.log.read_stream(key.stream)
+                if isinstance(recorded.event, CallValidated)
+            ]
+            assert validated
+            decision = validated[-1]
         parsed = parse_arguments(decision.arguments, self.limits.arguments)
         assert isinstance(parsed, ParsedArguments)
         return decision, parsed.value
@@ -677,7 +696,7 @@ class Runtime:
         except BaseException:
             self._stops.pop(claim_id, None)
             raise
-        decision, arguments = await self._validated(key)
+        decision, arguments = await self._validated(key, kept=self._validations.take(key))
         view = self._fold.scope.turn(key.turn_ref)
         assert view is not None
         return Dispatch(
