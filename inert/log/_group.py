@@ -2,10 +2,11 @@
 
 Appenders queue their encoded batches; one writer task takes the queue in groups (every batch
 waiting, up to ``max_batch_events`` events, or one batch at a time without group commit),
-commits each group in one transaction in a worker thread, and wakes every waiting appender with
-one event per group. Each batch of a group is planned, and fails, on its own. An append returns
-only once its group has committed; one whose group was being committed when the writer stopped
-may or may not have landed, and says so.
+commits each group in one transaction in a worker thread, and wakes the appenders of the group,
+each by an event of its own (one wake for all would cost every waiting appender a turn per
+group). Each batch of a group is planned, and fails, on its own. An append returns only once its
+group has committed; one whose group was being committed when the writer stopped may or may not
+have landed, and says so.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ class AppendRequest:
     partition: int = 0
     positions: list[int] | None = None
     error: InertError | None = None
+    settled: trio.Event = attrs.field(factory=trio.Event)
+    """Set once ``positions`` or ``error`` is."""
+
+    def settle(self, outcome: list[int] | InertError) -> None:
+        """What became of the append, told to its appender."""
+        if isinstance(outcome, InertError):
+            self.error = outcome
+        else:
+            self.positions = outcome
+        self.settled.set()
 
 
 class CommittedGroup(NamedTuple):
@@ -69,7 +80,6 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         self._queue: list[AppendRequest] = []
         self._work = trio.Event()
         # One event per committed group wakes every waiting appender, cheaper than one per append.
-        self._progress = trio.Event()
         self._accepting = False
         self._writer_done = trio.Event()
         self._background_lock = trio.Lock()
@@ -182,10 +192,10 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
         request = AppendRequest(records, expected, partition)
         self._queue.append(request)
         self._work.set()
-        while request.positions is None:
-            if request.error is not None:
-                raise request.error
-            await self._progress.wait()
+        await request.settled.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.positions is not None
         return request.positions
 
     def _take_group(self) -> list[AppendRequest]:
@@ -222,24 +232,20 @@ class GroupCommitLog(Log, Generic[ConnectionT]):
                 self._committed_elsewhere(elsewhere)
                 committed = False
                 for request, outcome in zip(group, outcomes, strict=True):
-                    if isinstance(outcome, InertError):
-                        request.error = outcome
-                    else:
-                        request.positions = outcome
-                        committed = True
-                self._progress.set()
-                self._progress = trio.Event()
+                    request.settle(outcome)
+                    committed = committed or not isinstance(outcome, InertError)
                 if committed:
                     self._notify_appended()
         finally:
             for request in group:
-                if request.positions is None and request.error is None:
-                    request.error = LogError(
-                        "the write loop stopped while committing this append; it may or may"
-                        " not have landed: append the same events again to find out"
+                if not request.settled.is_set():
+                    request.settle(
+                        LogError(
+                            "the write loop stopped while committing this append; it may or"
+                            " may not have landed: append the same events again to find out"
+                        )
                     )
             for request in self._queue:
-                request.error = LogError(f"{self.name} closed before the append was written")
+                request.settle(LogError(f"{self.name} closed before the append was written"))
             self._queue.clear()
-            self._progress.set()
             self._writer_done.set()
