@@ -37,6 +37,7 @@ Concurrent first opens are serialised by an advisory lock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -81,7 +82,7 @@ from ._snapshots import (
 )
 
 APPLICATION = "inert-log"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _T = TypeVar("_T")
 
 DEFAULT_SCHEMA = "inert"
@@ -173,6 +174,49 @@ def _servers(hosts: str, ports: str) -> str:
     return ",".join(shown)
 
 
+def _to_look_up(
+    group: list[AppendRequest], sealed: frozenset[str]
+) -> tuple[set[tuple[int, str]], set[tuple[int, str]], set[str]]:
+    """What a group's lookups ask for: its events' ids and its streams, each with its
+    partition, and the names of the keys its payloads may be sealed under."""
+    event_ids: set[tuple[int, str]] = set()
+    streams: set[tuple[int, str]] = set()
+    key_names: set[str] = set()
+    for request in group:
+        number = request.partition
+        event_ids.update((number, record.event_id) for record in request.records)
+        streams.update((number, record.stream) for record in request.records)
+        streams.update((number, stream) for stream in request.expected)
+        key_names.update(
+            key_name(record.event_type, record.call)
+            for record in request.records
+            if record.call is not None and record.event_type in sealed
+        )
+    return event_ids, streams, key_names
+
+
+def _copied_rows(
+    written: dict[int, list[StoredRecord]],
+    stream_ids: dict[tuple[int, str], int],
+    sealing: dict[tuple[int, int], str],
+    keys: dict[str, tuple[int, bytes]],
+) -> list[tuple[Any, ...]]:
+    """The rows of a group as ``insert_events`` copies them, the payloads to seal sealed
+    (made before the copy begins: the server waits for nothing but the bytes)."""
+    copied: list[tuple[Any, ...]] = []
+    for number, rows in written.items():
+        for row in rows:
+            stream_id = stream_ids[number, row.stream]
+            name = sealing.get((number, row.position))
+            if name is None:
+                copied.append((number, *row[:2], stream_id, *row[3:], None))
+                continue
+            key_id, key = keys[name]
+            sealed = seal(key, row.payload or b"", row.event_id.encode())
+            copied.append((number, *row[:2], stream_id, *row[3:7], sealed, *row[8:], key_id))
+    return copied
+
+
 def _redaction_groups(redactions: list[FrozenRedaction]) -> list[list[FrozenRedaction]]:
     """The redactions in order, in runs of one set of event types and no stream twice: each
     run is made with one statement of each kind."""
@@ -201,6 +245,19 @@ schema's)."""
 
 PRESENCE_CHECK_INTERVAL = 5.0
 """Seconds between two checks that a runtime's presence session is still there."""
+
+
+class _KeyRaced(Exception):
+    """A key a group made was made meanwhile by another writer (a snapshot's): the group's
+    transaction is rolled back, to be written again with that key."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_KEY_RACES = 3
+"""How many times a group is written while other writers make the keys it seals with."""
 
 
 class _PresenceHolder:
@@ -690,6 +747,20 @@ class PostgresLog(GroupCommitLog[Connection]):
     # --- appends ---
 
     def _commit_group(self, group: list[AppendRequest]) -> CommittedGroup:
+        for _ in range(_KEY_RACES - 1):
+            try:
+                return self._commit_group_raced(group)
+            except _KeyRaced:
+                continue
+        try:
+            return self._commit_group_raced(group)
+        except _KeyRaced as raced:
+            raise LogError(
+                f"PostgreSQL append to {self.url} failed: the keys it seals with were made by"
+                f" another writer each of the {_KEY_RACES} times it tried ({raced.reason})"
+            ) from None
+
+    def _commit_group_raced(self, group: list[AppendRequest]) -> CommittedGroup:
         # Retrying finds those appends of the group that had landed before the connection went.
         return self._with_reconnection(
             lambda: self._commit_group_once(group),
@@ -731,41 +802,50 @@ class PostgresLog(GroupCommitLog[Connection]):
             if connection.broken:
                 connection.close()
                 raise _ConnectionLost(_reason(error)) from None
+            if (
+                isinstance(error, psycopg.errors.UniqueViolation)
+                and error.diag.table_name == "payload_keys"
+            ):
+                raise _KeyRaced(_reason(error)) from None
             raise LogError(f"PostgreSQL append to {self.url} failed: {_reason(error)}") from None
         return committed
 
     def _write_group(
         self, connection: Connection, group: list[AppendRequest]
     ) -> tuple[CommittedGroup, list[tuple[str, tuple[object, ...]]]]:
-        """Write a group in a transaction left open, holding the lock of the head of each
-        partition it appends to: the outcomes, and the statements to send with the commit (the
-        streams' versions and the heads).
+        """Write a group's rows in a transaction left open, holding the lock of the head of
+        each partition it appends to: the outcomes, and the statements to send with the commit
+        (the streams and keys the rows are the first of, the streams' versions and the heads).
 
-        A few round trips whatever the group's size and partitions: the lookups, the new streams
-        (if any), the events, and the rest with the commit."""
+        Three round trips whatever the group's size and partitions: the lookups, the rows, and
+        the rest with the commit."""
         sql = self._sql
         by_partition: dict[int, list[int]] = {}
         for index, request in enumerate(group):
             by_partition.setdefault(request.partition, []).append(index)
         numbers = sorted(by_partition)
-        event_ids: set[tuple[int, str]] = set()
-        streams: set[tuple[int, str]] = set()
-        for request in group:
-            number = request.partition
-            event_ids.update((number, record.event_id) for record in request.records)
-            streams.update((number, record.stream) for record in request.records)
-            streams.update((number, stream) for stream in request.expected)
-        # The lookups run after the locks are granted, so they see every earlier append.
+        event_ids, streams, key_names = _to_look_up(group, self._sealed)
+        # The lookups run after the locks are granted, so they see every earlier append. The
+        # keys there are are locked for sharing, so that no redaction destroys one before the
+        # rows it seals commit; a number is taken for each stream and key that may be new.
         with connection.pipeline():
             locked = connection.execute(sql.lock_heads, (numbers,))
             stored = connection.execute(sql.stored, _columns(event_ids))
             known = connection.execute(sql.streams, _columns(streams))
+            there = connection.execute(sql.keys, (sorted(key_names),)) if key_names else None
+            numbered = connection.execute(sql.new_ids, (max(len(streams), len(key_names)),))
         stored_in: dict[int, list[StoredRecord]] = {}
         for values in stored.fetchall():
             stored_in.setdefault(values[-1], []).append(_row(values))
         known_in: dict[int, list[tuple[str, int, int]]] = {}
         for number, name, stream_id, version in known.fetchall():
             known_in.setdefault(number, []).append((name, stream_id, version))
+        keys: dict[str, tuple[int, bytes]] = (
+            {} if there is None else {name: (key_id, bytes(key)) for name, key_id, key in there}
+        )
+        ids = numbered.fetchall()
+        new_stream_ids = [stream_id for stream_id, _ in ids]
+        new_key_ids = [key_id for _, key_id in ids]
         plan = _GroupPlan(len(group))
         heads: dict[int, int] = dict(locked.fetchall())
         recorded_at = self._now_micros()
@@ -785,35 +865,37 @@ class PostgresLog(GroupCommitLog[Connection]):
         stream_ids, touched, sealing = plan.stream_ids, plan.touched, plan.sealing
         if not written:
             return CommittedGroup(outcomes, [], {}), []
+        finish: list[tuple[str, tuple[object, ...]]] = []
         new = [stream for stream in touched if stream not in stream_ids]
         if new:
-            stream_ids.update(
-                ((number, name), stream_id)
-                for number, name, stream_id in connection.execute(
+            stream_ids.update(zip(new, new_stream_ids, strict=False))
+            finish.append(
+                (
                     sql.insert_streams,
                     (
+                        [stream_ids[stream] for stream in new],
                         [number for number, _ in new],
                         [name for _, name in new],
                         [touched[stream] for stream in new],
                     ),
-                ).fetchall()
+                )
             )
-        keys = self._keys(connection, set(sealing.values())) if sealing else {}
+        made = sorted(set(sealing.values()) - keys.keys())
+        if made:
+            keys.update(
+                (name, (key_id, new_key())) for name, key_id in zip(made, new_key_ids, strict=False)
+            )
+            finish.append(
+                (
+                    sql.make_keys,
+                    ([keys[name][0] for name in made], made, [keys[name][1] for name in made]),
+                )
+            )
+        rows = _copied_rows(written, stream_ids, sealing, keys)
         with connection.cursor() as cursor, cursor.copy(sql.insert_events) as copy:
             copy.set_types(EVENT_COLUMN_TYPES)
-            for number, rows in written.items():
-                for row in rows:
-                    stream_id = stream_ids[number, row.stream]
-                    name = sealing.get((number, row.position))
-                    if name is None:
-                        copy.write_row((number, *row[:2], stream_id, *row[3:], None))
-                        continue
-                    key_id, key = keys[name]
-                    sealed = seal(key, row.payload or b"", row.event_id.encode())
-                    copy.write_row(
-                        (number, *row[:2], stream_id, *row[3:7], sealed, *row[8:], key_id)
-                    )
-        finish: list[tuple[str, tuple[object, ...]]] = []
+            for row in rows:
+                copy.write_row(row)
         old = [stream for stream in touched if stream not in new]
         if old:
             finish.append(
@@ -1003,10 +1085,7 @@ class PostgresLog(GroupCommitLog[Connection]):
                         done = await trio.to_thread.run_sync(
                             self._in_own_transaction,
                             "redaction",
-                            lambda connection: [
-                                self._redact_all_in(connection, each.redactions, each.partition)
-                                for each in batch
-                            ],
+                            functools.partial(self._redact_batch, batch=batch),
                         )
                     except InertError as error:
                         for each in batch:
@@ -1082,10 +1161,31 @@ class PostgresLog(GroupCommitLog[Connection]):
         )
         return problems
 
+    def _redact_batch(self, connection: Connection, *, batch: list[_WaitingRedaction]) -> list[int]:
+        # Every partition's lock first, in one order, so that two batches never wait on each
+        # other's.
+        self._lock_snapshots(connection, [each.partition for each in batch])
+        return [self._redact_all_in(connection, each.redactions, each.partition) for each in batch]
+
+    def _lock_snapshots(self, connection: Connection, partitions: list[int]) -> None:
+        """Take the locks that redactions and snapshot writes of these partitions share, for
+        the rest of the transaction."""
+        keys = sorted(
+            {
+                int.from_bytes(
+                    hashlib.sha256(f"inert snapshots {self.schema} {number}".encode()).digest()[:8],
+                    "big",
+                )
+                - (1 << 63)
+                for number in partitions
+            }
+        )
+        connection.execute(self._sql.lock_snapshots, (keys,))
+
     def _redact_all_in(
         self, connection: Connection, redactions: list[FrozenRedaction], partition: int = 0
     ) -> int:
-        connection.execute(self._sql.lock_snapshots)
+        self._lock_snapshots(connection, [partition])
         sealed_by: set[int] = set()
         done = sum(
             self._redact_group_in(connection, group, partition=partition, sealed_by=sealed_by)
@@ -1205,7 +1305,7 @@ class PostgresLog(GroupCommitLog[Connection]):
 
     def _delete_snapshot_in(self, connection: Connection, name: str, partition: int = 0) -> None:
         sql = self._sql
-        connection.execute(sql.lock_snapshots)
+        self._lock_snapshots(connection, [partition])
         deleted = connection.execute(sql.delete_snapshot_payloads, (partition, name)).fetchall()
         connection.execute(sql.delete_snapshot, (partition, name))
         self._destroy_keys(connection, {key_id for (key_id,) in deleted if key_id is not None})
@@ -1215,7 +1315,7 @@ class PostgresLog(GroupCommitLog[Connection]):
     ) -> None:
         sql = self._sql
         name = snapshot.name
-        connection.execute(sql.lock_snapshots)
+        self._lock_snapshots(connection, [partition])
         found: dict[str, list[tuple[int, CallKey | None]]] = {}
         for row in map(
             _row,

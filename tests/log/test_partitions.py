@@ -268,6 +268,42 @@ async def test_an_append_to_one_partition_takes_no_lock_of_another(schema: str) 
         assert blocked_positions == [2]
 
 
+async def test_redactions_and_snapshots_of_one_partition_wait_for_no_other(schema: str) -> None:
+    """While a transaction holds the lock that redactions and snapshot writes of partition 1
+    share, a redaction and a snapshot write in partition 2 go through; a redaction in
+    partition 1 waits for it."""
+    async with PostgresLog.open(server_url(), schema=schema, partitions=2) as log:
+        for number in (1, 2):
+            await log.partition(number).append([new(f"e{number}")])
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold_partition_one() -> None:
+            with connect() as connection, connection.transaction():
+                log._lock_snapshots(connection, [1])
+                held.set()
+                release.wait(10)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, hold_partition_one)
+            await trio.to_thread.run_sync(held.wait, 10)
+            with trio.fail_after(5):
+                assert await log.partition(2).redact("s", 1) == 1
+                await log.partition(2).write_snapshot(
+                    StoredSnapshot(name="n", position=1, stamp="s2", state=b"", payloads=())
+                )
+            redacted: list[int] = []
+
+            async def redact_in_one() -> None:
+                redacted.append(await log.partition(1).redact("s", 1))
+
+            nursery.start_soon(redact_in_one)
+            await trio.sleep(0.3)
+            assert redacted == []
+            release.set()
+        assert redacted == [1]
+
+
 async def test_open_runtime_sends_a_partitioned_log_to_open_partitioned_runtime() -> None:
     """``open_runtime`` folds a log whole: on a partitioned log it says which function folds
     the partitions a process takes."""

@@ -37,6 +37,7 @@ from inert.log import (
     _postgres_sql,
 )
 from inert.log._group import AppendRequest, CommittedGroup
+from inert.log._sealing import key_name
 
 KEY = CallKey(tenant="t", conversation="c", turn="1", response="r", item="i", call="x")
 
@@ -174,6 +175,53 @@ class HeldLog(PostgresLog):
         self.written.set()
         self.release.wait(30)
         return outcomes
+
+
+class RacedLog(PostgresLog):
+    """Has another writer make the keys of its first group's rows while the group is written,
+    before the group's commit makes them."""
+
+    def __init__(self, conninfo: str, **options: Any) -> None:
+        super().__init__(conninfo, **options)
+        self.attempts = 0
+
+    def _write_group(self, connection: Any, group: Any) -> Any:
+        written = super()._write_group(connection, group)
+        self.attempts += 1
+        if self.attempts == 1:
+            names = {
+                key_name(record.event_type, record.call)
+                for request in group
+                for record in request.records
+                if record.call is not None
+            }
+            for name in sorted(names):
+                query(
+                    f"INSERT INTO {self.schema}.payload_keys (name, key) VALUES (%s, %s)",
+                    name,
+                    bytes(32),
+                )
+        return written
+
+
+async def test_a_group_whose_keys_another_writer_made_meanwhile_seals_with_those(
+    schema: str,
+) -> None:
+    """A key made by another writer while a group is written breaks the group's commit; the
+    group is written again, sealed under that key, once, and reads back."""
+    key = CallKey(tenant="t", conversation="c", turn="u", response="r", item="i", call="a")
+    fragment = ArgumentsAppended(key=key, data=b'{"pin": "4821"}', offset=0)
+    async with RacedLog.open(server_url(), schema=schema) as log:
+        assert isinstance(log, RacedLog)
+        appended = await log.append(
+            [NewEvent(stream=key.response_ref.stream, event=fragment, event_id="f1")]
+        )
+        assert appended == [1]
+        assert log.attempts == 2
+        assert [(e.event_id, e.event) for e in await log.read()] == [("f1", fragment)]
+    [(key_id, made)] = query(f"SELECT key_id, key FROM {schema}.payload_keys")
+    assert bytes(made) == bytes(32)
+    assert query(f"SELECT key_id FROM {schema}.events") == [(key_id,)]
 
 
 async def test_an_append_that_commits_late_is_never_skipped(schema: str) -> None:
@@ -628,8 +676,47 @@ async def test_a_schema_3_log_is_given_an_identity_and_a_secret(schema: str) -> 
         assert (log.identity, log.key("snapshot")) == (identity, key)
 
 
+def _as_schema_6(schema: str) -> None:
+    """The schema's tables as log schema 6 made them: a row's stream checked as it is written."""
+    [(name,)] = query(
+        "SELECT conname FROM pg_constraint WHERE contype = 'f'"
+        " AND conrelid = (quote_ident(%s) || '.events')::regclass",
+        schema,
+    )
+    query(f"ALTER TABLE {schema}.events ALTER CONSTRAINT {name} NOT DEFERRABLE")
+    query(f"UPDATE {schema}.inert_meta SET schema_version = 6")
+
+
+def _stream_reference_deferred(schema: str) -> bool:
+    [(deferred,)] = query(
+        "SELECT condeferrable AND condeferred FROM pg_constraint WHERE contype = 'f'"
+        " AND conrelid = (quote_ident(%s) || '.events')::regclass",
+        schema,
+    )
+    return bool(deferred)
+
+
+async def test_a_schema_6_log_checks_a_row_s_stream_at_the_commit(schema: str) -> None:
+    """A log of schema version 6 opens with the reference from a row to its stream checked at
+    the commit, and appends the first events of new streams after its own."""
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        await log.append([new("e1")])
+    _as_schema_6(schema)
+    assert not _stream_reference_deferred(schema)
+    async with PostgresLog.open(server_url(), schema=schema) as log:
+        assert await log.append([new("e2", "s2"), new("e3", "s3")]) == [2, 3]
+        assert [(e.event_id, e.stream) for e in await log.read()] == [
+            ("e1", "s"),
+            ("e2", "s2"),
+            ("e3", "s3"),
+        ]
+    assert _stream_reference_deferred(schema)
+    assert query(f"SELECT schema_version FROM {schema}.inert_meta") == [(_postgres.SCHEMA_VERSION,)]
+
+
 def _as_schema_5(schema: str) -> None:
     """The schema's tables as log schema 5 made them: one partition, whose number no row holds."""
+    _as_schema_6(schema)
     query(f"""
 ALTER TABLE {schema}.inert_meta DROP COLUMN partitions, DROP COLUMN partition_hash;
 CREATE TABLE {schema}.head (
