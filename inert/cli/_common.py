@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,9 +19,17 @@ from ..events import (
     ProcessLeft,
     RecordedEvent,
     RefusedError,
+    TurnRef,
 )
 from ..log import Log, open_log
-from ..runtime import Runtime, open_runtime, trio_clock
+from ..log._partitions import partition_of
+from ..runtime import (
+    PartitionedRuntime,
+    Runtime,
+    open_partitioned_runtime,
+    open_runtime,
+    trio_clock,
+)
 from ..runtime._collector import thresholds_of
 from ..runtime._peers import DEFAULT_LEASE_TIME
 from ._tracing import exported_spans
@@ -45,6 +54,9 @@ RUNNING_WINDOW = timedelta(minutes=1)
 """How far back, in the log's time, a command looks for heartbeats of running processes."""
 
 KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
+
+COMMAND_PROCESS = "inert-command"
+"""How the process a command opens on a partitioned log is named (with a random suffix)."""
 
 ALONE = (
     "this command opens a runtime that must be alone on the log; stop it first, or act through"
@@ -227,30 +239,111 @@ async def _running_processes(log: Log) -> dict[str, float]:
 
 
 @asynccontextmanager
-async def runtime_on(url: str, *, create: bool = False, **options: Any) -> AsyncIterator[Runtime]:
-    """A runtime of this command on the log (which must exist, unless ``create``).
+async def runtimes_on(
+    url: str, *, create: bool = False, **options: Any
+) -> AsyncIterator[dict[int, Runtime]]:
+    """The runtimes of this command on the log (which must exist, unless ``create``), by the
+    partition each folds: one on a log of one partition (numbered 0); on a partitioned log, one
+    for each partition of calls, of a process of the command's own that takes them all.
 
-    It decides for every turn, as a runtime without a process name does: beside a running
+    Either decides for every turn, as a runtime without a process name does: beside a running
     runtime it would write decisions that runtime makes too (and stop it), so the command is
     refused while the log says one runs.
     """
     async with open_log(url, clock=trio_clock(), create=create) as log:
-        # The heartbeats of the last minute name the processes that run; the log's presence
-        # also finds a runtime without a name. Either refuses.
-        running = await _running_processes(log)
-        if not running and await log.runtime_running():
-            raise RefusedError(f"a runtime is running on this log: {ALONE}")
-        if running:
-            name, age = min(running.items(), key=lambda item: item[1])
-            others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
-            raise RefusedError(
-                f"runtime process {name!r}{others} is running on this log (heartbeat {age:.1f} s"
-                f" ago): {ALONE}"
-            )
+        await _refuse_beside_a_runtime(log)
         # Spans as the OTEL_* variables say, in the caller's trace where it gave one.
         with exported_spans() as provider:
-            async with open_runtime(log=log, tracer_provider=provider, **options) as runtime:
-                yield runtime
+            if log.partitions == 1:
+                async with open_runtime(log=log, tracer_provider=provider, **options) as runtime:
+                    yield {0: runtime}
+                return
+            async with open_partitioned_runtime(
+                log=log,
+                process=f"{COMMAND_PROCESS}-{secrets.token_hex(4)}",
+                tracer_provider=provider,
+                **options,
+            ) as partitioned:
+                await _owning_every_partition(partitioned, log.partitions)
+                cores = {
+                    number: partitioned.core(number) for number in partitioned.partitions_owned()
+                }
+                await _holding_every_turn(partitioned, cores)
+                yield cores
+
+
+@asynccontextmanager
+async def runtime_on(
+    url: str, *, turn: TurnRef | None = None, create: bool = False, **options: Any
+) -> AsyncIterator[Runtime]:
+    """``runtimes_on``'s runtime of the partition of ``turn``'s conversation (a log of one
+    partition has one; a command of no one turn is refused on a partitioned log)."""
+    async with runtimes_on(url, create=create, **options) as runtimes:
+        if list(runtimes) == [0]:
+            yield runtimes[0]
+            return
+        if turn is None:
+            raise RefusedError(
+                f"this command works on a log of one partition, and the log has {len(runtimes)}"
+                " partitions of calls: give its events to the agent servers' runtime processes"
+                " (open_partitioned_runtime)"
+            )
+        yield runtimes[partition_of(turn.tenant, turn.conversation, len(runtimes))]
+
+
+async def _refuse_beside_a_runtime(log: Log) -> None:
+    # The heartbeats of the last minute name the processes that run; the log's presence also
+    # finds a runtime without a name. Either refuses.
+    running = await _running_processes(log)
+    if not running and await log.runtime_running():
+        raise RefusedError(f"a runtime is running on this log: {ALONE}")
+    if running:
+        name, age = min(running.items(), key=lambda item: item[1])
+        others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
+        raise RefusedError(
+            f"runtime process {name!r}{others} is running on this log (heartbeat {age:.1f} s"
+            f" ago): {ALONE}"
+        )
+
+
+async def _holding_every_turn(runtime: PartitionedRuntime, cores: dict[int, Runtime]) -> None:
+    """Wait, for at most ``WAIT_SECONDS``, until the command's process leases every turn with
+    calls: a process that left, or fell silent, has its turns leased by the one that folds
+    their partition, which then alone decides for them."""
+
+    def held_elsewhere() -> list[str]:
+        return sorted(
+            f"{turn.stream} ({owner})"
+            for core in cores.values()
+            for turn in {row.key.turn_ref for row in core.projections.ledger.rows()}
+            if (owner := core.turn_owner(turn)) not in (None, runtime.process)
+        )
+
+    with trio.move_on_after(WAIT_SECONDS):
+        while held_elsewhere():
+            with trio.move_on_after(0.1):
+                await runtime.changed()
+        return
+    raise NoProgress(
+        f"gave up waiting for this command's process to lease the turns of the processes gone"
+        f" after {WAIT_SECONDS:g} s: {', '.join(held_elsewhere()[:3])} still leased elsewhere"
+    )
+
+
+async def _owning_every_partition(runtime: PartitionedRuntime, partitions: int) -> None:
+    """Wait, for at most ``WAIT_SECONDS``, until the command's process folds every partition of
+    calls (alone on the log, it is assigned them all at its first beat)."""
+    every = list(range(1, partitions + 1))
+    with trio.move_on_after(WAIT_SECONDS):
+        while runtime.partitions_owned() != every:
+            with trio.move_on_after(0.1):
+                await runtime.changed()
+        return
+    raise NoProgress(
+        f"gave up waiting for this command's process to take the log's {partitions} partitions"
+        f" after {WAIT_SECONDS:g} s (it folds {runtime.partitions_owned()}): is another process"
+        " beating on it?"
+    )
 
 
 async def settle_within(runtime: Runtime) -> None:

@@ -13,7 +13,7 @@ from ..events import (
 )
 from ..projections import JSON
 from ..runtime import Dispatch, Runtime
-from ._common import EXECUTOR, runtime_on, settle_within
+from ._common import EXECUTOR, runtimes_on, settle_within
 from ._tables import Keys, key_json, text_table, times_text
 
 # --- execute ---------------------------------------------------------------------------------
@@ -87,9 +87,13 @@ def _digest_shown(digest: str, wide: bool) -> str:
 
 async def execute_command(url: str, *, as_json: bool) -> None:
     recorder = Recorder()
-    async with runtime_on(url) as runtime:
-        results = await execute_ready(runtime, recorder)
-        keys = Keys(row.key for row in runtime.projections.ledger.rows())
+    results: list[Executed] = []
+    async with runtimes_on(url) as runtimes:
+        for runtime in runtimes.values():
+            results.extend(await execute_ready(runtime, recorder))
+        keys = Keys(
+            row.key for runtime in runtimes.values() for row in runtime.projections.ledger.rows()
+        )
     if as_json:
         for _, entry in results:
             print(json.dumps(entry, ensure_ascii=False))

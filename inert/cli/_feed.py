@@ -164,7 +164,9 @@ async def feed_command(request: FeedRequest) -> None:
     if not isinstance(adapter, OpenAIResponsesAdapter):
         _read_all(adapter, request, stream)
     # Feeding starts the turn: the log is created if need be.
-    async with runtime_on(request.log, create=True, tools=declarations) as runtime:
+    async with runtime_on(
+        request.log, turn=request.turn, create=True, tools=declarations
+    ) as runtime:
         await settle_within(runtime)
         events = _adapt(runtime, request, stream)
         incoming = read_trace_headers(request.traceparent, request.tracestate)

@@ -60,7 +60,7 @@ def _check_turn_known(runtime: Runtime, turn: TurnRef) -> None:
 async def cancel_turn_command(
     url: str, turn: TurnRef, *, principal: str, reason: str, as_json: bool = False
 ) -> None:
-    async with runtime_on(url) as runtime:
+    async with runtime_on(url, turn=turn) as runtime:
         await settle_within(runtime)
         _check_turn_known(runtime, turn)
         before = turn_rows(runtime, turn)
@@ -380,7 +380,7 @@ async def confirm_command(
     tools: Sequence[ToolDeclaration] | None = None,
     as_json: bool = False,
 ) -> None:
-    async with runtime_on(url, tools=tools or ()) as runtime:
+    async with runtime_on(url, turn=turn, tools=tools or ()) as runtime:
         await settle_within(runtime)
         key = _call_of_turn(runtime, turn, call_id, response)
         pending = await runtime.pending_confirmation(key)
@@ -431,7 +431,7 @@ async def deny_command(
     reason: str,
     as_json: bool = False,
 ) -> None:
-    async with runtime_on(url) as runtime:
+    async with runtime_on(url, turn=turn) as runtime:
         await settle_within(runtime)
         key = _call_of_turn(runtime, turn, call_id, response)
         await runtime.deny(key, principal=principal, reason=reason)

@@ -4,8 +4,7 @@ either way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from test_runtime import ARGUMENTS, key_of, ready_call, running, start
@@ -105,21 +104,17 @@ def test_a_dispatch_of_a_claim_made_here_keeps_the_validation_for_it() -> None:
     assert kept.take(KEY) == validated()
 
 
-@contextmanager
-def stream_reads() -> Iterator[list[str]]:
-    """The streams read through any memory log meanwhile."""
+def count_stream_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The streams read through any memory log from now on."""
     reads: list[str] = []
     original = MemoryLog.read_stream
 
-    async def counted(self: MemoryLog, stream: str, from_version: int = 1):  # type: ignore[no-untyped-def]
+    async def counted(self: MemoryLog, stream: str, from_version: int = 1) -> Any:
         reads.append(stream)
         return await original(self, stream, from_version)
 
-    MemoryLog.read_stream = counted  # type: ignore[method-assign]
-    try:
-        yield reads
-    finally:
-        MemoryLog.read_stream = original  # type: ignore[method-assign]
+    monkeypatch.setattr(MemoryLog, "read_stream", counted)
+    return reads
 
 
 @pytest.mark.parametrize("budget", [_validations.KEPT_ARGUMENT_BYTES, 0], ids=["kept", "read_back"])
@@ -134,8 +129,8 @@ async def test_a_claim_gives_the_same_dispatch_kept_or_read_back(
         await ready_call(runtime, KEY)
         ready = runtime.ready_call(KEY)
         assert ready is not None
-        with stream_reads() as reads:
-            dispatch = await runtime.claim(KEY, executor="worker")
+        reads = count_stream_reads(monkeypatch)
+        dispatch = await runtime.claim(KEY, executor="worker")
         assert dict(dispatch.arguments) == {"city": "Paris"}
         assert (dispatch.tool, dispatch.arguments_digest) == ("get_weather", ready.arguments_digest)
         assert reads == ([] if budget else [KEY.stream])
