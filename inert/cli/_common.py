@@ -251,7 +251,7 @@ async def runtimes_on(
     refused while the log says one runs.
     """
     async with open_log(url, clock=trio_clock(), create=create) as log:
-        await _refuse_beside_a_runtime(log)
+        await refuse_beside_a_runtime(log)
         # Spans as the OTEL_* variables say, in the caller's trace where it gave one.
         with exported_spans() as provider:
             if log.partitions == 1:
@@ -291,19 +291,20 @@ async def runtime_on(
         yield runtimes[partition_of(turn.tenant, turn.conversation, len(runtimes))]
 
 
-async def _refuse_beside_a_runtime(log: Log) -> None:
-    # The heartbeats of the last minute name the processes that run; the log's presence also
-    # finds a runtime without a name. Either refuses.
+async def refuse_beside_a_runtime(log: Log, *, on: str = "this log", then: str = ALONE) -> None:
+    """Refuse a log a runtime runs on, naming it where it has a name, ``on`` naming the log and
+    ``then`` saying what to do. The heartbeats of the last minute name the processes that run;
+    the log's presence also finds a runtime without a name."""
     running = await _running_processes(log)
-    if not running and await log.runtime_running():
-        raise RefusedError(f"a runtime is running on this log: {ALONE}")
     if running:
         name, age = min(running.items(), key=lambda item: item[1])
         others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
         raise RefusedError(
-            f"runtime process {name!r}{others} is running on this log (heartbeat {age:.1f} s"
-            f" ago): {ALONE}"
+            f"runtime process {name!r}{others} is running on {on} (heartbeat {age:.1f} s"
+            f" ago): {then}"
         )
+    if await log.runtime_running():
+        raise RefusedError(f"a runtime is running on {on}: {then}")
 
 
 async def _holding_every_turn(runtime: PartitionedRuntime, cores: dict[int, Runtime]) -> None:

@@ -9,32 +9,18 @@ import time
 import attrs
 from attrs import frozen
 
-from ..events import CallKey, LogError, RefusedError
+from ..events import CallKey, LogError
 from ..events._identity import key_part
 from ..log import Log, open_log
 from ..log._repartition import Repartitioned, repartition
 from ..projections import LedgerRow, Projections
 from ..runtime._verify import verify_log
-from ._common import Progress, _running_processes
+from ._common import Progress, refuse_beside_a_runtime
 
 SHOWN_DIFFERENCES = 5
 """The most calls whose ledgers differ that a failure names."""
 
 OFFLINE = "a repartition copies a log that no process writes: stop it first"
-
-
-async def _refuse_running(log: Log) -> None:
-    """Refuse a log a runtime runs on: what it appends while the copy is made would be missed."""
-    running = await _running_processes(log)
-    if running:
-        name, age = min(running.items(), key=lambda item: item[1])
-        others = f" (and {len(running) - 1} more)" if len(running) > 1 else ""
-        raise RefusedError(
-            f"runtime process {name!r}{others} is running on the log to repartition (heartbeat"
-            f" {age:.1f} s ago): {OFFLINE}"
-        )
-    if await log.runtime_running():
-        raise RefusedError(f"a runtime is running on the log to repartition: {OFFLINE}")
 
 
 def _numbers(log: Log) -> list[int]:
@@ -103,7 +89,7 @@ class Report:
 
 async def checked_source(source: Log) -> dict[CallKey, LedgerRow]:
     """Refuse a source a runtime runs on, and verify it: the ledger row of each of its calls."""
-    await _refuse_running(source)
+    await refuse_beside_a_runtime(source, on="the log to repartition", then=OFFLINE)
     return await _verified(source, "source")
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -231,41 +232,57 @@ async def test_a_postgres_log_keeps_the_partitions_it_was_created_with(schema: s
                 pass
 
 
+@asynccontextmanager
+async def held(take: Callable[[Any], object]) -> AsyncIterator[Callable[[], None]]:
+    """A transaction of another session that has taken what ``take`` takes, open until the
+    function yielded is called (or the block ends)."""
+    taken = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with connect() as connection, connection.transaction():
+            take(connection)
+            taken.set()
+            release.wait(10)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, hold)
+        await trio.to_thread.run_sync(taken.wait, 10)
+        try:
+            yield release.set
+        finally:
+            release.set()
+
+
+async def _waits(nursery: trio.Nursery, step: Callable[[], Awaitable[object]]) -> list[object]:
+    """Start ``step``; what it returned, once it has (empty after 0.3 s while it waits)."""
+    done: list[object] = []
+
+    async def run() -> None:
+        done.append(await step())
+
+    nursery.start_soon(run)
+    await trio.sleep(0.3)
+    return done
+
+
 async def test_an_append_to_one_partition_takes_no_lock_of_another(schema: str) -> None:
     """While a transaction holds the head of partition 1, appends to partition 2 and to the
     control partition commit; an append to partition 1 waits for it."""
     async with PostgresLog.open(server_url(), schema=schema, partitions=2) as log:
         await log.partition(1).append([new("first")])
-        held = threading.Event()
-        release = threading.Event()
-
-        def hold_partition_one() -> None:
-            with connect() as connection, connection.transaction():
-                connection.execute(
-                    f"SELECT position FROM {schema}.heads WHERE partition = 1 FOR UPDATE"
-                )
-                held.set()
-                release.wait(10)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, hold_partition_one)
-            await trio.to_thread.run_sync(held.wait, 10)
+        heads = f"SELECT position FROM {schema}.heads WHERE partition = 1 FOR UPDATE"
+        async with (
+            trio.open_nursery() as nursery,
+            held(lambda connection: connection.execute(heads)) as release,
+        ):
             with trio.fail_after(5):
                 assert await log.partition(2).append([new("beside")]) == [1]
                 assert await log.append([new("control")]) == [1]
-            waiting = trio.Event()
-            blocked_positions: list[int] = []
-
-            async def append_to_one() -> None:
-                waiting.set()
-                blocked_positions.extend(await log.partition(1).append([new("after")]))
-
-            nursery.start_soon(append_to_one)
-            await waiting.wait()
-            await trio.sleep(0.3)
-            assert blocked_positions == []
-            release.set()
-        assert blocked_positions == [2]
+            blocked = await _waits(nursery, lambda: log.partition(1).append([new("after")]))
+            assert blocked == []
+            release()
+        assert blocked == [[2]]
 
 
 async def test_redactions_and_snapshots_of_one_partition_wait_for_no_other(schema: str) -> None:
@@ -275,32 +292,18 @@ async def test_redactions_and_snapshots_of_one_partition_wait_for_no_other(schem
     async with PostgresLog.open(server_url(), schema=schema, partitions=2) as log:
         for number in (1, 2):
             await log.partition(number).append([new(f"e{number}")])
-        held = threading.Event()
-        release = threading.Event()
-
-        def hold_partition_one() -> None:
-            with connect() as connection, connection.transaction():
-                log._lock_snapshots(connection, [1])
-                held.set()
-                release.wait(10)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, hold_partition_one)
-            await trio.to_thread.run_sync(held.wait, 10)
+        async with (
+            trio.open_nursery() as nursery,
+            held(lambda connection: log._lock_snapshots(connection, [1])) as release,
+        ):
             with trio.fail_after(5):
                 assert await log.partition(2).redact("s", 1) == 1
                 await log.partition(2).write_snapshot(
                     StoredSnapshot(name="n", position=1, stamp="s2", state=b"", payloads=())
                 )
-            redacted: list[int] = []
-
-            async def redact_in_one() -> None:
-                redacted.append(await log.partition(1).redact("s", 1))
-
-            nursery.start_soon(redact_in_one)
-            await trio.sleep(0.3)
+            redacted = await _waits(nursery, lambda: log.partition(1).redact("s", 1))
             assert redacted == []
-            release.set()
+            release()
         assert redacted == [1]
 
 
