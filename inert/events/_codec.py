@@ -23,6 +23,7 @@ import msgpack
 
 from ._base import Event, Upcaster, registered_event_types
 from ._errors import CodecError
+from ._recorded import without_sensitive
 from ._structure import GIVE_UP, Structure, fast_structure
 from ._times import datetime_to_micros, micros_to_datetime
 
@@ -195,6 +196,23 @@ class Codec:
             )
         return cls.TAG, cls.SCHEMA_VERSION, payload
 
+    def without_sensitive(self, tag: str, schema_version: int, payload: bytes) -> tuple[int, bytes]:
+        """The schema version and payload of the event stored as ``payload`` with the fields
+        its type names ``SENSITIVE`` emptied (``without_sensitive``): what retention keeps.
+
+        A payload at its type's schema version is a map this codec wrote, field by field in
+        their order (it reads no other): its sensitive fields are emptied in the map itself, and
+        nothing else of it changes. An older one is decoded, upcast and encoded again."""
+        cls = self._types.get(tag)
+        if cls is not None and schema_version == cls.SCHEMA_VERSION:
+            emptied = _emptied(payload, cls.SENSITIVE)
+            if emptied is not None:
+                return schema_version, emptied
+        _, version, remains = self.encode(
+            without_sensitive(self.decode(tag, schema_version, payload))
+        )
+        return version, remains
+
     def decode(self, tag: str, schema_version: int, payload: bytes) -> Event:
         """The event stored as ``payload`` under ``tag`` and ``schema_version``."""
         cls = self._types.get(tag)
@@ -239,3 +257,25 @@ class Codec:
 
 
 DEFAULT_CODEC = Codec()
+
+
+def _emptied(payload: bytes, names: tuple[str, ...]) -> bytes | None:
+    """The map ``payload`` with the fields ``names`` (bytes or text, or ``None``) emptied, or
+    ``None`` where it is not such a map (the event is then decoded and encoded again)."""
+    try:
+        fields = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except Exception:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    for name in names:
+        if name not in fields:
+            return None
+        value = fields[name]
+        if value is None:
+            continue
+        if type(value) not in (bytes, str):
+            return None
+        fields[name] = type(value)()
+    packed: bytes = msgpack.packb(fields, use_bin_type=True)
+    return packed

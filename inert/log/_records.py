@@ -23,7 +23,7 @@ from ..events._base import Event, TraceContext, registered_event_types
 from ..events._codec import Codec
 from ..events._errors import ConflictError, DuplicateEventError, InertError, LogDamaged, LogError
 from ..events._identity import CallKey
-from ..events._recorded import RecordedEvent, Redacted, recorded_event_maker, without_sensitive
+from ..events._recorded import RecordedEvent, Redacted, recorded_event_maker
 from ..events._structure import GIVE_UP
 
 NO_STREAM = 0
@@ -199,9 +199,7 @@ def redaction(
     cls = registered_event_types().get(event_type)
     if cls is None or not cls.SENSITIVE:
         return Redaction(schema_version, None, digest)
-    _, version, remains = codec.encode(
-        without_sensitive(codec.decode(event_type, schema_version, payload))
-    )
+    version, remains = codec.without_sensitive(event_type, schema_version, payload)
     return Redaction(version, remains, digest)
 
 

@@ -317,6 +317,53 @@ def test_every_event_type_round_trips_through_the_codec(tag: str, data: st.DataO
     assert DEFAULT_CODEC.encode(decoded) == (encoded_tag, version, payload)
 
 
+SENSITIVE_TAGS = [tag for tag in TAGS if EVENT_TYPES[tag].SENSITIVE]
+
+
+def emptied_by_decoding(tag: str, schema_version: int, payload: bytes) -> tuple[int, bytes]:
+    """The reference: decode, empty the sensitive fields, encode again."""
+    event = inert.events.without_sensitive(DEFAULT_CODEC.decode(tag, schema_version, payload))
+    _, version, remains = DEFAULT_CODEC.encode(event)
+    return version, remains
+
+
+@pytest.mark.parametrize("tag", SENSITIVE_TAGS)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_emptying_a_payload_in_its_map_is_decoding_emptying_and_encoding_it(
+    tag: str, data: st.DataObject
+) -> None:
+    """What the codec keeps of an event with sensitive fields, emptied in its stored map, is
+    the very payload that decoding it, emptying them and encoding it again gives."""
+    event = data.draw(events(EVENT_TYPES[tag]), label="event")
+    _, version, payload = DEFAULT_CODEC.encode(event)
+    assert DEFAULT_CODEC.without_sensitive(tag, version, payload) == emptied_by_decoding(
+        tag, version, payload
+    )
+
+
+def test_an_older_payload_is_emptied_once_upcast() -> None:
+    """A payload of an older schema version is upcast before its sensitive fields are emptied,
+    and kept at the current version; one that is no map is refused as decoding refuses it."""
+    key = CallKey(tenant="t", conversation="c", turn="u", response="r", item="i", call="a")
+    fields = {
+        "key": unpack(DEFAULT_CODEC.encode(ArgumentsAppended(key=key, data=b"x"))[2])["key"],
+        "cause": 1,
+        "tool": "t",
+        "tool_digest": "d",
+        "arguments": b'{"pin": 1}',
+        "arguments_digest": "a",
+        "needs_confirmation": False,
+    }
+    older = pack(fields)
+    version, remains = DEFAULT_CODEC.without_sensitive("decision.validated", 1, older)
+    assert (version, remains) == emptied_by_decoding("decision.validated", 1, older)
+    assert version == EVENT_TYPES["decision.validated"].SCHEMA_VERSION
+    assert unpack(remains)["arguments"] == b""
+    with pytest.raises(CodecError, match="a map was expected"):
+        DEFAULT_CODEC.without_sensitive("decision.validated", 2, msgpack.packb([1]))
+
+
 def check_accepted_payload_is_canonical(tag: str, fields: dict[str, Any]) -> None:
     """Decoding gives a CodecError naming the tag, or an event that is stored as ``fields``."""
     cls = EVENT_TYPES[tag]
