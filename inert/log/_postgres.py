@@ -90,6 +90,8 @@ MAX_NAMED = 10
 """The most schemas (or tables) a refusal names: a database may hold many."""
 DEFAULT_MAX_BATCH_EVENTS = 4096
 DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_REDACTION_LINGER = 0.1
+"""How long, in seconds, a redaction waits for others to share its transaction."""
 DEFAULT_CONNECT_TIMEOUT = 10
 _VACUUM_LOCK_WAIT_MS = 100
 """How long the rewrite of the table of keys waits for its lock before it gives up and tries
@@ -382,6 +384,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
+        redaction_linger: float = DEFAULT_REDACTION_LINGER,
         codec: Codec | None = None,
         clock: Clock | None = None,
         create: bool = True,
@@ -407,6 +410,10 @@ class PostgresLog(GroupCommitLog[Connection]):
             raise ConfigurationError(
                 f"erase_timeout must be a finite number of seconds >= 0, not {erase_timeout}"
             )
+        if not 0 <= redaction_linger < math.inf:
+            raise ConfigurationError(
+                f"redaction_linger must be a finite number of seconds >= 0, not {redaction_linger}"
+            )
         self.url = public_url(conninfo)
         try:
             settings = conninfo_to_dict(conninfo)
@@ -422,6 +429,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         )
         self.schema = schema
         self.poll_interval = poll_interval
+        self.redaction_linger = redaction_linger
         self._create = create
         self._asked_partitions = None if partitions is None else check_partitions(partitions)
         self._partition_logs: dict[int, PartitionLog] = {}
@@ -463,6 +471,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         max_batch_events: int = DEFAULT_MAX_BATCH_EVENTS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         erase_timeout: float = DEFAULT_ERASE_TIMEOUT,
+        redaction_linger: float = DEFAULT_REDACTION_LINGER,
         codec: Codec | None = None,
         clock: Clock | None = None,
         create: bool = True,
@@ -481,6 +490,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             max_batch_events=max_batch_events,
             poll_interval=poll_interval,
             erase_timeout=erase_timeout,
+            redaction_linger=redaction_linger,
             codec=codec,
             clock=clock,
             create=create,
@@ -1080,6 +1090,9 @@ class PostgresLog(GroupCommitLog[Connection]):
         try:
             async with self._background_lock:
                 if waiting.done is None and waiting.error is None:
+                    # What falls due meanwhile (in this partition or another) joins the batch:
+                    # a transaction, and one statement of each kind, for all of it.
+                    await trio.sleep(self.redaction_linger)
                     batch, self._redactions_waiting = self._redactions_waiting, []
                     try:
                         done = await trio.to_thread.run_sync(

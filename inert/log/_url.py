@@ -15,9 +15,9 @@ command that reads must not leave a file behind where a path was mistyped, nor a
 acts write into a new, empty log where a schema was). A memory log always exists.
 
 A ``postgresql://`` URL is a libpq connection URL; its query takes ``schema=NAME`` (the schema
-the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events`` and
-``poll_interval``, and passes every other parameter (``sslmode``, ``connect_timeout``...) to
-libpq. Several hosts are written as libpq takes them,
+the log's tables live in, ``inert`` by default), ``group_commit``, ``max_batch_events``,
+``poll_interval`` and ``redaction_linger``, and passes every other parameter (``sslmode``,
+``connect_timeout``...) to libpq. Several hosts are written as libpq takes them,
 ``postgresql://USER@HOST1:PORT1,HOST2:PORT2/DATABASE?target_session_attrs=read-write``: every
 connection the log opens, again after one is lost, goes to whichever of them takes writes now.
 
@@ -55,6 +55,7 @@ _POSTGRES_OPTIONS = {
     "max_batch_events",
     "poll_interval",
     "erase_timeout",
+    "redaction_linger",
     "partitions",
 }
 
@@ -112,6 +113,10 @@ async def _open_postgres(
         settings["poll_interval"] = _number("poll_interval", options["poll_interval"], float)
     if "erase_timeout" in options:
         settings["erase_timeout"] = _number("erase_timeout", options["erase_timeout"], float)
+    if "redaction_linger" in options:
+        settings["redaction_linger"] = _number(
+            "redaction_linger", options["redaction_linger"], float
+        )
     async with PostgresLog.open(
         conninfo, **settings, codec=codec, clock=clock, create=create, partitions=partitions
     ) as log:

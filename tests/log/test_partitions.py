@@ -313,3 +313,37 @@ async def test_open_runtime_sends_a_partitioned_log_to_open_partitioned_runtime(
     with pytest.raises(ConfigurationError, match="4 partitions of calls: open it with"):
         async with open_runtime(log="memory://?partitions=4", tools=[]):
             pass
+
+
+async def test_redactions_falling_due_together_share_one_transaction(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redactions of two partitions that fall due within the linger are made in one
+    transaction; the linger comes from the log's URL, and a bad one is refused."""
+    url = log_url(schema, partitions=2)
+    async with open_log(f"{url}&redaction_linger=0.3", create=True) as log:
+        assert isinstance(log, PostgresLog)
+        assert log.redaction_linger == 0.3
+        for number in (1, 2):
+            await log.partition(number).append([new(f"e{number}")])
+        transactions: list[str] = []
+        in_own_transaction = PostgresLog._in_own_transaction
+
+        def counted(self: PostgresLog, what: str, work: Callable[[Any], Any]) -> Any:
+            transactions.append(what)
+            return in_own_transaction(self, what, work)
+
+        monkeypatch.setattr(PostgresLog, "_in_own_transaction", counted)
+        redacted: list[int] = []
+
+        async def redact(number: int) -> None:
+            redacted.append(await log.partition(number).redact("s", 1))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(redact, 1)
+            await trio.sleep(0.05)
+            nursery.start_soon(redact, 2)
+        assert (redacted, transactions) == ([1, 1], ["redaction"])
+    with pytest.raises(ConfigurationError, match="redaction_linger must be a finite number"):
+        async with open_log(f"{url}&redaction_linger=-1"):
+            pass
