@@ -2,9 +2,11 @@
 
 The console owns no call: it folds the log into its view as the runtimes that own it write
 (``Log.subscribe`` from the position it has; another process's appends are seen within the
-backend's poll interval), and it appends controls through the runtime's own ``give_control``,
-with the same operator authorizer, so the call actors of those runtimes end the calls and the
-audit records it exactly as for ``inert control``.
+backend's poll interval), each partition of a partitioned log followed on its own from its own
+position (the calls live in partitions 1 to P, the controls in partition 0). It appends
+controls through the runtime's own ``give_control``, with the same operator authorizer, so the
+call actors of those runtimes end the calls and the audit records it exactly as for ``inert
+control``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ class LiveFeed:
     def __init__(self, log: Log, settings: ConsoleSettings) -> None:
         self.log = log
         self.settings = settings
-        self.view = ConsoleView(ledger_horizon=settings.ledger_horizon)
+        self.view = ConsoleView(
+            ledger_horizon=settings.ledger_horizon,
+            call_partitions=log.call_partitions(),
+            partition_of=log.partition_of,
+        )
         self._changed = trio.Event()
 
     def now(self) -> datetime:
@@ -51,15 +57,24 @@ class LiveFeed:
     async def follow(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Fold the log as it is, then (started) every event appended, until cancelled."""
+        """Fold every partition as it is, then (started) every event appended to any, until
+        cancelled."""
         view = self.view
-        while page := await self.log.read(view.position + 1, limit=READ_PAGE):
-            for recorded in page:
-                view.apply(recorded)
+        parts = {number: self.log.partition(number) for number in view.partitions.parts}
+        for number, part in parts.items():
+            while page := await part.read(view.position_in(number) + 1, limit=READ_PAGE):
+                for recorded in page:
+                    view.apply(recorded, number)
         self._announce()
         task_status.started()
-        async for recorded in self.log.subscribe(view.position + 1):
-            view.apply(recorded)
+        async with trio.open_nursery() as nursery:
+            for number, part in parts.items():
+                nursery.start_soon(self._follow_partition, number, part)
+
+    async def _follow_partition(self, number: int, part: Log) -> None:
+        view = self.view
+        async for recorded in part.subscribe(view.position_in(number) + 1):
+            view.apply(recorded, number)
             self._announce()
 
     def _announce(self) -> None:
@@ -72,7 +87,7 @@ class LiveFeed:
             await self._changed.wait()
 
     async def folded(self, position: int) -> None:
-        """Until the view has folded the log up to ``position``."""
+        """Until the view has folded partition 0 up to ``position``."""
         while self.view.position < position:
             await self._changed.wait()
 
@@ -95,10 +110,10 @@ class LiveFeed:
 
     async def _stopped_still_live(self, event: OperatorControl) -> bool:
         """Whether a live call is one ``event`` stops (the live calls walked in slices)."""
-        ledger = self.view.projections.ledger
+        view = self.view
         slices = Slices()
-        for key in self.view.stage_keys(*_LIVE):
-            row = ledger.row(key)
+        for key in view.stage_keys(*_LIVE):
+            row = view.row(key)
             if row is not None and concerns(event, row):
                 return True
             await slices.due()
@@ -107,11 +122,11 @@ class LiveFeed:
     async def preview(self, event: OperatorControl) -> Preview:
         """The calls alive now that ``event`` would end, and the running ones it would ask to
         stop (the live calls walked in slices)."""
-        ledger = self.view.projections.ledger
+        view = self.view
         rows: list[LedgerRow] = []
         slices = Slices()
-        for key in self.view.stage_keys(*_LIVE, Stage.RUNNING, Stage.STOPPING):
-            row = ledger.row(key)
+        for key in view.stage_keys(*_LIVE, Stage.RUNNING, Stage.STOPPING):
+            row = view.row(key)
             if row is not None and concerns(event, row):
                 rows.append(row)
             await slices.due()
@@ -119,8 +134,8 @@ class LiveFeed:
 
     def never_seen(self, event: OperatorControl) -> str | None:
         """Where nothing the view holds names what ``event`` names, a sentence saying so."""
-        projections = self.view.projections
-        return never_seen(event, projections.ledger.rows(), projections.audit)
+        view = self.view
+        return never_seen(event, view.rows(), view.projections.audit)
 
     def without_effect(self, event: OperatorControl) -> str | None:
         """Where ``event`` lifts a control not in force, a sentence saying so."""
@@ -135,10 +150,11 @@ class LiveFeed:
         return await self.log.runtime_running()
 
     def entry(self, position: int) -> AuditEntry | None:
-        """The audit entry (a control or a refusal) at a position of the log."""
-        audit = self.view.projections.audit
+        """The audit entry (a control, with what it ended in every partition, or a refusal) at
+        a position of partition 0."""
+        view = self.view
         # Both lists are in log order.
-        for entries in (audit.entries(), audit.refusals()):
+        for entries in (view.partitions.entries(), view.projections.audit.refusals()):
             index = bisect.bisect_left(entries, position, key=_position)
             if index < len(entries) and entries[index].position == position:
                 return entries[index]

@@ -180,7 +180,7 @@ async def call(request: Request) -> Response:
     if key is None or shown is None:
         return await render(request, "error.html", {"message": "no such call"}, status_code=404)
     view = console.feed.view
-    history = view.projections.ledger.history(key)
+    history = view.history(key)
     page = paging(request, len(history))
     steps = [
         (step, view.recorded_at(key, step.position))
@@ -254,8 +254,8 @@ async def overview(request: Request) -> Response:
 
 
 async def audit(request: Request) -> Response:
-    projection = _view(request).projections.audit
-    entries, refusals = projection.entries(), projection.refusals()
+    view = _view(request)
+    entries, refusals = view.partitions.entries(), view.projections.audit.refusals()
     page = paging(request, len(entries) + len(refusals))
     # Both lists are in log order: merged from their ends, the last first.
     newest: Any = heapq.merge(

@@ -16,7 +16,7 @@ import itertools
 import json
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime, timedelta
 
 from attrs import define, frozen
@@ -35,8 +35,10 @@ from ..events import (
     call_of,
 )
 from ..events._identity import key_part, shown_text
-from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Projections
+from ..log._partitions import CONTROL_PARTITION
+from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Transition
 from ..projections._shown import STAGE_MARKS, RowFilter, Stage, shown_time, stage_of
+from ._partitions import PartitionProjections, one_partition
 
 __all__ = [
     "STAGE_MARKS",
@@ -198,7 +200,8 @@ SWEEP_EVERY = 4096
 
 
 class ConsoleView:
-    """The projections of a log and the console's notes of its calls, folded in log order.
+    """The projections of a log and the console's notes of its calls, each partition folded
+    in its order (the partitions in any order of one another).
 
     Besides every call in the order it last changed, it keeps the calls of each stage in the
     order they entered it, and the distinct tenants and tools: a page of a stage, or of the
@@ -207,8 +210,21 @@ class ConsoleView:
     ``recent``), so that a caller may pause between steps while the view folds on.
     """
 
-    def __init__(self, *, ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON) -> None:
-        self.projections = Projections(ledger_horizon=ledger_horizon)
+    def __init__(
+        self,
+        *,
+        ledger_horizon: timedelta | None = DEFAULT_LEDGER_HORIZON,
+        call_partitions: Iterable[int] = (CONTROL_PARTITION,),
+        partition_of: Callable[[str, str], int] = one_partition,
+    ) -> None:
+        self.partitions = PartitionProjections(
+            ledger_horizon=ledger_horizon,
+            call_partitions=call_partitions,
+            partition_of=partition_of,
+        )
+        self.projections = self.partitions.controls
+        """The projections of partition 0: the controls given, and on a log of one partition
+        every call (on a partitioned log, ``row``, ``history`` and ``rows`` find the calls)."""
         self._seen: dict[CallKey, _Seen] = {}
         # Every call with a row, the one changed last at the end, with the sequence of its
         # change: a page asks for what changed after the sequence it last had.
@@ -229,14 +245,17 @@ class ConsoleView:
 
     @property
     def position(self) -> int:
-        """The position of the last record folded (0 before any)."""
+        """The position of the last record of partition 0 folded (0 before any)."""
         return self.projections.position
 
-    def apply(self, recorded: RecordedEvent) -> None:
-        """Fold one record of the log (the next by position)."""
-        if recorded.position <= self.projections.position:
+    def position_in(self, partition: int) -> int:
+        """The position of the last record of a partition folded (0 before any)."""
+        return self.partitions.parts[partition].position
+
+    def apply(self, recorded: RecordedEvent, partition: int = CONTROL_PARTITION) -> None:
+        """Fold one record of a partition (the next by its position)."""
+        if not self.partitions.apply(partition, recorded):
             return
-        self.projections.apply(recorded)
         self._folded += 1
         if self._folded % SWEEP_EVERY == 0:
             self._sweep()
@@ -253,9 +272,8 @@ class ConsoleView:
             self._sweep()
             return
         if isinstance(event, ResponseEnded):
-            ledger = self.projections.ledger
             for assembling in list(self._assembling.get(event.response, ())):
-                row = ledger.row(assembling)
+                row = self.row(assembling)
                 if row is not None and stage_of(row) is not Stage.ASSEMBLING:
                     self._changed(assembling, recorded)
             return
@@ -264,7 +282,7 @@ class ConsoleView:
             self._changed(key, recorded)
 
     def _changed(self, key: CallKey, recorded: RecordedEvent) -> None:
-        row = self.projections.ledger.row(key)
+        row = self.row(key)
         if row is None:
             return
         at = recorded.recorded_at
@@ -314,8 +332,7 @@ class ConsoleView:
 
     def _sweep(self) -> None:
         """Forget the notes of calls the ledger no longer has a row of."""
-        ledger = self.projections.ledger
-        for key in [key for key in self._order if ledger.row(key) is None]:
+        for key in [key for key in self._order if self.row(key) is None]:
             del self._order[key]
             seen = self._seen.pop(key)
             self._leave_stage(key, seen)
@@ -329,13 +346,25 @@ class ConsoleView:
     def __len__(self) -> int:
         return len(self._order)
 
+    def row(self, key: CallKey) -> LedgerRow | None:
+        """The ledger's row of a call, from the partition of its conversation."""
+        return self.partitions.row(key)
+
+    def history(self, key: CallKey) -> list[Transition]:
+        """The transitions of a call, at positions of its partition."""
+        return self.partitions.history(key)
+
+    def rows(self) -> list[LedgerRow]:
+        """The ledger's rows of every partition."""
+        return self.partitions.rows()
+
     def call(self, key: CallKey) -> CallView | None:
         """One call, or ``None`` where the ledger has no row of it."""
         sequence = self._order.get(key)
         return None if sequence is None else self._view(key, sequence)
 
     def _view(self, key: CallKey, sequence: int) -> CallView | None:
-        row = self.projections.ledger.row(key)
+        row = self.row(key)
         if row is None:
             return None
         seen = self._seen[key]
@@ -365,16 +394,15 @@ class ConsoleView:
 
     def newest(self, *, offset: int, limit: int) -> list[CallKey]:
         """Every call, the one changed last first: ``limit`` of them from ``offset``."""
-        ledger = self.projections.ledger
-        keys = (key for key in reversed(self._order) if ledger.row(key) is not None)
+        keys = (key for key in reversed(self._order) if self.row(key) is not None)
         return list(itertools.islice(keys, offset, offset + limit))
 
     def newest_first(self, shown: RowFilter) -> Iterator[CallKey]:
         """The calls ``shown`` keeps, the one changed last first, walking a copy of the order
         taken at the first step."""
-        ledger, seen = self.projections.ledger, self._seen
+        seen = self._seen
         for key in reversed(list(self._order)):
-            row = ledger.row(key)
+            row = self.row(key)
             if row is not None and self._keeps(shown, key, row, seen.get(key)):
                 yield key
 
@@ -388,11 +416,10 @@ class ConsoleView:
         """The calls ``shown`` keeps that changed after ``sequence``, the one changed last
         first, at most ``limit``."""
         views: list[CallView] = []
-        ledger = self.projections.ledger
         for key, changed in reversed(self._order.items()):
             if changed <= sequence or len(views) >= limit:
                 break
-            row = ledger.row(key)
+            row = self.row(key)
             if row is not None and self._keeps(shown, key, row, self._seen.get(key)):
                 view = self._view(key, changed)
                 if view is not None:
