@@ -37,8 +37,8 @@ from ..events import (
 from ..events._identity import key_part, shown_text
 from ..log._partitions import CONTROL_PARTITION
 from ..projections import DEFAULT_LEDGER_HORIZON, LedgerRow, Transition
+from ..projections._partitions import PartitionProjections, one_partition
 from ..projections._shown import STAGE_MARKS, RowFilter, Stage, shown_time, stage_of
-from ._partitions import PartitionProjections, one_partition
 
 __all__ = [
     "STAGE_MARKS",

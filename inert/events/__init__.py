@@ -93,10 +93,13 @@ from ._identity import (
     key_part,
     process_stream,
 )
+from ._partitioning import CONTROL_COPY, CONTROL_PARTITION
 from ._phase import TERMINAL_PHASES, Phase
 from ._recorded import RecordedEvent, Redacted, without_sensitive
 
 __all__ = [
+    "CONTROL_COPY",
+    "CONTROL_PARTITION",
     "CONTROL_TYPES",
     "CONVERTER",
     "DECISION_TYPES",

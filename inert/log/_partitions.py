@@ -23,17 +23,13 @@ from __future__ import annotations
 import hashlib
 
 from ..events._errors import ConfigurationError
+from ..events._partitioning import CONTROL_COPY, CONTROL_PARTITION
+
+__all__ = ["CONTROL_COPY", "CONTROL_PARTITION"]
 
 PARTITION_HASH = "sha256-tenant-conversation-v1"
 """The name of the rule above, as a log's metadata records it."""
 
-CONTROL_PARTITION = 0
-"""The partition every process reads whole; in a log of one partition, the only one."""
-
-CONTROL_COPY = "control:"
-"""What the id of a control's copy in a partition of calls starts with, before the control's own
-id: the copy a runtime process makes where it folds (the same id in every partition, so that
-processes copying one control into one partition write it once)."""
 
 MAX_PARTITIONS = 4096
 """The most partitions of calls a log may have."""

@@ -1,4 +1,4 @@
-"""The projections of every partition of a log, as the console folds them (pure: no I/O).
+"""The projections of every partition of a log, as the console and the commands fold them.
 
 On a log of one partition, partition 0 is the log. On a partitioned log the calls live in the
 partitions of their conversations, each with positions of its own, and the controls in
@@ -14,9 +14,8 @@ from datetime import timedelta
 
 import attrs
 
-from ..events import CallKey, OperatorControl, RecordedEvent
-from ..log._partitions import CONTROL_COPY, CONTROL_PARTITION
-from ..projections import AuditEntry, LedgerRow, Projections, Transition
+from ..events import CONTROL_COPY, CONTROL_PARTITION, CallKey, OperatorControl, RecordedEvent
+from . import AuditEntry, LedgerRow, Projections, Transition
 
 
 def one_partition(tenant: str, conversation: str) -> int:
@@ -89,6 +88,12 @@ class PartitionProjections:
         """The controls given (refusals aside), in the order of partition 0, each with the
         calls it ended and asked to stop in every partition whose copy of it was folded."""
         return [self._merged(entry) for entry in self.controls.audit.entries()]
+
+    def entry(self, position: int) -> AuditEntry:
+        """The control given at a position of partition 0, with what it did in every partition
+        whose copy of it was folded (all of them, on a log of one partition)."""
+        [entry] = [entry for entry in self.controls.audit.entries() if entry.position == position]
+        return self._merged(entry)
 
     def _merged(self, entry: AuditEntry) -> AuditEntry:
         copies = self._copies.get(self._control_ids.get(entry.position, ""))
