@@ -164,7 +164,7 @@ class OpenAIChatAdapter(SSEAdapter):
             if not isinstance(payload, Mapping):
                 payload = {"event": kind, "data": data}
             return self._error(payload)
-        if data.strip() == _DONE:
+        if data[:1] != "{" and data.strip() == _DONE:
             return self._done()
         return None
 
@@ -224,7 +224,7 @@ class OpenAIChatAdapter(SSEAdapter):
         function = fragment.get("function")
         if type(position) is not int or position < 0 or type(function) is not dict:
             return self._handle(payload)
-        slot = _slot(index, str(position))
+        slot = str(position) if index == 0 else f"{index}.{position}"
         arguments = function.get("arguments")
         if (
             slot not in completion.bound

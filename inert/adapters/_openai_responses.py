@@ -173,19 +173,6 @@ class OpenAIResponsesAdapter(SSEAdapter):
         self.turn = turn
         self._resumable = resumable
         self._response: _Response | None = None
-        self._started = False
-
-    def feed(self, chunk: bytes | str) -> list[Event]:
-        """Raw body bytes (or text) as they come off the wire, split anywhere."""
-        events = super().feed(chunk)
-        self._started = True
-        return events
-
-    def feed_event(self, event: object) -> list[Event]:
-        """One decoded event: a dict or an ``openai`` SDK event object."""
-        events = super().feed_event(event)
-        self._started = True
-        return events
 
     def _unfinished(self) -> list[Event]:
         """A response without its terminal event is lost (resumable in background mode, with
@@ -203,7 +190,7 @@ class OpenAIResponsesAdapter(SSEAdapter):
         ``after_sequence``, taking up ``calls`` (``Runtime.resumable_calls``): before any
         event is fed. Returns the ``StreamResumed`` event."""
         self._check_open()
-        if self._started:
+        if self._fed:
             raise ValueError("resume() starts a continuation: call it before feeding any event")
         if isinstance(after_sequence, bool) or not isinstance(after_sequence, int):
             raise TypeError("after_sequence must be an int")
@@ -226,7 +213,7 @@ class OpenAIResponsesAdapter(SSEAdapter):
                 input_started=call.next_sequence > 1,
             )
         self._response = response
-        self._started = True
+        self._fed = True
         # A response that was resumed once runs in background mode: it can be resumed again.
         self._resumable = True
         return tracker.resumed(after_sequence)
@@ -239,7 +226,7 @@ class OpenAIResponsesAdapter(SSEAdapter):
 
     def _not_json(self, kind: str, data: str) -> list[Event] | None:
         # OpenAI-compatible servers may end the body like Chat Completions: nothing to read.
-        return [] if data.strip() == _DONE else None
+        return [] if data[:1] != "{" and data.strip() == _DONE else None
 
     def _handle(self, payload: JSONObject) -> list[Event]:
         kind = payload.get("type")

@@ -46,31 +46,42 @@ class SSEAdapter(abc.ABC):
         """What the first event read was, until one of the protocol is read."""
         self._read_one = False
         """Whether an event of the protocol was read."""
+        self._fed = False
+        """Whether a chunk or an event was fed and read."""
 
     def feed(self, chunk: bytes | str) -> list[Event]:
         """Raw body bytes (or text) as they come off the wire, split anywhere."""
-        self._check_open()
+        if self._refused is not None or self._closed:
+            self._check_open()
         if not isinstance(chunk, bytes | str):
             raise TypeError(
                 f"a body chunk is bytes or str, not {type(chunk).__name__}: pass a decoded"
                 " event or an SDK event object to feed_event()"
             )
         if not self._FAST:
-            return self._read(self._decoder.feed(chunk))
-        sent = self._decoder.feed_fast(chunk)
-        if sent and type(sent[0]) is tuple:
-            events: list[Event] = []
-            for kind, data in sent:
-                events += self._event_fast(kind, data)
-            return events
-        return self._read(cast(list[ServerSentEvent], sent))
+            events = self._read(self._decoder.feed(chunk))
+        else:
+            sent = self._decoder.feed_fast(chunk)
+            if len(sent) == 1 and type(sent[0]) is tuple:
+                kind, data = sent[0]
+                events = self._event_fast(kind, data)
+            elif sent and type(sent[0]) is tuple:
+                events = []
+                for kind, data in sent:
+                    events += self._event_fast(kind, data)
+            else:
+                events = self._read(cast(list[ServerSentEvent], sent))
+        self._fed = True
+        return events
 
     def feed_event(self, event: object) -> list[Event]:
         """One decoded event: its JSON object, or the provider SDK's event object."""
         self._check_open()
         payload = as_object(event)
         self._note(payload, f"a {type(event).__name__}")
-        return self._handle(payload)
+        events = self._handle(payload)
+        self._fed = True
+        return events
 
     def close(self) -> list[Event]:
         """The body ended: what it left unfinished is lost. A stream that had events, none of
