@@ -13,7 +13,8 @@ Runs of the cases are interleaved and the median of the runs is reported.
    makes are counted and dropped. Floor, in the same run: the least any reader of the same
    chunks does: join each chunk to what is held, split whole events at the blank line, take
    each ``data`` line and ``json.loads`` it (``[DONE]`` aside). Target: the adapter at least
-   half the floor's rate.
+   half the floor's rate. Beside them, the adapter's reference path (``_FAST = False``: the
+   reading the fast path replaced, which the tests keep as its oracle), for what it gained.
 2. ``end-to-end``: the same streams fed through the adapter into a runtime on a fresh SQLite
    file (WAL, ``synchronous=FULL``): one Trio task per stream feeds the events of each chunk as
    they come (one ``runtime.feed`` per chunk that made any), then those of ``close``. The turns
@@ -59,6 +60,7 @@ from inert.adapters import (
     OpenAIResponsesAdapter,
     StreamAdapter,
 )
+from inert.adapters._sse_adapter import SSEAdapter
 
 DEFAULT_CALLS = 100
 DEFAULT_DELTAS = 200
@@ -85,6 +87,8 @@ TOOL = ToolDeclaration(
 class Provider:
     name: str
     make: Callable[[TurnRef], StreamAdapter]
+    reference: Callable[[TurnRef], StreamAdapter]
+    """The adapter reading by its reference path."""
     streams: list[list[bytes]]
     """Each call's stream, one chunk per SSE event."""
     deltas: int
@@ -103,7 +107,7 @@ def events_of(body: bytes) -> list[bytes]:
 
 def build_providers(calls: int, deltas: int, names: Sequence[str]) -> list[Provider]:
     size = deltas * DELTA_BYTES
-    builders: dict[str, tuple[Callable[..., tuple[bytes, int]], Callable[[TurnRef], Any]]] = {
+    builders: dict[str, tuple[Callable[..., tuple[bytes, int]], type[SSEAdapter]]] = {
         "openai-responses": (responses_stream, OpenAIResponsesAdapter),
         "openai-chat": (chat_stream, OpenAIChatAdapter),
         "anthropic": (anthropic_stream, AnthropicAdapter),
@@ -115,7 +119,8 @@ def build_providers(calls: int, deltas: int, names: Sequence[str]) -> list[Provi
             events_of(build(1, size, DELTA_BYTES, response_id=f"response-{index}")[0])
             for index in range(calls)
         ]
-        provider = Provider(name=name, make=make, streams=streams, deltas=0)
+        reference = type(f"Reference{make.__name__}", (make,), {"_FAST": False})
+        provider = Provider(name=name, make=make, reference=reference, streams=streams, deltas=0)
         provider.deltas = count_deltas(provider)
         providers.append(provider)
     return providers
@@ -136,9 +141,10 @@ def count_deltas(provider: Provider) -> int:
 # --- 1. the adapter alone ----------------------------------------------------------------------
 
 
-def adapter_alone(provider: Provider) -> Callable[[Path], float]:
+def adapter_alone(provider: Provider, *, reference: bool = False) -> Callable[[Path], float]:
     def run(_: Path) -> float:
-        streams, make = provider.streams, provider.make
+        streams = provider.streams
+        make = provider.reference if reference else provider.make
         turns = [turn_of(index) for index in range(len(streams))]
         made = 0
         start = time.perf_counter()
@@ -282,7 +288,7 @@ def measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "results": {},
     }
     if "alone" in arguments.case:
-        alone: list[tuple[Provider, Timed, Timed]] = [
+        alone: list[tuple[Provider, Timed, Timed, Timed]] = [
             (
                 provider,
                 Timed(
@@ -297,17 +303,25 @@ def measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
                     provider.deltas,
                     split_and_parse_floor(provider),
                 ),
+                Timed(
+                    f"{provider.name}-reference",
+                    f"{provider.name} reference path alone",
+                    provider.deltas,
+                    adapter_alone(provider, reference=True),
+                ),
             )
             for provider in providers
         ]
-        run_interleaved([case for _, *pair in alone for case in pair], arguments.runs, directory)
-        for provider, adapter, floor in alone:
+        run_interleaved([case for _, *cases in alone for case in cases], arguments.runs, directory)
+        for provider, adapter, floor, old in alone:
             ratio = adapter.median_rate / floor.median_rate
             document["results"].setdefault(provider.name, {})["alone"] = {
                 "chunks": sum(len(chunks) for chunks in provider.streams),
                 "deltas": provider.deltas,
                 "adapter_deltas_per_s": adapter.median_rate,
                 "floor_deltas_per_s": floor.median_rate,
+                "reference_deltas_per_s": old.median_rate,
+                "reference_ratio": old.median_rate / floor.median_rate,
                 "adapter_us_per_chunk": 1e6
                 * statistics.median(adapter.seconds)
                 / sum(len(chunks) for chunks in provider.streams),
@@ -379,6 +393,11 @@ def report(document: dict[str, Any]) -> str:
                 f" | {alone['adapter_deltas_per_s']:,.0f} | split + json.loads"
                 f" | {alone['floor_deltas_per_s']:,.0f} | {alone['ratio']:.2f}x"
                 f" | >= {alone['target']}x {'met' if alone['met'] else 'NOT met'} |"
+            )
+            lines.append(
+                f"| {provider} | reference path alone | {alone['reference_deltas_per_s']:,.0f}"
+                f" | split + json.loads | {alone['floor_deltas_per_s']:,.0f}"
+                f" | {alone['reference_ratio']:.2f}x | (the path the fast one replaced) |"
             )
         path = cases.get("end_to_end")
         if path is not None:
