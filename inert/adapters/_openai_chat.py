@@ -153,6 +153,8 @@ class OpenAIChatAdapter(SSEAdapter):
     def _of_protocol(self, event: JSONObject) -> bool:
         return "choices" in event or "error" in event or _helper_chunk(event) is not None
 
+    _SPECIAL_KINDS = frozenset({"error"})
+
     def _not_json(self, kind: str, data: str) -> list[Event] | None:
         if kind == "error":
             self._read_one = True

@@ -33,6 +33,10 @@ class SSEAdapter(abc.ABC):
     PROTOCOL = "event"
     """How the protocol's streams are named in errors."""
 
+    _SPECIAL_KINDS: ClassVar[frozenset[str]] = frozenset()
+    """The message types ``_not_json`` reads whatever their data; a message of another type
+    whose data is a JSON object is never one of those it reads."""
+
     _FAST: ClassVar[bool] = True
     """Whether chunks are read by the fast path (``SSEDecoder.feed_fast``, ``read_event_text``,
     ``_handle_fast``), which reads every stream as the reference path does, only sooner; the
@@ -150,9 +154,10 @@ class SSEAdapter(abc.ABC):
 
     def _event_fast(self, kind: str, data: str) -> list[Event]:
         """``_event_of`` a message of type ``kind`` read by the decoder's fast path."""
-        special = self._not_json(kind, data)
-        if special is not None:
-            return special
+        if data[:1] != "{" or kind in self._SPECIAL_KINDS:
+            special = self._not_json(kind, data)
+            if special is not None:
+                return special
         try:
             payload = read_event_text(data)
         except EnvelopeRefused as refused:
@@ -192,7 +197,8 @@ class SSEAdapter(abc.ABC):
 
     def _not_json(self, kind: str, data: str) -> list[Event] | None:
         """The events of a message (of type ``kind``) the protocol sends without a JSON object
-        (``[DONE]``, an error event), or None for a message to read as one."""
+        (``[DONE]``, an error event), or None for a message to read as one. A message whose
+        data starts a JSON object is one only if its type is in ``_SPECIAL_KINDS``."""
         return None
 
     @abc.abstractmethod
