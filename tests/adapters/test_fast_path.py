@@ -23,6 +23,7 @@ from fast_path_support import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inert import ArgumentsAppended
 from inert.adapters import (
     ServerSentEvent,
     SSEDecoder,
@@ -285,4 +286,5 @@ def test_the_fast_path_reads_the_usual_deltas_without_the_reference(
         monkeypatch.setattr(adapter, "_handle", refuse)
         monkeypatch.setattr(adapter, "_read", refuse)
         [appended] = adapter.feed(deltas[provider])
-        assert appended.data == b'{"a"'  # type: ignore[attr-defined]
+        assert isinstance(appended, ArgumentsAppended)
+        assert appended.data == b'{"a"'
