@@ -80,7 +80,7 @@ pytest: $(STAMP)
 # misses its target); the others report a stated target missed in their output ("NOT met",
 # "**no**"). Every benchmark runs, so that one run gives every figure; then `make bench` fails,
 # naming those that exited non-zero.
-BENCHMARKS = append_throughput call_actors history restart adapters validation \
+BENCHMARKS = append_throughput call_actors history restart adapters adapter_path validation \
 	tracing_overhead guest_mode postgres_log console erasure
 
 bench: $(STAMP)

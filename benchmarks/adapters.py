@@ -76,8 +76,10 @@ def sse(event: dict[str, Any], *, named: bool = False) -> str:
     return f"event: {event['type']}\ndata: {data}\n\n" if named else f"data: {data}\n\n"
 
 
-def responses_stream(calls: int, size: int, delta: int) -> tuple[bytes, int]:
-    response = {"id": "resp_bench", "object": "response", "status": "in_progress", "output": []}
+def responses_stream(
+    calls: int, size: int, delta: int, *, response_id: str = "resp_bench"
+) -> tuple[bytes, int]:
+    response = {"id": response_id, "object": "response", "status": "in_progress", "output": []}
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": response},
     ]
@@ -126,8 +128,10 @@ def responses_stream(calls: int, size: int, delta: int) -> tuple[bytes, int]:
     return "".join(sse(event, named=True) for event in events).encode(), len(events)
 
 
-def chat_stream(calls: int, size: int, delta: int) -> tuple[bytes, int]:
-    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+def chat_stream(
+    calls: int, size: int, delta: int, *, response_id: str = "chatcmpl-bench"
+) -> tuple[bytes, int]:
+    base = {"id": response_id, "object": "chat.completion.chunk", "created": 0, "model": "m"}
 
     def chunk(delta_object: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta_object, "finish_reason": finish}
@@ -152,9 +156,11 @@ def chat_stream(calls: int, size: int, delta: int) -> tuple[bytes, int]:
     return body.encode(), len(events) + 1
 
 
-def anthropic_stream(calls: int, size: int, delta: int) -> tuple[bytes, int]:
+def anthropic_stream(
+    calls: int, size: int, delta: int, *, response_id: str = "msg_bench"
+) -> tuple[bytes, int]:
     message: dict[str, Any] = {
-        "id": "msg_bench",
+        "id": response_id,
         "type": "message",
         "role": "assistant",
         "model": "claude",

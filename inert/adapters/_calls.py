@@ -18,7 +18,9 @@ as duplicates.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
+import attrs
 from attrs import define
 
 from ..events import (
@@ -158,6 +160,20 @@ class ResponseCalls:
             )
         ]
 
+    def append_next(self, slot: str, data: bytes) -> list[Event]:
+        """``append`` of a fragment of a call opened by this stream, at the cost of the event
+        alone: the hot path of every adapter."""
+        known = self._calls.get(slot)
+        if known is None or known.server or not data or self.broken:
+            return self.append(slot, data)
+        sequence, offset = known.next_sequence, known.offset
+        if type(sequence) is not int or type(offset) is not int or sequence < 0 or offset < 0:
+            # Numbers a resumed stream was given: the event's own checks judge them.
+            return self.append(slot, data)
+        known.next_sequence = sequence + 1
+        known.offset = offset + len(data)
+        return [_appended(known.key, data, offset, sequence)]
+
     def end(self, slot: str, final: bytes | None = None) -> list[Event]:
         """The call at ``slot`` ended (``final``: the whole arguments, where the provider sends
         them). Ending it again with the same or no final arguments repeats the same end event."""
@@ -235,3 +251,31 @@ class ResponseCalls:
             )
         except (TypeError, ValueError):
             return None
+
+
+def _appended_maker() -> Callable[[CallKey, bytes, int, int], ArgumentsAppended]:
+    """A function that makes the ``ArgumentsAppended`` of one fragment, equal to the one its
+    ``__init__`` makes, without the checks of numbers the caller knows to be non-negative
+    integers: one is made for every delta of every stream."""
+    names = tuple(field.name for field in attrs.fields(ArgumentsAppended))
+    if names != ("key", "data", "offset", "first_sequence", "last_sequence", "fragments"):
+        raise AssertionError(f"the fields of ArgumentsAppended changed: {names}")
+    key_, data_, offset_, first_, last_, fragments_ = (
+        getattr(ArgumentsAppended, name).__set__ for name in names
+    )
+    new = object.__new__
+
+    def make(key: CallKey, data: bytes, offset: int, sequence: int) -> ArgumentsAppended:
+        appended = new(ArgumentsAppended)
+        key_(appended, key)
+        data_(appended, data)
+        offset_(appended, offset)
+        first_(appended, sequence)
+        last_(appended, sequence)
+        fragments_(appended, 1)
+        return appended
+
+    return make
+
+
+_appended = _appended_maker()

@@ -12,6 +12,9 @@ input makes the reader recurse without bound or convert a huge number).
 ``EnvelopeRefused`` is a ``json.JSONDecodeError``: where an adapter reads data that is not JSON
 as a broken protocol (or, cut off with the connection, as a lost stream), it reads a refused
 envelope alike; its ``msg`` says what was refused, never with a value.
+
+``read_event_text`` is the same reading of an event already decoded to text, at the cost of the
+JSON parser alone: the adapters read every event of a stream with it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 64
@@ -62,6 +66,21 @@ def read_event_json(data: str | bytes) -> Any:
     )
 
 
+def read_event_text(text: str) -> Any:
+    """``read_event_json`` of text, with one parser made once rather than one an event."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:
+        return read_event_json(text)
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        # Not a value from the first character (whitespace, a byte-order mark, no JSON):
+        # judged by the whole reading, as is a value with anything after it.
+        return read_event_json(text)
+    if end != len(text):
+        return read_event_json(text)
+    return value
+
+
 def _depth(text: str) -> int:
     depth = deepest = 0
     for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
@@ -97,3 +116,13 @@ def _float(literal: str) -> float:
     if not math.isfinite(value):
         raise EnvelopeRefused("an event with a number too large for a float")
     return value
+
+
+# json.loads makes a decoder (and its scanner) at every call given hooks: this one is made once.
+_STRICT = json.JSONDecoder(
+    object_pairs_hook=_unique_keys,
+    parse_constant=_no_constant,
+    parse_int=_integer,
+    parse_float=_float,
+)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _STRICT.scan_once  # type: ignore[attr-defined]

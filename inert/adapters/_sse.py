@@ -24,6 +24,7 @@ out as they are.
 from __future__ import annotations
 
 import codecs
+import re
 
 from attrs import frozen
 
@@ -97,6 +98,46 @@ class SSEDecoder:
         # The incremental decoder holds an unfinished sequence until the bytes that end or
         # break it: each run of bad bytes is the same, however the body was split.
         text = chunk if isinstance(chunk, str) else self._text.decode(chunk)
+        return self._decoded(text)
+
+    def feed_fast(self, chunk: bytes | str) -> list[ServerSentEvent] | list[tuple[str, str]]:
+        """``feed``, faster where it can be: a chunk of whole events of ``event`` and ``data``
+        lines alone, ended by LF, is read at once, its events handed out as (type, data) pairs;
+        any other chunk gives what ``feed`` gives."""
+        if self._closed:
+            raise ValueError("the event stream was closed")
+        if isinstance(chunk, str):
+            text = chunk
+        elif self._text.buffer:
+            text = self._text.decode(chunk)
+        else:
+            # With nothing held back, bytes that are all UTF-8 decode as the incremental
+            # decoder would decode them, and it is left holding nothing, as it would be.
+            try:
+                text = chunk.decode("utf-8")
+            except UnicodeDecodeError:
+                text = self._text.decode(chunk)
+        if (
+            self._size == 0
+            and self._started
+            and not self._pieces
+            and not self._after_cr
+            and not self._refusing
+            and not self._line_replaced
+            and len(text) <= self._max
+            and "\r" not in text
+            and _MARK not in text
+        ):
+            # Most chunks are one event of at most one ``event`` line and one ``data`` line.
+            one = _ONE_EVENT.fullmatch(text)
+            if one is not None:
+                kind, data = one.groups()
+                return [(kind or "message", data)]
+            if _WHOLE_EVENTS.fullmatch(text) is not None:
+                return _whole_events(text)
+        return self._decoded(text)
+
+    def _decoded(self, text: str) -> list[ServerSentEvent]:
         if _MARK not in text:
             return self._lines(text)
         pieces = text.split(_MARK)
@@ -225,6 +266,34 @@ class SSEDecoder:
         )
         self._forget_event()
         return event
+
+
+_ONE_EVENT = re.compile(r"(?:event: ?([^\n]*)\n)?data: ?([^\n]*)\n\n")
+"""One whole event of an optional ``event`` line and a ``data`` line ended by LF: its type and
+its data, one leading space taken from each value as the rules take it."""
+_WHOLE_EVENTS = re.compile(r"(?:(?:(?:event|data):[^\n]*\n)+\n)+")
+"""Whole events of ``event`` and ``data`` lines ended by LF: read by ``_whole_events``."""
+
+
+def _whole_events(text: str) -> list[tuple[str, str]]:
+    """The events of text that ``_WHOLE_EVENTS`` matches, as the rules read them: no line is
+    blank but the one that ends each event, so that each event is the text between two LF LF;
+    an event of ``event`` lines alone dispatches nothing."""
+    events: list[tuple[str, str]] = []
+    for block in text[:-2].split("\n\n"):
+        kind = ""
+        data: list[str] = []
+        for line in block.split("\n"):
+            name, _, value = line.partition(":")
+            if value[:1] == " ":
+                value = value[1:]
+            if name == "data":
+                data.append(value)
+            else:
+                kind = value
+        if data:
+            events.append((kind or "message", "\n".join(data)))
+    return events
 
 
 def _find(text: str, character: str, start: int, length: int) -> int:
