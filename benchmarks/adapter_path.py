@@ -30,26 +30,27 @@ missed is reported and the run exits 1, so that ``make bench`` names this benchm
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from benchmarks.adapters import anthropic_stream, chat_stream, responses_stream
-from benchmarks.append_throughput import _remove_database, machine_facts
+from benchmarks.append_throughput import machine_facts
 from benchmarks.call_actors import (
     CALLS_PER_TURN,
     PRINCIPAL,
     TENANT,
+    Timed,
     limits_for,
+    run_interleaved,
     sqlite_floor_case,
     sqlite_url,
 )
@@ -252,34 +253,6 @@ def end_to_end(provider: Provider) -> Callable[[Path], float]:
 # --- running -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Timed:
-    key: str
-    label: str
-    items: int
-    run: Callable[[Path], float]
-    seconds: list[float] = field(default_factory=list)
-
-    @property
-    def median_rate(self) -> float:
-        return self.items / statistics.median(self.seconds)
-
-
-def run_interleaved(cases: Sequence[Timed], runs: int, directory: Path) -> None:
-    for run in range(runs):
-        for case in cases:
-            path = directory / f"{case.key}-{run}.db"
-            gc.collect()
-            try:
-                case.seconds.append(case.run(path))
-            finally:
-                _remove_database(path)
-            print(
-                f"run {run + 1}/{runs} {case.label}: {case.items / case.seconds[-1]:,.0f} deltas/s",
-                file=sys.stderr,
-            )
-
-
 def measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
     providers = build_providers(arguments.calls, arguments.deltas, arguments.provider)
     document: dict[str, Any] = {
@@ -312,7 +285,9 @@ def measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
             )
             for provider in providers
         ]
-        run_interleaved([case for _, *cases in alone for case in cases], arguments.runs, directory)
+        run_interleaved(
+            [case for _, *cases in alone for case in cases], arguments.runs, directory, "alone"
+        )
         for provider, adapter, floor, old in alone:
             ratio = adapter.median_rate / floor.median_rate
             document["results"].setdefault(provider.name, {})["alone"] = {
@@ -349,7 +324,10 @@ def measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
             for provider in providers
         ]
         run_interleaved(
-            [case for _, *pair in paths for case in pair], arguments.end_to_end_runs, directory
+            [case for _, *pair in paths for case in pair],
+            arguments.end_to_end_runs,
+            directory,
+            "end to end",
         )
         for provider, runtime_case, floor in paths:
             ratio = runtime_case.median_rate / floor.median_rate

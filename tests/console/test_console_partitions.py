@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 from console_support import OPERATOR, TOOLS, client_of, opened
@@ -70,6 +71,22 @@ async def _collecting(runtime: PartitionedRuntime, key: CallKey, events: list[Ev
     await runtime.settle()
 
 
+async def _shows_the_later_call(
+    runtime: PartitionedRuntime, console: Any, first: CallKey, later: CallKey
+) -> Callable[[], Awaitable[None]]:
+    """The console shows ``first`` (made before it opened), then ``later`` once it is made;
+    what waits for the console's next change."""
+    view = console.feed.view
+
+    def fed() -> Awaitable[None]:
+        return console.feed.changed_after(view.sequence)  # type: ignore[no-any-return]
+
+    assert view.call(first) is not None
+    await _collecting(runtime, later, opened(later))
+    await _until(lambda: view.call(later) is not None, fed)
+    return fed
+
+
 async def test_the_calls_of_every_partition_are_shown_and_a_control_ends_them_all() -> None:
     """On a memory log of three partitions of calls, a call made before the console opened
     and one made after are on its ledger and call pages; a tool disabled from the console
@@ -83,14 +100,7 @@ async def test_the_calls_of_every_partition_are_shown_and_a_control_ends_them_al
         await _until(lambda: runtime.partitions_owned() == [1, 2, 3], runtime.changed)
         await _collecting(runtime, first, opened(first))
         async with client_of(log) as (client, console):
-            view = console.feed.view
-
-            def fed() -> Awaitable[None]:
-                return console.feed.changed_after(view.sequence)
-
-            assert view.call(first) is not None
-            await _collecting(runtime, later, opened(later))
-            await _until(lambda: view.call(later) is not None, fed)
+            fed = await _shows_the_later_call(runtime, console, first, later)
             ledger = (await client.get("/")).text
             for key in (first, later):
                 assert key.conversation in ledger
@@ -140,14 +150,7 @@ async def test_a_postgres_console_shows_the_calls_of_every_partition_as_they_lan
                 await _until(lambda: runtime.partitions_owned() == [1, 2], runtime.changed)
                 await _collecting(runtime, first, opened(first))
                 async with open_log(url) as own, client_of(own) as (client, console):
-                    view = console.feed.view
-
-                    def fed() -> Awaitable[None]:
-                        return console.feed.changed_after(view.sequence)
-
-                    assert view.call(first) is not None
-                    await _collecting(runtime, later, opened(later))
-                    await _until(lambda: view.call(later) is not None, fed)
+                    await _shows_the_later_call(runtime, console, first, later)
                     ledger = (await client.get("/")).text
                     assert all(key.conversation in ledger for key in (first, later))
                     assert len(re.findall(r'href="[^"]*/calls/', ledger)) == 2
