@@ -73,7 +73,13 @@ package: $(STAMP)
 # deadline (a survivor that must end a killed process's calls within a minute did not).
 TEST_WORKERS ?= 2
 
+# The bytecode of inert and of the modules the tests' own processes import is written first:
+# on a clean clone, or where PYTHONDONTWRITEBYTECODE is set, each of the processes the tests
+# start (the test workers, runtime and MCP server processes, CLI runs, crash children)
+# compiled them again, a third of a second of CPU each. The test modules themselves are left
+# out: pytest rewrites their asserts and compiles them its own way.
 pytest: $(STAMP)
+	$(BIN)/python -m compileall -q -x '/(test_[^/]*|conftest)\.py$$' inert tests examples benchmarks
 	$(BIN)/pytest --numprocesses $(TEST_WORKERS) --dist worksteal
 
 # A benchmark that crashes or cannot complete a case exits non-zero (guest mode also when it
