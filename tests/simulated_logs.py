@@ -17,13 +17,20 @@ from inert.testing._simulator import _read, _run_once, demo_check
 from inert.testing._workload import make_plan
 
 
-@cache
 def simulated(
     seed: int, retention: str = "default", horizon: timedelta | None = DEFAULT_LEDGER_HORIZON
 ) -> tuple[list[RecordedEvent], bytes]:
     """The log a seed of 200 call keys wrote, and the key of its arguments digests. Kept for
     every test that asks for it again (none changes it): the run is deterministic, a second
     would write the same."""
+    # Every argument given, by position: the cache tells calls apart by how they were made.
+    return _simulated(seed, retention, horizon)
+
+
+@cache
+def _simulated(
+    seed: int, retention: str, horizon: timedelta | None
+) -> tuple[list[RecordedEvent], bytes]:
     plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
     run = _run_once(
         seed,
