@@ -73,7 +73,13 @@ package: $(STAMP)
 # deadline (a survivor that must end a killed process's calls within a minute did not).
 TEST_WORKERS ?= 2
 
+# The bytecode of inert and of the modules the tests' own processes import is written first:
+# on a clean clone, or where PYTHONDONTWRITEBYTECODE is set, each of the processes the tests
+# start (the test workers, runtime and MCP server processes, CLI runs, crash children)
+# compiled them again, a third of a second of CPU each. The test modules themselves are left
+# out: pytest rewrites their asserts and compiles them its own way.
 pytest: $(STAMP)
+	$(BIN)/python -m compileall -q -x '/(test_[^/]*|conftest)\.py$$' inert tests examples benchmarks
 	$(BIN)/pytest --numprocesses $(TEST_WORKERS) --dist worksteal
 
 # A benchmark that crashes or cannot complete a case exits non-zero (guest mode also when it
@@ -99,7 +105,7 @@ example: $(STAMP)
 # Long runs kept out of `make test`, which runs a sample of each: 200 SIGKILLs of a process in
 # the middle of appending (6 in make test); 200 of a process running the runtime (4), 10,000
 # fault runs (500), 100 of them on SQLite (8), the load of 10,000 call keys for 10 minutes with
-# faults (1,000 for 30 s), 10,000 simulator seeds (200), 2,000 seeds of runtime processes on a
+# faults (1,000 for 30 s), 10,000 simulator seeds (100), 2,000 seeds of runtime processes on a
 # partitioned log (8), 20,000 examples of the decider's state machine (1,000) and 100 seeds of
 # power cuts (6).
 soak: $(STAMP)

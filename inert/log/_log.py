@@ -180,6 +180,8 @@ class Log(abc.ABC):
         self._known_head = 0
         self._identity = ""
         self._secret = b""
+        self._derived_keys: dict[str, tuple[bytes, bytes]] = {}
+        """The keys made so far, by purpose, each with the secret it was made from."""
         self._partitions = 1
         self.rows_read = 0
         """The rows this log has read from storage since it was opened (by ``read``,
@@ -201,7 +203,13 @@ class Log(abc.ABC):
         log's storage itself (not its events) could make again."""
         if not self._secret:
             raise LogError("the log is not open: it has no key yet")
-        return hmac.new(self._secret, purpose.encode(), hashlib.sha256).digest()
+        # Every append and redaction asks for the payload digest's key: made once per secret
+        # (an HMAC made anew each time was a few percent of a simulated seed).
+        secret, key = self._derived_keys.get(purpose, (b"", b""))
+        if secret is not self._secret:
+            key = hmac.new(self._secret, purpose.encode(), hashlib.sha256).digest()
+            self._derived_keys[purpose] = (self._secret, key)
+        return key
 
     # --- partitions (see ._partitions) ---
 

@@ -10,25 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import reference_fold
-import trio
 from conftest import RUN_COUNTS
 from fold_views import decoded, folded_view, work_of
 from golden_logs import GOLDEN_DIGEST_KEY, golden_paths, load
+from simulated_logs import simulated
 
 from inert import InertError, RecordedEvent
 from inert.actors import CallFold, CallLimits
-from inert.actors._call import DIGEST_KEY
-from inert.log import MemoryLog
-from inert.projections import DEFAULT_LEDGER_HORIZON
-from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
-from inert.testing._simulator import _read, _run_once, demo_check
-from inert.testing._workload import make_plan
+from inert.testing import SIMULATION_LIMITS
 
 PATHS = golden_paths()
 SEEDS = range(4)
@@ -86,32 +80,11 @@ def test_every_golden_log_folds_as_the_reference_folds_it(path: Path, live: bool
     )
 
 
-@cache
-def _simulated(
-    seed: int, horizon: timedelta = DEFAULT_LEDGER_HORIZON
-) -> tuple[list[RecordedEvent], bytes]:
-    """The log a seed wrote, and the key of its arguments digests. Kept for the test of the
-    other mode (never changed by the tests): the run is deterministic, a second would write the
-    same."""
-    plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
-    run = _run_once(
-        seed,
-        plan=plan,
-        tools=DEMO_TOOLS,
-        check=demo_check,
-        limits=SIMULATION_LIMITS,
-        retention=RETENTIONS["default"],
-        horizon=horizon,
-    )
-    records: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
-    return records, MemoryLog(run.store).key(DIGEST_KEY)
-
-
 @pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_simulator_logs_fold_as_the_reference_folds_them(seed: int, live: bool) -> None:
     """The log a simulator seed wrote gives the same work and calls through both folds."""
-    records, digest_key = _simulated(seed)
+    records, digest_key = simulated(seed)
     compare(records, live=live, limits=SIMULATION_LIMITS, digest_key=digest_key)
     _assert_no_divergence(records, digest_key, SIMULATION_LIMITS)
 
@@ -123,7 +96,7 @@ def test_simulator_logs_with_retired_turns_fold_as_the_reference_folds_them(
 ) -> None:
     """With a horizon of a second, turns are retired while the seed runs (some retirements void,
     inputs arriving for calls already forgotten): both folds forget the same calls."""
-    records, digest_key = _simulated(seed, timedelta(seconds=1))
+    records, digest_key = simulated(seed, horizon=timedelta(seconds=1))
     compare(records, live=live, limits=SIMULATION_LIMITS, digest_key=digest_key)
     _assert_no_divergence(records, digest_key, SIMULATION_LIMITS)
 

@@ -15,18 +15,17 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import reference_projections
-import trio
 from conftest import RUN_COUNTS
 from golden_logs import golden_paths, load
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simulated_logs import simulated
 
 from inert import CallKey, RecordedEvent, ResponseRef, TurnRef
 from inert.events import (
@@ -66,9 +65,6 @@ from inert.events import (
 )
 from inert.log._records import decode_record
 from inert.projections import DEFAULT_LEDGER_HORIZON, DispatchQueue, Projections, StatusCue
-from inert.testing import DEMO_TOOLS, RETENTIONS, SIMULATION_LIMITS
-from inert.testing._simulator import _read, _run_once, demo_check
-from inert.testing._workload import make_plan
 
 PATHS = golden_paths()
 SEEDS = range(4)
@@ -239,18 +235,8 @@ def _golden(path: Path) -> list[RecordedEvent]:
     return [decode_record(DEFAULT_CODEC, row) for row in load(path).rows]
 
 
-@cache
 def _simulated(seed: int, retention: str) -> list[RecordedEvent]:
-    plan = make_plan(seed, 200, DEMO_TOOLS, SIMULATION_LIMITS)
-    run = _run_once(
-        seed,
-        plan=plan,
-        tools=DEMO_TOOLS,
-        check=demo_check,
-        limits=SIMULATION_LIMITS,
-        retention=RETENTIONS[retention],
-    )
-    records: list[RecordedEvent] = trio.run(partial(_read, run.store.rows))
+    records, _ = simulated(seed, retention)
     return records
 
 

@@ -52,7 +52,7 @@ from inert.testing import (
     simulate_many,
 )
 
-SEEDS = int(os.environ.get("INERT_SIMULATION_SEEDS", "200"))
+SEEDS = int(os.environ.get("INERT_SIMULATION_SEEDS", "100"))
 """Seeds per test run, each run twice; ``INERT_SIMULATION_SEEDS`` asks for more (``make soak``
 runs 10,000)."""
 KEYS = 200
