@@ -83,7 +83,7 @@ def digested(value: Any, key: bytes, what: str) -> tuple[str, int]:
 class Ask:
     """One request for input an executor of this process waits on."""
 
-    __slots__ = ("_answered", "answer", "claim_id", "pending", "taken")
+    __slots__ = ("_answered", "answer", "claim_id", "pending", "taken", "withdrawn", "written")
 
     def __init__(self, pending: PendingInput, claim_id: str) -> None:
         self.pending = pending
@@ -91,7 +91,15 @@ class Ask:
         self.taken = False
         """An answer is being recorded or was: any other is refused."""
         self.answer: InputAnswer | None = None
+        self.written = trio.Event()
+        """Set once the request is in the log (or withdrawn before it was)."""
+        self.withdrawn = False
+        """The executor no longer waits: no answer is recorded any more."""
         self._answered = trio.Event()
+
+    def withdraw(self) -> None:
+        self.withdrawn = True
+        self.written.set()
 
     def check(self, key: CallKey, principal: str, request_digest: str, now: datetime) -> None:
         """Refuse an answer that does not bind to this request now."""

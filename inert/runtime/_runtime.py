@@ -64,6 +64,7 @@ from ..events import (
     ExecutionInputRequested,
     ExecutionStopped,
     ExecutionTaskCreated,
+    InputRefused,
     OperatorControl,
     ProcessLeft,
     RecordedEvent,
@@ -792,27 +793,29 @@ class Runtime:
             request_digest=request_digest,
             expires_at=expires_at,
         )
+        event = ExecutionInputRequested(
+            key=key,
+            claim_id=dispatch.claim_id,
+            request_digest=request_digest,
+            size=size,
+            expires_at=expires_at,
+        )
         ask = self._asks[key] = Ask(pending, dispatch.claim_id)
         try:
-            event = ExecutionInputRequested(
-                key=key,
-                claim_id=dispatch.claim_id,
-                request_digest=request_digest,
-                size=size,
-                expires_at=expires_at,
-            )
             await self.log.append([NewEvent(stream=key.request_stream, event=event)])
-            self._announce_change()
+            ask.written.set()
             with trio.move_on_after(max(expires_in.total_seconds(), 0)):
                 return await ask.wait()
             return None
         finally:
+            ask.withdraw()
             if self._asks.get(key) is ask:
                 del self._asks[key]
 
     async def pending_input(self, key: CallKey) -> PendingInput | None:
         """What a running call asks its principal for, where an executor of this runtime
-        waits on it, or ``None``."""
+        waits on it, or ``None``: pending from before its request is in the log (a loop over
+        ``changes`` sees it come) until it is answered, expires or is withdrawn."""
         ask = self._asks.get(key)
         return None if ask is None or ask.taken else ask.pending
 
@@ -853,6 +856,10 @@ class Runtime:
         # Taken before the write: an answer given meanwhile is refused, not recorded second.
         ask.taken = True
         try:
+            # Recorded after the request it answers, never before.
+            await ask.written.wait()
+            if ask.withdrawn:
+                raise InputRefused(key.stream, "not_awaiting_input", "the request was withdrawn")
             await self.log.append([NewEvent(stream=key.request_stream, event=event)])
         except BaseException:
             ask.taken = False
