@@ -225,6 +225,7 @@ def test_under_asyncio_the_executor_asks_and_the_person_answers() -> None:
                 asked = await runtime.pending_input(KEY)
                 if asked is not None:
                     break
+            assert asked is not None
             assert asked.task_id == "task-7"
             await runtime.give_input(
                 KEY, principal=PRINCIPAL, request_digest=asked.request_digest, value=[1]
