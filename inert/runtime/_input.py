@@ -16,6 +16,7 @@ any other is refused before anything is written.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -74,8 +75,11 @@ def digested(value: Any, key: bytes, what: str) -> tuple[str, int]:
     """The keyed digest and the size of a JSON value's canonical form (``ConfigurationError``
     for a value that is not JSON)."""
     try:
+        # The canonical form writes what JSON has not (a NaN) as it comes: refused first.
+        json.dumps(value, allow_nan=False)
         canonical = canonical_json(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):
+        # A value of another type, a number JSON has not, a name that is not a string.
         raise ConfigurationError(f"{what} is not a JSON value; nothing was recorded") from None
     return arguments_digest(canonical, key), len(canonical)
 
