@@ -164,9 +164,10 @@ async def test_one_request_at_a_time_of_json_while_the_call_runs() -> None:
                 await runtime.ask_for_input(dispatch, REQUEST, expires_in=LIFETIME)
             nursery.cancel_scope.cancel()
         assert await runtime.pending_input(KEY) is None
-        for not_json in ({"a": object()}, {"a": float("nan")}, {1: "a"}):
+        not_json: list[Any] = [{"a": object()}, {"a": float("nan")}, {1: "a"}]
+        for request in not_json:
             with pytest.raises(ConfigurationError):
-                await runtime.ask_for_input(dispatch, not_json, expires_in=LIFETIME)
+                await runtime.ask_for_input(dispatch, request, expires_in=LIFETIME)
         await runtime.complete(dispatch)
         with pytest.raises(RefusedError):
             await runtime.ask_for_input(dispatch, REQUEST, expires_in=LIFETIME)
