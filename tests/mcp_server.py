@@ -7,9 +7,10 @@ request carried: the tests read there what ran on the server, how often, and wit
 
 The server speaks MCP's tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28) for the
 tools named ``task_*``: to a client that declares the extension, a call of one of them answers
-a task handle at once and runs in the background, polled with ``tasks/get`` and cancelled with
-``tasks/cancel`` (which the journal records, as ``tasks/cancel``, under the call's key; the
-``task_stubborn`` tool's task acknowledges it and works on).
+a task handle at once and runs in the background, polled with ``tasks/get``, answered with
+``tasks/update`` where it asks for input, and cancelled with ``tasks/cancel`` (which the journal
+records, as ``tasks/update`` and ``tasks/cancel``, under the call's key; the ``task_stubborn``
+tool's task acknowledges a cancel and works on).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class _Task:
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    answers: dict[str, Any] = field(default_factory=dict)
+    answered: anyio.Event = field(default_factory=anyio.Event)
 
 
 _tasks: dict[str, _Task] = {}
@@ -73,6 +76,12 @@ class TaskParams(RequestParams):
     """The params of ``tasks/get`` and ``tasks/cancel``."""
 
     task_id: str
+
+
+class UpdateParams(TaskParams):
+    """The params of ``tasks/update``."""
+
+    input_responses: dict[str, Any]
 
 
 def _shown(task_id: str, task: _Task) -> dict[str, Any]:
@@ -104,6 +113,19 @@ async def _get(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> Handl
     return _shown(*_known(params))
 
 
+async def _update(ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> HandlerResult:
+    _, task = _known(params)
+    outstanding = task.input_requests or {}
+    if task.status != "input_required" or not set(params.input_responses) <= set(outstanding):
+        raise MCPError(-32602, "no such outstanding input request")
+    journal({"key": task.key, "tool": task.tool, "step": "tasks/update"})
+    task.answers.update(params.input_responses)
+    task.input_requests = None
+    task.status = "working"
+    task.answered.set()
+    return {}
+
+
 async def _cancel(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
     _, task = _known(params)
     journal({"key": task.key, "tool": task.tool, "step": "tasks/cancel"})
@@ -121,6 +143,7 @@ class Tasks(Extension):
     def methods(self) -> list[MethodBinding]:
         return [
             MethodBinding(method="tasks/get", params_type=TaskParams, handler=_get),
+            MethodBinding(method="tasks/update", params_type=UpdateParams, handler=_update),
             MethodBinding(method="tasks/cancel", params_type=TaskParams, handler=_cancel),
         ]
 
@@ -284,11 +307,10 @@ async def task_refuse(secret: str, ctx: Context) -> str:
 
 @server.tool()
 async def task_ask(question: str, ctx: Context) -> str:
-    """Ask the client for input mid-task (``input_required``) and wait for it."""
+    """Ask the client for input mid-task (``input_required``), wait for it and answer what it
+    was (the journal records that it came, and its content)."""
     note(ctx, "task_ask", "started")
-    [task] = [
-        task for task in _tasks.values() if task.tool == "task_ask" and task.status == "working"
-    ]
+    task = _current.get()
     task.input_requests = {
         "answer": {
             "method": "elicitation/create",
@@ -301,11 +323,13 @@ async def task_ask(question: str, ctx: Context) -> str:
     }
     task.status = "input_required"
     try:
-        await anyio.sleep_forever()
+        await task.answered.wait()
     except anyio.get_cancelled_exc_class():
         note(ctx, "task_ask", "cancelled")
         raise
-    return "answered"
+    answer = task.answers["answer"]
+    note(ctx, "task_ask", "answered", answer=answer)
+    return str(answer.get("content", {}).get("answer", ""))
 
 
 if __name__ == "__main__":

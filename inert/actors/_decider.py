@@ -146,6 +146,10 @@ Rules:
     again, its running does not change, and the ledger keeps the first outcome, showing the
     later one ignored. Rule 11 reads "running" so: a call with an outcome is not running. No
     decision of the table reads an outcome, so the rule holds for logs written before it.
+    An executor's notes of a run on its way (``note.*``: the task it is on a server, input the
+    call asks its principal for and the answer, ``inert.runtime._input``) are in the call's
+    request stream beside its outcome; no rule reads them either: a call that asks for input
+    while it runs stays dispatched, and its answer is bound by the runtime, not the table.
 
 Inputs per partition and global (a partitioned log, ``inert.log._partitions``). Every input of a
 call lives in its conversation's partition and is judged in that partition's order: its turn's

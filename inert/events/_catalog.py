@@ -1,8 +1,8 @@
 """Every event inert writes or reads, by family.
 
 Ingress events come from adapters and the agent server, user events from the person behind the
-turn, operator events from the operators, decisions only from a call's own actor, outcomes from the
-executor through the runtime. Argument bytes appear only in ``ArgumentsAppended``,
+turn, operator events from the operators, decisions only from a call's own actor, notes and outcomes
+from the executor through the runtime. Argument bytes appear only in ``ArgumentsAppended``,
 ``CallEnded.final_arguments`` and ``CallValidated.arguments``: the payloads that retention
 redacts. Every other field is an identity, a count, a size, a digest, a reason or a time.
 """
@@ -813,13 +813,80 @@ class ExecutionStopped(Event):
     claim_id: str
 
 
-@event_type("outcome.unknown")
+def _no_task_named(fields: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 unknown outcomes were recorded before an executor could note a task."""
+    return {**fields, "task_id": None}
+
+
+@event_type("outcome.unknown", schema_version=2, upcasters={1: _no_task_named})
 @frozen(kw_only=True)
 class ExecutionOutcomeUnknown(Event):
-    """A dispatched call has no recorded outcome after a restart: surfaced, never re-run."""
+    """A dispatched call has no recorded outcome after a restart: surfaced, never re-run.
+
+    ``task_id`` names the task the run was on its server, where the executor noted one
+    (``ExecutionTaskCreated``): the task to look for there.
+    """
 
     key: CallKey
     claim_id: str
+    task_id: str | None = None
+
+
+# --- notes (from the executor, through the runtime) ----------------------------------------
+#
+# What an executor's run of a dispatched call showed on its way, between the dispatch and the
+# outcome: no decider reads them, and they change no call's state. Written to the call's request
+# stream, like outcomes; never a value of the call, only identities, digests and sizes.
+
+
+@event_type("note.task_created")
+@frozen(kw_only=True)
+class ExecutionTaskCreated(Event):
+    """The executor's run of the dispatched call is a task on the server that runs it, known
+    there by ``task_id`` (the server's handle): after a restart, the task to look for."""
+
+    key: CallKey
+    claim_id: str
+    task_id: str = field(validator=validators.min_len(1))
+
+
+@event_type("note.input_requested")
+@frozen(kw_only=True)
+class ExecutionInputRequested(Event):
+    """The running call asks its principal for input (a task's ``input_required``): the
+    request is named by ``request_digest`` and ``size`` (its canonical JSON), never shown
+    here; an answer is taken until ``expires_at``, once."""
+
+    key: CallKey
+    claim_id: str
+    request_digest: str
+    size: int = field(validator=_non_negative)
+    expires_at: datetime
+
+
+@event_type("note.input_given")
+@frozen(kw_only=True)
+class ExecutionInputGiven(Event):
+    """The principal answered the request ``request_digest`` names with input of this digest
+    and size (its canonical JSON); the executor sends it on."""
+
+    key: CallKey
+    claim_id: str
+    principal: str
+    request_digest: str
+    input_digest: str
+    size: int = field(validator=_non_negative)
+
+
+@event_type("note.input_denied")
+@frozen(kw_only=True)
+class ExecutionInputDenied(Event):
+    """The principal refused the request ``request_digest`` names: the executor ends the run."""
+
+    key: CallKey
+    claim_id: str
+    principal: str
+    request_digest: str
 
 
 # --- families, for code that routes by family --------------------------------------------
@@ -889,3 +956,11 @@ OUTCOME_TYPES = (
     ExecutionOutcomeUnknown,
 )
 """What the runtime records of an executor's run."""
+
+NOTE_TYPES = (
+    ExecutionTaskCreated,
+    ExecutionInputRequested,
+    ExecutionInputGiven,
+    ExecutionInputDenied,
+)
+"""What the runtime records of an executor's run on its way (no decider reads them)."""

@@ -102,6 +102,14 @@ class ConfirmationRefused(RequestRefused):
     REQUEST = "confirmation"
 
 
+class InputRefused(RequestRefused):
+    """An answer to a running call's request for input was refused (``not_awaiting_input``,
+    ``wrong_principal``, ``digest_mismatch``, ``expired``, ``answered``): nothing was recorded
+    or sent, and the call still waits as it did."""
+
+    REQUEST = "input"
+
+
 class RequestTimedOut(InertError):
     """A request the runtime made of itself (a claim, a confirmation, a denial, a control's
     catching up) was not answered within the runtime's ``request_timeout``.

@@ -11,7 +11,14 @@ from ..events import ConfigurationError
 
 try:
     from ._declarations import ConfirmationRule, confirm_unless_harmless, declaration_from_tool
-    from ._executor import DEFAULT_DEADLINE, IDEMPOTENCY_KEY, MCPExecutor, ServerError, call_meta
+    from ._executor import (
+        DEFAULT_DEADLINE,
+        DEFAULT_INPUT_LIFETIME,
+        IDEMPOTENCY_KEY,
+        MCPExecutor,
+        ServerError,
+        call_meta,
+    )
     from ._following import CANCEL_GRACE
     from ._outcome import Outcome, ServerRun
     from ._tasks import TASKS_EXTENSION, TaskCreated, tasks
@@ -26,6 +33,7 @@ except ModuleNotFoundError as error:
 __all__ = [
     "CANCEL_GRACE",
     "DEFAULT_DEADLINE",
+    "DEFAULT_INPUT_LIFETIME",
     "IDEMPOTENCY_KEY",
     "TASKS_EXTENSION",
     "ConfirmationRule",

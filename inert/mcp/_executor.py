@@ -37,6 +37,10 @@ IDEMPOTENCY_KEY = "inert/idempotency-key"
 every request of the call (a convention of this integration: a server may run a resent call
 again, which inert itself never sends)."""
 
+DEFAULT_INPUT_LIFETIME = 600.0
+"""Seconds the person has to answer a task's request for input, where the executor asks
+(``ask_person``), within the call's deadline."""
+
 DEFAULT_DEADLINE = 300.0
 """Seconds a server has to answer a call before the request is cancelled and the call
 recorded failed ``deadline_exceeded``."""
@@ -83,6 +87,12 @@ class MCPExecutor:
     which tools' calls wait for the person's confirmation (see ``confirm_unless_harmless``);
     ``deadline`` bounds each call (seconds, ``None`` for none); ``name`` is the executor's name
     in the log's claims.
+
+    ``ask_person``: a task that asks for input (``input_required``) asks the call's principal
+    through the runtime (``pending_input``, then ``give_input`` or ``deny_input``), who has
+    ``input_lifetime`` seconds to answer (within the deadline). Off by default: an embedding
+    that shows no pending input would keep the task waiting on its server until the
+    deadline, so by default the task is cancelled and the call fails ``input_required``.
     """
 
     def __init__(
@@ -92,11 +102,15 @@ class MCPExecutor:
         confirm: ConfirmationRule = confirm_unless_harmless,
         deadline: float | None = DEFAULT_DEADLINE,
         name: str = "mcp",
+        ask_person: bool = False,
+        input_lifetime: float = DEFAULT_INPUT_LIFETIME,
     ) -> None:
         self.client = client
         self.confirm = confirm
         self.deadline = deadline
         self.name = name
+        self.ask_person = ask_person
+        self.input_lifetime = input_lifetime
         self._served: set[str] = set()
 
     async def declarations(self) -> list[ToolDeclaration]:
@@ -196,7 +210,8 @@ class MCPExecutor:
                     invalid = True
             group.cancel_scope.cancel()
         if created is not None:
-            follow = TaskFollower(self.client, runtime, dispatch, created)
+            lifetime = self.input_lifetime if self.ask_person else None
+            follow = TaskFollower(self.client, runtime, dispatch, created, input_lifetime=lifetime)
             return await follow.run(started + deadline)
         if lost or (refused is not None and refused.code == CONNECTION_CLOSED):
             return ServerRun(dispatch=dispatch, outcome=Outcome.UNREPORTED)

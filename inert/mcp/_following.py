@@ -1,17 +1,24 @@
 """A call the server made a task, followed to its end: polled with ``tasks/get`` until the task
-ends or asks for input, cancelled with ``tasks/cancel`` when inert stops the call, the deadline
-passes or the task asks for input, and its outcome recorded as the server's last answer says.
+ends, cancelled with ``tasks/cancel`` when inert stops the call or the deadline passes, and its
+outcome recorded as the server's last answer says. The task's id is noted in the log as soon as
+it is known (``Runtime.note_task``).
 
 How a task's statuses map onto inert's outcomes (the documentation's page on MCP servers says
 the same in a table): ``working`` is the call dispatched and running; ``completed`` is
 ``completed`` (``failed tool_error`` for an error result); ``failed`` is ``failed
 mcp_error:<code>``; ``cancelled`` is ``stopped`` where inert asked, ``failed task_cancelled``
-where the server cancelled on its own; ``input_required`` ends the call: the task is cancelled,
-and the call recorded as the cancellation ends it (``failed input_required`` where it is
-cancelled).
+where the server cancelled on its own. ``input_required``, where the executor asks the person
+(``ask_person``), goes to the call's principal (``Runtime.ask_for_input``): the answer given is
+sent with ``tasks/update`` and the task followed on; a denial, or no answer before the request
+expires, cancels the task (``failed input_denied``, ``failed input_expired``, as the
+cancellation ends it). Otherwise it ends the call: the task is cancelled and the call recorded
+as the cancellation ends it (``failed input_required`` where it is cancelled).
 """
 
 from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
 
 import anyio
 from mcp import Client
@@ -19,9 +26,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from pydantic import ValidationError
 
+from ..events import ConfigurationError
 from ..runtime import Dispatch
 from ._outcome import Outcome, Runtime, ServerRun
-from ._tasks import TERMINAL, CreatedTask, TaskState, cancel_task, get_task
+from ._tasks import TERMINAL, CreatedTask, TaskState, cancel_task, get_task, update_task
 
 CANCEL_GRACE = 10.0
 """Seconds the executor waits, after ``tasks/cancel``, for the task to end before it records
@@ -42,18 +50,32 @@ class TaskFollower:
     """Follows one dispatched call's task on the server and records its outcome."""
 
     def __init__(
-        self, client: Client, runtime: Runtime, dispatch: Dispatch, created: CreatedTask
+        self,
+        client: Client,
+        runtime: Runtime,
+        dispatch: Dispatch,
+        created: CreatedTask,
+        *,
+        input_lifetime: float | None = None,
     ) -> None:
         self.client = client
         self.runtime = runtime
         self.dispatch = dispatch
         self.task_id = created.task_id
+        self.input_lifetime = input_lifetime
+        """Seconds the person has to answer a request for input; ``None``: the task's asking
+        ends the call."""
         self._interval = _interval(created.poll_interval_ms)
+        self._state: TaskState | None = None
 
     async def run(self, deadline: float) -> ServerRun:
-        """Follow the task until it ends, asks for input, inert stops the call or
-        ``deadline`` (on anyio's clock) passes."""
-        state: TaskState | None = None
+        """Follow the task until it ends, inert stops the call or ``deadline`` (on anyio's
+        clock) passes; a request for input goes to the person, or ends the call."""
+        # A handle the log cannot keep (too long, spaces) is followed all the same; only a
+        # restart will not name it.
+        with contextlib.suppress(ConfigurationError):
+            await self.runtime.note_task(self.dispatch, self.task_id)
+        failure: str | None = None
         stopped = lost = invalid = False
 
         async def stop_when_asked(scope: anyio.CancelScope) -> None:
@@ -66,7 +88,7 @@ class TaskFollower:
             with anyio.CancelScope(deadline=deadline) as scope:
                 group.start_soon(stop_when_asked, scope)
                 try:
-                    state = await self._until_settled(first=True)
+                    failure = await self._follow(deadline)
                 except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     # The server no longer shows the task (an error, a broken connection):
                     # whether it ran is unknown.
@@ -74,6 +96,7 @@ class TaskFollower:
                 except ValidationError:
                     invalid = True
             group.cancel_scope.cancel()
+        state = self._state
         if lost:
             return self._run(Outcome.UNREPORTED)
         if invalid:
@@ -82,10 +105,46 @@ class TaskFollower:
             return await self._record(state, stopped=False)
         if stopped:
             return await self._cancel_then(None)
-        if state is not None:
-            # ``input_required``: the request for input is not answered here; the call ends.
-            return await self._cancel_then("input_required")
-        return await self._cancel_then("deadline_exceeded")
+        return await self._cancel_then(failure or "deadline_exceeded")
+
+    async def _follow(self, deadline: float) -> str | None:
+        """Poll until the task ends (``None``), and take its requests for input to the
+        person; the failure to record where the task is to be cancelled instead."""
+        first = True
+        answered: set[str] = set()
+        while True:
+            state = await self._until_settled(first=first)
+            first = False
+            if state.status in TERMINAL:
+                return None
+            if self.input_lifetime is None:
+                return "input_required"
+            asked = {
+                name: request
+                for name, request in (state.input_requests or {}).items()
+                if name not in answered
+            }
+            if state.input_requests and not asked:
+                # Answered already: the server has not taken the answer up yet.
+                continue
+            lifetime = min(self.input_lifetime, max(deadline - anyio.current_time(), 0))
+            answer = await self.runtime.ask_for_input(
+                self.dispatch, asked, expires_in=timedelta(seconds=lifetime)
+            )
+            if answer is None:
+                return "input_expired"
+            if not answer.given:
+                return "input_denied"
+            if not isinstance(answer.value, dict):
+                # Input is the task's ``inputResponses``, keyed as its requests are.
+                return "input_refused"
+            answered.update(asked)
+            try:
+                await update_task(self.client.session, self.task_id, answer.value)
+            except MCPError:
+                # The server refused the answer (a key it did not ask, a shape it does not
+                # take): the message may quote the input, the task is cancelled.
+                return "input_refused"
 
     async def _until_settled(self, *, first: bool = False) -> TaskState:
         """Poll until the task ends or asks for input."""
@@ -93,7 +152,7 @@ class TaskFollower:
             if not first:
                 await anyio.sleep(self._interval)
             first = False
-            state = await get_task(self.client.session, self.task_id)
+            state = self._state = await get_task(self.client.session, self.task_id)
             if state.poll_interval_ms is not None:
                 self._interval = _interval(state.poll_interval_ms)
             if state.status in TERMINAL or state.status == "input_required":

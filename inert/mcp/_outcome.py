@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, Protocol
 
 from attrs import frozen
 from mcp_types import CallToolResult
 
 from ..events import CallKey, CancelReason
-from ..runtime import Dispatch, ReadyCall
+from ..runtime import Dispatch, InputAnswer, ReadyCall
 
 
 class Outcome(enum.Enum):
@@ -49,5 +51,11 @@ class Runtime(Protocol):
     async def stopped(self, dispatch: Dispatch) -> None: ...
 
     async def wait_for_stop(self, dispatch: Dispatch) -> CancelReason: ...
+
+    async def note_task(self, dispatch: Dispatch, task_id: str) -> None: ...
+
+    async def ask_for_input(
+        self, dispatch: Dispatch, request: Mapping[str, Any], *, expires_in: timedelta
+    ) -> InputAnswer | None: ...
 
     def ready_calls(self) -> Any: ...

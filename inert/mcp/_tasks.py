@@ -1,7 +1,7 @@
 """MCP's tasks extension (``io.modelcontextprotocol/tasks``, specification of 2026-07-28), as
 the executor speaks it: the client declares it, the server decides per call whether to answer
-a task handle instead of a result, and the executor follows the task with ``tasks/get`` and
-cancels it with ``tasks/cancel``.
+a task handle instead of a result, and the executor follows the task with ``tasks/get``,
+answers its requests for input with ``tasks/update`` and cancels it with ``tasks/cancel``.
 
 The SDK parses a handle through the claim this module's extension registers; the claim hands
 the handle back to the executor (``TaskCreated``) rather than resolving it inside the SDK, so
@@ -54,10 +54,20 @@ class _TaskParams(RequestParams):
     task_id: str
 
 
+class _UpdateParams(_TaskParams):
+    input_responses: dict[str, Any]
+
+
 class _GetTask(Request[_TaskParams, Literal["tasks/get"]]):
     method: Literal["tasks/get"] = "tasks/get"
     params: _TaskParams
     # The extension routes its requests by the task's id (the ``Mcp-Name`` header on HTTP).
+    name_param = "taskId"
+
+
+class _UpdateTask(Request[_UpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: _UpdateParams
     name_param = "taskId"
 
 
@@ -98,6 +108,14 @@ def tasks() -> ClientExtension:
 async def get_task(session: ClientSession, task_id: str) -> TaskState:
     """The task as the server shows it now (``tasks/get``)."""
     return await session.send_request(_GetTask(params=_TaskParams(task_id=task_id)), TaskState)
+
+
+async def update_task(session: ClientSession, task_id: str, responses: dict[str, Any]) -> None:
+    """Answer the task's requests for input (``tasks/update``): ``responses`` keyed as the
+    task's ``inputRequests`` are; the server acknowledges at once, and ``tasks/get`` shows
+    what the task does next."""
+    params = _UpdateParams(task_id=task_id, input_responses=responses)
+    await session.send_request(_UpdateTask(params=params), EmptyResult)
 
 
 async def cancel_task(session: ClientSession, task_id: str) -> None:

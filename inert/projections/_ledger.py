@@ -26,6 +26,7 @@ from functools import partial
 from operator import attrgetter
 
 from ..events import (
+    NOTE_TYPES,
     OUTCOME_TYPES,
     TERMINAL_PHASES,
     ArgumentsAppended,
@@ -41,8 +42,12 @@ from ..events import (
     EventsDiscarded,
     ExecutionCompleted,
     ExecutionFailed,
+    ExecutionInputDenied,
+    ExecutionInputGiven,
+    ExecutionInputRequested,
     ExecutionOutcomeUnknown,
     ExecutionStopped,
+    ExecutionTaskCreated,
     Phase,
     RecordedEvent,
     ResponseEnded,
@@ -170,6 +175,8 @@ class Ledger(Routed):
             return (self._discarded,)
         if issubclass(kind, OUTCOME_TYPES):
             return (self._outcome,)
+        if issubclass(kind, NOTE_TYPES):
+            return (self._note,)
         if issubclass(kind, TurnRetired):
             return (self._retired,)
         ends = routes_of_ends(kind, self._response_ends, self._call_ended, self._response_ended)
@@ -315,6 +322,34 @@ class Ledger(Routed):
         call.public = None
         _record(call, recorded, call.state, detail)
 
+    def _note(
+        self,
+        recorded: RecordedEvent,
+        event: ExecutionTaskCreated
+        | ExecutionInputRequested
+        | ExecutionInputGiven
+        | ExecutionInputDenied,
+    ) -> None:
+        """A note of a run on its way: shown in the call's history, the row unchanged."""
+        call = self._calls.get(event.key) or self._call(event.key)
+        detail = f"claim {event.claim_id}: "
+        match event:
+            case ExecutionTaskCreated(task_id=task_id):
+                detail += f"runs as task {task_id}"
+            case ExecutionInputRequested():
+                detail += (
+                    f"asks its principal for input, request {event.request_digest}"
+                    f" ({event.size} bytes), until {event.expires_at.isoformat()}"
+                )
+            case ExecutionInputGiven():
+                detail += (
+                    f"input {event.input_digest} ({event.size} bytes) given by"
+                    f" {event.principal} for request {event.request_digest}"
+                )
+            case ExecutionInputDenied():
+                detail += f"input denied by {event.principal} for request {event.request_digest}"
+        _record(call, recorded, call.state, detail)
+
     def _outcome(
         self,
         recorded: RecordedEvent,
@@ -332,8 +367,10 @@ class Ledger(Routed):
                 )
             case ExecutionStopped():
                 outcome, detail = "stopped", f"claim {event.claim_id}: stopped by its executor"
-            case ExecutionOutcomeUnknown():
+            case ExecutionOutcomeUnknown(task_id=task_id):
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
+                if task_id is not None:
+                    detail += f"; its run was task {task_id}"
         if call.state is not Phase.DISPATCHED or call.claim != event.claim_id:
             # An outcome never makes a call look as if it ran: only its dispatch does.
             _record(call, recorded, call.state, f"{detail}; ignored: no dispatch of this claim")

@@ -14,6 +14,7 @@ from ._boundary import (
     StopSignal,
 )
 from ._collector import CollectorSettings
+from ._input import InputAnswer, PendingInput
 from ._open import open_partitioned_runtime, open_runtime
 from ._partitioned import PartitionedRuntime
 from ._retention import Retention
@@ -25,9 +26,11 @@ __all__ = [
     "CollectorSettings",
     "Dispatch",
     "Executor",
+    "InputAnswer",
     "OperatorAuthorizer",
     "PartitionedRuntime",
     "PendingConfirmation",
+    "PendingInput",
     "ReadyCall",
     "Retention",
     "Runtime",

@@ -61,6 +61,7 @@ from ._boundary import (
 from ._collector import DEFAULT_COLLECTOR, CollectorSettings
 from ._guest import GuestCrossing
 from ._ingress import DEFAULT_MAX_PENDING_BYTES
+from ._input import InputAnswer, PendingInput
 from ._open import open_runtime
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._retention import DEFAULT_RETENTION, Retention
@@ -276,6 +277,56 @@ class AsyncioRuntime:
 
         As [`Runtime.wait_for_stop`][inert.Runtime.wait_for_stop], run inside Trio."""
         return await self._crossing.call(functools.partial(self._runtime.wait_for_stop, dispatch))
+
+    async def note_task(self, dispatch: Dispatch, task_id: str) -> None:
+        """Record that the executor's run of the call is a task on the server that runs it,
+        known there by ``task_id``.
+
+        As [`Runtime.note_task`][inert.Runtime.note_task], run inside Trio."""
+        await self._crossing.call(functools.partial(self._runtime.note_task, dispatch, task_id))
+
+    async def ask_for_input(
+        self, dispatch: Dispatch, request: Mapping[str, Any], *, expires_in: timedelta
+    ) -> InputAnswer | None:
+        """Ask the running call's principal for input and wait for the answer; ``None`` once
+        ``expires_in`` has passed unanswered.
+
+        As [`Runtime.ask_for_input`][inert.Runtime.ask_for_input], run inside Trio."""
+        return await self._crossing.call(
+            functools.partial(self._runtime.ask_for_input, dispatch, request, expires_in=expires_in)
+        )
+
+    async def pending_input(self, key: CallKey) -> PendingInput | None:
+        """What a running call asks its principal for, or ``None``.
+
+        As [`Runtime.pending_input`][inert.Runtime.pending_input], run inside Trio."""
+        return await self._crossing.call(functools.partial(self._runtime.pending_input, key))
+
+    async def give_input(
+        self, key: CallKey, *, principal: str, request_digest: str, value: Any
+    ) -> None:
+        """Answer a running call's request for input for its principal.
+
+        As [`Runtime.give_input`][inert.Runtime.give_input], run inside Trio."""
+        await self._crossing.call(
+            functools.partial(
+                self._runtime.give_input,
+                key,
+                principal=principal,
+                request_digest=request_digest,
+                value=value,
+            )
+        )
+
+    async def deny_input(self, key: CallKey, *, principal: str, request_digest: str) -> None:
+        """Refuse a running call's request for input for its principal.
+
+        As [`Runtime.deny_input`][inert.Runtime.deny_input], run inside Trio."""
+        await self._crossing.call(
+            functools.partial(
+                self._runtime.deny_input, key, principal=principal, request_digest=request_digest
+            )
+        )
 
     async def settle(self) -> None:
         """Wait until everything fed is in the log, everything in the log is folded, every actor has

@@ -27,6 +27,7 @@ from ..events import (
     CallKey,
     ConflictError,
     ExecutionOutcomeUnknown,
+    ExecutionTaskCreated,
     InertError,
     ProcessHeartbeat,
     ProcessLeft,
@@ -149,10 +150,11 @@ async def _record_unknown(
         claim_id = _claim_of(runtime, row.key)
         claimer = None if runtime.peers is None else runtime.peers.claimer(claim_id)
         if concerns(claimer, row.key):
+            task_id = await _task_of(runtime, row.key, claim_id)
             unknown.append(
                 NewEvent(
                     stream=row.key.request_stream,
-                    event=ExecutionOutcomeUnknown(key=row.key, claim_id=claim_id),
+                    event=ExecutionOutcomeUnknown(key=row.key, claim_id=claim_id, task_id=task_id),
                     event_id=f"outcome-unknown:{claim_id}",
                 )
             )
@@ -194,6 +196,16 @@ def _lost(runtime: Runtime, response: ResponseRef) -> StreamLost:
     if point is None:
         return StreamLost(response=response, resumable=False)
     return StreamLost(response=response, resumable=True, last_sequence=point.after)
+
+
+async def _task_of(runtime: Runtime, key: CallKey, claim_id: str) -> str | None:
+    """The task the claim's run was on its server, as its executor last noted it."""
+    noted = [
+        recorded.event.task_id
+        for recorded in await runtime.log.read_stream(key.request_stream)
+        if isinstance(recorded.event, ExecutionTaskCreated) and recorded.event.claim_id == claim_id
+    ]
+    return noted[-1] if noted else None
 
 
 def _claim_of(runtime: Runtime, key: CallKey) -> str:

@@ -59,7 +59,12 @@ from ..events import (
     EventRejected,
     ExecutionCompleted,
     ExecutionFailed,
+    ExecutionInputDenied,
+    ExecutionInputGiven,
+    ExecutionInputRequested,
     ExecutionStopped,
+    ExecutionTaskCreated,
+    InputRefused,
     OperatorControl,
     ProcessLeft,
     RecordedEvent,
@@ -92,6 +97,15 @@ from ._boundary import (
 )
 from ._controls import give_control
 from ._ingress import DEFAULT_MAX_PENDING_BYTES, Held, Ingress
+from ._input import (
+    Ask,
+    InputAnswer,
+    PendingInput,
+    ask_of,
+    digested,
+    refuse_second_ask,
+    task_id_checked,
+)
 from ._peers import DEFAULT_LEASE_TIME, Peers
 from ._requests import Requests
 from ._retention import DEFAULT_RETENTION, Retention, RetentionPlan
@@ -188,6 +202,10 @@ class Runtime:
         # outcome is in the log.
         self._stops: dict[str, StopSignal] = {}
         self._validations = KeptValidations()
+        # The requests for input the executors of this runtime wait on, by call, and the task
+        # each call's run is where its executor noted one.
+        self._asks: dict[CallKey, Ask] = {}
+        self._tasks: dict[str, str] = {}
         self._horizon = ledger_horizon
         self.spans: CallSpans | None = None
         self._live = False
@@ -295,6 +313,7 @@ class Runtime:
                 stop.request(event.reason)
         elif isinstance(event, OUTCOME_TYPES):
             self._stops.pop(event.claim_id, None)
+            self._tasks.pop(event.claim_id, None)
 
     def _plan_retention(self, recorded: RecordedEvent) -> None:
         self._retention.heard(recorded, self._fold)
@@ -749,7 +768,124 @@ class Runtime:
         ``await dispatch.stop.wait()``, for callers of another event loop)."""
         return await dispatch.stop.wait()
 
-    async def _report(self, dispatch: Dispatch, event: Event) -> None:
+    # --- the executor's notes ---
+
+    async def note_task(self, dispatch: Dispatch, task_id: str) -> None:
+        """Record that the executor's run of the call is a task on the server that runs it,
+        known there by ``task_id`` (the server's handle: 1 to 256 printable ASCII characters
+        without spaces, ``ConfigurationError`` otherwise): the ledger shows it, and after a
+        restart it names the task whose outcome is unknown. ``RefusedError`` for a dispatch
+        whose outcome is recorded."""
+        task_checked = task_id_checked(task_id)
+        self._check_running(dispatch)
+        self._tasks[dispatch.claim_id] = task_checked
+        event = ExecutionTaskCreated(
+            key=dispatch.key, claim_id=dispatch.claim_id, task_id=task_checked
+        )
+        await self.log.append([NewEvent(stream=dispatch.key.request_stream, event=event)])
+
+    async def ask_for_input(
+        self, dispatch: Dispatch, request: Mapping[str, Any], *, expires_in: timedelta
+    ) -> InputAnswer | None:
+        """Ask the running call's principal for input (a JSON object: the server's request,
+        shown to the person, never logged) and wait for the answer; ``None`` once
+        ``expires_in`` has passed unanswered. The log records that the call asks (the
+        request's keyed digest and size, and when the request expires), and the answer as
+        ``give_input`` or ``deny_input`` records it. Cancel the wait to withdraw the request.
+
+        One request at a time per call (``RefusedError`` for a second, and for a dispatch
+        whose outcome is recorded); the answer is taken by this runtime only, the one whose
+        executor holds the claim."""
+        key = dispatch.key
+        self._check_running(dispatch)
+        refuse_second_ask(self._asks, key)
+        request_digest, size = digested(
+            request, self._digest_key_of(key.turn_ref), "the request for input"
+        )
+        expires_at = self.log.now() + expires_in
+        pending = PendingInput(
+            key=key,
+            principal=dispatch.principal,
+            tool=dispatch.tool,
+            task_id=self._tasks.get(dispatch.claim_id),
+            request=request,
+            request_digest=request_digest,
+            expires_at=expires_at,
+        )
+        event = ExecutionInputRequested(
+            key=key,
+            claim_id=dispatch.claim_id,
+            request_digest=request_digest,
+            size=size,
+            expires_at=expires_at,
+        )
+        ask = self._asks[key] = Ask(pending, dispatch.claim_id)
+        try:
+            await self.log.append([NewEvent(stream=key.request_stream, event=event)])
+            ask.written.set()
+            with trio.move_on_after(max(expires_in.total_seconds(), 0)):
+                return await ask.wait()
+            return None
+        finally:
+            ask.withdraw()
+            if self._asks.get(key) is ask:
+                del self._asks[key]
+
+    async def pending_input(self, key: CallKey) -> PendingInput | None:
+        """What a running call asks its principal for, where an executor of this runtime
+        waits on it, or ``None``: pending from before its request is in the log (a loop over
+        ``changes`` sees it come) until it is answered, expires or is withdrawn."""
+        ask = self._asks.get(key)
+        return None if ask is None or ask.taken else ask.pending
+
+    async def give_input(
+        self, key: CallKey, *, principal: str, request_digest: str, value: Any
+    ) -> None:
+        """Answer a running call's request for input for its principal, for exactly the
+        request with this digest, with ``value`` (a JSON value, handed to the executor and
+        never logged: the log records its keyed digest and size). ``InputRefused`` for an
+        answer that does not bind, and nothing is recorded."""
+        await self._answer(key, principal, request_digest, given=True, value=value)
+
+    async def deny_input(self, key: CallKey, *, principal: str, request_digest: str) -> None:
+        """Refuse a running call's request for input for its principal: its executor ends the
+        run (an MCP task is cancelled). ``InputRefused`` as for ``give_input``."""
+        await self._answer(key, principal, request_digest, given=False, value=None)
+
+    async def _answer(
+        self, key: CallKey, principal: str, request_digest: str, *, given: bool, value: Any
+    ) -> None:
+        ask = ask_of(self._asks, key)
+        ask.check(key, principal, request_digest, self.log.now())
+        event: Event
+        if given:
+            input_digest, size = digested(value, self._digest_key_of(key.turn_ref), "the input")
+            event = ExecutionInputGiven(
+                key=key,
+                claim_id=ask.claim_id,
+                principal=principal,
+                request_digest=request_digest,
+                input_digest=input_digest,
+                size=size,
+            )
+        else:
+            event = ExecutionInputDenied(
+                key=key, claim_id=ask.claim_id, principal=principal, request_digest=request_digest
+            )
+        # Taken before the write: an answer given meanwhile is refused, not recorded second.
+        ask.taken = True
+        try:
+            # Recorded after the request it answers, never before.
+            await ask.written.wait()
+            if ask.withdrawn:
+                raise InputRefused(key.stream, "not_awaiting_input", "the request was withdrawn")
+            await self.log.append([NewEvent(stream=key.request_stream, event=event)])
+        except BaseException:
+            ask.taken = False
+            raise
+        ask.give(InputAnswer(principal=principal, given=given, value=value))
+
+    def _check_dispatched(self, dispatch: Dispatch) -> None:
         state = self._fold.state(dispatch.key)
         if (
             state is None
@@ -757,6 +893,18 @@ class Runtime:
             or state.claim_id != dispatch.claim_id
         ):
             raise RefusedError(f"{dispatch.key.stream!r} was not dispatched to this claim")
+
+    def _check_running(self, dispatch: Dispatch) -> None:
+        """Refuse a note of a dispatch that is not this claim's, or whose outcome is in."""
+        self._check_dispatched(dispatch)
+        if self._fold.has_outcome(dispatch.key) or dispatch.claim_id in self._reported:
+            raise RefusedError(
+                f"the outcome of claim {dispatch.claim_id!r} of {dispatch.key.stream!r} is"
+                " recorded already: its run has ended; nothing was recorded"
+            )
+
+    async def _report(self, dispatch: Dispatch, event: Event) -> None:
+        self._check_dispatched(dispatch)
         # The fold knows the outcomes in the log (another process's reports, those found
         # unknown at a restart); this process's own reports may not be folded yet.
         folded = self._fold.has_outcome(dispatch.key)
@@ -770,6 +918,7 @@ class Runtime:
             )
         self._reported[dispatch.claim_id] = dispatch.key
         self._stops.pop(dispatch.claim_id, None)
+        self._tasks.pop(dispatch.claim_id, None)
         if len(self._reported) > self._sweep_reported_at:
             records = self._fold.records
             self._reported = {claim: key for claim, key in self._reported.items() if key in records}

@@ -82,7 +82,11 @@ EXPECTED_EVENT_TYPES: dict[str, tuple[type[Event], int]] = {
     "outcome.completed": (inert.events.ExecutionCompleted, 1),
     "outcome.failed": (inert.events.ExecutionFailed, 1),
     "outcome.stopped": (inert.events.ExecutionStopped, 1),
-    "outcome.unknown": (inert.events.ExecutionOutcomeUnknown, 1),
+    "outcome.unknown": (inert.events.ExecutionOutcomeUnknown, 2),
+    "note.task_created": (inert.events.ExecutionTaskCreated, 1),
+    "note.input_requested": (inert.events.ExecutionInputRequested, 1),
+    "note.input_given": (inert.events.ExecutionInputGiven, 1),
+    "note.input_denied": (inert.events.ExecutionInputDenied, 1),
 }
 
 EVENT_TYPES = registered_event_types()

@@ -1,8 +1,9 @@
 """Calls a real MCP server of the tests' own (``tests/mcp_server.py``) makes tasks, by MCP's tasks
 extension of 2026-07-28, over stdio and Streamable HTTP: a task runs once and completes, a
 stopped task is cancelled on the server with ``tasks/cancel``, a failed task is recorded with
-its code and never its message, a task asking for input ends the call, and a restart in the
-middle, or a task the server forgets, leaves the call unknown and never runs it again."""
+its code and never its message, a task asking for input ends the call (by default), and a
+restart in the middle, or a task the server forgets, leaves the call unknown, naming the task
+noted in the log, and never runs it again."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from mcp_support import (
 )
 
 from inert import CallKey, ClaimRefused, open_asyncio_runtime, open_runtime
-from inert.events import ExecutionFailed
+from inert.events import ExecutionFailed, ExecutionOutcomeUnknown, ExecutionTaskCreated
 from inert.mcp import MCPExecutor, Outcome, tasks
 
 # Each test starts an MCP server process, and the SDK takes seconds to import.
@@ -207,6 +208,21 @@ async def test_a_task_the_server_no_longer_shows_is_left_to_the_restart(
         key = await check_a_restart_mid_run(client, journal, tmp_path, "task_wait")
     # A server whose client went away may cancel the task's work as it exits: one start only.
     assert [entry["step"] for entry in steps(journal, key)].count("started") == 1
+
+
+async def test_a_restart_mid_task_names_the_task_noted_in_the_log(
+    transport: str, journal: Path, server_url: str | None, errlog: TextIO, tmp_path: Path
+) -> None:
+    """The task's id is noted in the log as the server answers the handle, and the
+    ``outcome_unknown`` a restart records names it."""
+    async with connected(transport, journal, server_url, errlog, [tasks()]) as client:
+        key = await check_a_restart_mid_run(client, journal, tmp_path, "task_wait")
+    async with open_runtime(log=f"sqlite:///{tmp_path / 'inert.db'}") as runtime:
+        recorded = [record.event for record in await runtime.log.read_stream(key.request_stream)]
+    [noted] = [event for event in recorded if isinstance(event, ExecutionTaskCreated)]
+    [unknown] = [event for event in recorded if isinstance(event, ExecutionOutcomeUnknown)]
+    assert unknown.task_id == noted.task_id
+    assert unknown.claim_id == noted.claim_id
 
 
 @pytest.mark.parametrize("transport", ["stdio-2025-11-25"])

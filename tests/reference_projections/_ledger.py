@@ -542,8 +542,10 @@ class Ledger:
                 )
             case ExecutionStopped():
                 outcome, detail = "stopped", f"claim {event.claim_id}: stopped by its executor"
-            case ExecutionOutcomeUnknown():
+            case ExecutionOutcomeUnknown(task_id=task_id):
                 outcome, detail = "unknown", f"claim {event.claim_id}: no outcome was recorded"
+                if task_id is not None:
+                    detail += f"; its run was task {task_id}"
         if row is None or row.state != "dispatched" or self._claims.get(key) != event.claim_id:
             # An outcome never makes a call look as if it ran: only its dispatch does.
             state = None if row is None else row.state
