@@ -431,6 +431,13 @@ class Log(abc.ABC):
     def _now_micros(self) -> int:
         return datetime_to_micros(self._clock())
 
+    def _stamp_after(self, last: int | None) -> int:
+        """The time to stamp an append with, in a log whose clock is its writers' own: never
+        before the log's last stamp, so that the log's time never goes back, whichever of its
+        writers' clocks is behind or was set back."""
+        now = self._now_micros()
+        return now if last is None else max(now, last)
+
     def _keep_committed(self, rows: Sequence[StoredRecord]) -> None:
         """Keep rows this process has just committed, in position order, for subscriptions."""
         keep = self._committed.keep
@@ -656,7 +663,7 @@ class MemoryLog(Log):
             },
             stream_versions={s: len(store.streams[s]) for s in streams if s in store.streams},
             head=len(store.rows),
-            recorded_at=self._now_micros(),
+            recorded_at=self._stamp_after(store.rows[-1].recorded_at if store.rows else None),
         )
         [outcome] = plan.outcomes
         if isinstance(outcome, InertError):

@@ -57,7 +57,7 @@ from ..events._errors import ConfigurationError, InertError, LogDamaged, LogErro
 from ..events._identity import CallKey
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock, FrozenRedaction, Log, new_identity, new_secret
+from ._log import Clock, FrozenRedaction, Log, new_identity, new_secret, utc_now
 from ._partition_log import PartitionLog
 from ._partitions import PARTITION_HASH, check_partitions
 from ._postgres_sql import EVENT_COLUMN_TYPES, MIGRATIONS, Connection, Statements, schema_sql
@@ -70,6 +70,7 @@ from ._records import (
     redacted,
 )
 from ._sealing import key_name, new_key, seal, sealed_types, unseal
+from ._server_clock import SERVER_TIME, ServerClock
 from ._snapshots import (
     StoredSnapshot,
     StreamRedactions,
@@ -330,11 +331,14 @@ class PostgresLog(GroupCommitLog[Connection]):
         create: bool = True,
         partitions: int | None = None,
     ) -> None:
+        # The log's clock is the server's (``_server_clock``); ``clock`` only carries this
+        # process's reading of it from one measurement to the next.
+        self._server_clock = ServerClock(clock or utc_now)
         super().__init__(
             group_commit=group_commit,
             max_batch_events=max_batch_events,
             codec=codec,
-            clock=clock,
+            clock=self._server_clock,
         )
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
@@ -551,6 +555,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             self._writer_pid = self._writer.info.backend_pid
             self._prepare_schema(self._writer)
             self._reader = self._open_connection(autocommit=True)
+            self._server_clock.observed(self._reader.execute(SERVER_TIME).fetchone()[0])  # type: ignore[index]
         except psycopg.Error as error:
             self._disconnect()
             raise LogError(
@@ -758,6 +763,8 @@ class PostgresLog(GroupCommitLog[Connection]):
         # The lookups run after the locks are granted, so they see every earlier append.
         with connection.pipeline():
             locked = connection.execute(sql.lock_heads, (numbers,))
+            # Once the heads are locked: the stamps of a partition follow its positions.
+            server_time = connection.execute(SERVER_TIME)
             stored = connection.execute(sql.stored, _columns(event_ids))
             known = connection.execute(sql.streams, _columns(streams))
         stored_in: dict[int, list[StoredRecord]] = {}
@@ -768,7 +775,8 @@ class PostgresLog(GroupCommitLog[Connection]):
             known_in.setdefault(number, []).append((name, stream_id, version))
         plan = _GroupPlan(len(group))
         heads: dict[int, int] = dict(locked.fetchall())
-        recorded_at = self._now_micros()
+        [(recorded_at,)] = server_time.fetchall()
+        self._server_clock.observed(recorded_at)
         for number in numbers:
             plan.add(
                 number,
