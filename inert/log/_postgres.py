@@ -43,6 +43,7 @@ import re
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from itertools import zip_longest
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -55,6 +56,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError, LogNotFound
 from ..events._identity import CallKey
+from ..events._times import micros_to_datetime
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
 from ._log import Clock, FrozenRedaction, Log, new_identity, new_secret, utc_now
@@ -864,6 +866,11 @@ class PostgresLog(GroupCommitLog[Connection]):
                 for name, key_id, key in connection.execute(sql.keys, (raced,))
             )
         return found
+
+    async def _time(self) -> datetime:
+        [(micros,)] = await self._query(SERVER_TIME, ())
+        self._server_clock.observed(micros)
+        return micros_to_datetime(micros)
 
     # --- reads (worker thread, one reader connection) ---
 

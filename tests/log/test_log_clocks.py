@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import trio
 from postgres_support import fresh_schema, server_url
 
 from inert import ArgumentsAppended, CallKey
@@ -84,6 +85,21 @@ async def test_a_serverless_log_never_stamps_back(serverless: OpenLog) -> None:
     assert times[1] == times[0]
     assert times[3] == times[2]
     assert times[4] > _wall() + timedelta(minutes=30)
+
+
+async def test_a_serverless_writer_behind_goes_on_from_the_logs_time(serverless: OpenLog) -> None:
+    """A writer whose clock is behind the log's, once it found out by appending, tells and
+    stamps the log's time as it goes on: its stamps advance instead of standing still."""
+    skewed = clocks()
+    async with serverless(skewed["ahead"]) as ahead, serverless(skewed["behind"]) as behind:
+        await ahead.append([event(b"a")])
+        assert behind.now() < _wall()
+        await behind.append([event(b"b")])
+        assert behind.now() > _wall() + timedelta(minutes=9)
+        await trio.sleep(0.05)
+        await behind.append([event(b"c")])
+        times = await stamps(behind)
+    assert times[0] == times[1] < times[2]
 
 
 async def test_postgresql_stamps_the_servers_time_whatever_the_writers_clock() -> None:
