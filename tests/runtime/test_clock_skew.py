@@ -13,7 +13,7 @@ one process at a time (its leases form one chain).
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -77,9 +77,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> OpenLog:
 
 
 @pytest.fixture
-def schema() -> AsyncIterator[str]:
+def schema() -> Iterator[str]:
     with fresh_schema() as name:
-        yield name  # type: ignore[misc]
+        yield name
 
 
 def key_of(turn: str, call: str) -> CallKey:
