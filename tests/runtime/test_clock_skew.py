@@ -5,7 +5,8 @@ Each process is a runtime on a log of its own over the same storage (memory, SQL
 PostgreSQL), opened with a ``SkewedClock``, as two machines would. What must hold: a
 confirmation given through the process ahead, for a second, no longer lets a claim through the
 process behind run the call two seconds later; a confirmation's lifetime by the log's clock is
-the one it was given for; no process takes the turns of the other while both beat (on
+the one it was given for; an idle call is cancelled when its idle time has passed by the log's
+clock, no sooner and not much later; no process takes the turns of the other while both beat (on
 PostgreSQL, whose clock is the server's, even across the jumps); and a turn's lease is held by
 one process at a time (its leases form one chain).
 """
@@ -26,6 +27,7 @@ from inert import (
     ArgumentsAppended,
     CallEnded,
     CallKey,
+    CallLimits,
     CallOpened,
     ClaimRefused,
     Event,
@@ -47,7 +49,9 @@ TOOLS = [
 ]
 PRINCIPAL = "user:alice"
 LEASE_TIME = 1.0
+LIMITS = CallLimits(idle_timeout=timedelta(seconds=2))
 SKEW = 600.0
+FAST = 2.0
 CONFIRMED_FOR = timedelta(seconds=1)
 MEASURE = timedelta(seconds=1)
 """What a process's reading of the log's clock may be off by here: far less than the skew."""
@@ -114,7 +118,9 @@ async def two_processes(
         for name, clock in clocks.items():
             log = await stack.enter_async_context(backend(clock))
             runtimes[name] = await stack.enter_async_context(
-                open_runtime(log=log, tools=TOOLS, process=name, lease_time=LEASE_TIME)
+                open_runtime(
+                    log=log, tools=TOOLS, limits=LIMITS, process=name, lease_time=LEASE_TIME
+                )
             )
         yield runtimes
 
@@ -124,7 +130,7 @@ async def test_skewed_and_jumping_clocks_keep_confirmations_and_leases(backend: 
     it, decides and claims; nothing runs after it expired; a turn's lease is held by one
     process at a time, and by the process that started it while both beat."""
     clocks = {
-        "ahead": SkewedClock(offset=SKEW, rate=2.0),
+        "ahead": SkewedClock(offset=SKEW, rate=FAST),
         "behind": SkewedClock(offset=-SKEW, rate=0.5),
     }
     async with two_processes(backend, clocks) as runtimes:
@@ -136,6 +142,10 @@ async def test_skewed_and_jumping_clocks_keep_confirmations_and_leases(backend: 
         email = key_of("t-behind", "email")
         await behind.feed(whole_call(email, "send_email", b'{"to": "bob"}'))
         await ahead.feed(whole_call(key_of("t-ahead", "weather"), "get_weather", b"{}"))
+        # Left collecting in the turn of the process whose clock runs fast: idle, by the log's
+        # clock, two seconds after its fragment.
+        draft = key_of("t-ahead", "draft")
+        await ahead.feed(whole_call(draft, "get_weather", b'{"city": "Paris"}')[:2])
         await behind.settle()
         await ahead.settle()
         pending = await behind.pending_confirmation(email)
@@ -156,11 +166,14 @@ async def test_skewed_and_jumping_clocks_keep_confirmations_and_leases(backend: 
         await trio.sleep(2 * LEASE_TIME)
         records = await ahead.log.read()
         on_postgresql = isinstance(ahead.log, PostgresLog)
-    assert_confirmations_kept(records)
+    assert_confirmations_kept(records, email)
+    # Without a server, the log's clock runs at its fastest writer's rate, and a deadline's
+    # timer sleeps by the process's own: late by that rate, never early.
+    assert_idle_when_due(records, draft, 1.0 if on_postgresql else FAST)
     assert_leases_chained(records, taken_over=not on_postgresql)
 
 
-def assert_confirmations_kept(records: list[RecordedEvent]) -> None:
+def assert_confirmations_kept(records: list[RecordedEvent], key: CallKey) -> None:
     """Every confirmation lasts, by the log's clock, what it was given for; the call it
     confirmed is cancelled as expired, never dispatched."""
     confirmations = [r for r in records if isinstance(r.event, ConfirmationGiven)]
@@ -170,8 +183,27 @@ def assert_confirmations_kept(records: list[RecordedEvent]) -> None:
         lifetime = recorded.event.expires_at - recorded.recorded_at
         assert abs(lifetime - CONFIRMED_FOR) < MEASURE, lifetime
     assert not [r for r in records if isinstance(r.event, CallDispatched)]
-    cancelled = [r.event for r in records if isinstance(r.event, CallCancelled)]
+    cancelled = [
+        r.event for r in records if isinstance(r.event, CallCancelled) and r.event.key == key
+    ]
     assert [event.reason.value for event in cancelled] == ["confirmation_expired"]
+
+
+def assert_idle_when_due(records: list[RecordedEvent], key: CallKey, late: float) -> None:
+    """The idle call is cancelled once its idle time has passed since its last fragment, by
+    the log's clock, and not later than ``late`` times it (and a measurement)."""
+    fed = [
+        r
+        for r in records
+        if r.event_type.startswith("ingress.") and getattr(r.event, "key", None) == key
+    ]
+    ended = [r for r in records if isinstance(r.event, CallCancelled) and r.event.key == key]
+    assert fed
+    assert len(ended) == 1
+    assert isinstance(ended[0].event, CallCancelled)
+    assert ended[0].event.reason.value == "idle_timeout"
+    idle = ended[0].recorded_at - fed[-1].recorded_at
+    assert LIMITS.idle_timeout <= idle < LIMITS.idle_timeout * late + MEASURE, idle
 
 
 def assert_leases_chained(records: list[RecordedEvent], *, taken_over: bool) -> None:
