@@ -776,9 +776,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         for number, name, stream_id, version in known.fetchall():
             known_in.setdefault(number, []).append((name, stream_id, version))
         plan = _GroupPlan(len(group))
-        heads: dict[int, int] = dict(locked.fetchall())
-        [(recorded_at,)] = server_time.fetchall()
-        self._server_clock.observed(recorded_at)
+        heads, recorded_at = self._heads_and_stamp(locked.fetchall(), server_time.fetchall())
         for number in numbers:
             plan.add(
                 number,
@@ -845,6 +843,21 @@ class PostgresLog(GroupCommitLog[Connection]):
             ),
             finish,
         )
+
+    def _heads_and_stamp(
+        self, locked: list[tuple[Any, ...]], server_time: list[tuple[Any, ...]]
+    ) -> tuple[dict[int, int], int]:
+        """The heads of the partitions locked, and the stamp of the group's rows: the server's
+        time, never before the stamp of a head's row (a server whose clock was set back, or a
+        standby promoted whose clock is behind the old primary's, never takes it back)."""
+        heads: dict[int, int] = {}
+        last = 0
+        for number, position, stamped in locked:
+            heads[number] = position
+            last = max(last, stamped or 0)
+        [(server,)] = server_time
+        self._server_clock.observed(server)
+        return heads, max(server, last)
 
     def _keys(self, connection: Connection, names: set[str]) -> dict[str, tuple[int, bytes]]:
         """The keys of these names, each made where there is none (in ``connection``'s

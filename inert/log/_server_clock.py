@@ -4,8 +4,9 @@ Processes on other machines share a PostgreSQL log, and their clocks disagree: o
 minutes ahead, another may jump back when its time is set. A time one of them stamped would
 judge the others' leases, confirmations and deadlines by its own error. So the log's clock is
 the server's: every append is stamped with the server's time, read in the transaction that
-writes it (``SERVER_TIME``), after the locks of the partitions' heads are granted, so that the
-stamps of a partition follow its positions.
+writes it (``SERVER_TIME``), after the locks of the partitions' heads are granted, and never
+before the stamp of a head's row: the stamps of a partition follow its positions, even across a
+server's clock set back or a failover to a standby whose clock is behind.
 
 A process still needs the log's time between appends, to know when a lease runs out or a
 deadline is due (``Log.now``). ``ServerClock`` answers with its own clock moved by the offset

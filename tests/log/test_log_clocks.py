@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from postgres_support import fresh_schema, server_url
+from postgres_support import connect, fresh_schema, server_url
 
 from inert import ArgumentsAppended, CallKey
 from inert.log import Log, MemoryLog, MemoryStore, NewEvent, PostgresLog, SQLiteLog
@@ -143,3 +143,30 @@ async def test_postgresql_now_follows_the_server_from_the_opening() -> None:
             clock.jump(2 * TEN_MINUTES)
             await log.append([event(b"a")])
             assert abs(log.now() - _wall()) < ROUND_TRIP
+
+
+async def test_postgresql_never_stamps_before_the_last_stamp() -> None:
+    """A server whose clock is now behind the log's last stamp (set back, or a standby promoted
+    whose clock is behind the old primary's) stamps a new append no earlier than it."""
+    with fresh_schema() as schema:
+        async with PostgresLog.open(server_url(), schema=schema) as log:
+            await log.append([event(b"a")])
+            ahead = 3_600_000_000
+            with connect() as connection:
+                # As the old primary's clock stamped it: an hour ahead of this server's.
+                connection.execute(
+                    f"UPDATE {schema}.events SET recorded_at = recorded_at + %s", (ahead,)
+                )
+                [(first,)] = connection.execute(
+                    f"SELECT recorded_at FROM {schema}.events"
+                ).fetchall()
+            await log.append([event(b"b")])
+            assert abs(log.now() - _wall()) < ROUND_TRIP
+        with connect() as connection:
+            stamps = [
+                stamp
+                for (stamp,) in connection.execute(
+                    f"SELECT recorded_at FROM {schema}.events ORDER BY position"
+                )
+            ]
+    assert stamps == [first, first]
