@@ -14,7 +14,9 @@ Rules:
 
 1. Determinism. An input is judged against the state, the context as of the input's log
    position (the turn, the operator controls, the limits, the turn its response was first
-   seen under) and the time the log recorded it.
+   seen under) and the time the log recorded it: the log's clock (on PostgreSQL the server's,
+   stamped in the transaction that writes the input; on a log without a server its writers'
+   clock, never before the log's last stamp), never the clock of the process that decides.
    Nothing else is consulted, so the same log gives the same decisions, live and on replay. The
    only answer from outside is a validation result, fed back as ``ValidationOutcome`` and
    recorded in the decision it produces, so that replay never asks for it again.

@@ -53,7 +53,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import attrs
@@ -171,6 +171,8 @@ class Log(abc.ABC):
     def __init__(self, *, codec: Codec | None, clock: Clock | None) -> None:
         self.codec = codec or DEFAULT_CODEC
         self._clock = clock or utc_now
+        # How far this writer's clock was found behind the log's (``_stamp_after``).
+        self._behind = timedelta(0)
         self._closed = False
         self._appended = trio.Event()
         self._recent: ByPosition[Event] = ByPosition(RECENT_APPENDS)
@@ -428,7 +430,17 @@ class Log(abc.ABC):
 
     def now(self) -> datetime:
         """The time this log records an append at, if it happened now."""
-        return self._clock()
+        return self._clock() + self._behind
+
+    async def time(self) -> datetime:
+        """The log's time now, asked of its storage where that keeps the clock (a server's),
+        else ``now``: what a judgment that takes something from another process (its lease)
+        is made by, so that a jump of this process's clock never decides it."""
+        self._check_open()
+        return await self._time()
+
+    async def _time(self) -> datetime:
+        return self.now()
 
     # --- for backends ---
 
@@ -437,7 +449,19 @@ class Log(abc.ABC):
             raise LogError(f"{type(self).__name__} is closed")
 
     def _now_micros(self) -> int:
-        return datetime_to_micros(self._clock())
+        return datetime_to_micros(self.now())
+
+    def _stamp_after(self, last: int | None) -> int:
+        """The time to stamp an append with, in a log whose clock is its writers' own: never
+        before the log's last stamp, so that the log's time never goes back, whichever of its
+        writers' clocks is behind or was set back. A writer that finds its clock behind the
+        log's keeps the difference from then on (``now`` too), so that its own stamps and its
+        judgments of time go on from the log's time instead of standing still."""
+        now = self._now_micros()
+        if last is None or last <= now:
+            return now
+        self._behind += timedelta(microseconds=last - now)
+        return last
 
     def _keep_committed(self, rows: Sequence[StoredRecord]) -> None:
         """Keep rows this process has just committed, in position order, for subscriptions."""
@@ -664,7 +688,7 @@ class MemoryLog(Log):
             },
             stream_versions={s: len(store.streams[s]) for s in streams if s in store.streams},
             head=len(store.rows),
-            recorded_at=self._now_micros(),
+            recorded_at=self._stamp_after(store.rows[-1].recorded_at if store.rows else None),
         )
         [outcome] = plan.outcomes
         if isinstance(outcome, InertError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
 from typing import Protocol
 
 import trio
@@ -53,6 +54,8 @@ class PartitionHost(Protocol):
     async def _runtime_running(self) -> bool: ...
 
     async def erased(self) -> bool: ...
+
+    async def time(self) -> datetime: ...
 
 
 class PartitionLog(Log):
@@ -120,6 +123,9 @@ class PartitionLog(Log):
 
     async def erased(self) -> bool:
         return await self._host.erased()
+
+    async def _time(self) -> datetime:
+        return await self._host.time()
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await self._host._write_snapshot_of(self.number, snapshot)

@@ -44,6 +44,7 @@ import re
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from itertools import zip_longest
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -56,9 +57,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ..events._codec import Codec
 from ..events._errors import ConfigurationError, InertError, LogDamaged, LogError, LogNotFound
 from ..events._identity import CallKey
+from ..events._times import micros_to_datetime
 from ._erasure import DEFAULT_ERASE_TIMEOUT, Eraser
 from ._group import AppendRequest, CommittedGroup, GroupCommitLog
-from ._log import Clock, FrozenRedaction, Log, new_identity, new_secret
+from ._log import Clock, FrozenRedaction, Log, new_identity, new_secret, utc_now
 from ._partition_log import PartitionLog
 from ._partitions import PARTITION_HASH, check_partitions
 from ._postgres_sql import EVENT_COLUMN_TYPES, MIGRATIONS, Connection, Statements, schema_sql
@@ -71,6 +73,7 @@ from ._records import (
     redacted,
 )
 from ._sealing import key_name, new_key, seal, sealed_types, unseal
+from ._server_clock import SERVER_TIME, ServerClock
 from ._snapshots import (
     StoredSnapshot,
     StreamRedactions,
@@ -390,11 +393,14 @@ class PostgresLog(GroupCommitLog[Connection]):
         create: bool = True,
         partitions: int | None = None,
     ) -> None:
+        # The log's clock is the server's (``_server_clock``); ``clock`` only carries this
+        # process's reading of it from one measurement to the next.
+        self._server_clock = ServerClock(clock or utc_now)
         super().__init__(
             group_commit=group_commit,
             max_batch_events=max_batch_events,
             codec=codec,
-            clock=clock,
+            clock=self._server_clock,
         )
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
@@ -618,6 +624,7 @@ class PostgresLog(GroupCommitLog[Connection]):
             self._writer_pid = self._writer.info.backend_pid
             self._prepare_schema(self._writer)
             self._reader = self._open_connection(autocommit=True)
+            self._server_clock.observed(self._reader.execute(SERVER_TIME).fetchone()[0])  # type: ignore[index]
         except psycopg.Error as error:
             self._disconnect()
             raise LogError(
@@ -840,6 +847,8 @@ class PostgresLog(GroupCommitLog[Connection]):
         # rows it seals commit; a number is taken for each stream and key that may be new.
         with connection.pipeline():
             locked = connection.execute(sql.lock_heads, (numbers,))
+            # Once the heads are locked: the stamps of a partition follow its positions.
+            server_time = connection.execute(SERVER_TIME)
             stored = connection.execute(sql.stored, _columns(event_ids))
             known = connection.execute(sql.streams, _columns(streams))
             there = connection.execute(sql.keys, (sorted(key_names),)) if key_names else None
@@ -857,8 +866,7 @@ class PostgresLog(GroupCommitLog[Connection]):
         new_stream_ids = [stream_id for stream_id, _ in ids]
         new_key_ids = [key_id for _, key_id in ids]
         plan = _GroupPlan(len(group))
-        heads: dict[int, int] = dict(locked.fetchall())
-        recorded_at = self._now_micros()
+        heads, recorded_at = self._heads_and_stamp(locked.fetchall(), server_time.fetchall())
         for number in numbers:
             plan.add(
                 number,
@@ -928,6 +936,21 @@ class PostgresLog(GroupCommitLog[Connection]):
             finish,
         )
 
+    def _heads_and_stamp(
+        self, locked: list[tuple[Any, ...]], server_time: list[tuple[Any, ...]]
+    ) -> tuple[dict[int, int], int]:
+        """The heads of the partitions locked, and the stamp of the group's rows: the server's
+        time, never before the stamp of a head's row (a server whose clock was set back, or a
+        standby promoted whose clock is behind the old primary's, never takes it back)."""
+        heads: dict[int, int] = {}
+        last = 0
+        for number, position, stamped in locked:
+            heads[number] = position
+            last = max(last, stamped or 0)
+        [(server,)] = server_time
+        self._server_clock.observed(server)
+        return heads, max(server, last)
+
     def _keys(self, connection: Connection, names: set[str]) -> dict[str, tuple[int, bytes]]:
         """The keys of these names, each made where there is none (in ``connection``'s
         transaction, locked for sharing: a redaction cannot destroy one before it commits)."""
@@ -948,6 +971,11 @@ class PostgresLog(GroupCommitLog[Connection]):
                 for name, key_id, key in connection.execute(sql.keys, (raced,))
             )
         return found
+
+    async def _time(self) -> datetime:
+        [(micros,)] = await self._query(SERVER_TIME, ())
+        self._server_clock.observed(micros)
+        return micros_to_datetime(micros)
 
     # --- reads (worker thread, one reader connection) ---
 

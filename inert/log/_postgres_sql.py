@@ -283,10 +283,13 @@ class Statements:
         )
         return cls(
             select=select,
-            # In the order of their numbers, so that two writers never wait on each other's.
+            # In the order of their numbers, so that two writers never wait on each other's;
+            # with the stamp of each head's row, which the group's stamp is never before.
             lock_heads=(
-                f"SELECT partition, position FROM {schema}.heads WHERE partition = ANY(%s)"
-                " ORDER BY partition FOR UPDATE"
+                f"SELECT h.partition, h.position, e.recorded_at FROM {schema}.heads AS h"
+                f" LEFT JOIN {schema}.events AS e"
+                " ON e.partition = h.partition AND e.position = h.position"
+                " WHERE h.partition = ANY(%s) ORDER BY h.partition FOR UPDATE OF h"
             ),
             # What a group finds of its events and streams, in every partition it writes to,
             # in a statement each: a row with its partition last, a stream with its first.

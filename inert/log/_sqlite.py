@@ -545,7 +545,10 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
     def _write_group(
         self, connection: sqlite3.Connection, group: list[AppendRequest]
     ) -> CommittedGroup:
-        head = connection.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        last = connection.execute(
+            "SELECT position, recorded_at FROM events ORDER BY position DESC LIMIT 1"
+        ).fetchone()
+        head = 0 if last is None else last[0]
         self._streams.check(head)
         existing = self._stored_events(
             connection, list({record.event_id for request in group for record in request.records})
@@ -564,7 +567,7 @@ class SQLiteLog(GroupCommitLog[sqlite3.Connection]):
             existing=existing,
             stream_versions=versions,
             head=head,
-            recorded_at=self._now_micros(),
+            recorded_at=self._stamp_after(None if last is None else last[1]),
         )
         new_streams = [(name,) for name in {row.stream for row in plan.rows} - streams.keys()]
         if new_streams:

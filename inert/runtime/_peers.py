@@ -9,8 +9,10 @@ time, by the log's clock, is dead, and so is one that said it left (``ProcessLef
 closes): each survivor tries to lease its turns at the lease stream's
 version (one wins), and the winner cancels what the dead process was still streaming
 (``connection_lost``) and carries on with the rest. The calls the dead process's executors had
-claimed, and had not reported on, get an unknown outcome. The lease time must exceed the clock
-skew between the machines.
+claimed, and had not reported on, get an unknown outcome. Silence is judged by the log's clock:
+on PostgreSQL the server's (asked again before a turn is taken), so that the processes' own
+clocks may disagree by any amount; the lease time must exceed a process's longest pause, and
+what its clock gains or loses between two of its heartbeats.
 
 Pure bookkeeping: the runtime does the writing.
 """

@@ -99,7 +99,7 @@ async def _silent(runtime: Runtime, peers: Peers, process: str) -> bool:
     return (
         not last
         or isinstance(last[-1].event, ProcessLeft)
-        or log.now() - last[-1].recorded_at > peers.lease_time
+        or await log.time() - last[-1].recorded_at > peers.lease_time
     )
 
 

@@ -126,7 +126,10 @@ def trio_clock() -> Callable[[], datetime]:
 
     ``open_runtime`` opens a log named by URL with it, so that the deadlines the runtime sleeps
     for (in Trio's time) and the times the log records agree, also under a ``MockClock``. Give
-    it to a log you open yourself for the same reason. Call it inside ``trio.run``.
+    it to a log you open yourself for the same reason. Call it inside ``trio.run``. It reads
+    the wall clock once: a jump of the machine's clock afterwards does not move it. A
+    PostgreSQL log keeps the server's time instead, and only advances its reading of it by
+    this clock between two measurements.
     """
     # The clock object, not trio.current_time(): a log may read the time in a worker thread.
     clock = trio.lowlevel.current_clock()

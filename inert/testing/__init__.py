@@ -10,6 +10,9 @@ processes sharing a log of ``P`` partitions, killed, leaving and joining on the 
 ``check_log`` checks any settled log, ``check_partitioned_log`` a partitioned one;
 ``planted(name)`` plants one of ``PLANTS`` for a block.
 ``FaultyLog`` wraps any log and injects seeded storage faults into its appends and deliveries.
+``SkewedClock`` is a clock off true (ahead, behind, fast, slow, jumping) for a log in a test's
+process; ``ClockSkew`` and ``FaketimeControl`` put a real child process's clock off true with
+libfaketime.
 """
 
 from ._checker import (
@@ -20,6 +23,13 @@ from ._checker import (
     check_log,
     check_partitioned_log,
     strict_json_object,
+)
+from ._clocks import (
+    ClockSkew,
+    FaketimeControl,
+    SkewedClock,
+    faketime_unavailable,
+    libfaketime,
 )
 from ._cluster_simulator import ClusterResult, simulate_cluster, simulate_cluster_many
 from ._faults import (
@@ -52,7 +62,9 @@ __all__ = [
     "PLANTS",
     "RETENTIONS",
     "SIMULATION_LIMITS",
+    "ClockSkew",
     "ClusterResult",
+    "FaketimeControl",
     "Fault",
     "FaultRates",
     "FaultyLog",
@@ -64,6 +76,7 @@ __all__ = [
     "SimulatedTool",
     "SimulationFailed",
     "SimulationResult",
+    "SkewedClock",
     "Stored",
     "Tear",
     "ToolSuite",
@@ -72,6 +85,8 @@ __all__ = [
     "check_log",
     "check_partitioned_log",
     "demo_check",
+    "faketime_unavailable",
+    "libfaketime",
     "load_suite",
     "log_hash",
     "plant_description",

@@ -42,6 +42,7 @@ import random
 import sqlite3
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from pathlib import Path
 
 import attrs
@@ -302,6 +303,9 @@ class FaultyLog(Log):
 
     async def _runtime_running(self) -> bool:
         return await self.inner._runtime_running()
+
+    async def _time(self) -> datetime:
+        return await self.inner.time()
 
     async def _write_snapshot(self, snapshot: StoredSnapshot) -> None:
         await self.inner._write_snapshot(snapshot)
