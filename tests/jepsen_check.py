@@ -1,0 +1,249 @@
+"""The checks of a fault run (tests/jepsen.py), over the whole log and the processes' journals.
+
+The log's calls go through the simulator's invariant checker (``check_partitioned_log``: every
+partition of calls against I1-I7 and I9-I14), with what each executor received (its journal's
+dispatches) as its observations and the processes killed as departed. Besides:
+
+- ``lost``: every append a process's log acknowledged is in the log, at the positions it was
+  acknowledged at;
+- ``fencing``: every decision a process wrote for a call was written while that process held
+  the call's turn's lease, by the log (the last ``TurnLeased`` of the turn before it);
+- ``lease``: a process cut off for longer than the lease time while it held turns lost them: in
+  the log, another process leased one of them from it before the link healed;
+- ``rejoin``: once every fault healed, every process ends up alive in every process's view, each
+  folding its share of the partitions;
+- ``crash``: every process exits cleanly when told to.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from attrs import frozen
+from jepsen_process import LEASE_TIME, TOOLS
+
+from inert import CallKey, TurnRef
+from inert.actors import DEFAULT_LIMITS
+from inert.events import DECISION_TYPES, RecordedEvent, TurnLeased, call_of
+from inert.testing import Observation, Violation, check_partitioned_log
+
+KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
+TURN_FIELDS = ("tenant", "conversation", "turn")
+DECISIONS = frozenset(decision.TAG for decision in DECISION_TYPES)
+
+
+@frozen(kw_only=True)
+class Cut:
+    """A process's link cut both ways, between two moments (seconds since the epoch)."""
+
+    process: str
+    began: float
+    healed: float
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        # A process killed in the middle of a line leaves it unfinished.
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
+
+
+def _observations(
+    journals: Mapping[str, list[dict[str, Any]]], records: Mapping[int, Sequence[RecordedEvent]]
+) -> dict[int, dict[int, list[Observation]]]:
+    """What the executors received, each seen against the whole of its partition: a dispatch
+    received must be durable there, name the validated tool and arguments, the turn's own
+    principal and tenant."""
+    observations: dict[int, dict[int, list[Observation]]] = {}
+    for entries in journals.values():
+        for entry in entries:
+            if entry["kind"] != "dispatch":
+                continue
+            partition = entry["partition"]
+            head = len(records.get(partition, ()))
+            observation = Observation(
+                head=head,
+                key=CallKey(**dict(zip(KEY_FIELDS, entry["key"], strict=True))),
+                turn=TurnRef(**dict(zip(TURN_FIELDS, entry["turn"], strict=True))),
+                tenant=entry["tenant"],
+                principal=entry["principal"],
+                tool=entry["tool"],
+                arguments_digest=entry["arguments_digest"],
+                claim_id=entry["claim_id"],
+            )
+            observations.setdefault(partition, {}).setdefault(head, []).append(observation)
+    return observations
+
+
+def _lost(
+    journals: Mapping[str, list[dict[str, Any]]], records: Mapping[int, Sequence[RecordedEvent]]
+) -> list[Violation]:
+    violations = []
+    for process, entries in sorted(journals.items()):
+        for entry in entries:
+            if entry["kind"] != "append":
+                continue
+            rows = records.get(entry["partition"], ())
+            for position, event_id, tag in zip(
+                entry["positions"], entry["event_ids"], entry["types"], strict=True
+            ):
+                if position > len(rows) or rows[position - 1].event_id != event_id:
+                    violations.append(
+                        Violation(
+                            invariant="lost",
+                            key="",
+                            detail=f"the {tag} process {process} was acknowledged is not there",
+                            position=position,
+                            partition=entry["partition"],
+                        )
+                    )
+    return violations
+
+
+class _Leases:
+    """Who held each turn's lease at each position of a partition, by the log."""
+
+    def __init__(self, records: Iterable[RecordedEvent]) -> None:
+        self._positions: dict[TurnRef, list[int]] = {}
+        self._owners: dict[TurnRef, list[str]] = {}
+        for recorded in records:
+            event = recorded.event
+            if isinstance(event, TurnLeased):
+                self._positions.setdefault(event.turn, []).append(recorded.position)
+                self._owners.setdefault(event.turn, []).append(event.owner)
+
+    def holder(self, turn: TurnRef, position: int) -> str | None:
+        """The holder of the turn's lease just before ``position``."""
+        positions = self._positions.get(turn, [])
+        index = bisect_left(positions, position)
+        return self._owners[turn][index - 1] if index else None
+
+
+def _fencing(
+    journals: Mapping[str, list[dict[str, Any]]], records: Mapping[int, Sequence[RecordedEvent]]
+) -> list[Violation]:
+    leases = {number: _Leases(rows) for number, rows in records.items() if number}
+    violations = []
+    for process, entries in sorted(journals.items()):
+        for entry in entries:
+            if entry["kind"] != "append" or not entry["partition"]:
+                continue
+            partition = entry["partition"]
+            rows = records.get(partition, ())
+            for position, event_id, tag in zip(
+                entry["positions"], entry["event_ids"], entry["types"], strict=True
+            ):
+                if tag not in DECISIONS or position > len(rows):
+                    continue
+                recorded = rows[position - 1]
+                key = call_of(recorded.event)
+                if recorded.event_id != event_id or key is None:
+                    continue
+                holder = leases[partition].holder(key.turn_ref, position)
+                if holder is not None and holder != process:
+                    violations.append(
+                        Violation(
+                            invariant="fencing",
+                            key=key.stream,
+                            detail=f"process {process} wrote {tag} while {holder} held the"
+                            " turn's lease",
+                            position=position,
+                            partition=partition,
+                        )
+                    )
+    return violations
+
+
+def _at(recorded: RecordedEvent) -> float:
+    at = recorded.recorded_at
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
+def _leases_lost(
+    cuts: Sequence[Cut], records: Mapping[int, Sequence[RecordedEvent]]
+) -> list[Violation]:
+    violations = []
+    for cut in cuts:
+        if cut.healed - cut.began < 2 * LEASE_TIME:
+            continue
+        held = taken = False
+        for number, rows in records.items():
+            if not number:
+                continue
+            owners: dict[TurnRef, str] = {}
+            for recorded in rows:
+                event = recorded.event
+                if not isinstance(event, TurnLeased):
+                    continue
+                at = _at(recorded)
+                if at <= cut.began:
+                    owners[event.turn] = event.owner
+                elif at <= cut.healed and event.previous == cut.process:
+                    taken = True
+            held = held or cut.process in owners.values()
+        if held and not taken:
+            began = datetime.fromtimestamp(cut.began, UTC).time()
+            violations.append(
+                Violation(
+                    invariant="lease",
+                    key="",
+                    detail=f"process {cut.process}, cut off from {began} for"
+                    f" {cut.healed - cut.began:.1f}s while it held turns, kept them all",
+                )
+            )
+    return violations
+
+
+def _rejoined(
+    journals: Mapping[str, list[dict[str, Any]]], final: Sequence[str]
+) -> list[Violation]:
+    violations = []
+    for process in final:
+        settled = [entry for entry in journals.get(process, []) if entry["kind"] == "settled"]
+        if not settled or not settled[-1]["ok"]:
+            seen = settled[-1] if settled else "nothing"
+            violations.append(
+                Violation(
+                    invariant="rejoin",
+                    key="",
+                    detail=f"process {process} did not settle with every process alive: {seen}",
+                )
+            )
+    return violations
+
+
+def check_run(
+    records: Mapping[int, Sequence[RecordedEvent]],
+    journals: Mapping[str, list[dict[str, Any]]],
+    *,
+    departed: Iterable[str],
+    final: Sequence[str],
+    cuts: Sequence[Cut],
+) -> tuple[list[Violation], int]:
+    """Every violation of the run, and the events checked."""
+    checked = check_partitioned_log(
+        records,
+        TOOLS,
+        DEFAULT_LIMITS,
+        observations=_observations(journals, records),
+        departed=departed,
+    )
+    violations = [
+        *checked.violations,
+        *_lost(journals, records),
+        *_fencing(journals, records),
+        *_leases_lost(cuts, records),
+        *_rejoined(journals, final),
+    ]
+    return violations, checked.steps

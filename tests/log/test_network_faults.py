@@ -1,0 +1,96 @@
+"""Runtime processes on a partitioned PostgreSQL log through network faults, kills and
+failovers, each in a network namespace of its own (tests/jepsen.py); the whole log checked
+after each run against the contract's invariants and what every process was told.
+
+``INERT_JEPSEN_RUNS`` sets the number of seeded runs (``make jepsen`` runs 100, every
+``INERT_JEPSEN_FAILOVER_EVERY``-th on a replicated pair that fails over), ``INERT_JEPSEN_SEED``
+the first seed, ``INERT_JEPSEN_SECONDS`` the seconds of faults in each. Each run prints its
+seed, its fault schedule and the command that runs it again. The planted bugs
+(tests/jepsen_plants.py) must each be caught: ``make test`` plants one (a write after the lease
+was lost), ``INERT_JEPSEN_PLANTS=all`` (``make jepsen``) each of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import pairwise
+
+import pytest
+from ha_support import single_cluster
+from jepsen import run_once
+from jepsen_faults import FAULT_KINDS, LINK_KINDS, PROCESS_KINDS, SERVER, make_schedule
+from jepsen_process import LEASE_TIME
+from netns_support import NETWORK, require_namespaces
+
+RUNS = int(os.environ.get("INERT_JEPSEN_RUNS", "1"))
+FIRST_SEED = int(os.environ.get("INERT_JEPSEN_SEED", "1"))
+SECONDS = float(os.environ.get("INERT_JEPSEN_SECONDS", "8"))
+FAILOVER_EVERY = int(os.environ.get("INERT_JEPSEN_FAILOVER_EVERY", "0"))
+LABELS = ["p1", "p2", "p3"]
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    """One cluster for the runs of this module that need no failover, each on a schema of its
+    own."""
+    require_namespaces()
+    with single_cluster(trusted=str(NETWORK)) as made:
+        yield made
+
+
+def test_a_seed_makes_the_same_schedule_of_faults_that_never_overlap() -> None:
+    """A schedule is made from its seed alone; it starts with a cut longer than two lease
+    times, and a target's faults never overlap."""
+    kinds = [*PROCESS_KINDS, "failover"]
+    for seed in range(200):
+        schedule = make_schedule(seed, LABELS, 12.0, kinds)
+        assert schedule == make_schedule(seed, LABELS, 12.0, kinds)
+        assert any(fault.kind == "cut" and fault.duration > 2 * LEASE_TIME for fault in schedule)
+        for target in [*LABELS, SERVER]:
+            mine = [fault for fault in schedule if fault.target == target]
+            for earlier, later in pairwise(mine):
+                assert earlier.at + earlier.duration < later.at
+        assert sum(fault.kind == "failover" for fault in schedule) <= 1
+        assert all(fault.kind in FAULT_KINDS for fault in schedule)
+        assert all(fault.at + fault.duration <= 12.0 for fault in schedule)
+    assert set(LINK_KINDS) <= FAULT_KINDS.keys()
+
+
+@pytest.mark.parametrize("number", range(RUNS))
+def test_a_seeded_fault_run_holds_every_invariant(port: int, number: int) -> None:
+    """Through cuts, one-way links, lossy and slow links and kills (and a failover, every
+    ``INERT_JEPSEN_FAILOVER_EVERY``-th run), nothing acknowledged is lost, no call runs twice
+    or unwanted, a process cut off loses its turns by lease, writes nothing for them after,
+    and rejoins."""
+    seed = FIRST_SEED + number
+    failover = bool(FAILOVER_EVERY) and number % FAILOVER_EVERY == FAILOVER_EVERY - 1
+    if failover:
+        result = run_once(seed, failover=True, seconds=SECONDS)
+    else:
+        result = run_once(seed, seconds=SECONDS, ports=[port])
+    print(result.report())
+    assert result.ok, result.report()
+
+
+CAUGHT_BY = {
+    "write_after_lease_lost": "fencing",
+    "run_refused_claim": "I1",
+    "redispatch_unknown_outcome": "I2",
+}
+"""Each planted bug, and the invariant that must catch it."""
+PLANTED = (
+    list(CAUGHT_BY)
+    if os.environ.get("INERT_JEPSEN_PLANTS") == "all"
+    else ["write_after_lease_lost"]
+)
+
+
+@pytest.mark.parametrize("plant", PLANTED)
+def test_the_harness_catches_a_planted_bug(port: int, plant: str) -> None:
+    """A bug planted in the runtime processes is caught, by the invariant it breaks, in a
+    run of a long cut and kills."""
+    result = run_once(7, kinds=["kill"], plant=plant, seconds=SECONDS, ports=[port])
+    print(result.report())
+    caught = {violation.invariant for violation in result.violations}
+    assert CAUGHT_BY[plant] in caught, result.report()
