@@ -52,6 +52,7 @@ last is found dead and buried meanwhile."""
 SETTLE_TIMEOUT = 45.0
 STOP_TIMEOUT = 30.0
 PROCESS = Path(__file__).with_name("jepsen_process.py")
+ROOT = Path(__file__).parent.parent
 
 
 @frozen(kw_only=True)
@@ -131,8 +132,11 @@ class _Run:
             str(self.journals / f"{name}.jsonl"),
             *([self.plant] if self.plant else []),
         ]
+        # The processes run this checkout's inert, as the run does.
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         process = subprocess.Popen(
             self.spaces[label].command(*command),
+            env={**os.environ, "PYTHONPATH": path},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
