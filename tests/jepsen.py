@@ -67,6 +67,10 @@ class RunResult:
     dispatches: int
     reopened: int
     """Times a process's runtime stopped (its log unreachable) and it opened it again."""
+    long_cuts: int
+    """Cuts of a process's link longer than two lease times."""
+    leases_lost: int
+    """Of those, the cuts after which the log shows turns of the process taken over."""
     seconds: float
     command: str
 
@@ -79,7 +83,8 @@ class RunResult:
         lines = [
             f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.1f}s,"
             f" {self.steps} events checked, {self.appends} appends acknowledged,"
-            f" {self.dispatches} dispatches, {self.reopened} runtimes reopened;"
+            f" {self.dispatches} dispatches, {self.reopened} runtimes reopened,"
+            f" {self.leases_lost} of {self.long_cuts} long cuts lost turns by lease;"
             f" faults: {faults}",
             f"  run again: {self.command}",
         ]
@@ -341,7 +346,7 @@ def run_once(
         run.settle_and_stop()
     records = trio.run(_read_whole, _url("127.0.0.1", ports, schema))
     journal = {path.stem: read_journal(path) for path in sorted(journals.glob("*.jsonl"))}
-    violations, steps = check_run(
+    violations, steps, leases_lost = check_run(
         records,
         journal,
         departed=run.departed,
@@ -370,6 +375,8 @@ def run_once(
         appends=sum(entry["kind"] == "append" for entry in entries),
         dispatches=sum(entry["kind"] == "dispatch" for entry in entries),
         reopened=sum(entry["kind"] == "stopped" for entry in entries),
+        long_cuts=sum(cut.healed - cut.began >= 2 * LEASE_TIME for cut in run.cuts),
+        leases_lost=leases_lost,
         seconds=time.monotonic() - started,
         command=rerun_command(seed, kinds, failover, plant, seconds),
     )

@@ -86,7 +86,7 @@ def _observations(
     return observations
 
 
-def _lost(
+def lost_appends(
     journals: Mapping[str, list[dict[str, Any]]], records: Mapping[int, Sequence[RecordedEvent]]
 ) -> list[Violation]:
     violations = []
@@ -130,7 +130,7 @@ class _Leases:
         return self._owners[turn][index - 1] if index else None
 
 
-def _fencing(
+def unfenced_writes(
     journals: Mapping[str, list[dict[str, Any]]], records: Mapping[int, Sequence[RecordedEvent]]
 ) -> list[Violation]:
     leases = {number: _Leases(rows) for number, rows in records.items() if number}
@@ -170,10 +170,12 @@ def _at(recorded: RecordedEvent) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
-def _leases_lost(
+def leases_lost(
     cuts: Sequence[Cut], records: Mapping[int, Sequence[RecordedEvent]]
-) -> list[Violation]:
+) -> tuple[list[Violation], int]:
+    """The violations of ``lease``, and the cuts after which the process lost turns by lease."""
     violations = []
+    lost = 0
     for cut in cuts:
         if cut.healed - cut.began < 2 * LEASE_TIME:
             continue
@@ -192,6 +194,7 @@ def _leases_lost(
                 elif at <= cut.healed and event.previous == cut.process:
                     taken = True
             held = held or cut.process in owners.values()
+        lost += taken
         if held and not taken:
             began = datetime.fromtimestamp(cut.began, UTC).time()
             violations.append(
@@ -202,7 +205,7 @@ def _leases_lost(
                     f" {cut.healed - cut.began:.1f}s while it held turns, kept them all",
                 )
             )
-    return violations
+    return violations, lost
 
 
 def _rejoined(
@@ -230,8 +233,9 @@ def check_run(
     departed: Iterable[str],
     final: Sequence[str],
     cuts: Sequence[Cut],
-) -> tuple[list[Violation], int]:
-    """Every violation of the run, and the events checked."""
+) -> tuple[list[Violation], int, int]:
+    """Every violation of the run, the events checked, and the cuts after which the process
+    cut off lost turns by lease."""
     checked = check_partitioned_log(
         records,
         TOOLS,
@@ -239,11 +243,12 @@ def check_run(
         observations=_observations(journals, records),
         departed=departed,
     )
+    unleased, lost = leases_lost(cuts, records)
     violations = [
         *checked.violations,
-        *_lost(journals, records),
-        *_fencing(journals, records),
-        *_leases_lost(cuts, records),
+        *lost_appends(journals, records),
+        *unfenced_writes(journals, records),
+        *unleased,
         *_rejoined(journals, final),
     ]
-    return violations, checked.steps
+    return violations, checked.steps, lost

@@ -19,9 +19,14 @@ from itertools import pairwise
 import pytest
 from ha_support import single_cluster
 from jepsen import run_once
+from jepsen_check import lost_appends, unfenced_writes
 from jepsen_faults import FAULT_KINDS, LINK_KINDS, PROCESS_KINDS, SERVER, make_schedule
 from jepsen_process import LEASE_TIME
 from netns_support import NETWORK, require_namespaces
+
+from inert import CallKey
+from inert.events import CallCollecting, RecordedEvent, TurnLeased
+from inert.log import MemoryLog, NewEvent
 
 RUNS = int(os.environ.get("INERT_JEPSEN_RUNS", "1"))
 FIRST_SEED = int(os.environ.get("INERT_JEPSEN_SEED", "1"))
@@ -94,3 +99,55 @@ def test_the_harness_catches_a_planted_bug(port: int, plant: str) -> None:
     print(result.report())
     caught = {violation.invariant for violation in result.violations}
     assert CAUGHT_BY[plant] in caught, result.report()
+
+
+async def fenced_log() -> list[RecordedEvent]:
+    """A turn leased to p1, taken over by p3, then a decision for its call."""
+    log = MemoryLog()
+    key = CallKey(
+        tenant="acme", conversation="c", turn="t", response="r", item="i", call="get_weather"
+    )
+    turn = key.turn_ref
+    await log.append([NewEvent(stream=turn.lease_stream, event=TurnLeased(turn=turn, owner="p1"))])
+    taken = TurnLeased(turn=turn, owner="p3", previous="p1")
+    await log.append([NewEvent(stream=turn.lease_stream, event=taken)])
+    decision = CallCollecting(key=key, cause=1, tool="get_weather")
+    await log.append([NewEvent(stream=key.stream, event=decision, event_id="decided")])
+    return await log.read()
+
+
+def appended(position: int, event_id: str, tag: str) -> dict[str, object]:
+    return {
+        "kind": "append",
+        "partition": 1,
+        "positions": [position],
+        "event_ids": [event_id],
+        "types": [tag],
+    }
+
+
+async def test_the_checks_name_a_write_by_a_process_that_lost_the_lease() -> None:
+    """A decision written by a process after another took its turn's lease over is a fencing
+    violation; the same decision by the lease's holder is none."""
+    records = {1: await fenced_log()}
+    by_the_loser = {"p1": [appended(3, "decided", CallCollecting.TAG)]}
+    by_the_holder = {"p3": [appended(3, "decided", CallCollecting.TAG)]}
+    [violation] = unfenced_writes(by_the_loser, records)
+    assert violation.invariant == "fencing"
+    assert "p1 wrote" in violation.detail
+    assert "p3 held" in violation.detail
+    assert unfenced_writes(by_the_holder, records) == []
+
+
+async def test_the_checks_name_an_acknowledged_append_the_log_lacks() -> None:
+    """An append a process was acknowledged and the log does not hold where it was
+    acknowledged (another event there, or nothing) is lost."""
+    records = {1: await fenced_log()}
+    journal = {
+        "p3": [
+            appended(3, "decided", CallCollecting.TAG),
+            appended(3, "another", CallCollecting.TAG),
+            appended(9, "beyond", CallCollecting.TAG),
+        ]
+    }
+    assert [violation.position for violation in lost_appends(journal, records)] == [3, 9]
