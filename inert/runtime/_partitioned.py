@@ -461,6 +461,11 @@ class PartitionedRuntime:
                     [NewEvent(stream=turn.lease_stream, event=lease)], {turn.lease_stream: version}
                 )
         await core.settle()
+        if any(holder == self.process for holder, _ in fold.leases().values()):
+            # A turn this process took over as it settled (it buried a process it found dead
+            # a moment before that one beat again): stopped here, nobody would answer for it.
+            # The next pass hands it on, once nothing of it is under way.
+            return
         # Out of the routing first: nothing is sent to a runtime that is stopping.
         del self._cores[partition]
         self._scopes.pop(partition).cancel()
