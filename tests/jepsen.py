@@ -67,10 +67,10 @@ class RunResult:
     dispatches: int
     reopened: int
     """Times a process's runtime stopped (its log unreachable) and it opened it again."""
-    long_cuts: int
-    """Cuts of a process's link longer than two lease times."""
     leases_lost: int
-    """Of those, the cuts after which the log shows turns of the process taken over."""
+    """Partitions where a process cut off lost the turns it held, by lease, while cut off."""
+    stalled: int
+    """Partitions where it kept them, nobody writing there while it was cut off."""
     seconds: float
     command: str
 
@@ -84,7 +84,7 @@ class RunResult:
             f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.1f}s,"
             f" {self.steps} events checked, {self.appends} appends acknowledged,"
             f" {self.dispatches} dispatches, {self.reopened} runtimes reopened,"
-            f" {self.leases_lost} of {self.long_cuts} long cuts lost turns by lease;"
+            f" turns lost by lease in {self.leases_lost} partitions, {self.stalled} stalled;"
             f" faults: {faults}",
             f"  run again: {self.command}",
         ]
@@ -346,7 +346,7 @@ def run_once(
         run.settle_and_stop()
     records = trio.run(_read_whole, _url("127.0.0.1", ports, schema))
     journal = {path.stem: read_journal(path) for path in sorted(journals.glob("*.jsonl"))}
-    violations, steps, leases_lost = check_run(
+    violations, steps, leases = check_run(
         records,
         journal,
         departed=run.departed,
@@ -375,8 +375,8 @@ def run_once(
         appends=sum(entry["kind"] == "append" for entry in entries),
         dispatches=sum(entry["kind"] == "dispatch" for entry in entries),
         reopened=sum(entry["kind"] == "stopped" for entry in entries),
-        long_cuts=sum(cut.healed - cut.began >= 2 * LEASE_TIME for cut in run.cuts),
-        leases_lost=leases_lost,
+        leases_lost=leases.lost,
+        stalled=leases.stalled,
         seconds=time.monotonic() - started,
         command=rerun_command(seed, kinds, failover, plant, seconds),
     )

@@ -8,8 +8,10 @@ dispatches) as its observations and the processes killed as departed. Besides:
   acknowledged at;
 - ``fencing``: every decision a process wrote for a call was written while that process held
   the call's turn's lease, by the log (the last ``TurnLeased`` of the turn before it);
-- ``lease``: a process cut off for longer than the lease time while it held turns lost them: in
-  the log, another process leased one of them from it before the link healed;
+- ``lease``: a process cut off for longer than the lease time lost the turns it held: in each
+  partition where it held turns and others wrote once ``TAKEOVER`` lease times had passed,
+  another process leased one of them from it before the link healed (a partition nobody could
+  write to is counted as stalled instead);
 - ``rejoin``: once every fault healed, every process ends up alive in every process's view, each
   folding its share of the partitions;
 - ``crash``: every process exits cleanly when told to.
@@ -34,6 +36,9 @@ from inert.testing import Observation, Violation, check_partitioned_log
 
 KEY_FIELDS = ("tenant", "conversation", "turn", "response", "item", "call")
 TURN_FIELDS = ("tenant", "conversation", "turn")
+TAKEOVER = 2.5
+"""Lease times after a process's last word by which the others have taken its turns over: the
+lease time, and a quarter of it (their heartbeat's period) to notice, with room to spare."""
 DECISIONS = frozenset(decision.TAG for decision in DECISION_TYPES)
 
 
@@ -170,42 +175,59 @@ def _at(recorded: RecordedEvent) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
-def leases_lost(
-    cuts: Sequence[Cut], records: Mapping[int, Sequence[RecordedEvent]]
-) -> tuple[list[Violation], int]:
-    """The violations of ``lease``, and the cuts after which the process lost turns by lease."""
+@frozen(kw_only=True)
+class LeaseCheck:
+    """What the ``lease`` check found: its violations, the partitions where a process cut off
+    lost its turns by lease, and those where it kept them because nobody could write there
+    (the cut process's open transaction held the partition's head, see docs/log.md)."""
+
+    violations: list[Violation]
+    lost: int
+    stalled: int
+
+
+def leases_lost(cuts: Sequence[Cut], records: Mapping[int, Sequence[RecordedEvent]]) -> LeaseCheck:
+    """In each partition of calls where a process held turns when its link was cut, and where
+    others wrote after ``TAKEOVER`` lease times of the cut: another process leased one of its
+    turns from it before the link healed."""
     violations = []
-    lost = 0
+    lost = stalled = 0
     for cut in cuts:
-        if cut.healed - cut.began < 2 * LEASE_TIME:
+        due = cut.began + TAKEOVER * LEASE_TIME
+        if cut.healed <= due:
             continue
-        held = taken = False
         for number, rows in records.items():
             if not number:
                 continue
             owners: dict[TurnRef, str] = {}
+            taken = written = False
             for recorded in rows:
+                at = _at(recorded)
                 event = recorded.event
+                written = written or due <= at <= cut.healed
                 if not isinstance(event, TurnLeased):
                     continue
-                at = _at(recorded)
                 if at <= cut.began:
                     owners[event.turn] = event.owner
                 elif at <= cut.healed and event.previous == cut.process:
                     taken = True
-            held = held or cut.process in owners.values()
-        lost += taken
-        if held and not taken:
-            began = datetime.fromtimestamp(cut.began, UTC).time()
-            violations.append(
-                Violation(
-                    invariant="lease",
-                    key="",
-                    detail=f"process {cut.process}, cut off from {began} for"
-                    f" {cut.healed - cut.began:.1f}s while it held turns, kept them all",
+            if cut.process not in owners.values():
+                continue
+            lost += taken
+            stalled += not taken and not written
+            if written and not taken:
+                began = datetime.fromtimestamp(cut.began, UTC).time()
+                violations.append(
+                    Violation(
+                        invariant="lease",
+                        key="",
+                        detail=f"process {cut.process}, cut off from {began} for"
+                        f" {cut.healed - cut.began:.1f}s, kept every turn it held in the"
+                        " partition while others wrote there",
+                        partition=number,
+                    )
                 )
-            )
-    return violations, lost
+    return LeaseCheck(violations=violations, lost=lost, stalled=stalled)
 
 
 def _rejoined(
@@ -233,9 +255,8 @@ def check_run(
     departed: Iterable[str],
     final: Sequence[str],
     cuts: Sequence[Cut],
-) -> tuple[list[Violation], int, int]:
-    """Every violation of the run, the events checked, and the cuts after which the process
-    cut off lost turns by lease."""
+) -> tuple[list[Violation], int, LeaseCheck]:
+    """Every violation of the run, the events checked, and what the ``lease`` check found."""
     checked = check_partitioned_log(
         records,
         TOOLS,
@@ -243,12 +264,12 @@ def check_run(
         observations=_observations(journals, records),
         departed=departed,
     )
-    unleased, lost = leases_lost(cuts, records)
+    leases = leases_lost(cuts, records)
     violations = [
         *checked.violations,
         *lost_appends(journals, records),
         *unfenced_writes(journals, records),
-        *unleased,
+        *leases.violations,
         *_rejoined(journals, final),
     ]
-    return violations, checked.steps, lost
+    return violations, checked.steps, leases

@@ -6,8 +6,9 @@ inflict it (``apply``) and how to end it (``heal``), given the run (``Target``):
 namespaces of the processes, their processes, the replicated pair where the run has one. A new
 kind (a clock that jumps, say) is one more ``FaultKind`` registered in ``FAULT_KINDS``.
 
-Every schedule begins with a ``cut`` of one process for longer than two lease times: the
-others must take its partitions and turns over by lease while it is away, and it must rejoin.
+Every schedule begins with a ``cut`` of one process for three and a half to four and a half
+lease times (as the run's length allows): the others must take its partitions and turns over
+by lease while it is away, and it must rejoin.
 """
 
 from __future__ import annotations
@@ -142,15 +143,16 @@ def make_schedule(
     seed: int, labels: Sequence[str], seconds: float, kinds: Sequence[str]
 ) -> tuple[Fault, ...]:
     """The faults of a seed's run of ``seconds`` on the processes ``labels``, drawn from
-    ``kinds``: a long cut first, then one to four more; faults of one target never overlap.
+    ``kinds``: a long cut, then one to four more; faults of one target never overlap.
     The same for the same arguments."""
     rng = random.Random(f"{seed}/faults")
     busy = dict.fromkeys([*labels, SERVER], 0.0)
+    at = rng.uniform(0.5, max(0.5, seconds - 4.5 * LEASE_TIME))
     first = Fault(
-        at=rng.uniform(0.5, max(0.5, seconds - 3.3 * LEASE_TIME)),
+        at=at,
         kind="cut",
         target=rng.choice(labels),
-        duration=rng.uniform(2.2, 3.2) * LEASE_TIME,
+        duration=min(rng.uniform(3.5, 4.5) * LEASE_TIME, seconds - at - 0.2),
     )
     faults = [first]
     busy[first.target] = first.at + first.duration

@@ -45,13 +45,13 @@ def port() -> Iterator[int]:
 
 
 def test_a_seed_makes_the_same_schedule_of_faults_that_never_overlap() -> None:
-    """A schedule is made from its seed alone; it starts with a cut longer than two lease
+    """A schedule is made from its seed alone; it holds a cut longer than three lease
     times, and a target's faults never overlap."""
     kinds = [*PROCESS_KINDS, "failover"]
     for seed in range(200):
         schedule = make_schedule(seed, LABELS, 12.0, kinds)
         assert schedule == make_schedule(seed, LABELS, 12.0, kinds)
-        assert any(fault.kind == "cut" and fault.duration > 2 * LEASE_TIME for fault in schedule)
+        assert any(fault.kind == "cut" and fault.duration > 3 * LEASE_TIME for fault in schedule)
         for target in [*LABELS, SERVER]:
             mine = [fault for fault in schedule if fault.target == target]
             for earlier, later in pairwise(mine):
