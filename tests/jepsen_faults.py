@@ -143,7 +143,8 @@ def make_schedule(
     seed: int, labels: Sequence[str], seconds: float, kinds: Sequence[str]
 ) -> tuple[Fault, ...]:
     """The faults of a seed's run of ``seconds`` on the processes ``labels``, drawn from
-    ``kinds``: a long cut, then one to four more; faults of one target never overlap.
+    ``kinds``: a long cut, a failover where ``kinds`` has it, then up to four faults of the
+    processes; faults of one target never overlap.
     The same for the same arguments."""
     rng = random.Random(f"{seed}/faults")
     busy = dict.fromkeys([*labels, SERVER], 0.0)
@@ -156,10 +157,16 @@ def make_schedule(
     )
     faults = [first]
     busy[first.target] = first.at + first.duration
+    if "failover" in kinds:
+        # A run that may fail over does, once, at a random moment.
+        faults.append(
+            Fault(at=rng.uniform(1, seconds - 1), kind="failover", target=SERVER, duration=0.0)
+        )
+        busy[SERVER] = seconds
     for _ in range(rng.randint(1, 4)):
         kind = FAULT_KINDS[rng.choice(kinds)]
         target = SERVER if kind.server else rng.choice(labels)
-        if kind.server and busy[SERVER]:
+        if kind.server:
             continue
         duration = rng.uniform(0.3, kind.longest) if kind.longest else 0.0
         at = max(rng.uniform(0.3, seconds - 1), busy[target] + 0.3)
@@ -168,5 +175,5 @@ def make_schedule(
         faults.append(
             Fault(at=at, kind=kind.name, target=target, duration=duration, detail=kind.plan(rng))
         )
-        busy[target] = at + duration + (0.0 if not kind.server else seconds)
+        busy[target] = at + duration
     return tuple(sorted(faults, key=lambda fault: fault.at))
