@@ -339,8 +339,16 @@ class Workload:
                         nursery.cancel_scope.cancel()
                 self.journal.write(kind="left")
             except Exception as error:
-                self.journal.write(kind="stopped", error=f"{type(error).__name__}: {error}"[:500])
+                # Whatever stopped it, it opens its runtime again: it rejoins.
+                self.journal.write(kind="stopped", error=describe(error)[:500])
                 await trio.sleep(0.5)
+
+
+def describe(error: BaseException) -> str:
+    """The errors inside a group (a nursery's), not the group."""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(describe(inner) for inner in error.exceptions)
+    return f"{type(error).__name__}: {error}"
 
 
 async def commands(workload: Workload) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from itertools import pairwise
 
 import pytest
+from conftest import RUN_COUNTS
 from ha_support import single_cluster
 from jepsen import run_once
 from jepsen_check import lost_appends, unfenced_writes
@@ -62,6 +63,11 @@ def test_a_seed_makes_the_same_schedule_of_faults_that_never_overlap() -> None:
     assert set(LINK_KINDS) <= FAULT_KINDS.keys()
 
 
+def count(name: str) -> None:
+    RUN_COUNTS[name] = RUN_COUNTS.get(name, 0) + 1
+
+
+@pytest.mark.slow(seconds=30)
 @pytest.mark.parametrize("number", range(RUNS))
 def test_a_seeded_fault_run_holds_every_invariant(port: int, number: int) -> None:
     """Through cuts, one-way links, lossy and slow links and kills (and a failover, every
@@ -75,6 +81,7 @@ def test_a_seeded_fault_run_holds_every_invariant(port: int, number: int) -> Non
     else:
         result = run_once(seed, seconds=SECONDS, ports=[port])
     print(result.report())
+    count("network fault runs")
     assert result.ok, result.report()
 
 
@@ -91,12 +98,14 @@ PLANTED = (
 )
 
 
+@pytest.mark.slow(seconds=30)
 @pytest.mark.parametrize("plant", PLANTED)
 def test_the_harness_catches_a_planted_bug(port: int, plant: str) -> None:
     """A bug planted in the runtime processes is caught, by the invariant it breaks, in a
     run of a long cut and kills."""
     result = run_once(7, kinds=["kill"], plant=plant, seconds=SECONDS, ports=[port])
     print(result.report())
+    count("network fault runs with a planted bug")
     caught = {violation.invariant for violation in result.violations}
     assert CAUGHT_BY[plant] in caught, result.report()
 
