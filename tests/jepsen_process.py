@@ -29,6 +29,7 @@ import json
 import random
 import sys
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -340,15 +341,20 @@ class Workload:
                 self.journal.write(kind="left")
             except Exception as error:
                 # Whatever stopped it, it opens its runtime again: it rejoins.
-                self.journal.write(kind="stopped", error=describe(error)[:500])
+                self.journal.write(kind="stopped", error=describe(error)[:800])
                 await trio.sleep(0.5)
 
 
 def describe(error: BaseException) -> str:
-    """The errors inside a group (a nursery's), not the group."""
+    """The errors inside a group (a nursery's), not the group; where one is not inert's own, the
+    place it was raised."""
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(describe(inner) for inner in error.exceptions)
-    return f"{type(error).__name__}: {error}"
+    where = ""
+    if not isinstance(error, InertError) and error.__traceback__ is not None:
+        frames = traceback.extract_tb(error.__traceback__)[-5:]
+        where = " (at " + ", ".join(f"{Path(f.filename).name}:{f.lineno}" for f in frames) + ")"
+    return f"{type(error).__name__}: {error}{where}"
 
 
 async def commands(workload: Workload) -> None:
