@@ -14,7 +14,8 @@ dispatches) as its observations and the processes killed as departed. Besides:
   write to is counted as stalled instead);
 - ``rejoin``: once every fault healed, every process ends up alive in every process's view, each
   folding its share of the partitions;
-- ``crash``: every process exits cleanly when told to.
+- ``crash``: a runtime stops only with an error of inert's own, and every process exits
+  cleanly when told to.
 """
 
 from __future__ import annotations
@@ -248,6 +249,19 @@ def _rejoined(
     return violations
 
 
+def stopped_otherwise(journals: Mapping[str, list[dict[str, Any]]]) -> list[Violation]:
+    """A runtime stops with an error of inert's own (a ``LogError`` for a server out of
+    reach), never with another."""
+    return [
+        Violation(
+            invariant="crash", key="", detail=f"{process}'s runtime stopped: {entry['error']}"
+        )
+        for process, entries in sorted(journals.items())
+        for entry in entries
+        if entry["kind"] == "stopped" and not entry.get("inert", True)
+    ]
+
+
 def check_run(
     records: Mapping[int, Sequence[RecordedEvent]],
     journals: Mapping[str, list[dict[str, Any]]],
@@ -270,6 +284,7 @@ def check_run(
         *lost_appends(journals, records),
         *unfenced_writes(journals, records),
         *leases.violations,
+        *stopped_otherwise(journals),
         *_rejoined(journals, final),
     ]
     return violations, checked.steps, leases

@@ -341,8 +341,17 @@ class Workload:
                 self.journal.write(kind="left")
             except Exception as error:
                 # Whatever stopped it, it opens its runtime again: it rejoins.
-                self.journal.write(kind="stopped", error=describe(error)[:800])
+                self.journal.write(
+                    kind="stopped", error=describe(error)[:800], inert=all_inert(error)
+                )
                 await trio.sleep(0.5)
+
+
+def all_inert(error: BaseException) -> bool:
+    """Whether every error inside is inert's own (a runtime stops with nothing else)."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(all_inert(inner) for inner in error.exceptions)
+    return isinstance(error, InertError)
 
 
 def describe(error: BaseException) -> str:
