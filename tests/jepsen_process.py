@@ -86,6 +86,8 @@ def journal_appends(journal: Journal) -> None:
     append = Log.append
 
     async def journaled(self: Log, events: Any, expected_versions: Any = None) -> list[int]:
+        # What was asked, before the append waits: a caller's list may change meanwhile.
+        events = list(events)
         positions = await append(self, events, expected_versions)
         journal.write(
             kind="append",
