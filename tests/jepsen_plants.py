@@ -46,7 +46,11 @@ def _write_after_lease_lost() -> Iterator[None]:
         return []
 
     def unfenced(fold: CallFold, turn: TurnRef) -> tuple[str, int] | None:
-        return None if turn in moved.get(fold, ()) else lease(fold, turn)
+        held = lease(fold, turn)
+        if turn in moved.get(fold, ()) and held is not None and held[0] == fold.process:
+            # The first holder's decisions go unfenced; the others see it hold the turn still.
+            return None
+        return held
 
     CallFold._leased = moves_unheard  # type: ignore[method-assign,assignment]
     CallFold.lease = unfenced  # type: ignore[method-assign,assignment]
