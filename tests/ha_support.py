@@ -170,9 +170,48 @@ def _wait_streaming(pair: ReplicatedPair) -> None:
             time.sleep(0.05)
 
 
+def _create(name: str, port: int, trusted: str | None) -> None:
+    """A new cluster; with ``trusted`` (a network, CIDR), listening on every address of the
+    machine and trusting connections from that network too."""
+    listen = ["-o", "listen_addresses=*"] if trusted else []
+    _run(
+        "pg_createcluster",
+        VERSION,
+        name,
+        "-p",
+        str(port),
+        "-o",
+        "wal_level=replica",
+        "-o",
+        "max_wal_senders=4",
+        *listen,
+        "--",
+        "--auth=trust",
+    )
+    if trusted:
+        with Path(f"/etc/postgresql/{VERSION}/{name}/pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {trusted} trust\n")
+
+
 @contextmanager
-def replicated_pair(*, synchronous: bool) -> Iterator[ReplicatedPair]:
-    """A new primary and a streaming standby of it, both dropped when the block ends."""
+def single_cluster(*, trusted: str | None = None) -> Iterator[int]:
+    """A new cluster of its own (its port), dropped when the block ends; ``trusted`` as
+    ``replicated_pair``'s."""
+    name = f"inert_ha_{uuid.uuid4().hex[:8]}_single"
+    port = _free_port()
+    try:
+        _create(name, port, trusted)
+        _ctl(name, "start")
+        yield port
+    finally:
+        _run("pg_dropcluster", "--stop", VERSION, name)
+
+
+@contextmanager
+def replicated_pair(*, synchronous: bool, trusted: str | None = None) -> Iterator[ReplicatedPair]:
+    """A new primary and a streaming standby of it, both dropped when the block ends. With
+    ``trusted`` (a network, CIDR), both listen on every address of the machine and trust
+    connections from that network: processes in network namespaces of their own reach them."""
     prefix = f"inert_ha_{uuid.uuid4().hex[:8]}"
     pair = ReplicatedPair(
         primary=f"{prefix}_primary",
@@ -185,19 +224,7 @@ def replicated_pair(*, synchronous: bool) -> Iterator[ReplicatedPair]:
     try:
         for name, port in ((pair.primary, pair.primary_port), (pair.standby, pair.standby_port)):
             made.append(name)
-            _run(
-                "pg_createcluster",
-                VERSION,
-                name,
-                "-p",
-                str(port),
-                "-o",
-                "wal_level=replica",
-                "-o",
-                "max_wal_senders=4",
-                "--",
-                "--auth=trust",
-            )
+            _create(name, port, trusted)
         _ctl(pair.primary, "start")
         # The standby's data directory is the primary's, copied; its own configuration (port,
         # paths) stays in /etc, where pg_createcluster wrote it.

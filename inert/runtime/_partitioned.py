@@ -404,7 +404,9 @@ class PartitionedRuntime:
         log = self.log.partition(partition)
         # Every control given so far is in the partition before its runtime decides anything.
         if self._controls:
-            await log.append(self._controls)
+            # A copy: a control heard while this append waits joins the list, and the log
+            # pairs the events it was given with their positions once the append returns.
+            await log.append(list(self._controls))
         core = self._make_core(log)
         await self._nursery.start(self._serve, partition, core)
 
@@ -421,7 +423,7 @@ class PartitionedRuntime:
                 # A control heard while the runtime started went to the runtimes running then:
                 # copied again (once, by its id), it is in the partition before any claim.
                 if self._controls:
-                    await core.log.append(self._controls)
+                    await core.log.append(list(self._controls))
                 task_status.started()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._relay_changes, core)
@@ -461,6 +463,11 @@ class PartitionedRuntime:
                     [NewEvent(stream=turn.lease_stream, event=lease)], {turn.lease_stream: version}
                 )
         await core.settle()
+        if any(holder == self.process for holder, _ in fold.leases().values()):
+            # A turn this process took over as it settled (it buried a process it found dead
+            # a moment before that one beat again): stopped here, nobody would answer for it.
+            # The next pass hands it on, once nothing of it is under way.
+            return
         # Out of the routing first: nothing is sent to a runtime that is stopping.
         del self._cores[partition]
         self._scopes.pop(partition).cancel()

@@ -9,6 +9,7 @@ import gc
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import pytest
 import trio
@@ -25,7 +26,7 @@ from inert import (
     open_partitioned_runtime,
     trio_clock,
 )
-from inert.events import ProcessHeartbeat, ProcessLeft, ToolDisabled
+from inert.events import ProcessHeartbeat, ProcessLeft, ToolDisabled, ToolEnabled, TurnLeased
 from inert.log import Log, MemoryLog, MemoryStore, NewEvent
 from inert.runtime._assignment import assign, owned_by
 
@@ -352,3 +353,67 @@ async def test_an_executor_may_stop_taking_ready_calls_without_a_warning(log: Lo
             assert ready.key == key
             break
         gc.collect()
+
+
+async def test_a_partition_handed_on_is_kept_while_a_turn_taken_over_meanwhile_is_held(
+    autojump_clock: trio.testing.MockClock, log: Log
+) -> None:
+    """A process handing a partition on that takes a turn there over as it settles (it buried
+    a process a moment before that one beat again) keeps folding the partition, and hands the
+    turn on at its next pass: it never stops answering for a turn it holds."""
+    async with process(log, "p1") as runtime:
+        await until(runtime, lambda: len(runtime.partitions_owned()) == PARTITIONS)
+        partition = 2
+        key = key_in(conversation_in(log, [partition]))
+        turn = key.turn_ref
+        core = runtime.core(partition)
+        settle = core.settle
+        settled = 0
+
+        async def burying_settle() -> None:
+            nonlocal settled
+            settled += 1
+            if settled == 2:
+                taken = TurnLeased(turn=turn, owner="p1", previous="p3")
+                await core.log.append([NewEvent(stream=turn.lease_stream, event=taken)])
+            await settle()
+
+        core.settle = burying_settle  # type: ignore[method-assign]
+        runtime._owners[partition] = "p2"
+        await runtime._hand_on(partition)
+        assert partition in runtime.partitions_owned()
+        assert core.turn_owner(turn) == "p1"
+        core.settle = settle  # type: ignore[method-assign]
+        runtime._owners[partition] = "p2"
+        await runtime._hand_on(partition)
+        assert partition not in runtime.partitions_owned()
+        assert core.turn_owner(turn) == "p2"
+
+
+async def test_a_control_heard_while_a_partition_starts_does_not_break_its_start(
+    autojump_clock: trio.testing.MockClock, log: Log
+) -> None:
+    """A control heard while a partition's runtime starts (its append of the controls heard
+    so far waiting on the log) joins the controls, not the batch under way: the start goes
+    on (before, the log paired the grown batch with the positions of the smaller one, a
+    ``ValueError`` that stopped the process)."""
+    async with process(log, "p1") as runtime:
+        await until(runtime, lambda: len(runtime.partitions_owned()) == PARTITIONS)
+        await runtime.give_control(
+            ToolDisabled(tool="get_weather", tenant="acme", operator="operator:olga", reason="x")
+        )
+        partition = 2
+        partition_log = log.partition(partition)
+        append_records = partition_log._append_records
+        heard = ToolEnabled(tool="get_weather", tenant="acme", operator="operator:olga", reason="")
+
+        async def heard_meanwhile(records: Any, expected: Any) -> list[int]:
+            positions = await append_records(records, expected)
+            runtime._controls.append(NewEvent(stream="control/tenant/acme", event=heard))
+            return positions
+
+        runtime._scopes.pop(partition).cancel()
+        del runtime._cores[partition]
+        partition_log._append_records = heard_meanwhile  # type: ignore[method-assign]
+        await runtime._rebalance()
+        assert partition in runtime.partitions_owned()
