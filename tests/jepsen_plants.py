@@ -73,7 +73,7 @@ def _run_refused_claim() -> Iterator[None]:
             recorded = await runtime.log.read_stream(key.stream)
             if view is None or not any(r.event_type == CallValidated.TAG for r in recorded):
                 raise
-            decision, arguments = await runtime._validated(key)
+            decision, arguments = await runtime._validated(key, kept=None)
             return Dispatch(
                 key=key,
                 turn=key.turn_ref,
