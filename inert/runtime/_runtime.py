@@ -289,7 +289,10 @@ class Runtime:
             else:
                 self.spans.remember(recorded)
         self._requests.heard(recorded, self._fold)
-        self._keep_validation(recorded.event)
+        if self._live:
+            # Kept from what is heard live alone: a restart finds the same (nothing) whether it
+            # replays the log or restores a snapshot, and claims behave alike after either.
+            self._keep_validation(recorded.event)
         if self._stops:
             self._signal_stop(recorded.event)
         self._announce_change()

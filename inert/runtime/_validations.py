@@ -2,10 +2,11 @@
 
 A claim hands its executor the validated arguments, which the fold does not hold (it keeps their
 digest). Reading the call's stream back for them costs a query of the log for every call; the
-runtime keeps instead each ``CallValidated`` the fold has read, while its call may still be
-claimed here, within a budget of argument bytes. Beyond the budget, or for a call validated before
-a restart (restored from a snapshot), the claim reads the log as before: what is kept is the event
-the log holds, so both ways give the claim the same arguments.
+runtime keeps instead each ``CallValidated`` the fold reads once it is live, while its call may
+still be claimed here, within a budget of argument bytes. Beyond the budget, or for a call
+validated before a restart (whether the restart replays the log or restores a snapshot, so that
+both behave alike), the claim reads the log as before: what is kept is the event the log holds,
+so both ways give the claim the same arguments.
 """
 
 from __future__ import annotations
